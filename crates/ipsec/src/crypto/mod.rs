@@ -1,0 +1,374 @@
+//! Cipher and integrity suites for ESP, named as strongSwan/IKEv2 proposals.
+//!
+//! One enum-dispatched [`CipherState`] per SA instead of trait objects: the set of
+//! suites is closed, the match compiles to a jump, and the hot path stays free of
+//! virtual calls. Keys are expanded once, when the SA is built (aws-lc-rs key
+//! objects hold the expanded schedules); raw key bytes live only in [`SecretBytes`],
+//! which zeroises on drop and never prints.
+
+pub mod state;
+
+pub use state::CipherState;
+
+use core::fmt;
+use zeroize::{Zeroize, ZeroizeOnDrop};
+
+/// ESP encryption (or combined-mode) algorithm.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Encryption {
+    /// ENCR_NULL (RFC 2410): integrity only.
+    Null,
+    /// AES-CBC (RFC 3602) with a 128/192/256-bit key.
+    Aes128Cbc,
+    Aes192Cbc,
+    Aes256Cbc,
+    /// AES-GCM with a 16-byte ICV (RFC 4106).
+    Aes128Gcm16,
+    Aes256Gcm16,
+    /// ChaCha20-Poly1305 (RFC 7634).
+    ChaCha20Poly1305,
+    /// AES-GMAC, authentication only (RFC 4543 ENCR_NULL_AUTH_AES_GMAC).
+    Aes128Gmac,
+    Aes256Gmac,
+}
+
+/// ESP integrity algorithm (for non-combined encryption).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Integrity {
+    Null,
+    /// HMAC-SHA1-96 (RFC 2404).
+    HmacSha1_96,
+    /// HMAC-SHA-256-128, -384-192, -512-256 (RFC 4868).
+    HmacSha256_128,
+    HmacSha384_192,
+    HmacSha512_256,
+}
+
+const ENCRYPTION_NAMES: &[(&str, Encryption)] = &[
+    ("null", Encryption::Null),
+    ("aes128", Encryption::Aes128Cbc),
+    ("aes192", Encryption::Aes192Cbc),
+    ("aes256", Encryption::Aes256Cbc),
+    ("aes128gcm16", Encryption::Aes128Gcm16),
+    ("aes256gcm16", Encryption::Aes256Gcm16),
+    ("chacha20poly1305", Encryption::ChaCha20Poly1305),
+    ("aes128gmac", Encryption::Aes128Gmac),
+    ("aes256gmac", Encryption::Aes256Gmac),
+];
+
+const INTEGRITY_NAMES: &[(&str, Integrity)] = &[
+    ("null", Integrity::Null),
+    ("sha1", Integrity::HmacSha1_96),
+    ("sha256", Integrity::HmacSha256_128),
+    ("sha384", Integrity::HmacSha384_192),
+    ("sha512", Integrity::HmacSha512_256),
+];
+
+impl Encryption {
+    pub fn from_name(name: &str) -> Option<Self> {
+        ENCRYPTION_NAMES.iter().find(|(n, _)| *n == name).map(|(_, e)| *e)
+    }
+    pub fn name(self) -> &'static str {
+        ENCRYPTION_NAMES.iter().find(|(_, e)| *e == self).map(|(n, _)| *n).unwrap()
+    }
+    pub fn all_names() -> impl Iterator<Item = &'static str> {
+        ENCRYPTION_NAMES.iter().map(|(n, _)| *n)
+    }
+    /// Combined mode: confidentiality and integrity in one (no separate integrity algorithm).
+    pub fn is_aead(self) -> bool {
+        matches!(
+            self,
+            Encryption::Aes128Gcm16
+                | Encryption::Aes256Gcm16
+                | Encryption::ChaCha20Poly1305
+                | Encryption::Aes128Gmac
+                | Encryption::Aes256Gmac
+        )
+    }
+    /// Key material length in bytes, the 4-byte salt included for the combined modes
+    /// (RFC 4106 §8.1, RFC 4543 §6, RFC 7634 §4).
+    pub fn key_len(self) -> usize {
+        match self {
+            Encryption::Null => 0,
+            Encryption::Aes128Cbc => 16,
+            Encryption::Aes192Cbc => 24,
+            Encryption::Aes256Cbc => 32,
+            Encryption::Aes128Gcm16 | Encryption::Aes128Gmac => 16 + 4,
+            Encryption::Aes256Gcm16 | Encryption::Aes256Gmac | Encryption::ChaCha20Poly1305 => {
+                32 + 4
+            }
+        }
+    }
+    /// Explicit IV carried in each packet.
+    pub fn iv_len(self) -> usize {
+        match self {
+            Encryption::Null => 0,
+            Encryption::Aes128Cbc | Encryption::Aes192Cbc | Encryption::Aes256Cbc => 16,
+            _ => 8,
+        }
+    }
+    /// Cipher block size the plaintext is padded to (1 for stream/counter modes).
+    pub fn block_len(self) -> usize {
+        match self {
+            Encryption::Aes128Cbc | Encryption::Aes192Cbc | Encryption::Aes256Cbc => 16,
+            _ => 1,
+        }
+    }
+    /// ICV of a combined mode (0 for non-combined ciphers).
+    pub fn aead_icv_len(self) -> usize {
+        if self.is_aead() {
+            16
+        } else {
+            0
+        }
+    }
+}
+
+impl Integrity {
+    pub fn from_name(name: &str) -> Option<Self> {
+        INTEGRITY_NAMES.iter().find(|(n, _)| *n == name).map(|(_, i)| *i)
+    }
+    pub fn name(self) -> &'static str {
+        INTEGRITY_NAMES.iter().find(|(_, i)| *i == self).map(|(n, _)| *n).unwrap()
+    }
+    pub fn all_names() -> impl Iterator<Item = &'static str> {
+        INTEGRITY_NAMES.iter().map(|(n, _)| *n)
+    }
+    /// HMAC key length: the hash output length (RFC 2404 §3, RFC 4868 §2.1.1).
+    pub fn key_len(self) -> usize {
+        match self {
+            Integrity::Null => 0,
+            Integrity::HmacSha1_96 => 20,
+            Integrity::HmacSha256_128 => 32,
+            Integrity::HmacSha384_192 => 48,
+            Integrity::HmacSha512_256 => 64,
+        }
+    }
+    /// Truncated ICV length.
+    pub fn icv_len(self) -> usize {
+        match self {
+            Integrity::Null => 0,
+            Integrity::HmacSha1_96 => 12,
+            Integrity::HmacSha256_128 => 16,
+            Integrity::HmacSha384_192 => 24,
+            Integrity::HmacSha512_256 => 32,
+        }
+    }
+}
+
+/// A validated pairing of encryption and integrity.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Suite {
+    pub encryption: Encryption,
+    pub integrity: Integrity,
+}
+
+/// Why a suite or its keys were refused. Messages name the algorithm and what is wrong.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SuiteError {
+    UnknownEncryption(String),
+    UnknownIntegrity(String),
+    /// A combined-mode cipher given a separate integrity algorithm.
+    AeadWithIntegrity { encryption: &'static str, integrity: &'static str },
+    /// Neither confidentiality nor integrity.
+    NullNull,
+    KeyLength { what: &'static str, algorithm: &'static str, expected: usize, got: usize },
+}
+
+impl fmt::Display for SuiteError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SuiteError::UnknownEncryption(n) => write!(
+                f,
+                "unknown encryption algorithm {n:?} (known: {})",
+                Encryption::all_names().collect::<Vec<_>>().join(", ")
+            ),
+            SuiteError::UnknownIntegrity(n) => write!(
+                f,
+                "unknown integrity algorithm {n:?} (known: {})",
+                Integrity::all_names().collect::<Vec<_>>().join(", ")
+            ),
+            SuiteError::AeadWithIntegrity { encryption, integrity } => write!(
+                f,
+                "{encryption} is a combined-mode (AEAD) algorithm with its own ICV; \
+                 it cannot be paired with integrity {integrity} (use integrity null)"
+            ),
+            SuiteError::NullNull => {
+                f.write_str("encryption null with integrity null protects nothing; refused")
+            }
+            SuiteError::KeyLength { what, algorithm, expected, got } => write!(
+                f,
+                "{what} key for {algorithm} must be {expected} bytes ({} hex digits), got {got} bytes",
+                expected * 2
+            ),
+        }
+    }
+}
+
+impl std::error::Error for SuiteError {}
+
+impl Suite {
+    pub fn new(encryption: Encryption, integrity: Integrity) -> Result<Self, SuiteError> {
+        if encryption.is_aead() && integrity != Integrity::Null {
+            return Err(SuiteError::AeadWithIntegrity {
+                encryption: encryption.name(),
+                integrity: integrity.name(),
+            });
+        }
+        if encryption == Encryption::Null && integrity == Integrity::Null {
+            return Err(SuiteError::NullNull);
+        }
+        Ok(Suite { encryption, integrity })
+    }
+
+    pub fn from_names(encryption: &str, integrity: &str) -> Result<Self, SuiteError> {
+        let e = Encryption::from_name(encryption)
+            .ok_or_else(|| SuiteError::UnknownEncryption(encryption.into()))?;
+        let i = Integrity::from_name(integrity)
+            .ok_or_else(|| SuiteError::UnknownIntegrity(integrity.into()))?;
+        Suite::new(e, i)
+    }
+
+    /// Parse a proposal as strongSwan writes it: `aes128gcm16`, `aes128-sha256`,
+    /// `null-sha1`, `aes256` (CBC without integrity, as study 1's "enc only").
+    pub fn parse(proposal: &str) -> Result<Self, SuiteError> {
+        match proposal.split_once('-') {
+            Some((e, i)) => Suite::from_names(e, i),
+            None => Suite::from_names(proposal, "null"),
+        }
+    }
+
+    /// The proposal name, the inverse of [`Suite::parse`].
+    pub fn name(&self) -> String {
+        if self.integrity == Integrity::Null {
+            self.encryption.name().to_string()
+        } else {
+            format!("{}-{}", self.encryption.name(), self.integrity.name())
+        }
+    }
+
+    pub fn iv_len(&self) -> usize {
+        self.encryption.iv_len()
+    }
+    pub fn icv_len(&self) -> usize {
+        self.encryption.aead_icv_len() + self.integrity.icv_len()
+    }
+    /// Alignment of pad + trailer: the cipher block, at least 4 (RFC 4303 §2.4).
+    pub fn align(&self) -> usize {
+        self.encryption.block_len().max(crate::constants::ESP_MIN_ALIGN)
+    }
+    /// Bytes padding adds for a payload of `payload_len` (RFC 4303 §2.4).
+    pub fn pad_len(&self, payload_len: usize) -> usize {
+        let a = self.align();
+        (a - (payload_len + crate::constants::ESP_TRAILER_LEN) % a) % a
+    }
+
+    /// The suites the benchmark runs by default: each supported shape once.
+    pub fn bench_defaults() -> Vec<Suite> {
+        [
+            "aes128gcm16",
+            "aes256gcm16",
+            "chacha20poly1305",
+            "aes128gmac",
+            "aes128-sha1",
+            "aes128-sha256",
+            "aes256-sha512",
+            "null-sha256",
+        ]
+        .iter()
+        .map(|p| Suite::parse(p).expect("built-in proposal"))
+        .collect()
+    }
+}
+
+/// Secret key bytes: zeroised on drop, redacted in `Debug`.
+#[derive(Clone, Default, Zeroize, ZeroizeOnDrop, PartialEq, Eq)]
+pub struct SecretBytes(Vec<u8>);
+
+impl SecretBytes {
+    pub fn new(bytes: Vec<u8>) -> Self {
+        SecretBytes(bytes)
+    }
+    pub fn from_slice(bytes: &[u8]) -> Self {
+        SecretBytes(bytes.to_vec())
+    }
+    /// Parse hex (whitespace and `:` ignored, optional `0x`). The error never echoes the input.
+    pub fn from_hex(s: &str) -> Result<Self, &'static str> {
+        let s = s.trim();
+        let s = s.strip_prefix("0x").unwrap_or(s);
+        let digits: Vec<u8> =
+            s.bytes().filter(|c| !c.is_ascii_whitespace() && *c != b':').collect();
+        if digits.len() % 2 != 0 {
+            return Err("hex key has an odd number of digits");
+        }
+        let mut out = Vec::with_capacity(digits.len() / 2);
+        for pair in digits.chunks_exact(2) {
+            let hi = (pair[0] as char).to_digit(16).ok_or("hex key has a non-hex character")?;
+            let lo = (pair[1] as char).to_digit(16).ok_or("hex key has a non-hex character")?;
+            out.push((hi * 16 + lo) as u8);
+        }
+        Ok(SecretBytes(out))
+    }
+    pub fn expose(&self) -> &[u8] {
+        &self.0
+    }
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl fmt::Debug for SecretBytes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "SecretBytes(<{} bytes redacted>)", self.0.len())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn proposals_round_trip() {
+        for p in ["aes128gcm16", "aes128-sha1", "null-sha512", "aes256", "chacha20poly1305"] {
+            assert_eq!(Suite::parse(p).unwrap().name(), p);
+        }
+    }
+
+    #[test]
+    fn invalid_pairings_are_refused() {
+        assert!(matches!(
+            Suite::parse("aes128gcm16-sha256"),
+            Err(SuiteError::AeadWithIntegrity { .. })
+        ));
+        assert_eq!(Suite::parse("null"), Err(SuiteError::NullNull));
+        assert_eq!(Suite::parse("null-null"), Err(SuiteError::NullNull));
+        assert!(matches!(Suite::parse("aes999-sha1"), Err(SuiteError::UnknownEncryption(_))));
+        assert!(matches!(Suite::parse("aes128-md4"), Err(SuiteError::UnknownIntegrity(_))));
+        let msg = Suite::parse("aes128gmac-sha1").unwrap_err().to_string();
+        assert!(msg.contains("aes128gmac") && msg.contains("sha1"), "{msg}");
+    }
+
+    #[test]
+    fn padding_is_minimal_and_aligned() {
+        let cbc = Suite::parse("aes128-sha1").unwrap();
+        assert_eq!(cbc.pad_len(14), 0);
+        assert_eq!(cbc.pad_len(0), 14);
+        assert_eq!(cbc.pad_len(15), 15);
+        let gcm = Suite::parse("aes128gcm16").unwrap();
+        assert_eq!(gcm.pad_len(2), 0);
+        assert_eq!(gcm.pad_len(3), 3);
+    }
+
+    #[test]
+    fn secrets_are_redacted_and_hex_errors_do_not_echo() {
+        let k = SecretBytes::from_hex("0x00112233").unwrap();
+        assert_eq!(k.expose(), &[0, 0x11, 0x22, 0x33]);
+        assert!(!format!("{k:?}").contains("11"));
+        let e = SecretBytes::from_hex("zz1122").unwrap_err();
+        assert!(!e.contains("zz"));
+    }
+}

@@ -1,0 +1,299 @@
+//! Per-SA expanded keys and the seal/open primitives ESP calls.
+
+use aws_lc_rs::aead::{self, Aad, LessSafeKey, Nonce, UnboundKey};
+use aws_lc_rs::cipher::{
+    DecryptingKey, DecryptionContext, EncryptingKey, EncryptionContext, UnboundCipherKey,
+};
+use aws_lc_rs::constant_time::verify_slices_are_equal;
+use aws_lc_rs::hmac;
+use aws_lc_rs::iv::FixedLength;
+use zeroize::Zeroizing;
+
+use super::{Encryption, Integrity, SecretBytes, Suite, SuiteError};
+use crate::constants::ESP_HEADER_LEN;
+use crate::drop::DropReason;
+
+enum Cipher {
+    Null,
+    Cbc { enc: EncryptingKey, dec: DecryptingKey },
+    /// GCM and ChaCha20-Poly1305: nonce = salt ‖ IV (RFC 4106 §4, RFC 7634 §2).
+    Aead { key: LessSafeKey, salt: Zeroizing<[u8; 4]> },
+    /// GMAC: GCM with everything as AAD and no ciphertext (RFC 4543 §3).
+    Gmac { key: LessSafeKey, salt: Zeroizing<[u8; 4]> },
+}
+
+/// Where the IV of a sealed packet comes from.
+#[derive(Clone, Copy, Debug)]
+pub enum IvSource<'a> {
+    /// CBC: random (RFC 3602 §2.1 requires unpredictable IVs); combined modes: the
+    /// 64-bit sequence number, unique under the key because sequence numbers never
+    /// repeat within an SA (RFC 4106 §3.1).
+    Generate,
+    /// A fixed IV, for known-answer tests only.
+    Fixed(&'a [u8]),
+}
+
+/// An SA's expanded keys. aws-lc frees (and cleanses) its key schedules on drop; the
+/// salts we hold ourselves are zeroised.
+pub struct CipherState {
+    suite: Suite,
+    cipher: Cipher,
+    mac: Option<hmac::Key>,
+}
+
+impl core::fmt::Debug for CipherState {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "CipherState({}, <keys redacted>)", self.suite.name())
+    }
+}
+
+fn check_len(
+    what: &'static str,
+    algorithm: &'static str,
+    expected: usize,
+    key: &SecretBytes,
+) -> Result<(), SuiteError> {
+    if key.len() != expected {
+        return Err(SuiteError::KeyLength { what, algorithm, expected, got: key.len() });
+    }
+    Ok(())
+}
+
+fn split_salt(key: &[u8]) -> (&[u8], Zeroizing<[u8; 4]>) {
+    let (k, s) = key.split_at(key.len() - 4);
+    (k, Zeroizing::new(s.try_into().unwrap()))
+}
+
+impl CipherState {
+    pub fn new(
+        suite: Suite,
+        enc_key: &SecretBytes,
+        integ_key: &SecretBytes,
+    ) -> Result<Self, SuiteError> {
+        let e = suite.encryption;
+        check_len("encryption", e.name(), e.key_len(), enc_key)?;
+        check_len("integrity", suite.integrity.name(), suite.integrity.key_len(), integ_key)?;
+        let bad = || SuiteError::KeyLength {
+            what: "encryption",
+            algorithm: e.name(),
+            expected: e.key_len(),
+            got: enc_key.len(),
+        };
+        let cipher = match e {
+            Encryption::Null => Cipher::Null,
+            Encryption::Aes128Cbc | Encryption::Aes192Cbc | Encryption::Aes256Cbc => {
+                let alg = match e {
+                    Encryption::Aes128Cbc => &aws_lc_rs::cipher::AES_128,
+                    Encryption::Aes192Cbc => &aws_lc_rs::cipher::AES_192,
+                    _ => &aws_lc_rs::cipher::AES_256,
+                };
+                let k = enc_key.expose();
+                let enc = EncryptingKey::cbc(UnboundCipherKey::new(alg, k).map_err(|_| bad())?)
+                    .map_err(|_| bad())?;
+                let dec = DecryptingKey::cbc(UnboundCipherKey::new(alg, k).map_err(|_| bad())?)
+                    .map_err(|_| bad())?;
+                Cipher::Cbc { enc, dec }
+            }
+            _ => {
+                let alg = match e {
+                    Encryption::Aes128Gcm16 | Encryption::Aes128Gmac => &aead::AES_128_GCM,
+                    Encryption::Aes256Gcm16 | Encryption::Aes256Gmac => &aead::AES_256_GCM,
+                    _ => &aead::CHACHA20_POLY1305,
+                };
+                let (k, salt) = split_salt(enc_key.expose());
+                let key = LessSafeKey::new(UnboundKey::new(alg, k).map_err(|_| bad())?);
+                if matches!(e, Encryption::Aes128Gmac | Encryption::Aes256Gmac) {
+                    Cipher::Gmac { key, salt }
+                } else {
+                    Cipher::Aead { key, salt }
+                }
+            }
+        };
+        let mac = match suite.integrity {
+            Integrity::Null => None,
+            i => {
+                let alg = match i {
+                    Integrity::HmacSha1_96 => hmac::HMAC_SHA1_FOR_LEGACY_USE_ONLY,
+                    Integrity::HmacSha256_128 => hmac::HMAC_SHA256,
+                    Integrity::HmacSha384_192 => hmac::HMAC_SHA384,
+                    _ => hmac::HMAC_SHA512,
+                };
+                Some(hmac::Key::new(alg, integ_key.expose()))
+            }
+        };
+        Ok(CipherState { suite, cipher, mac })
+    }
+
+    pub fn suite(&self) -> Suite {
+        self.suite
+    }
+
+    /// Encrypt and authenticate an ESP packet in place.
+    ///
+    /// `buf[esp..end]` holds the ESP header, room for the IV, and the plaintext with its
+    /// padding and trailer already written; the ICV is written to `buf[end..end + icv_len]`.
+    /// For GMAC with ESN, the 4 bytes before `esp` are borrowed and restored.
+    pub fn seal(
+        &self,
+        buf: &mut [u8],
+        esp: usize,
+        end: usize,
+        seq: u64,
+        esn: bool,
+        iv: IvSource<'_>,
+    ) -> Result<(), DropReason> {
+        let iv_at = esp + ESP_HEADER_LEN;
+        let iv_len = self.suite.iv_len();
+        let ct_at = iv_at + iv_len;
+        match iv {
+            IvSource::Fixed(v) if v.len() != iv_len => return Err(DropReason::BadIv),
+            IvSource::Fixed(v) => buf[iv_at..ct_at].copy_from_slice(v),
+            IvSource::Generate => match self.cipher {
+                Cipher::Null => {}
+                Cipher::Cbc { .. } => aws_lc_rs::rand::fill(&mut buf[iv_at..ct_at])
+                    .map_err(|_| DropReason::CryptoError)?,
+                Cipher::Aead { .. } | Cipher::Gmac { .. } => {
+                    buf[iv_at..ct_at].copy_from_slice(&seq.to_be_bytes())
+                }
+            },
+        }
+        match &self.cipher {
+            Cipher::Null => {}
+            Cipher::Cbc { enc, .. } => {
+                let ctx = EncryptionContext::Iv128(FixedLength::from(
+                    <[u8; 16]>::try_from(&buf[iv_at..ct_at]).unwrap(),
+                ));
+                enc.less_safe_encrypt(&mut buf[ct_at..end], ctx).map_err(|_| DropReason::CryptoError)?;
+            }
+            Cipher::Aead { key, salt } => {
+                let nonce = nonce(salt, &buf[iv_at..ct_at]);
+                let aad = aead_aad(&buf[esp..iv_at], seq, esn);
+                let (aad, ct) = (Aad::from(&aad.0[..aad.1]), &mut buf[ct_at..end]);
+                let tag = key
+                    .seal_in_place_separate_tag(nonce, aad, ct)
+                    .map_err(|_| DropReason::CryptoError)?;
+                buf[end..end + 16].copy_from_slice(tag.as_ref());
+            }
+            Cipher::Gmac { key, salt } => {
+                let nonce = nonce(salt, &buf[iv_at..ct_at]);
+                let tag = with_gmac_aad(buf, esp, end, seq, esn, |aad| {
+                    key.seal_in_place_separate_tag(nonce, Aad::from(aad), &mut [])
+                })?
+                .map_err(|_| DropReason::CryptoError)?;
+                buf[end..end + 16].copy_from_slice(tag.as_ref());
+            }
+        }
+        if let Some(mac) = &self.mac {
+            let tag = hmac_icv(mac, &buf[esp..end], seq, esn);
+            let n = self.suite.integrity.icv_len();
+            buf[end..end + n].copy_from_slice(&tag.as_ref()[..n]);
+        }
+        Ok(())
+    }
+
+    /// Verify and decrypt an ESP packet in place: `buf[esp..end]` is the whole ESP packet,
+    /// ICV included. On success the plaintext (padding and trailer included) is at
+    /// `buf[esp + 8 + iv_len .. end - icv_len]`. Nothing is decrypted unless the ICV verified.
+    pub fn open(
+        &self,
+        buf: &mut [u8],
+        esp: usize,
+        end: usize,
+        seq: u64,
+        esn: bool,
+    ) -> Result<(), DropReason> {
+        let iv_at = esp + ESP_HEADER_LEN;
+        let ct_at = iv_at + self.suite.iv_len();
+        let ct_end = end - self.suite.icv_len();
+        if let Some(mac) = &self.mac {
+            let tag = hmac_icv(mac, &buf[esp..ct_end], seq, esn);
+            let n = self.suite.integrity.icv_len();
+            verify_slices_are_equal(&tag.as_ref()[..n], &buf[ct_end..ct_end + n])
+                .map_err(|_| DropReason::IcvFailure)?;
+        }
+        match &self.cipher {
+            Cipher::Null => {}
+            Cipher::Cbc { dec, .. } => {
+                let ctx = DecryptionContext::Iv128(FixedLength::from(
+                    <[u8; 16]>::try_from(&buf[iv_at..ct_at]).unwrap(),
+                ));
+                dec.decrypt(&mut buf[ct_at..ct_end], ctx).map_err(|_| DropReason::BadCiphertextLength)?;
+            }
+            Cipher::Aead { key, salt } => {
+                let nonce = nonce(salt, &buf[iv_at..ct_at]);
+                let aad = aead_aad(&buf[esp..iv_at], seq, esn);
+                key.open_in_place(nonce, Aad::from(&aad.0[..aad.1]), &mut buf[ct_at..end])
+                    .map_err(|_| DropReason::IcvFailure)?;
+            }
+            Cipher::Gmac { key, salt } => {
+                let nonce = nonce(salt, &buf[iv_at..ct_at]);
+                let mut tag: [u8; 16] = buf[ct_end..end].try_into().unwrap();
+                with_gmac_aad(buf, esp, ct_end, seq, esn, |aad| {
+                    key.open_in_place(nonce, Aad::from(aad), &mut tag).map(|_| ())
+                })?
+                .map_err(|_| DropReason::IcvFailure)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn nonce(salt: &[u8; 4], iv: &[u8]) -> Nonce {
+    let mut n = [0u8; 12];
+    n[..4].copy_from_slice(salt);
+    n[4..].copy_from_slice(iv);
+    Nonce::assume_unique_for_key(n)
+}
+
+/// RFC 4106 §5 / RFC 7634 §2.1: AAD = SPI ‖ seq (32-bit), or SPI ‖ seq_hi ‖ seq_lo with ESN.
+fn aead_aad(header: &[u8], seq: u64, esn: bool) -> ([u8; 12], usize) {
+    let mut a = [0u8; 12];
+    a[..4].copy_from_slice(&header[..4]);
+    if esn {
+        a[4..8].copy_from_slice(&((seq >> 32) as u32).to_be_bytes());
+        a[8..12].copy_from_slice(&header[4..8]);
+        (a, 12)
+    } else {
+        a[4..8].copy_from_slice(&header[4..8]);
+        (a, 8)
+    }
+}
+
+/// RFC 4303 §2.2.1 / §3.3.2.1: with ESN the high 32 bits are appended, after the next
+/// header field, to the bytes the ICV covers (but not sent).
+fn hmac_icv(mac: &hmac::Key, covered: &[u8], seq: u64, esn: bool) -> hmac::Tag {
+    let mut ctx = hmac::Context::with_key(mac);
+    ctx.update(covered);
+    if esn {
+        ctx.update(&((seq >> 32) as u32).to_be_bytes());
+    }
+    ctx.sign()
+}
+
+/// RFC 4543 §3.3: the GMAC AAD is SPI ‖ seq (‖ seq as 64 bits with ESN) ‖ IV ‖ payload ‖
+/// padding ‖ pad length ‖ next header: the whole packet but the ICV. With ESN the
+/// high half is not on the wire, so we lay the AAD out contiguously by borrowing the 4
+/// bytes before the ESP header (headroom or the outer header) and restore them after.
+fn with_gmac_aad<R>(
+    buf: &mut [u8],
+    esp: usize,
+    end: usize,
+    seq: u64,
+    esn: bool,
+    f: impl FnOnce(&[u8]) -> R,
+) -> Result<R, DropReason> {
+    if !esn {
+        return Ok(f(&buf[esp..end]));
+    }
+    if esp < 4 {
+        return Err(DropReason::NoRoom);
+    }
+    let saved: [u8; 4] = buf[esp - 4..esp].try_into().unwrap();
+    let spi: [u8; 4] = buf[esp..esp + 4].try_into().unwrap();
+    buf[esp - 4..esp].copy_from_slice(&spi);
+    buf[esp..esp + 4].copy_from_slice(&((seq >> 32) as u32).to_be_bytes());
+    let r = f(&buf[esp - 4..end]);
+    buf[esp..esp + 4].copy_from_slice(&spi);
+    buf[esp - 4..esp].copy_from_slice(&saved);
+    Ok(r)
+}

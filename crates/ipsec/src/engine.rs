@@ -1,0 +1,192 @@
+//! The engine: SPD, SAD and SAs together — the outbound and inbound paths of
+//! architecture.md, I/O-free.
+//!
+//! outbound: SPD lookup → SA → ESP seal (→ outer header)
+//! inbound:  parse outer + SPI → SAD lookup → replay check → ICV verify / AEAD open →
+//!           replay update → inner policy check
+//!
+//! The engine fails closed: a packet a protect rule matches whose SA is missing is
+//! dropped ([`DropReason::NoSa`]), never sent in clear; a clear packet arriving where inbound
+//! policy requires protection is dropped ([`DropReason::PolicyMismatch`]).
+
+use crate::buf::PacketBuf;
+use crate::constants::proto;
+use crate::drop::{DropReason, DropCounters};
+use crate::esp::esp_location;
+use crate::sa::{Direction, Mode, Sa, SaConfig, SaError};
+use crate::sad::{Sad, SadKey, SaId};
+use crate::spd::{Action, Spd};
+use crate::wire::esp::peek_spi;
+use crate::wire::{IpPacket, PacketInfo};
+
+/// Outcome of [`Engine::outbound`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outbound {
+    /// `pkt` now holds the ESP packet to send.
+    Sealed { sa: SaId },
+    /// Policy says send in clear; `pkt` is unchanged.
+    Bypass,
+}
+
+/// Outcome of [`Engine::inbound`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Inbound {
+    /// `pkt` now holds the decrypted packet to deliver.
+    Opened { sa: SaId, next_header: u8 },
+    /// A clear packet that policy lets through; `pkt` is unchanged.
+    Bypass,
+}
+
+/// Engine-wide counters for packets refused before an SA was known.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct EngineCounters {
+    pub bypassed_out: u64,
+    pub bypassed_in: u64,
+    pub drops: DropCounters,
+}
+
+#[derive(Debug, Default)]
+pub struct Engine {
+    sas: Vec<Option<Sa>>,
+    sad: Sad,
+    pub spd_out: Spd,
+    pub spd_in: Spd,
+    pub counters: EngineCounters,
+}
+
+impl Engine {
+    pub fn new() -> Self {
+        Engine::default()
+    }
+
+    /// Build and register an SA. Inbound SAs go into the SAD under
+    /// (SPI, tunnel destination if any, ESP); a second inbound SA with the same key is refused.
+    pub fn add_sa(&mut self, cfg: &SaConfig) -> Result<SaId, SaError> {
+        let sa = Sa::new(cfg)?;
+        let id = self.sas.iter().position(Option::is_none).unwrap_or(self.sas.len());
+        if cfg.direction == Direction::In {
+            let key = SadKey { spi: cfg.spi, dst: cfg.tunnel.map(|t| t.dst), protocol: proto::ESP };
+            if self.sad.contains(&key) {
+                return Err(SaError::DuplicateSpi(cfg.spi));
+            }
+            self.sad.insert(key, id);
+        }
+        if id == self.sas.len() {
+            self.sas.push(Some(sa));
+        } else {
+            self.sas[id] = Some(sa);
+        }
+        Ok(id)
+    }
+
+    /// Remove an SA. Policies that point to it now fail closed.
+    pub fn remove_sa(&mut self, id: SaId) -> Option<Sa> {
+        let sa = self.sas.get_mut(id)?.take()?;
+        if sa.direction == Direction::In {
+            let key = SadKey { spi: sa.spi, dst: sa.tunnel.map(|t| t.dst), protocol: proto::ESP };
+            self.sad.remove(&key);
+        }
+        Some(sa)
+    }
+
+    pub fn sa(&self, id: SaId) -> Option<&Sa> {
+        self.sas.get(id)?.as_ref()
+    }
+    pub fn sa_mut(&mut self, id: SaId) -> Option<&mut Sa> {
+        self.sas.get_mut(id)?.as_mut()
+    }
+    pub fn sas(&self) -> impl Iterator<Item = (SaId, &Sa)> {
+        self.sas.iter().enumerate().filter_map(|(i, s)| s.as_ref().map(|s| (i, s)))
+    }
+
+    fn drop_here(&mut self, d: DropReason) -> DropReason {
+        self.counters.drops.count(d);
+        d
+    }
+
+    /// Apply outbound policy to the IP packet in `pkt`.
+    pub fn outbound(&mut self, pkt: &mut PacketBuf<'_>) -> Result<Outbound, DropReason> {
+        let info = PacketInfo::parse(pkt.data()).map_err(|d| self.drop_here(d))?;
+        match self.spd_out.lookup(&info) {
+            Action::Bypass => {
+                self.counters.bypassed_out += 1;
+                Ok(Outbound::Bypass)
+            }
+            Action::Discard => Err(self.drop_here(DropReason::PolicyDiscard)),
+            Action::Protect(id) => match self.sas.get_mut(id).and_then(Option::as_mut) {
+                Some(sa) if sa.direction == Direction::Out => {
+                    sa.seal(pkt)?;
+                    Ok(Outbound::Sealed { sa: id })
+                }
+                _ => Err(self.drop_here(DropReason::NoSa)),
+            },
+        }
+    }
+
+    /// Apply inbound processing to the IP packet in `pkt` as received from outside.
+    pub fn inbound(&mut self, pkt: &mut PacketBuf<'_>) -> Result<Inbound, DropReason> {
+        let (dst, protocol) = match IpPacket::parse(pkt.data()) {
+            Ok(ip) => (ip.dst(), PacketInfo::parse(pkt.data()).map(|i| i.protocol)),
+            Err(d) => return Err(self.drop_here(d)),
+        };
+        if protocol != Ok(proto::ESP) {
+            // A clear packet: only bypass policy may let it in (fail closed).
+            let info = PacketInfo::parse(pkt.data()).map_err(|d| self.drop_here(d))?;
+            return match self.spd_in.lookup(&info) {
+                Action::Bypass => {
+                    self.counters.bypassed_in += 1;
+                    Ok(Inbound::Bypass)
+                }
+                Action::Discard => Err(self.drop_here(DropReason::PolicyDiscard)),
+                Action::Protect(_) => Err(self.drop_here(DropReason::PolicyMismatch)),
+            };
+        }
+        let spi = esp_location(pkt.data())
+            .and_then(|(off, _)| peek_spi(&pkt.data()[off..]))
+            .map_err(|d| self.drop_here(d))?;
+        let Some(id) = self.sad.lookup(spi, dst, proto::ESP) else {
+            return Err(self.drop_here(DropReason::UnknownSpi));
+        };
+        let Some(sa) = self.sas.get_mut(id).and_then(Option::as_mut) else {
+            return Err(self.drop_here(DropReason::UnknownSpi));
+        };
+        let next_header = sa.open(pkt)?;
+        // RFC 4301 §5.2 step 4: the decrypted packet must match the policy of the SA it came by.
+        let ok = PacketInfo::parse(pkt.data())
+            .map(|info| self.spd_in.lookup(&info) == Action::Protect(id))
+            .unwrap_or(false);
+        if !ok {
+            let sa = self.sas[id].as_mut().expect("looked up above");
+            sa.counters.drops.count(DropReason::PolicyMismatch);
+            return Err(DropReason::PolicyMismatch);
+        }
+        Ok(Inbound::Opened { sa: id, next_header })
+    }
+
+    /// Outbound for a batch: `results[i]` is the outcome of `pkts[i]`.
+    pub fn outbound_batch(
+        &mut self,
+        pkts: &mut [PacketBuf<'_>],
+        results: &mut [Result<Outbound, DropReason>],
+    ) {
+        for (p, r) in pkts.iter_mut().zip(results.iter_mut()) {
+            *r = self.outbound(p);
+        }
+    }
+
+    /// Inbound for a batch: `results[i]` is the outcome of `pkts[i]`.
+    pub fn inbound_batch(
+        &mut self,
+        pkts: &mut [PacketBuf<'_>],
+        results: &mut [Result<Inbound, DropReason>],
+    ) {
+        for (p, r) in pkts.iter_mut().zip(results.iter_mut()) {
+            *r = self.inbound(p);
+        }
+    }
+}
+
+/// The mode an SA of this engine runs in (re-exported for callers that only hold an id).
+pub fn mode_of(engine: &Engine, id: SaId) -> Option<Mode> {
+    engine.sa(id).map(Sa::mode)
+}

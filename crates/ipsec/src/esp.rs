@@ -1,0 +1,354 @@
+//! ESP (RFC 4303): outbound seal and inbound open, tunnel and transport mode, IPv4 and
+//! IPv6 inner and outer in any combination.
+//!
+//! All work happens in the caller's buffer: sealing writes the ESP header and IV into
+//! the headroom and padding, trailer and ICV into the tailroom; opening verifies
+//! before it decrypts, and commits the replay window only after the ICV verified
+//! (RFC 4303 §3.4.3).
+
+use core::net::IpAddr;
+use core::ops::Range;
+
+use crate::buf::PacketBuf;
+use crate::constants::{
+    proto, ESP_HEADER_LEN, ESP_TRAILER_LEN, IPV4_HEADER_LEN, IPV6_HEADER_LEN, MAX_PACKET,
+};
+use crate::crypto::state::IvSource;
+use crate::drop::DropReason;
+use crate::sa::{Mode, Sa};
+use crate::wire::esp::EspHeader;
+use crate::wire::ip::{ipv6_split, IpPacket, Ipv4Header, Ipv6Header, IPV4_DF};
+
+pub use crate::crypto::state::IvSource as Iv;
+
+/// What opening an ESP packet yielded, as offsets into the caller's buffer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OpenedEsp {
+    /// The payload: inner packet (tunnel) or upper-layer data (transport).
+    pub payload: Range<usize>,
+    pub next_header: u8,
+    /// Full (ESN-inferred) sequence number.
+    pub seq: u64,
+}
+
+impl Sa {
+    /// Seal the IP packet in `pkt` according to this SA's mode; on success `pkt` holds
+    /// the ESP packet with its (outer or moved) IP header. Drops are counted on the SA.
+    pub fn seal(&mut self, pkt: &mut PacketBuf<'_>) -> Result<(), DropReason> {
+        self.seal_with(pkt, IvSource::Generate)
+    }
+
+    /// As [`Sa::seal`], with the IV chosen by the caller (known-answer tests only).
+    pub fn seal_with(&mut self, pkt: &mut PacketBuf<'_>, iv: IvSource<'_>) -> Result<(), DropReason> {
+        let r = match self.mode {
+            Mode::Tunnel => self.seal_tunnel(pkt, iv),
+            Mode::Transport => self.seal_transport(pkt, iv),
+        };
+        self.count(r)
+    }
+
+    /// Open the ESP packet in `pkt` (an IP packet whose payload is ESP). On success `pkt`
+    /// holds the inner packet (tunnel) or the restored IP packet (transport), and the
+    /// result is the ESP next header. Drops are counted on the SA.
+    pub fn open(&mut self, pkt: &mut PacketBuf<'_>) -> Result<u8, DropReason> {
+        let r = match self.mode {
+            Mode::Tunnel => self.open_tunnel(pkt),
+            Mode::Transport => self.open_transport(pkt),
+        };
+        self.count(r)
+    }
+
+    fn count<T>(&mut self, r: Result<T, DropReason>) -> Result<T, DropReason> {
+        if let Err(d) = r {
+            self.counters.drops.count(d);
+        }
+        r
+    }
+
+    /// ESP alone: `buf[esp_at + 8 + iv_len ..][..payload_len]` is the payload; write the
+    /// header, IV, padding, trailer and ICV around it. Returns the ESP packet's length.
+    pub fn seal_esp(
+        &mut self,
+        buf: &mut [u8],
+        esp_at: usize,
+        payload_len: usize,
+        next_header: u8,
+        iv: IvSource<'_>,
+    ) -> Result<usize, DropReason> {
+        let s = self.suite;
+        let pad = s.pad_len(payload_len);
+        let payload_at = esp_at + ESP_HEADER_LEN + s.iv_len();
+        let ct_end = payload_at + payload_len + pad + ESP_TRAILER_LEN;
+        let end = ct_end + s.icv_len();
+        if end > buf.len() {
+            return Err(DropReason::NoRoom);
+        }
+        let seq = self.take_seq()?;
+        let mut h = EspHeader::new_checked(&mut buf[esp_at..]).map_err(|_| DropReason::NoRoom)?;
+        h.set_spi(self.spi);
+        h.set_seq(seq as u32);
+        // RFC 4303 §2.4: padding bytes are 1, 2, 3, …, then pad length and next header.
+        let trailer = &mut buf[payload_at + payload_len..ct_end];
+        for (i, b) in trailer[..pad].iter_mut().enumerate() {
+            *b = (i + 1) as u8;
+        }
+        trailer[pad] = pad as u8;
+        trailer[pad + 1] = next_header;
+        self.keys.seal(buf, esp_at, ct_end, seq, self.esn, iv)?;
+        self.counters.packets += 1;
+        self.counters.bytes += payload_len as u64;
+        Ok(end - esp_at)
+    }
+
+    /// ESP alone: verify, replay-check and decrypt `buf[esp_at..esp_at + esp_len]`.
+    pub fn open_esp(
+        &mut self,
+        buf: &mut [u8],
+        esp_at: usize,
+        esp_len: usize,
+    ) -> Result<OpenedEsp, DropReason> {
+        let s = self.suite;
+        let (iv_len, icv_len) = (s.iv_len(), s.icv_len());
+        let end = esp_at.checked_add(esp_len).filter(|e| *e <= buf.len()).ok_or(DropReason::Truncated)?;
+        if esp_len < ESP_HEADER_LEN + iv_len + ESP_TRAILER_LEN + icv_len {
+            return Err(DropReason::Truncated);
+        }
+        let ct_len = esp_len - ESP_HEADER_LEN - iv_len - icv_len;
+        if ct_len % s.align() != 0 {
+            return Err(DropReason::BadCiphertextLength);
+        }
+        let h = EspHeader::new_checked(&buf[esp_at..end])?;
+        if h.spi() != self.spi {
+            return Err(DropReason::UnknownSpi);
+        }
+        let seq = if self.esn {
+            self.replay.infer_esn(h.seq()).ok_or(DropReason::ReplayTooOld)?
+        } else {
+            u64::from(h.seq())
+        };
+        self.replay.check(seq)?;
+        self.keys.open(buf, esp_at, end, seq, self.esn)?;
+        self.replay.commit(seq);
+        let payload_at = esp_at + ESP_HEADER_LEN + iv_len;
+        let ct_end = end - icv_len;
+        let next_header = buf[ct_end - 1];
+        let pad = usize::from(buf[ct_end - 2]);
+        if pad + ESP_TRAILER_LEN > ct_end - payload_at {
+            return Err(DropReason::BadPadding);
+        }
+        let payload_end = ct_end - ESP_TRAILER_LEN - pad;
+        // RFC 4303 §2.4: the receiver checks the default padding 1, 2, 3, ….
+        if buf[payload_end..payload_end + pad].iter().enumerate().any(|(i, b)| *b != (i + 1) as u8)
+        {
+            return Err(DropReason::BadPadding);
+        }
+        self.counters.packets += 1;
+        self.counters.bytes += (payload_end - payload_at) as u64;
+        Ok(OpenedEsp { payload: payload_at..payload_end, next_header, seq })
+    }
+
+    /// Room the ESP header and IV need in front of the payload.
+    fn esp_head_len(&self) -> usize {
+        ESP_HEADER_LEN + self.suite.iv_len()
+    }
+
+    /// Bytes ESP adds behind a payload of `len`.
+    fn esp_tail_len(&self, len: usize) -> usize {
+        self.suite.pad_len(len) + ESP_TRAILER_LEN + self.suite.icv_len()
+    }
+
+    fn seal_tunnel(&mut self, pkt: &mut PacketBuf<'_>, iv: IvSource<'_>) -> Result<(), DropReason> {
+        let t = self.tunnel.ok_or(DropReason::NoSa)?;
+        let (next_header, tos, df, inner_len) = {
+            let inner = IpPacket::parse(pkt.data())?;
+            let (nh, df) = match &inner {
+                // RFC 4301 §8.1: copy DF from an IPv4 inner header.
+                IpPacket::V4(h) => (proto::IPV4, h.flags_frag() & IPV4_DF),
+                IpPacket::V6(_) => (proto::IPV6, 0),
+            };
+            // RFC 4301 §5.1.2.1 / RFC 6040 normal mode: DSCP and ECN copied outward.
+            (nh, inner.tos(), df, inner.packet_len())
+        };
+        let outer_len = if t.dst.is_ipv4() { IPV4_HEADER_LEN } else { IPV6_HEADER_LEN };
+        let head = pkt.head();
+        let front = outer_len + self.esp_head_len();
+        if head < front || pkt.tailroom() + (pkt.len() - inner_len) < self.esp_tail_len(inner_len)
+        {
+            return Err(DropReason::NoRoom);
+        }
+        let total = front + inner_len + self.esp_tail_len(inner_len);
+        if total > MAX_PACKET {
+            return Err(DropReason::TooBig);
+        }
+        let esp_at = head - self.esp_head_len();
+        let esp_len = self.seal_esp(pkt.raw(), esp_at, inner_len, next_header, iv)?;
+        let outer_at = esp_at - outer_len;
+        let ttl = self.outer_ttl;
+        let buf = &mut pkt.raw()[outer_at..esp_at];
+        match (t.src, t.dst) {
+            (IpAddr::V4(src), IpAddr::V4(dst)) => {
+                self.ip_id = self.ip_id.wrapping_add(1);
+                Ipv4Header::new_unchecked(buf).emit(
+                    tos,
+                    (outer_len + esp_len) as u16,
+                    self.ip_id,
+                    df,
+                    ttl,
+                    proto::ESP,
+                    src,
+                    dst,
+                );
+            }
+            (IpAddr::V6(src), IpAddr::V6(dst)) => {
+                Ipv6Header::new_unchecked(buf).emit(tos, 0, esp_len as u16, proto::ESP, ttl, src, dst)
+            }
+            _ => return Err(DropReason::NoSa),
+        }
+        pkt.set(outer_at, outer_len + esp_len)
+    }
+
+    fn seal_transport(&mut self, pkt: &mut PacketBuf<'_>, iv: IvSource<'_>) -> Result<(), DropReason> {
+        let data = pkt.data();
+        let (hdr_len, nh_at, next_header, pkt_len, v4) = match IpPacket::parse(data)? {
+            IpPacket::V4(h) => {
+                if h.is_fragment() {
+                    return Err(DropReason::Fragment);
+                }
+                (h.header_len(), 9, h.protocol(), h.total_len() as usize, true)
+            }
+            IpPacket::V6(h) => {
+                let s = ipv6_split(data, false)?;
+                if s.is_fragment() {
+                    return Err(DropReason::Fragment);
+                }
+                (s.offset, s.nh_at, s.next_header, IPV6_HEADER_LEN + h.payload_len() as usize, false)
+            }
+        };
+        let payload_len = pkt_len - hdr_len;
+        let head = pkt.head();
+        let grow = self.esp_head_len();
+        if head < grow || pkt.tailroom() + (pkt.len() - pkt_len) < self.esp_tail_len(payload_len) {
+            return Err(DropReason::NoRoom);
+        }
+        if hdr_len + grow + payload_len + self.esp_tail_len(payload_len) > MAX_PACKET {
+            return Err(DropReason::TooBig);
+        }
+        let new_head = head - grow;
+        let raw = pkt.raw();
+        raw.copy_within(head..head + hdr_len, new_head);
+        let esp_at = new_head + hdr_len;
+        let esp_len = match self.seal_esp(raw, esp_at, payload_len, next_header, iv) {
+            Ok(n) => n,
+            Err(d) => {
+                // Put the header back where it was: a refused packet is left as it came.
+                raw.copy_within(new_head..new_head + hdr_len, head);
+                return Err(d);
+            }
+        };
+        let ip = &mut raw[new_head..esp_at];
+        ip[nh_at] = proto::ESP;
+        if v4 {
+            let mut h = Ipv4Header::new_unchecked(ip);
+            h.set_total_len((hdr_len + esp_len) as u16);
+            h.fill_checksum();
+        } else {
+            Ipv6Header::new_unchecked(ip).set_payload_len((hdr_len - IPV6_HEADER_LEN + esp_len) as u16);
+        }
+        pkt.set(new_head, hdr_len + esp_len)
+    }
+
+    fn open_tunnel(&mut self, pkt: &mut PacketBuf<'_>) -> Result<u8, DropReason> {
+        let (esp_off, esp_len) = esp_location(pkt.data())?;
+        let head = pkt.head();
+        let o = self.open_esp(pkt.raw(), head + esp_off, esp_len)?;
+        let payload = &pkt.raw()[o.payload.clone()];
+        let inner_len = match o.next_header {
+            proto::NO_NEXT_HEADER => return Err(DropReason::DummyPacket),
+            proto::IPV4 | proto::IPV6 => {
+                let inner = IpPacket::parse(payload).map_err(|_| DropReason::MalformedInner)?;
+                let want = if o.next_header == proto::IPV4 { 4 } else { 6 };
+                if payload[0] >> 4 != want {
+                    return Err(DropReason::MalformedInner);
+                }
+                // Any bytes after the inner packet are TFC padding (RFC 4303 §2.7).
+                inner.packet_len()
+            }
+            _ => return Err(DropReason::BadNextHeader),
+        };
+        pkt.set(o.payload.start, inner_len)?;
+        Ok(o.next_header)
+    }
+
+    fn open_transport(&mut self, pkt: &mut PacketBuf<'_>) -> Result<u8, DropReason> {
+        let data = pkt.data();
+        let (hdr_len, nh_at, v4) = match IpPacket::parse(data)? {
+            IpPacket::V4(h) => {
+                if h.protocol() != proto::ESP {
+                    return Err(DropReason::BadNextHeader);
+                }
+                if h.is_fragment() {
+                    return Err(DropReason::Fragment);
+                }
+                (h.header_len(), 9, true)
+            }
+            IpPacket::V6(_) => {
+                let s = ipv6_split(data, true)?;
+                if s.is_fragment() {
+                    return Err(DropReason::Fragment);
+                }
+                if s.next_header != proto::ESP {
+                    return Err(DropReason::BadNextHeader);
+                }
+                (s.offset, s.nh_at, false)
+            }
+        };
+        let (esp_off, esp_len) = esp_location(data)?;
+        debug_assert_eq!(esp_off, hdr_len);
+        let head = pkt.head();
+        let o = self.open_esp(pkt.raw(), head + esp_off, esp_len)?;
+        if o.next_header == proto::NO_NEXT_HEADER {
+            return Err(DropReason::DummyPacket);
+        }
+        let new_head = o.payload.start - hdr_len;
+        let payload_len = o.payload.len();
+        let raw = pkt.raw();
+        raw.copy_within(head..head + hdr_len, new_head);
+        let ip = &mut raw[new_head..o.payload.start];
+        ip[nh_at] = o.next_header;
+        if v4 {
+            let mut h = Ipv4Header::new_unchecked(ip);
+            h.set_total_len((hdr_len + payload_len) as u16);
+            h.fill_checksum();
+        } else {
+            Ipv6Header::new_unchecked(ip)
+                .set_payload_len((hdr_len - IPV6_HEADER_LEN + payload_len) as u16);
+        }
+        pkt.set(new_head, hdr_len + payload_len)?;
+        Ok(o.next_header)
+    }
+}
+
+/// Offset and length of the ESP packet inside an IP packet whose payload is ESP.
+pub fn esp_location(pkt: &[u8]) -> Result<(usize, usize), DropReason> {
+    match IpPacket::parse(pkt)? {
+        IpPacket::V4(h) => {
+            if h.protocol() != proto::ESP {
+                return Err(DropReason::BadNextHeader);
+            }
+            if h.is_fragment() {
+                return Err(DropReason::Fragment);
+            }
+            Ok((h.header_len(), h.total_len() as usize - h.header_len()))
+        }
+        IpPacket::V6(h) => {
+            let s = ipv6_split(pkt, true)?;
+            if s.is_fragment() {
+                return Err(DropReason::Fragment);
+            }
+            if s.next_header != proto::ESP {
+                return Err(DropReason::BadNextHeader);
+            }
+            Ok((s.offset, IPV6_HEADER_LEN + h.payload_len() as usize - s.offset))
+        }
+    }
+}

@@ -1,0 +1,34 @@
+//! The ipsec-lab IPsec core: ESP (RFC 4303) with today's algorithms, anti-replay,
+//! the SPD and the SAD — I/O-free.
+//!
+//! Nothing here opens a socket, starts a thread, reads a clock or talks to Python:
+//! the caller owns buffers and I/O, and every transform returns what happened
+//! (sealed, opened, bypassed) or a [`DropReason`] reason. That is what lets the same
+//! engine serve the gateway daemon, the Python bindings, the benchmark and the
+//! fuzzer.
+//!
+//! Buffers: a packet lives in a caller-owned `&mut [u8]` with [`HEADROOM`] bytes free
+//! in front and [`TAILROOM`] bytes free behind it ([`PacketBuf`]). Sealing grows the
+//! packet into that room and opening shrinks it; nothing is allocated per packet.
+
+pub mod buf;
+pub mod constants;
+pub mod crypto;
+pub mod drop;
+pub mod engine;
+pub mod esp;
+pub mod replay;
+pub mod sa;
+pub mod sad;
+pub mod spd;
+pub mod wire;
+
+pub use buf::PacketBuf;
+pub use constants::{HEADROOM, TAILROOM};
+pub use crypto::{Encryption, Integrity, Suite, SuiteError};
+pub use drop::{DropReason, DropCounters};
+pub use engine::{Engine, Inbound, Outbound};
+pub use replay::ReplayWindow;
+pub use sa::{Direction, Mode, Sa, SaConfig, SaCounters, SaError, TunnelEndpoints};
+pub use sad::{Sad, SadKey};
+pub use spd::{Action, Selector, Spd, SpdRule};

@@ -1,0 +1,240 @@
+//! A security association: one direction of protected traffic (RFC 4301 §4.1), its
+//! keys, sequence counter, anti-replay window and counters.
+
+use core::fmt;
+use core::net::IpAddr;
+
+use crate::crypto::{CipherState, SecretBytes, Suite, SuiteError};
+use crate::drop::DropCounters;
+use crate::replay::{ReplayWindow, DEFAULT_WINDOW};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Mode {
+    /// RFC 4303 §3.1.2: the whole IP packet is protected inside a new outer header.
+    Tunnel,
+    /// RFC 4303 §3.1.1: the IP header stays, its payload is protected.
+    Transport,
+}
+
+impl Mode {
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Tunnel => "tunnel",
+            Mode::Transport => "transport",
+        }
+    }
+    pub fn from_name(s: &str) -> Option<Self> {
+        match s {
+            "tunnel" => Some(Mode::Tunnel),
+            "transport" => Some(Mode::Transport),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Direction {
+    Out,
+    In,
+}
+
+/// Outer addresses of a tunnel-mode SA (source = the sealing gateway).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct TunnelEndpoints {
+    pub src: IpAddr,
+    pub dst: IpAddr,
+}
+
+/// Everything needed to build an [`Sa`]. `Debug` redacts the keys.
+#[derive(Clone, Debug)]
+pub struct SaConfig {
+    pub spi: u32,
+    pub direction: Direction,
+    pub mode: Mode,
+    pub suite: Suite,
+    /// Encryption key material, salt included for the combined modes.
+    pub enc_key: SecretBytes,
+    pub integ_key: SecretBytes,
+    /// Extended (64-bit) sequence numbers, RFC 4303 §2.2.1.
+    pub esn: bool,
+    /// Anti-replay window size; `None` disables replay checks (explicit choice only).
+    pub replay_window: Option<u32>,
+    /// Outer addresses: required for tunnel mode; for an inbound SA `dst` is also the
+    /// SAD lookup address (RFC 4301 §4.4.2).
+    pub tunnel: Option<TunnelEndpoints>,
+    /// TTL / hop limit of outer headers built in tunnel mode.
+    pub outer_ttl: u8,
+}
+
+impl SaConfig {
+    /// A config with the defaults: outbound, tunnel mode, no ESN, window 1024, TTL 64.
+    pub fn new(spi: u32, suite: Suite, enc_key: SecretBytes, integ_key: SecretBytes) -> Self {
+        SaConfig {
+            spi,
+            direction: Direction::Out,
+            mode: Mode::Tunnel,
+            suite,
+            enc_key,
+            integ_key,
+            esn: false,
+            replay_window: Some(DEFAULT_WINDOW),
+            tunnel: None,
+            outer_ttl: 64,
+        }
+    }
+}
+
+/// Why an SA could not be built. Each names what is wrong.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SaError {
+    Suite(SuiteError),
+    /// SPI values 1–255 are reserved by IANA and 0 is never sent (RFC 4303 §2.1).
+    ReservedSpi(u32),
+    ReplayWindow(String),
+    /// Tunnel mode needs outer endpoints.
+    TunnelEndpointsMissing,
+    /// Tunnel source and destination must be of one IP version.
+    TunnelFamilyMismatch,
+    /// Another inbound SA already has this SPI (and destination).
+    DuplicateSpi(u32),
+}
+
+impl fmt::Display for SaError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SaError::Suite(e) => e.fmt(f),
+            SaError::ReservedSpi(s) => {
+                write!(f, "SPI {s} is reserved (RFC 4303 §2.1): use 256 or more")
+            }
+            SaError::ReplayWindow(m) => f.write_str(m),
+            SaError::TunnelEndpointsMissing => {
+                f.write_str("tunnel mode needs outer endpoints (tunnel source and destination)")
+            }
+            SaError::TunnelFamilyMismatch => {
+                f.write_str("tunnel source and destination must both be IPv4 or both IPv6")
+            }
+            SaError::DuplicateSpi(s) => {
+                write!(f, "SPI {s:#x} is already used by another inbound SA")
+            }
+        }
+    }
+}
+
+impl std::error::Error for SaError {}
+
+impl From<SuiteError> for SaError {
+    fn from(e: SuiteError) -> Self {
+        SaError::Suite(e)
+    }
+}
+
+/// Per-SA counters: successful packets and bytes (inner, as the model counts them),
+/// and drops by reason.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SaCounters {
+    pub packets: u64,
+    /// Bytes of protected payload (the inner packet in tunnel mode).
+    pub bytes: u64,
+    pub drops: DropCounters,
+}
+
+/// A live security association. See the module docs; sealing and opening are in `esp.rs`.
+#[derive(Debug)]
+pub struct Sa {
+    pub(crate) spi: u32,
+    pub(crate) direction: Direction,
+    pub(crate) mode: Mode,
+    pub(crate) suite: Suite,
+    pub(crate) esn: bool,
+    pub(crate) tunnel: Option<TunnelEndpoints>,
+    pub(crate) outer_ttl: u8,
+    pub(crate) keys: CipherState,
+    /// Last sequence number sent (0: none yet).
+    pub(crate) last_seq: u64,
+    pub(crate) replay: ReplayWindow,
+    /// IPv4 identification for outer headers.
+    pub(crate) ip_id: u16,
+    pub counters: SaCounters,
+}
+
+impl Sa {
+    pub fn new(cfg: &SaConfig) -> Result<Self, SaError> {
+        if cfg.spi < 256 {
+            return Err(SaError::ReservedSpi(cfg.spi));
+        }
+        let replay = match cfg.replay_window {
+            Some(w) => ReplayWindow::new(w).map_err(SaError::ReplayWindow)?,
+            None => ReplayWindow::disabled(),
+        };
+        match (cfg.mode, cfg.tunnel) {
+            (Mode::Tunnel, None) => return Err(SaError::TunnelEndpointsMissing),
+            (_, Some(t)) if t.src.is_ipv4() != t.dst.is_ipv4() => {
+                return Err(SaError::TunnelFamilyMismatch)
+            }
+            _ => {}
+        }
+        Ok(Sa {
+            spi: cfg.spi,
+            direction: cfg.direction,
+            mode: cfg.mode,
+            suite: cfg.suite,
+            esn: cfg.esn,
+            tunnel: cfg.tunnel,
+            outer_ttl: cfg.outer_ttl,
+            keys: CipherState::new(cfg.suite, &cfg.enc_key, &cfg.integ_key)?,
+            last_seq: 0,
+            replay,
+            ip_id: 0,
+            counters: SaCounters::default(),
+        })
+    }
+
+    pub fn spi(&self) -> u32 {
+        self.spi
+    }
+    pub fn direction(&self) -> Direction {
+        self.direction
+    }
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+    pub fn suite(&self) -> Suite {
+        self.suite
+    }
+    pub fn esn(&self) -> bool {
+        self.esn
+    }
+    pub fn tunnel(&self) -> Option<TunnelEndpoints> {
+        self.tunnel
+    }
+    pub fn replay_window(&self) -> &ReplayWindow {
+        &self.replay
+    }
+
+    /// The sequence number the next sealed packet will carry.
+    pub fn next_seq(&self) -> u64 {
+        self.last_seq.wrapping_add(1)
+    }
+
+    /// Set the sequence number of the next sealed packet (known-answer tests, and
+    /// resuming an SA). `0` is refused: sequence numbers start at 1.
+    pub fn set_next_seq(&mut self, seq: u64) -> Result<(), crate::DropReason> {
+        if seq == 0 {
+            return Err(crate::DropReason::ZeroSequence);
+        }
+        self.last_seq = seq - 1;
+        Ok(())
+    }
+
+    /// Take the next sequence number, refusing to cycle (RFC 4303 §3.3.3): without ESN
+    /// the last usable number is 2^32 - 1, with ESN 2^64 - 1.
+    pub(crate) fn take_seq(&mut self) -> Result<u64, crate::DropReason> {
+        let limit = if self.esn { u64::MAX } else { u64::from(u32::MAX) };
+        if self.last_seq >= limit {
+            return Err(crate::DropReason::SequenceExhausted);
+        }
+        self.last_seq += 1;
+        Ok(self.last_seq)
+    }
+}

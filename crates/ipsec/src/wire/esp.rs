@@ -1,0 +1,45 @@
+//! The ESP header (RFC 4303 §2): SPI and sequence number, then the payload.
+
+use crate::constants::ESP_HEADER_LEN;
+use crate::drop::DropReason;
+
+mod field {
+    use core::ops::Range;
+    pub const SPI: Range<usize> = 0..4;
+    pub const SEQ: Range<usize> = 4..8;
+}
+
+/// A checked view of an ESP packet (header + everything after it).
+#[derive(Debug)]
+pub struct EspHeader<T: AsRef<[u8]>>(T);
+
+impl<T: AsRef<[u8]>> EspHeader<T> {
+    /// Fails with [`DropReason::Truncated`] if shorter than the 8-byte header.
+    pub fn new_checked(buf: T) -> Result<Self, DropReason> {
+        if buf.as_ref().len() < ESP_HEADER_LEN {
+            return Err(DropReason::Truncated);
+        }
+        Ok(EspHeader(buf))
+    }
+    pub fn spi(&self) -> u32 {
+        u32::from_be_bytes(self.0.as_ref()[field::SPI].try_into().unwrap())
+    }
+    /// The low 32 bits of the sequence number (all of it without ESN).
+    pub fn seq(&self) -> u32 {
+        u32::from_be_bytes(self.0.as_ref()[field::SEQ].try_into().unwrap())
+    }
+}
+
+impl<T: AsRef<[u8]> + AsMut<[u8]>> EspHeader<T> {
+    pub fn set_spi(&mut self, spi: u32) {
+        self.0.as_mut()[field::SPI].copy_from_slice(&spi.to_be_bytes());
+    }
+    pub fn set_seq(&mut self, seq: u32) {
+        self.0.as_mut()[field::SEQ].copy_from_slice(&seq.to_be_bytes());
+    }
+}
+
+/// Read the SPI of an ESP packet without building a view (used for SAD lookup).
+pub fn peek_spi(esp: &[u8]) -> Result<u32, DropReason> {
+    Ok(EspHeader::new_checked(esp)?.spi())
+}

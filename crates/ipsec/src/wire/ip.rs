@@ -1,0 +1,365 @@
+//! IPv4 (RFC 791) and IPv6 (RFC 8200) header views, and the selector fields the SPD
+//! matches on.
+
+use core::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use crate::constants::{proto, IPV4_HEADER_LEN, IPV6_HEADER_LEN};
+use crate::drop::DropReason;
+use crate::wire::checksum;
+
+mod v4 {
+    use core::ops::Range;
+    pub const VER_IHL: usize = 0;
+    pub const TOS: usize = 1;
+    pub const TOTAL_LEN: Range<usize> = 2..4;
+    pub const IDENT: Range<usize> = 4..6;
+    pub const FLAGS_FRAG: Range<usize> = 6..8;
+    pub const TTL: usize = 8;
+    pub const PROTOCOL: usize = 9;
+    pub const CHECKSUM: Range<usize> = 10..12;
+    pub const SRC: Range<usize> = 12..16;
+    pub const DST: Range<usize> = 16..20;
+}
+
+mod v6 {
+    use core::ops::Range;
+    pub const VER_TC_FLOW: Range<usize> = 0..4;
+    pub const PAYLOAD_LEN: Range<usize> = 4..6;
+    pub const NEXT_HEADER: usize = 6;
+    pub const HOP_LIMIT: usize = 7;
+    pub const SRC: Range<usize> = 8..24;
+    pub const DST: Range<usize> = 24..40;
+}
+
+/// IPv4 "don't fragment" flag in the flags/fragment-offset word.
+pub const IPV4_DF: u16 = 0x4000;
+const IPV4_MF_OFFSET: u16 = 0x3fff;
+
+/// A checked IPv4 header view: version 4, IHL ≥ 5, header and total length inside the buffer.
+#[derive(Debug)]
+pub struct Ipv4Header<T: AsRef<[u8]>>(T);
+
+impl<T: AsRef<[u8]>> Ipv4Header<T> {
+    pub fn new_checked(buf: T) -> Result<Self, DropReason> {
+        let b = buf.as_ref();
+        if b.len() < IPV4_HEADER_LEN {
+            return Err(DropReason::Truncated);
+        }
+        let h = Ipv4Header(buf);
+        if h.version() != 4 || h.header_len() < IPV4_HEADER_LEN {
+            return Err(DropReason::MalformedIp);
+        }
+        let b = h.0.as_ref();
+        if h.header_len() > b.len() || (h.total_len() as usize) > b.len() {
+            return Err(DropReason::Truncated);
+        }
+        if (h.total_len() as usize) < h.header_len() {
+            return Err(DropReason::MalformedIp);
+        }
+        Ok(h)
+    }
+    /// A view for writing a header into fresh bytes (no field checks).
+    pub fn new_unchecked(buf: T) -> Self {
+        Ipv4Header(buf)
+    }
+    fn b(&self) -> &[u8] {
+        self.0.as_ref()
+    }
+    pub fn version(&self) -> u8 {
+        self.b()[v4::VER_IHL] >> 4
+    }
+    pub fn header_len(&self) -> usize {
+        usize::from(self.b()[v4::VER_IHL] & 0x0f) * 4
+    }
+    pub fn tos(&self) -> u8 {
+        self.b()[v4::TOS]
+    }
+    pub fn total_len(&self) -> u16 {
+        u16::from_be_bytes([self.b()[v4::TOTAL_LEN.start], self.b()[v4::TOTAL_LEN.start + 1]])
+    }
+    pub fn flags_frag(&self) -> u16 {
+        u16::from_be_bytes([self.b()[v4::FLAGS_FRAG.start], self.b()[v4::FLAGS_FRAG.start + 1]])
+    }
+    /// True for a fragment (MF set or a non-zero offset).
+    pub fn is_fragment(&self) -> bool {
+        self.flags_frag() & IPV4_MF_OFFSET != 0
+    }
+    pub fn protocol(&self) -> u8 {
+        self.b()[v4::PROTOCOL]
+    }
+    pub fn ttl(&self) -> u8 {
+        self.b()[v4::TTL]
+    }
+    pub fn src(&self) -> Ipv4Addr {
+        Ipv4Addr::from(<[u8; 4]>::try_from(&self.b()[v4::SRC]).unwrap())
+    }
+    pub fn dst(&self) -> Ipv4Addr {
+        Ipv4Addr::from(<[u8; 4]>::try_from(&self.b()[v4::DST]).unwrap())
+    }
+    pub fn checksum_ok(&self) -> bool {
+        checksum(&self.b()[..self.header_len()]) == 0
+    }
+}
+
+impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv4Header<T> {
+    fn m(&mut self) -> &mut [u8] {
+        self.0.as_mut()
+    }
+    /// Write a complete option-less header (RFC 791 §3.1), checksum included.
+    #[allow(clippy::too_many_arguments)]
+    pub fn emit(
+        &mut self,
+        tos: u8,
+        total_len: u16,
+        ident: u16,
+        flags_frag: u16,
+        ttl: u8,
+        protocol: u8,
+        src: Ipv4Addr,
+        dst: Ipv4Addr,
+    ) {
+        let b = self.m();
+        b[v4::VER_IHL] = 0x45;
+        b[v4::TOS] = tos;
+        b[v4::TOTAL_LEN].copy_from_slice(&total_len.to_be_bytes());
+        b[v4::IDENT].copy_from_slice(&ident.to_be_bytes());
+        b[v4::FLAGS_FRAG].copy_from_slice(&flags_frag.to_be_bytes());
+        b[v4::TTL] = ttl;
+        b[v4::PROTOCOL] = protocol;
+        b[v4::SRC].copy_from_slice(&src.octets());
+        b[v4::DST].copy_from_slice(&dst.octets());
+        self.fill_checksum();
+    }
+    pub fn set_total_len(&mut self, len: u16) {
+        self.m()[v4::TOTAL_LEN].copy_from_slice(&len.to_be_bytes());
+    }
+    pub fn set_protocol(&mut self, p: u8) {
+        self.m()[v4::PROTOCOL] = p;
+    }
+    pub fn fill_checksum(&mut self) {
+        let hl = self.header_len();
+        let b = self.m();
+        b[v4::CHECKSUM].copy_from_slice(&[0, 0]);
+        let c = checksum(&b[..hl]);
+        b[v4::CHECKSUM].copy_from_slice(&c.to_be_bytes());
+    }
+}
+
+/// A checked IPv6 header view: version 6, 40 bytes, payload length inside the buffer.
+#[derive(Debug)]
+pub struct Ipv6Header<T: AsRef<[u8]>>(T);
+
+impl<T: AsRef<[u8]>> Ipv6Header<T> {
+    pub fn new_checked(buf: T) -> Result<Self, DropReason> {
+        let b = buf.as_ref();
+        if b.len() < IPV6_HEADER_LEN {
+            return Err(DropReason::Truncated);
+        }
+        let h = Ipv6Header(buf);
+        if h.version() != 6 {
+            return Err(DropReason::MalformedIp);
+        }
+        if IPV6_HEADER_LEN + h.payload_len() as usize > h.0.as_ref().len() {
+            return Err(DropReason::Truncated);
+        }
+        Ok(h)
+    }
+    pub fn new_unchecked(buf: T) -> Self {
+        Ipv6Header(buf)
+    }
+    fn b(&self) -> &[u8] {
+        self.0.as_ref()
+    }
+    pub fn version(&self) -> u8 {
+        self.b()[0] >> 4
+    }
+    pub fn traffic_class(&self) -> u8 {
+        let w = u32::from_be_bytes(self.b()[v6::VER_TC_FLOW].try_into().unwrap());
+        ((w >> 20) & 0xff) as u8
+    }
+    pub fn payload_len(&self) -> u16 {
+        u16::from_be_bytes([self.b()[v6::PAYLOAD_LEN.start], self.b()[v6::PAYLOAD_LEN.start + 1]])
+    }
+    pub fn next_header(&self) -> u8 {
+        self.b()[v6::NEXT_HEADER]
+    }
+    pub fn hop_limit(&self) -> u8 {
+        self.b()[v6::HOP_LIMIT]
+    }
+    pub fn src(&self) -> Ipv6Addr {
+        Ipv6Addr::from(<[u8; 16]>::try_from(&self.b()[v6::SRC]).unwrap())
+    }
+    pub fn dst(&self) -> Ipv6Addr {
+        Ipv6Addr::from(<[u8; 16]>::try_from(&self.b()[v6::DST]).unwrap())
+    }
+}
+
+impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv6Header<T> {
+    /// Write a complete header (RFC 8200 §3).
+    pub fn emit(
+        &mut self,
+        traffic_class: u8,
+        flow_label: u32,
+        payload_len: u16,
+        next_header: u8,
+        hop_limit: u8,
+        src: Ipv6Addr,
+        dst: Ipv6Addr,
+    ) {
+        let b = self.0.as_mut();
+        let w = (6u32 << 28) | (u32::from(traffic_class) << 20) | (flow_label & 0xf_ffff);
+        b[v6::VER_TC_FLOW].copy_from_slice(&w.to_be_bytes());
+        b[v6::PAYLOAD_LEN].copy_from_slice(&payload_len.to_be_bytes());
+        b[v6::NEXT_HEADER] = next_header;
+        b[v6::HOP_LIMIT] = hop_limit;
+        b[v6::SRC].copy_from_slice(&src.octets());
+        b[v6::DST].copy_from_slice(&dst.octets());
+    }
+    pub fn set_payload_len(&mut self, len: u16) {
+        self.0.as_mut()[v6::PAYLOAD_LEN].copy_from_slice(&len.to_be_bytes());
+    }
+}
+
+/// Where, in an IPv6 packet, a security header goes in transport mode and which
+/// byte holds the "next header" value that must point at it.
+///
+/// RFC 4303 §3.1.1: ESP comes after hop-by-hop, routing and fragment headers (we
+/// also keep destination options that precede a routing header in front).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct V6Split {
+    /// Offset of the first byte after the headers that stay in front.
+    pub offset: usize,
+    /// Offset of the byte holding the next-header value of the last header kept in front.
+    pub nh_at: usize,
+    /// The upper-layer (or ESP) protocol that follows them; `IPV6_FRAG` for a fragment.
+    pub next_header: u8,
+}
+
+impl V6Split {
+    pub fn is_fragment(&self) -> bool {
+        self.next_header == proto::IPV6_FRAG
+    }
+}
+
+/// Walk an IPv6 packet's extension headers to the transport-mode insertion point.
+/// With `until_esp`, walk until an ESP header is found instead (inbound transport).
+/// A fragment header stops the walk (`next_header == IPV6_FRAG`): IPsec works on whole
+/// packets, and the caller decides what a fragment means.
+pub fn ipv6_split(pkt: &[u8], until_esp: bool) -> Result<V6Split, DropReason> {
+    let h = Ipv6Header::new_checked(pkt)?;
+    let end = IPV6_HEADER_LEN + h.payload_len() as usize;
+    let mut nh = h.next_header();
+    let mut nh_at = v6::NEXT_HEADER;
+    let mut off = IPV6_HEADER_LEN;
+    // At most a handful of extension headers make sense; bound the walk.
+    for _ in 0..8 {
+        if until_esp && nh == proto::ESP {
+            return Ok(V6Split { offset: off, nh_at, next_header: nh });
+        }
+        let follows_routing = nh == proto::IPV6_OPTS
+            && off + 2 <= end
+            && pkt[off] == proto::IPV6_ROUTE;
+        let skip = matches!(nh, proto::HOPOPT | proto::IPV6_ROUTE)
+            || follows_routing
+            || (until_esp && nh == proto::IPV6_OPTS);
+        if !skip {
+            return Ok(V6Split { offset: off, nh_at, next_header: nh });
+        }
+        if off + 8 > end {
+            return Err(DropReason::Truncated);
+        }
+        let len = (usize::from(pkt[off + 1]) + 1) * 8;
+        if off + len > end {
+            return Err(DropReason::Truncated);
+        }
+        nh_at = off;
+        nh = pkt[off];
+        off += len;
+    }
+    Err(DropReason::MalformedIp)
+}
+
+/// An IP packet of either version, checked.
+#[derive(Debug)]
+pub enum IpPacket<'a> {
+    V4(Ipv4Header<&'a [u8]>),
+    V6(Ipv6Header<&'a [u8]>),
+}
+
+impl<'a> IpPacket<'a> {
+    pub fn parse(pkt: &'a [u8]) -> Result<Self, DropReason> {
+        match pkt.first().map(|b| b >> 4) {
+            Some(4) => Ok(IpPacket::V4(Ipv4Header::new_checked(pkt)?)),
+            Some(6) => Ok(IpPacket::V6(Ipv6Header::new_checked(pkt)?)),
+            Some(_) => Err(DropReason::MalformedIp),
+            None => Err(DropReason::Truncated),
+        }
+    }
+    /// Length the header says the packet has (≤ the buffer).
+    pub fn packet_len(&self) -> usize {
+        match self {
+            IpPacket::V4(h) => h.total_len() as usize,
+            IpPacket::V6(h) => IPV6_HEADER_LEN + h.payload_len() as usize,
+        }
+    }
+    pub fn src(&self) -> IpAddr {
+        match self {
+            IpPacket::V4(h) => h.src().into(),
+            IpPacket::V6(h) => h.src().into(),
+        }
+    }
+    pub fn dst(&self) -> IpAddr {
+        match self {
+            IpPacket::V4(h) => h.dst().into(),
+            IpPacket::V6(h) => h.dst().into(),
+        }
+    }
+    /// DSCP + ECN byte (IPv4 TOS / IPv6 traffic class).
+    pub fn tos(&self) -> u8 {
+        match self {
+            IpPacket::V4(h) => h.tos(),
+            IpPacket::V6(h) => h.traffic_class(),
+        }
+    }
+}
+
+/// The fields an SPD selector matches (RFC 4301 §4.4.1.1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PacketInfo {
+    pub src: IpAddr,
+    pub dst: IpAddr,
+    /// Upper-layer protocol (after IPv6 extension headers).
+    pub protocol: u8,
+    /// Ports for TCP/UDP/SCTP when present in this packet (not for non-first fragments).
+    pub src_port: Option<u16>,
+    pub dst_port: Option<u16>,
+}
+
+impl PacketInfo {
+    pub fn parse(pkt: &[u8]) -> Result<Self, DropReason> {
+        let ip = IpPacket::parse(pkt)?;
+        let (protocol, l4_off, fragment) = match &ip {
+            IpPacket::V4(h) => (h.protocol(), h.header_len(), h.is_fragment()),
+            IpPacket::V6(_) => {
+                let s = ipv6_split(pkt, false)?;
+                if s.is_fragment() {
+                    // The fragment header's own next header; no ports in a fragment.
+                    (pkt.get(s.offset).copied().ok_or(DropReason::Truncated)?, s.offset, true)
+                } else {
+                    (s.next_header, s.offset, false)
+                }
+            }
+        };
+        let end = ip.packet_len();
+        let has_ports = matches!(protocol, proto::TCP | proto::UDP | 132) && !fragment;
+        let (src_port, dst_port) = if has_ports && l4_off + 4 <= end {
+            (
+                Some(u16::from_be_bytes([pkt[l4_off], pkt[l4_off + 1]])),
+                Some(u16::from_be_bytes([pkt[l4_off + 2], pkt[l4_off + 3]])),
+            )
+        } else {
+            (None, None)
+        };
+        Ok(PacketInfo { src: ip.src(), dst: ip.dst(), protocol, src_port, dst_port })
+    }
+}
