@@ -227,6 +227,14 @@ impl Sa {
         Ok(())
     }
 
+    /// Resume an inbound SA whose highest received sequence number was `top` (known-answer
+    /// tests with large ESN values, and SAs carried over a reload).
+    pub fn set_replay_top(&mut self, top: u64) {
+        if top > self.replay.top() {
+            self.replay.commit(top);
+        }
+    }
+
     /// Take the next sequence number, refusing to cycle (RFC 4303 §3.3.3): without ESN
     /// the last usable number is 2^32 - 1, with ESN 2^64 - 1.
     pub(crate) fn take_seq(&mut self) -> Result<u64, crate::DropReason> {

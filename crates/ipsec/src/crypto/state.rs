@@ -109,18 +109,7 @@ impl CipherState {
                 }
             }
         };
-        let mac = match suite.integrity {
-            Integrity::Null => None,
-            i => {
-                let alg = match i {
-                    Integrity::HmacSha1_96 => hmac::HMAC_SHA1_FOR_LEGACY_USE_ONLY,
-                    Integrity::HmacSha256_128 => hmac::HMAC_SHA256,
-                    Integrity::HmacSha384_192 => hmac::HMAC_SHA384,
-                    _ => hmac::HMAC_SHA512,
-                };
-                Some(hmac::Key::new(alg, integ_key.expose()))
-            }
-        };
+        let mac = hmac_algorithm(suite.integrity).map(|a| hmac::Key::new(a, integ_key.expose()));
         Ok(CipherState { suite, cipher, mac })
     }
 
@@ -235,6 +224,27 @@ impl CipherState {
             }
         }
         Ok(())
+    }
+}
+
+fn hmac_algorithm(i: Integrity) -> Option<hmac::Algorithm> {
+    match i {
+        Integrity::Null => None,
+        Integrity::HmacSha1_96 => Some(hmac::HMAC_SHA1_FOR_LEGACY_USE_ONLY),
+        Integrity::HmacSha256_128 => Some(hmac::HMAC_SHA256),
+        Integrity::HmacSha384_192 => Some(hmac::HMAC_SHA384),
+        Integrity::HmacSha512_256 => Some(hmac::HMAC_SHA512),
+    }
+}
+
+impl Integrity {
+    /// The untruncated and truncated ICV of `data` under a key of any length, through the
+    /// same HMAC path ESP uses (for known-answer tests against RFC 2202 / RFC 4231, whose
+    /// keys are not all of the length RFC 4868 requires of an SA). Empty for `null`.
+    pub fn icv(self, key: &[u8], data: &[u8]) -> (Vec<u8>, Vec<u8>) {
+        let Some(alg) = hmac_algorithm(self) else { return (Vec::new(), Vec::new()) };
+        let tag = hmac_icv(&hmac::Key::new(alg, key), data, 0, false);
+        (tag.as_ref().to_vec(), tag.as_ref()[..self.icv_len()].to_vec())
     }
 }
 
