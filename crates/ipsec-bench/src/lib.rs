@@ -1,1 +1,447 @@
+//! The engine benchmark behind `ipsec-lab bench`: for each suite, mode and IP packet
+//! size, the time to seal and to open one packet through an [`ipsec::Sa`], and — in the
+//! same run, on the same number of bytes — the raw aws-lc-rs cipher/AEAD + MAC cost
+//! alone. The ratio raw / ours is what the ESP framing (headers, padding, sequence
+//! numbers, replay window, copies) costs on top of the cryptography.
+//!
+//! Timing: each measurement runs `trials` trials of about `budget / trials` and keeps the
+//! median ns per packet, so one noisy slice of a shared machine does not set the figure.
+//! Single thread; this crate holds the clock so the core stays I/O-free.
 
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+use aws_lc_rs::aead::{self, Aad, LessSafeKey, Nonce, UnboundKey};
+use aws_lc_rs::cipher::{
+    DecryptingKey, DecryptionContext, EncryptingKey, EncryptionContext, UnboundCipherKey,
+};
+use aws_lc_rs::hmac;
+use aws_lc_rs::iv::FixedLength;
+use ipsec::crypto::SecretBytes;
+use ipsec::{
+    Encryption, Integrity, Mode, PacketBuf, Sa, SaConfig, Suite, TunnelEndpoints, HEADROOM,
+    TAILROOM,
+};
+
+/// The IP packet sizes of the seed studies (RFC 2544's plus 1420 and 1500).
+pub const DEFAULT_SIZES: &[usize] = &[64, 128, 256, 512, 1024, 1280, 1420, 1500];
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Op {
+    Seal,
+    Open,
+}
+
+impl Op {
+    pub fn name(self) -> &'static str {
+        match self {
+            Op::Seal => "seal",
+            Op::Open => "open",
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct BenchConfig {
+    pub suites: Vec<Suite>,
+    pub sizes: Vec<usize>,
+    pub modes: Vec<Mode>,
+    pub ops: Vec<Op>,
+    /// Wall time for one measurement (ours or raw) of one case.
+    pub budget: Duration,
+    pub trials: usize,
+}
+
+impl Default for BenchConfig {
+    fn default() -> Self {
+        BenchConfig {
+            suites: Suite::bench_defaults(),
+            sizes: DEFAULT_SIZES.to_vec(),
+            modes: vec![Mode::Tunnel],
+            ops: vec![Op::Seal, Op::Open],
+            budget: Duration::from_millis(100),
+            trials: 5,
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct BenchResult {
+    pub suite: String,
+    pub mode: Mode,
+    pub op: Op,
+    /// Inner IP packet size, bytes.
+    pub size: usize,
+    pub ns_per_packet: f64,
+    pub raw_ns_per_packet: f64,
+    /// Bytes the raw measurement encrypted (the model's L_alg).
+    pub l_alg: usize,
+}
+
+/// Smallest packet the benchmark builds (IPv4 + UDP headers).
+pub const MIN_SIZE: usize = 28;
+
+/// Run every case of `cfg`, calling `progress(done, total)` after each.
+pub fn run(cfg: &BenchConfig, mut progress: impl FnMut(usize, usize)) -> Vec<BenchResult> {
+    let total = cfg.suites.len() * cfg.modes.len() * cfg.sizes.len() * cfg.ops.len();
+    let mut out = Vec::with_capacity(total);
+    for suite in &cfg.suites {
+        for &mode in &cfg.modes {
+            for &size in &cfg.sizes {
+                for &op in &cfg.ops {
+                    out.push(measure(
+                        *suite,
+                        mode,
+                        size,
+                        op,
+                        cfg.budget,
+                        cfg.trials.max(1),
+                    ));
+                    progress(out.len(), total);
+                }
+            }
+        }
+    }
+    out
+}
+
+fn key_bytes(n: usize, salt: u8) -> SecretBytes {
+    SecretBytes::new((0..n).map(|i| (i as u8).wrapping_mul(31) ^ salt).collect())
+}
+
+fn sa_config(suite: Suite, mode: Mode) -> SaConfig {
+    let mut c = SaConfig::new(
+        0x1000,
+        suite,
+        key_bytes(suite.encryption.key_len(), 0x11),
+        key_bytes(suite.integrity.key_len(), 0x22),
+    );
+    c.mode = mode;
+    c.tunnel = Some(TunnelEndpoints {
+        src: "192.0.2.1".parse().unwrap(),
+        dst: "192.0.2.2".parse().unwrap(),
+    });
+    c
+}
+
+/// An IPv4/UDP packet of exactly `size` bytes.
+pub fn ipv4_udp(size: usize) -> Vec<u8> {
+    let size = size.max(MIN_SIZE);
+    let mut p = vec![0u8; size];
+    p[..20].copy_from_slice(&[
+        0x45, 0, 0, 0, 0, 1, 0x40, 0, 64, 17, 0, 0, 10, 1, 0, 1, 10, 2, 0, 1,
+    ]);
+    p[2..4].copy_from_slice(&(size as u16).to_be_bytes());
+    let c = ipsec::wire::checksum(&p[..20]);
+    p[10..12].copy_from_slice(&c.to_be_bytes());
+    p[20..22].copy_from_slice(&5001u16.to_be_bytes());
+    p[22..24].copy_from_slice(&5001u16.to_be_bytes());
+    p[24..26].copy_from_slice(&((size - 20) as u16).to_be_bytes());
+    for (i, b) in p[28..].iter_mut().enumerate() {
+        *b = i as u8;
+    }
+    p
+}
+
+/// Median of `trials` runs of `f`, each repeated until `slice` has passed; `f` returns
+/// (packets done, time spent on them) so untimed set-up can be excluded.
+fn median_ns(trials: usize, slice: Duration, mut f: impl FnMut() -> (u64, Duration)) -> f64 {
+    let mut per: Vec<f64> = (0..trials)
+        .map(|_| {
+            let (mut n, mut t) = (0u64, Duration::ZERO);
+            let start = Instant::now();
+            while start.elapsed() < slice || n == 0 {
+                let (dn, dt) = f();
+                n += dn;
+                t += dt;
+            }
+            t.as_nanos() as f64 / n as f64
+        })
+        .collect();
+    per.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    per[per.len() / 2]
+}
+
+const BATCH: usize = 64;
+
+fn measure(
+    suite: Suite,
+    mode: Mode,
+    size: usize,
+    op: Op,
+    budget: Duration,
+    trials: usize,
+) -> BenchResult {
+    let pkt = ipv4_udp(size);
+    let slice = budget / trials as u32;
+    let cfg = sa_config(suite, mode);
+    let mut tx = Sa::new(&cfg).expect("bench SA");
+    let cap = HEADROOM + pkt.len() + TAILROOM;
+    let payload_len = match mode {
+        Mode::Tunnel => pkt.len(),
+        Mode::Transport => pkt.len() - 20,
+    };
+    let l_alg = payload_len + suite.pad_len(payload_len) + 2;
+    let raw = RawCrypto::new(suite);
+
+    let ours = match op {
+        Op::Seal => {
+            let mut buf = vec![0u8; cap];
+            buf[HEADROOM..HEADROOM + pkt.len()].copy_from_slice(&pkt);
+            median_ns(trials, slice, || {
+                let t = Instant::now();
+                for _ in 0..BATCH {
+                    // Seal encrypts in place: restore only the header it reads, as a
+                    // gateway's fresh packet would have it.
+                    buf[HEADROOM..HEADROOM + 20].copy_from_slice(&pkt[..20]);
+                    let mut p = PacketBuf::new(&mut buf, HEADROOM, pkt.len()).unwrap();
+                    black_box(tx.seal(&mut p)).expect("bench seal");
+                }
+                (BATCH as u64, t.elapsed())
+            })
+        }
+        Op::Open => {
+            let mut rx = Sa::new(&cfg).expect("bench SA");
+            let mut bufs: Vec<(Vec<u8>, usize, usize)> =
+                (0..BATCH).map(|_| (vec![0u8; cap], 0, 0)).collect();
+            median_ns(trials, slice, || {
+                for (b, h, l) in bufs.iter_mut() {
+                    b[HEADROOM..HEADROOM + pkt.len()].copy_from_slice(&pkt);
+                    let mut p = PacketBuf::new(b, HEADROOM, pkt.len()).unwrap();
+                    tx.seal(&mut p).expect("bench seal");
+                    (*h, *l) = (p.head(), p.len());
+                }
+                let t = Instant::now();
+                for (b, h, l) in bufs.iter_mut() {
+                    let mut p = PacketBuf::new(b, *h, *l).unwrap();
+                    black_box(rx.open(&mut p)).expect("bench open");
+                }
+                (BATCH as u64, t.elapsed())
+            })
+        }
+    };
+
+    let iv_len = suite.iv_len();
+    let covered = 8 + iv_len + l_alg;
+    let raw_ns = match op {
+        Op::Seal => {
+            let mut buf = vec![0x5au8; covered + 32];
+            let mut ctr = 0u64;
+            median_ns(trials, slice, || {
+                let t = Instant::now();
+                for _ in 0..BATCH {
+                    ctr += 1;
+                    raw.seal(&mut buf, iv_len, covered, ctr);
+                    black_box(&buf);
+                }
+                (BATCH as u64, t.elapsed())
+            })
+        }
+        Op::Open => {
+            let mut bufs: Vec<Vec<u8>> = (0..BATCH).map(|_| vec![0x5au8; covered + 32]).collect();
+            let mut ctr = 0u64;
+            median_ns(trials, slice, || {
+                let first = ctr;
+                for b in bufs.iter_mut() {
+                    ctr += 1;
+                    b.fill(0x5a);
+                    raw.seal(b, iv_len, covered, ctr);
+                }
+                let t = Instant::now();
+                for (i, b) in bufs.iter_mut().enumerate() {
+                    assert!(
+                        raw.open(b, iv_len, covered, first + 1 + i as u64),
+                        "raw open"
+                    );
+                }
+                (BATCH as u64, t.elapsed())
+            })
+        }
+    };
+
+    BenchResult {
+        suite: suite.name(),
+        mode,
+        op,
+        size: pkt.len(),
+        ns_per_packet: ours,
+        raw_ns_per_packet: raw_ns,
+        l_alg,
+    }
+}
+
+/// aws-lc-rs used directly, with none of our code: the cost floor of each suite.
+#[allow(clippy::large_enum_variant)] // one per benchmark case
+enum RawCipher {
+    None,
+    Cbc(EncryptingKey, DecryptingKey),
+    Aead(LessSafeKey),
+    Gmac(LessSafeKey),
+}
+
+struct RawCrypto {
+    cipher: RawCipher,
+    mac: Option<(hmac::Key, usize)>,
+    icv: usize,
+}
+
+impl RawCrypto {
+    fn new(suite: Suite) -> Self {
+        let ek = key_bytes(suite.encryption.key_len(), 0x33);
+        let k = ek.expose();
+        let cipher = match suite.encryption {
+            Encryption::Null => RawCipher::None,
+            Encryption::Aes128Cbc | Encryption::Aes192Cbc | Encryption::Aes256Cbc => {
+                let alg = match k.len() {
+                    16 => &aws_lc_rs::cipher::AES_128,
+                    24 => &aws_lc_rs::cipher::AES_192,
+                    _ => &aws_lc_rs::cipher::AES_256,
+                };
+                RawCipher::Cbc(
+                    EncryptingKey::cbc(UnboundCipherKey::new(alg, k).unwrap()).unwrap(),
+                    DecryptingKey::cbc(UnboundCipherKey::new(alg, k).unwrap()).unwrap(),
+                )
+            }
+            e => {
+                let alg = match e {
+                    Encryption::Aes128Gcm16 | Encryption::Aes128Gmac => &aead::AES_128_GCM,
+                    Encryption::Aes256Gcm16 | Encryption::Aes256Gmac => &aead::AES_256_GCM,
+                    _ => &aead::CHACHA20_POLY1305,
+                };
+                let key = LessSafeKey::new(UnboundKey::new(alg, &k[..k.len() - 4]).unwrap());
+                if matches!(e, Encryption::Aes128Gmac | Encryption::Aes256Gmac) {
+                    RawCipher::Gmac(key)
+                } else {
+                    RawCipher::Aead(key)
+                }
+            }
+        };
+        let mac = match suite.integrity {
+            Integrity::Null => None,
+            i => {
+                let alg = match i {
+                    Integrity::HmacSha1_96 => hmac::HMAC_SHA1_FOR_LEGACY_USE_ONLY,
+                    Integrity::HmacSha256_128 => hmac::HMAC_SHA256,
+                    Integrity::HmacSha384_192 => hmac::HMAC_SHA384,
+                    _ => hmac::HMAC_SHA512,
+                };
+                Some((
+                    hmac::Key::new(alg, key_bytes(i.key_len(), 0x44).expose()),
+                    i.icv_len(),
+                ))
+            }
+        };
+        RawCrypto {
+            cipher,
+            mac,
+            icv: suite.icv_len(),
+        }
+    }
+
+    fn nonce(ctr: u64) -> Nonce {
+        let mut n = [0u8; 12];
+        n[4..].copy_from_slice(&ctr.to_be_bytes());
+        Nonce::assume_unique_for_key(n)
+    }
+
+    /// `buf[0..8]` header, `[8..8+iv]` IV, `[8+iv..covered]` plaintext; ICV after.
+    fn seal(&self, buf: &mut [u8], iv: usize, covered: usize, ctr: u64) {
+        let ct = 8 + iv;
+        match &self.cipher {
+            RawCipher::None => {}
+            RawCipher::Cbc(enc, _) => {
+                let ctx = EncryptionContext::Iv128(FixedLength::from([ctr as u8; 16]));
+                enc.less_safe_encrypt(&mut buf[ct..covered], ctx).unwrap();
+            }
+            RawCipher::Aead(k) => {
+                let (head, rest) = buf.split_at_mut(ct);
+                let tag = k
+                    .seal_in_place_separate_tag(
+                        Self::nonce(ctr),
+                        Aad::from(&head[..8]),
+                        &mut rest[..covered - ct],
+                    )
+                    .unwrap();
+                buf[covered..covered + 16].copy_from_slice(tag.as_ref());
+            }
+            RawCipher::Gmac(k) => {
+                let tag = k
+                    .seal_in_place_separate_tag(
+                        Self::nonce(ctr),
+                        Aad::from(&buf[..covered]),
+                        &mut [],
+                    )
+                    .unwrap();
+                buf[covered..covered + 16].copy_from_slice(tag.as_ref());
+            }
+        }
+        if let Some((k, n)) = &self.mac {
+            let tag = hmac::sign(k, &buf[..covered]);
+            buf[covered..covered + n].copy_from_slice(&tag.as_ref()[..*n]);
+        }
+    }
+
+    fn open(&self, buf: &mut [u8], iv: usize, covered: usize, ctr: u64) -> bool {
+        let ct = 8 + iv;
+        if let Some((k, n)) = &self.mac {
+            let tag = hmac::sign(k, &buf[..covered]);
+            if aws_lc_rs::constant_time::verify_slices_are_equal(
+                &tag.as_ref()[..*n],
+                &buf[covered..covered + n],
+            )
+            .is_err()
+            {
+                return false;
+            }
+        }
+        match &self.cipher {
+            RawCipher::None => true,
+            RawCipher::Cbc(_, dec) => {
+                let ctx = DecryptionContext::Iv128(FixedLength::from([ctr as u8; 16]));
+                dec.decrypt(&mut buf[ct..covered], ctx).is_ok()
+            }
+            RawCipher::Aead(k) => {
+                let (head, rest) = buf.split_at_mut(ct);
+                k.open_in_place(
+                    Self::nonce(ctr),
+                    Aad::from(&head[..8]),
+                    &mut rest[..covered - ct + self.icv],
+                )
+                .is_ok()
+            }
+            RawCipher::Gmac(k) => {
+                let mut tag: [u8; 16] = buf[covered..covered + 16].try_into().unwrap();
+                k.open_in_place(Self::nonce(ctr), Aad::from(&buf[..covered]), &mut tag)
+                    .is_ok()
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_tiny_run_measures_every_case() {
+        let cfg = BenchConfig {
+            suites: vec![
+                Suite::parse("aes128gcm16").unwrap(),
+                Suite::parse("aes128-sha1").unwrap(),
+            ],
+            sizes: vec![64, 1500],
+            modes: vec![Mode::Tunnel, Mode::Transport],
+            ops: vec![Op::Seal, Op::Open],
+            budget: Duration::from_millis(2),
+            trials: 1,
+        };
+        let mut calls = 0;
+        let r = run(&cfg, |_, _| calls += 1);
+        assert_eq!(r.len(), 16);
+        assert_eq!(calls, 16);
+        for x in &r {
+            assert!(x.ns_per_packet > 0.0 && x.raw_ns_per_packet > 0.0, "{x:?}");
+            assert!(x.l_alg >= x.size - 20);
+        }
+    }
+}

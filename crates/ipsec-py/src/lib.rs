@@ -1,1 +1,342 @@
+//! PyO3 glue only: `ipsec_lab._native`. Logic lives in the `ipsec` and `ipsec-bench` crates.
 
+use std::time::Duration;
+
+use ipsec::crypto::state::IvSource;
+use ipsec::crypto::SecretBytes;
+use ipsec::{
+    DropReason, Mode, PacketBuf, Sa, SaConfig, Suite, TunnelEndpoints, HEADROOM, TAILROOM,
+};
+use ipsec_bench::{BenchConfig, Op};
+use pyo3::exceptions::{PyException, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict, PyList, PyString};
+
+pyo3::create_exception!(
+    _native,
+    DropError,
+    PyException,
+    "A packet was refused; args[0] is the drop reason (e.g. 'icv_failure')."
+);
+
+fn drop_err(d: DropReason) -> PyErr {
+    DropError::new_err((
+        d.label(),
+        format!("packet dropped: {} ({})", d.label(), d.class()),
+    ))
+}
+
+fn key_arg(name: &str, v: Option<&Bound<'_, PyAny>>) -> PyResult<SecretBytes> {
+    let Some(v) = v else {
+        return Ok(SecretBytes::default());
+    };
+    if let Ok(s) = v.downcast::<PyString>() {
+        return SecretBytes::from_hex(&s.to_cow()?)
+            .map_err(|e| PyValueError::new_err(format!("{name}: {e}")));
+    }
+    if let Ok(b) = v.extract::<Vec<u8>>() {
+        return Ok(SecretBytes::new(b));
+    }
+    Err(PyValueError::new_err(format!(
+        "{name}: expected bytes or a hex string"
+    )))
+}
+
+/// One IPsec security association (ESP). Keys are never shown by repr().
+#[pyclass(name = "SecurityAssociation", module = "ipsec_lab._native")]
+struct PySa {
+    sa: Sa,
+}
+
+#[pymethods]
+impl PySa {
+    #[new]
+    #[pyo3(signature = (spi, encryption, integrity="null", *, enc_key=None, integ_key=None,
+        mode="tunnel", tunnel_src=None, tunnel_dst=None, esn=false, replay_window=Some(1024)))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        spi: u32,
+        encryption: &str,
+        integrity: &str,
+        enc_key: Option<&Bound<'_, PyAny>>,
+        integ_key: Option<&Bound<'_, PyAny>>,
+        mode: &str,
+        tunnel_src: Option<&str>,
+        tunnel_dst: Option<&str>,
+        esn: bool,
+        replay_window: Option<u32>,
+    ) -> PyResult<Self> {
+        let suite = Suite::from_names(encryption, integrity)
+            .map_err(|e| PyValueError::new_err(e.to_string()))?;
+        let mut c = SaConfig::new(
+            spi,
+            suite,
+            key_arg("enc_key", enc_key)?,
+            key_arg("integ_key", integ_key)?,
+        );
+        c.mode = Mode::from_name(mode).ok_or_else(|| {
+            PyValueError::new_err(format!("mode: {mode:?} is not 'tunnel' or 'transport'"))
+        })?;
+        c.esn = esn;
+        c.replay_window = replay_window;
+        let addr = |name: &str, a: &str| {
+            a.parse()
+                .map_err(|_| PyValueError::new_err(format!("{name}: {a:?} is not an IP address")))
+        };
+        c.tunnel = match (tunnel_src, tunnel_dst) {
+            (Some(s), Some(d)) => Some(TunnelEndpoints {
+                src: addr("tunnel_src", s)?,
+                dst: addr("tunnel_dst", d)?,
+            }),
+            (None, None) => None,
+            _ => {
+                return Err(PyValueError::new_err(
+                    "tunnel_src and tunnel_dst go together",
+                ))
+            }
+        };
+        Ok(PySa {
+            sa: Sa::new(&c).map_err(|e| PyValueError::new_err(e.to_string()))?,
+        })
+    }
+
+    /// Seal an IP packet (tunnel: add outer header; transport: insert ESP). `iv` and `seq`
+    /// fix the IV and sequence number, for known-answer tests only.
+    #[pyo3(signature = (packet, *, iv=None, seq=None))]
+    fn seal<'py>(
+        &mut self,
+        py: Python<'py>,
+        packet: &[u8],
+        iv: Option<Vec<u8>>,
+        seq: Option<u64>,
+    ) -> PyResult<Bound<'py, PyBytes>> {
+        if let Some(s) = seq {
+            self.sa.set_next_seq(s).map_err(drop_err)?;
+        }
+        let mut buf = vec![0u8; HEADROOM + packet.len() + TAILROOM];
+        buf[HEADROOM..HEADROOM + packet.len()].copy_from_slice(packet);
+        let mut p = PacketBuf::new(&mut buf, HEADROOM, packet.len()).map_err(drop_err)?;
+        let ivs = iv.as_deref().map_or(IvSource::Generate, IvSource::Fixed);
+        self.sa.seal_with(&mut p, ivs).map_err(drop_err)?;
+        Ok(PyBytes::new(py, p.data()))
+    }
+
+    /// Open an IP packet carrying ESP; returns the inner packet (tunnel) or the restored
+    /// packet (transport). Raises DropError with the reason.
+    fn open<'py>(&mut self, py: Python<'py>, packet: &[u8]) -> PyResult<Bound<'py, PyBytes>> {
+        let mut buf = vec![0u8; HEADROOM + packet.len()];
+        buf[HEADROOM..].copy_from_slice(packet);
+        let mut p = PacketBuf::new(&mut buf, HEADROOM, packet.len()).map_err(drop_err)?;
+        self.sa.open(&mut p).map_err(drop_err)?;
+        Ok(PyBytes::new(py, p.data()))
+    }
+
+    /// Seal a bare ESP payload with an explicit next header; returns SPI..ICV.
+    #[pyo3(signature = (payload, next_header, *, iv=None, seq=None))]
+    fn seal_esp<'py>(
+        &mut self,
+        py: Python<'py>,
+        payload: &[u8],
+        next_header: u8,
+        iv: Option<Vec<u8>>,
+        seq: Option<u64>,
+    ) -> PyResult<Bound<'py, PyBytes>> {
+        if let Some(s) = seq {
+            self.sa.set_next_seq(s).map_err(drop_err)?;
+        }
+        let at = HEADROOM;
+        let p0 = at + 8 + self.sa.suite().iv_len();
+        let mut buf = vec![0u8; p0 + payload.len() + TAILROOM];
+        buf[p0..p0 + payload.len()].copy_from_slice(payload);
+        let ivs = iv.as_deref().map_or(IvSource::Generate, IvSource::Fixed);
+        let n = self
+            .sa
+            .seal_esp(&mut buf, at, payload.len(), next_header, ivs)
+            .map_err(drop_err)?;
+        Ok(PyBytes::new(py, &buf[at..at + n]))
+    }
+
+    /// Open bare ESP bytes; returns (payload, next_header).
+    fn open_esp<'py>(
+        &mut self,
+        py: Python<'py>,
+        esp: &[u8],
+    ) -> PyResult<(Bound<'py, PyBytes>, u8)> {
+        let mut buf = vec![0u8; HEADROOM + esp.len()];
+        buf[HEADROOM..].copy_from_slice(esp);
+        let o = self
+            .sa
+            .open_esp(&mut buf, HEADROOM, esp.len())
+            .map_err(drop_err)?;
+        Ok((PyBytes::new(py, &buf[o.payload]), o.next_header))
+    }
+
+    /// Resume the receive window at `top` (highest sequence number already received).
+    fn set_replay_top(&mut self, top: u64) {
+        self.sa.set_replay_top(top);
+    }
+
+    /// Packets, bytes, and drops by reason (non-zero only).
+    fn counters<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let d = PyDict::new(py);
+        let c = &self.sa.counters;
+        d.set_item("packets", c.packets)?;
+        d.set_item("bytes", c.bytes)?;
+        let drops = PyDict::new(py);
+        for (k, v) in c.drops.nonzero() {
+            drops.set_item(k, v)?;
+        }
+        d.set_item("drops", drops)?;
+        Ok(d)
+    }
+
+    #[getter]
+    fn spi(&self) -> u32 {
+        self.sa.spi()
+    }
+    #[getter]
+    fn suite(&self) -> String {
+        self.sa.suite().name()
+    }
+    #[getter]
+    fn mode(&self) -> &'static str {
+        self.sa.mode().name()
+    }
+    #[getter]
+    fn next_seq(&self) -> u64 {
+        self.sa.next_seq()
+    }
+    #[getter]
+    fn esn(&self) -> bool {
+        self.sa.esn()
+    }
+    fn __repr__(&self) -> String {
+        format!(
+            "SecurityAssociation(spi={:#x}, suite={:?}, mode={:?}, esn={}, keys=<redacted>)",
+            self.sa.spi(),
+            self.sa.suite().name(),
+            self.sa.mode().name(),
+            self.sa.esn()
+        )
+    }
+}
+
+/// Run the engine benchmark (timing loop in Rust, one thread). Returns a list of dicts
+/// with suite, mode, op, size, ns_per_packet, raw_ns_per_packet, l_alg.
+#[pyfunction(name = "bench")]
+#[pyo3(signature = (suites=None, sizes=None, modes=None, ops=None, budget_ms=100, trials=5, progress=None))]
+#[allow(clippy::too_many_arguments)]
+fn run_bench<'py>(
+    py: Python<'py>,
+    suites: Option<Vec<String>>,
+    sizes: Option<Vec<usize>>,
+    modes: Option<Vec<String>>,
+    ops: Option<Vec<String>>,
+    budget_ms: u64,
+    trials: usize,
+    progress: Option<PyObject>,
+) -> PyResult<Bound<'py, PyList>> {
+    let mut cfg = BenchConfig::default();
+    if let Some(s) = suites {
+        cfg.suites = s
+            .iter()
+            .map(|p| {
+                Suite::parse(p).map_err(|e| PyValueError::new_err(format!("suite {p:?}: {e}")))
+            })
+            .collect::<PyResult<_>>()?;
+    }
+    if let Some(s) = sizes {
+        if let Some(bad) = s
+            .iter()
+            .find(|&&x| !(ipsec_bench::MIN_SIZE..=9000).contains(&x))
+        {
+            return Err(PyValueError::new_err(format!(
+                "size {bad}: IP packet sizes must be {} to 9000 bytes",
+                ipsec_bench::MIN_SIZE
+            )));
+        }
+        cfg.sizes = s;
+    }
+    if let Some(m) = modes {
+        cfg.modes = m
+            .iter()
+            .map(|x| {
+                Mode::from_name(x).ok_or_else(|| {
+                    PyValueError::new_err(format!("mode {x:?}: use tunnel or transport"))
+                })
+            })
+            .collect::<PyResult<_>>()?;
+    }
+    if let Some(o) = ops {
+        cfg.ops = o
+            .iter()
+            .map(|x| match x.as_str() {
+                "seal" => Ok(Op::Seal),
+                "open" => Ok(Op::Open),
+                _ => Err(PyValueError::new_err(format!("op {x:?}: use seal or open"))),
+            })
+            .collect::<PyResult<_>>()?;
+    }
+    if budget_ms == 0 || trials == 0 {
+        return Err(PyValueError::new_err(
+            "budget_ms and trials must be at least 1",
+        ));
+    }
+    cfg.budget = Duration::from_millis(budget_ms);
+    cfg.trials = trials;
+    let results = py.allow_threads(|| {
+        ipsec_bench::run(&cfg, |done, total| {
+            if let Some(cb) = &progress {
+                Python::with_gil(|py| {
+                    let _ = cb.call1(py, (done, total));
+                });
+            }
+        })
+    });
+    let out = PyList::empty(py);
+    for r in results {
+        let d = PyDict::new(py);
+        d.set_item("suite", r.suite)?;
+        d.set_item("mode", r.mode.name())?;
+        d.set_item("op", r.op.name())?;
+        d.set_item("size", r.size)?;
+        d.set_item("ns_per_packet", r.ns_per_packet)?;
+        d.set_item("raw_ns_per_packet", r.raw_ns_per_packet)?;
+        d.set_item("l_alg", r.l_alg)?;
+        out.append(d)?;
+    }
+    Ok(out)
+}
+
+/// The suites `bench` runs by default.
+#[pyfunction]
+fn default_suites() -> Vec<String> {
+    Suite::bench_defaults().iter().map(Suite::name).collect()
+}
+
+/// Known encryption and integrity algorithm names.
+#[pyfunction]
+fn algorithms() -> (Vec<&'static str>, Vec<&'static str>) {
+    (
+        ipsec::Encryption::all_names().collect(),
+        ipsec::Integrity::all_names().collect(),
+    )
+}
+
+/// Every drop reason label, in counter order.
+#[pyfunction]
+fn drop_reasons() -> Vec<&'static str> {
+    DropReason::ALL.iter().map(|d| d.label()).collect()
+}
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<PySa>()?;
+    m.add("DropError", m.py().get_type::<DropError>())?;
+    m.add_function(wrap_pyfunction!(run_bench, m)?)?;
+    m.add_function(wrap_pyfunction!(default_suites, m)?)?;
+    m.add_function(wrap_pyfunction!(algorithms, m)?)?;
+    m.add_function(wrap_pyfunction!(drop_reasons, m)?)?;
+    m.add("DEFAULT_SIZES", ipsec_bench::DEFAULT_SIZES.to_vec())?;
+    Ok(())
+}

@@ -82,9 +82,19 @@ impl DropReason {
     pub fn class(self) -> &'static str {
         use DropReason as D;
         match self {
-            D::Truncated | D::MalformedIp | D::BadCiphertextLength | D::BadPadding | D::BadNextHeader
-            | D::MalformedInner | D::Fragment => "malformed",
-            D::UnknownSpi | D::IcvFailure | D::Replay | D::ReplayTooOld | D::ZeroSequence | D::DummyPacket => "auth",
+            D::Truncated
+            | D::MalformedIp
+            | D::BadCiphertextLength
+            | D::BadPadding
+            | D::BadNextHeader
+            | D::MalformedInner
+            | D::Fragment => "malformed",
+            D::UnknownSpi
+            | D::IcvFailure
+            | D::Replay
+            | D::ReplayTooOld
+            | D::ZeroSequence
+            | D::DummyPacket => "auth",
             D::PolicyDiscard | D::NoSa | D::PolicyMismatch | D::SequenceExhausted => "policy",
             D::NoRoom | D::TooBig | D::BadIv | D::CryptoError => "caller",
         }

@@ -11,10 +11,10 @@
 
 use crate::buf::PacketBuf;
 use crate::constants::proto;
-use crate::drop::{DropReason, DropCounters};
+use crate::drop::{DropCounters, DropReason};
 use crate::esp::esp_location;
 use crate::sa::{Direction, Mode, Sa, SaConfig, SaError};
-use crate::sad::{Sad, SadKey, SaId};
+use crate::sad::{SaId, Sad, SadKey};
 use crate::spd::{Action, Spd};
 use crate::wire::esp::peek_spi;
 use crate::wire::{IpPacket, PacketInfo};
@@ -63,9 +63,17 @@ impl Engine {
     /// (SPI, tunnel destination if any, ESP); a second inbound SA with the same key is refused.
     pub fn add_sa(&mut self, cfg: &SaConfig) -> Result<SaId, SaError> {
         let sa = Sa::new(cfg)?;
-        let id = self.sas.iter().position(Option::is_none).unwrap_or(self.sas.len());
+        let id = self
+            .sas
+            .iter()
+            .position(Option::is_none)
+            .unwrap_or(self.sas.len());
         if cfg.direction == Direction::In {
-            let key = SadKey { spi: cfg.spi, dst: cfg.tunnel.map(|t| t.dst), protocol: proto::ESP };
+            let key = SadKey {
+                spi: cfg.spi,
+                dst: cfg.tunnel.map(|t| t.dst),
+                protocol: proto::ESP,
+            };
             if self.sad.contains(&key) {
                 return Err(SaError::DuplicateSpi(cfg.spi));
             }
@@ -83,7 +91,11 @@ impl Engine {
     pub fn remove_sa(&mut self, id: SaId) -> Option<Sa> {
         let sa = self.sas.get_mut(id)?.take()?;
         if sa.direction == Direction::In {
-            let key = SadKey { spi: sa.spi, dst: sa.tunnel.map(|t| t.dst), protocol: proto::ESP };
+            let key = SadKey {
+                spi: sa.spi,
+                dst: sa.tunnel.map(|t| t.dst),
+                protocol: proto::ESP,
+            };
             self.sad.remove(&key);
         }
         Some(sa)
@@ -96,7 +108,10 @@ impl Engine {
         self.sas.get_mut(id)?.as_mut()
     }
     pub fn sas(&self) -> impl Iterator<Item = (SaId, &Sa)> {
-        self.sas.iter().enumerate().filter_map(|(i, s)| s.as_ref().map(|s| (i, s)))
+        self.sas
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| s.as_ref().map(|s| (i, s)))
     }
 
     fn drop_here(&mut self, d: DropReason) -> DropReason {
@@ -160,7 +175,10 @@ impl Engine {
             sa.counters.drops.count(DropReason::PolicyMismatch);
             return Err(DropReason::PolicyMismatch);
         }
-        Ok(Inbound::Opened { sa: id, next_header })
+        Ok(Inbound::Opened {
+            sa: id,
+            next_header,
+        })
     }
 
     /// Outbound for a batch: `results[i]` is the outcome of `pkts[i]`.

@@ -39,7 +39,11 @@ impl Sa {
     }
 
     /// As [`Sa::seal`], with the IV chosen by the caller (known-answer tests only).
-    pub fn seal_with(&mut self, pkt: &mut PacketBuf<'_>, iv: IvSource<'_>) -> Result<(), DropReason> {
+    pub fn seal_with(
+        &mut self,
+        pkt: &mut PacketBuf<'_>,
+        iv: IvSource<'_>,
+    ) -> Result<(), DropReason> {
         let r = match self.mode {
             Mode::Tunnel => self.seal_tunnel(pkt, iv),
             Mode::Transport => self.seal_transport(pkt, iv),
@@ -109,12 +113,15 @@ impl Sa {
     ) -> Result<OpenedEsp, DropReason> {
         let s = self.suite;
         let (iv_len, icv_len) = (s.iv_len(), s.icv_len());
-        let end = esp_at.checked_add(esp_len).filter(|e| *e <= buf.len()).ok_or(DropReason::Truncated)?;
+        let end = esp_at
+            .checked_add(esp_len)
+            .filter(|e| *e <= buf.len())
+            .ok_or(DropReason::Truncated)?;
         if esp_len < ESP_HEADER_LEN + iv_len + ESP_TRAILER_LEN + icv_len {
             return Err(DropReason::Truncated);
         }
         let ct_len = esp_len - ESP_HEADER_LEN - iv_len - icv_len;
-        if ct_len % s.align() != 0 {
+        if !ct_len.is_multiple_of(s.align()) {
             return Err(DropReason::BadCiphertextLength);
         }
         let h = EspHeader::new_checked(&buf[esp_at..end])?;
@@ -122,7 +129,9 @@ impl Sa {
             return Err(DropReason::UnknownSpi);
         }
         let seq = if self.esn {
-            self.replay.infer_esn(h.seq()).ok_or(DropReason::ReplayTooOld)?
+            self.replay
+                .infer_esn(h.seq())
+                .ok_or(DropReason::ReplayTooOld)?
         } else {
             u64::from(h.seq())
         };
@@ -138,13 +147,20 @@ impl Sa {
         }
         let payload_end = ct_end - ESP_TRAILER_LEN - pad;
         // RFC 4303 §2.4: the receiver checks the default padding 1, 2, 3, ….
-        if buf[payload_end..payload_end + pad].iter().enumerate().any(|(i, b)| *b != (i + 1) as u8)
+        if buf[payload_end..payload_end + pad]
+            .iter()
+            .enumerate()
+            .any(|(i, b)| *b != (i + 1) as u8)
         {
             return Err(DropReason::BadPadding);
         }
         self.counters.packets += 1;
         self.counters.bytes += (payload_end - payload_at) as u64;
-        Ok(OpenedEsp { payload: payload_at..payload_end, next_header, seq })
+        Ok(OpenedEsp {
+            payload: payload_at..payload_end,
+            next_header,
+            seq,
+        })
     }
 
     /// Room the ESP header and IV need in front of the payload.
@@ -169,11 +185,14 @@ impl Sa {
             // RFC 4301 §5.1.2.1 / RFC 6040 normal mode: DSCP and ECN copied outward.
             (nh, inner.tos(), df, inner.packet_len())
         };
-        let outer_len = if t.dst.is_ipv4() { IPV4_HEADER_LEN } else { IPV6_HEADER_LEN };
+        let outer_len = if t.dst.is_ipv4() {
+            IPV4_HEADER_LEN
+        } else {
+            IPV6_HEADER_LEN
+        };
         let head = pkt.head();
         let front = outer_len + self.esp_head_len();
-        if head < front || pkt.tailroom() + (pkt.len() - inner_len) < self.esp_tail_len(inner_len)
-        {
+        if head < front || pkt.tailroom() + (pkt.len() - inner_len) < self.esp_tail_len(inner_len) {
             return Err(DropReason::NoRoom);
         }
         let total = front + inner_len + self.esp_tail_len(inner_len);
@@ -199,29 +218,51 @@ impl Sa {
                     dst,
                 );
             }
-            (IpAddr::V6(src), IpAddr::V6(dst)) => {
-                Ipv6Header::new_unchecked(buf).emit(tos, 0, esp_len as u16, proto::ESP, ttl, src, dst)
-            }
+            (IpAddr::V6(src), IpAddr::V6(dst)) => Ipv6Header::new_unchecked(buf).emit(
+                tos,
+                0,
+                esp_len as u16,
+                proto::ESP,
+                ttl,
+                src,
+                dst,
+            ),
             _ => return Err(DropReason::NoSa),
         }
         pkt.set(outer_at, outer_len + esp_len)
     }
 
-    fn seal_transport(&mut self, pkt: &mut PacketBuf<'_>, iv: IvSource<'_>) -> Result<(), DropReason> {
+    fn seal_transport(
+        &mut self,
+        pkt: &mut PacketBuf<'_>,
+        iv: IvSource<'_>,
+    ) -> Result<(), DropReason> {
         let data = pkt.data();
         let (hdr_len, nh_at, next_header, pkt_len, v4) = match IpPacket::parse(data)? {
             IpPacket::V4(h) => {
                 if h.is_fragment() {
                     return Err(DropReason::Fragment);
                 }
-                (h.header_len(), 9, h.protocol(), h.total_len() as usize, true)
+                (
+                    h.header_len(),
+                    9,
+                    h.protocol(),
+                    h.total_len() as usize,
+                    true,
+                )
             }
             IpPacket::V6(h) => {
                 let s = ipv6_split(data, false)?;
                 if s.is_fragment() {
                     return Err(DropReason::Fragment);
                 }
-                (s.offset, s.nh_at, s.next_header, IPV6_HEADER_LEN + h.payload_len() as usize, false)
+                (
+                    s.offset,
+                    s.nh_at,
+                    s.next_header,
+                    IPV6_HEADER_LEN + h.payload_len() as usize,
+                    false,
+                )
             }
         };
         let payload_len = pkt_len - hdr_len;
@@ -252,7 +293,8 @@ impl Sa {
             h.set_total_len((hdr_len + esp_len) as u16);
             h.fill_checksum();
         } else {
-            Ipv6Header::new_unchecked(ip).set_payload_len((hdr_len - IPV6_HEADER_LEN + esp_len) as u16);
+            Ipv6Header::new_unchecked(ip)
+                .set_payload_len((hdr_len - IPV6_HEADER_LEN + esp_len) as u16);
         }
         pkt.set(new_head, hdr_len + esp_len)
     }
@@ -348,7 +390,10 @@ pub fn esp_location(pkt: &[u8]) -> Result<(usize, usize), DropReason> {
             if s.next_header != proto::ESP {
                 return Err(DropReason::BadNextHeader);
             }
-            Ok((s.offset, IPV6_HEADER_LEN + h.payload_len() as usize - s.offset))
+            Ok((
+                s.offset,
+                IPV6_HEADER_LEN + h.payload_len() as usize - s.offset,
+            ))
         }
     }
 }

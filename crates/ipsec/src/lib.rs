@@ -11,6 +11,8 @@
 //! in front and [`TAILROOM`] bytes free behind it ([`PacketBuf`]). Sealing grows the
 //! packet into that room and opening shrinks it; nothing is allocated per packet.
 
+#![forbid(unsafe_code)]
+
 pub mod buf;
 pub mod constants;
 pub mod crypto;
@@ -26,7 +28,7 @@ pub mod wire;
 pub use buf::PacketBuf;
 pub use constants::{HEADROOM, TAILROOM};
 pub use crypto::{Encryption, Integrity, Suite, SuiteError};
-pub use drop::{DropReason, DropCounters};
+pub use drop::{DropCounters, DropReason};
 pub use engine::{Engine, Inbound, Outbound};
 pub use replay::ReplayWindow;
 pub use sa::{Direction, Mode, Sa, SaConfig, SaCounters, SaError, TunnelEndpoints};

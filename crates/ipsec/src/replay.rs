@@ -37,7 +37,7 @@ impl Default for ReplayWindow {
 impl ReplayWindow {
     /// A window of `size` packets; `size` must be a multiple of 32 in 32..=65536.
     pub fn new(size: u32) -> Result<Self, String> {
-        if !(MIN_WINDOW..=MAX_WINDOW).contains(&size) || size % 32 != 0 {
+        if !(MIN_WINDOW..=MAX_WINDOW).contains(&size) || !size.is_multiple_of(32) {
             return Err(format!(
                 "replay window {size} must be a multiple of 32 from {MIN_WINDOW} to {MAX_WINDOW} \
                  (or disabled explicitly)"
@@ -55,7 +55,10 @@ impl ReplayWindow {
     /// No replay protection (RFC 4303 §3.4.3 allows it only by explicit choice).
     /// Still tracks the highest number, which ESN inference needs.
     pub fn disabled() -> Self {
-        ReplayWindow { enabled: false, ..ReplayWindow::default() }
+        ReplayWindow {
+            enabled: false,
+            ..ReplayWindow::default()
+        }
     }
 
     pub fn is_enabled(&self) -> bool {
@@ -117,7 +120,7 @@ impl ReplayWindow {
         let th = (self.top >> 32) as u32;
         let seq_hi = if tl >= w - 1 {
             // Case A: the window lies within one 2^32 block.
-            if seq_lo >= tl - w + 1 {
+            if seq_lo >= tl - (w - 1) {
                 th
             } else {
                 th.checked_add(1)?
@@ -145,30 +148,30 @@ mod tests {
         let ok = Ok(());
         let table: &[(u32, u64, Result<(), DropReason>)] = &[
             (1, 0, Err(DropReason::ZeroSequence)), // 0 is never valid
-            (2, 1, ok),                      // first packet
+            (2, 1, ok),                            // first packet
             (3, 1, Err(DropReason::Replay)),       // duplicate of the first
             (4, 2, ok),
             (5, 4, ok), // gap
             (6, 3, ok), // fills the gap out of order
             (7, 3, Err(DropReason::Replay)),
-            (8, W, ok),                                // top = W: window now 1..=W
-            (9, 1, Err(DropReason::Replay)),                 // left edge, still tracked
-            (10, W + 1, ok),                           // 1 falls out
-            (11, 1, Err(DropReason::ReplayTooOld)),          // just left of the window
-            (12, 2, Err(DropReason::Replay)),                // left edge of the window, seen
-            (13, 5, ok),                               // inside, unseen
+            (8, W, ok),                             // top = W: window now 1..=W
+            (9, 1, Err(DropReason::Replay)),        // left edge, still tracked
+            (10, W + 1, ok),                        // 1 falls out
+            (11, 1, Err(DropReason::ReplayTooOld)), // just left of the window
+            (12, 2, Err(DropReason::Replay)),       // left edge of the window, seen
+            (13, 5, ok),                            // inside, unseen
             (14, 5, Err(DropReason::Replay)),
-            (15, 3 * W, ok),                           // far jump clears everything
-            (16, 2 * W + 1, ok),                       // left edge after the jump, unseen
-            (17, 2 * W, Err(DropReason::ReplayTooOld)),      // one left of the edge
-            (18, 3 * W, Err(DropReason::Replay)),            // the top itself
-            (19, 3 * W - 1, ok),                       // just below top
-            (20, 1_000_000, ok),                       // very far jump
-            (21, 1_000_000 - W + 1, ok),               // exactly the left edge
+            (15, 3 * W, ok),                            // far jump clears everything
+            (16, 2 * W + 1, ok),                        // left edge after the jump, unseen
+            (17, 2 * W, Err(DropReason::ReplayTooOld)), // one left of the edge
+            (18, 3 * W, Err(DropReason::Replay)),       // the top itself
+            (19, 3 * W - 1, ok),                        // just below top
+            (20, 1_000_000, ok),                        // very far jump
+            (21, 1_000_000 - W + 1, ok),                // exactly the left edge
             (22, 1_000_000 - W, Err(DropReason::ReplayTooOld)),
-            (23, 3 * W - 1, Err(DropReason::ReplayTooOld)),  // old number seen before the jump
-            (24, u64::from(u32::MAX), ok),             // 32-bit top
-            (25, u64::from(u32::MAX) + 1, ok),         // crossing 2^32 (ESN)
+            (23, 3 * W - 1, Err(DropReason::ReplayTooOld)), // old number seen before the jump
+            (24, u64::from(u32::MAX), ok),                  // 32-bit top
+            (25, u64::from(u32::MAX) + 1, ok),              // crossing 2^32 (ESN)
             (26, u64::from(u32::MAX), Err(DropReason::Replay)),
         ];
         for (step, seq, want) in table {
@@ -194,7 +197,10 @@ mod tests {
                 w.commit(seq);
                 assert_eq!(w.check(seq), Err(DropReason::Replay));
             }
-            assert_eq!(w.check(top - u64::from(size)), Err(DropReason::ReplayTooOld));
+            assert_eq!(
+                w.check(top - u64::from(size)),
+                Err(DropReason::ReplayTooOld)
+            );
         }
     }
 
@@ -231,17 +237,19 @@ mod tests {
         let hi = |h: u64, l: u64| (h << 32) | l;
         let table: &[(u32, u64, u32, Option<u64>)] = &[
             // (row, top, received low half, inferred)
-            (1, hi(0, 100), 101, Some(hi(0, 101))),     // case A, ahead
-            (2, hi(0, 100), 50, Some(hi(0, 50))),       // case A, inside the window
-            (3, hi(0, 100), 37, Some(hi(0, 37))),       // case A, left edge (Tl - W + 1)
-            (4, hi(0, 100), 36, Some(hi(1, 36))),       // case A, below: next block
+            (1, hi(0, 100), 101, Some(hi(0, 101))), // case A, ahead
+            (2, hi(0, 100), 50, Some(hi(0, 50))),   // case A, inside the window
+            (3, hi(0, 100), 37, Some(hi(0, 37))),   // case A, left edge (Tl - W + 1)
+            (4, hi(0, 100), 36, Some(hi(1, 36))),   // case A, below: next block
             (5, hi(0, 0xffff_fff0), 5, Some(hi(1, 5))), // low half wrapped forward
             (6, hi(1, 10), 0xffff_fff0, Some(hi(0, 0xffff_fff0))), // case B: previous block
-            (7, hi(1, 10), 11, Some(hi(1, 11))),        // case B, ahead
+            (7, hi(1, 10), 11, Some(hi(1, 11))),    // case B, ahead
             (8, hi(1, 10), 0xffff_ffcb, Some(hi(0, 0xffff_ffcb))), // case B, left edge
             (9, hi(1, 10), 0xffff_ffca, Some(hi(1, 0xffff_ffca))), // case B, far ahead
-            (10, hi(0, 10), 0xffff_fff0, None),         // case B with Th = 0: no such number
-            (11, hi(0xffff_ffff, 100), 36, None),       // case A: Th + 1 overflows
+            (10, hi(0, 10), 0xffff_fff0, None),     // case B with Th = 0: no such number
+            (11, hi(0xffff_ffff, 100), 36, None),   // case A: Th + 1 overflows
+            (12, hi(0, 63), 0, Some(hi(1, 0))),     // Tl = W - 1 exactly: case A, edge
+            (13, hi(0, 63), 1, Some(hi(0, 1))),     // ... and the first number inside
         ];
         for (row, top, lo, want) in table {
             assert_eq!(w_at(*top).infer_esn(*lo), *want, "row {row}");

@@ -238,7 +238,11 @@ impl Sa {
     /// Take the next sequence number, refusing to cycle (RFC 4303 §3.3.3): without ESN
     /// the last usable number is 2^32 - 1, with ESN 2^64 - 1.
     pub(crate) fn take_seq(&mut self) -> Result<u64, crate::DropReason> {
-        let limit = if self.esn { u64::MAX } else { u64::from(u32::MAX) };
+        let limit = if self.esn {
+            u64::MAX
+        } else {
+            u64::from(u32::MAX)
+        };
         if self.last_seq >= limit {
             return Err(crate::DropReason::SequenceExhausted);
         }

@@ -35,8 +35,18 @@ impl Sad {
     /// The most specific match: exact destination first, then any destination.
     pub fn lookup(&self, spi: u32, dst: IpAddr, protocol: u8) -> Option<SaId> {
         self.map
-            .get(&SadKey { spi, dst: Some(dst), protocol })
-            .or_else(|| self.map.get(&SadKey { spi, dst: None, protocol }))
+            .get(&SadKey {
+                spi,
+                dst: Some(dst),
+                protocol,
+            })
+            .or_else(|| {
+                self.map.get(&SadKey {
+                    spi,
+                    dst: None,
+                    protocol,
+                })
+            })
             .copied()
     }
     pub fn len(&self) -> usize {

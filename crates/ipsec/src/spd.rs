@@ -19,7 +19,9 @@ impl Prefix {
     pub fn new(addr: IpAddr, len: u8) -> Result<Self, String> {
         let max = if addr.is_ipv4() { 32 } else { 128 };
         if len > max {
-            return Err(format!("prefix length /{len} is longer than {max} bits for {addr}"));
+            return Err(format!(
+                "prefix length /{len} is longer than {max} bits for {addr}"
+            ));
         }
         Ok(Prefix { addr, len })
     }
@@ -30,9 +32,15 @@ impl Prefix {
             Some((a, l)) => (a, Some(l)),
             None => (s, None),
         };
-        let addr: IpAddr = a.trim().parse().map_err(|_| format!("{a:?} is not an IP address"))?;
+        let addr: IpAddr = a
+            .trim()
+            .parse()
+            .map_err(|_| format!("{a:?} is not an IP address"))?;
         let len = match l {
-            Some(l) => l.trim().parse().map_err(|_| format!("{l:?} is not a prefix length"))?,
+            Some(l) => l
+                .trim()
+                .parse()
+                .map_err(|_| format!("{l:?} is not a prefix length"))?,
             None if addr.is_ipv4() => 32,
             None => 128,
         };
@@ -46,7 +54,9 @@ impl Prefix {
                 u32::from(p) & mask == u32::from(a) & mask
             }
             (IpAddr::V6(p), IpAddr::V6(a)) => {
-                let mask = u128::MAX.checked_shl(128 - u32::from(self.len)).unwrap_or(0);
+                let mask = u128::MAX
+                    .checked_shl(128 - u32::from(self.len))
+                    .unwrap_or(0);
                 u128::from(p) & mask == u128::from(a) & mask
             }
             _ => false,
@@ -68,14 +78,24 @@ const ANY_PORT: RangeInclusive<u16> = 0..=u16::MAX;
 
 impl Default for Selector {
     fn default() -> Self {
-        Selector { src: None, dst: None, protocol: None, src_ports: ANY_PORT, dst_ports: ANY_PORT }
+        Selector {
+            src: None,
+            dst: None,
+            protocol: None,
+            src_ports: ANY_PORT,
+            dst_ports: ANY_PORT,
+        }
     }
 }
 
 impl Selector {
     /// All traffic from `src` to `dst`.
     pub fn between(src: Prefix, dst: Prefix) -> Self {
-        Selector { src: Some(src), dst: Some(dst), ..Selector::default() }
+        Selector {
+            src: Some(src),
+            dst: Some(dst),
+            ..Selector::default()
+        }
     }
 
     pub fn matches(&self, p: &PacketInfo) -> bool {
@@ -95,7 +115,11 @@ impl Selector {
             (Some(a), Some(b)) => {
                 let l = a.len.min(b.len);
                 a.addr.is_ipv4() == b.addr.is_ipv4()
-                    && Prefix { addr: a.addr, len: l }.contains(b.addr)
+                    && Prefix {
+                        addr: a.addr,
+                        len: l,
+                    }
+                    .contains(b.addr)
             }
             _ => true,
         };
@@ -104,7 +128,9 @@ impl Selector {
         };
         pfx(self.src, other.src)
             && pfx(self.dst, other.dst)
-            && (self.protocol.is_none() || other.protocol.is_none() || self.protocol == other.protocol)
+            && (self.protocol.is_none()
+                || other.protocol.is_none()
+                || self.protocol == other.protocol)
             && rng(&self.src_ports, &other.src_ports)
             && rng(&self.dst_ports, &other.dst_ports)
     }
@@ -171,8 +197,12 @@ mod tests {
         assert!(p.contains("10.1.255.3".parse().unwrap()));
         assert!(!p.contains("10.2.0.1".parse().unwrap()));
         assert!(!p.contains("::1".parse().unwrap()));
-        assert!(Prefix::parse("0.0.0.0/0").unwrap().contains("8.8.8.8".parse().unwrap()));
-        assert!(Prefix::parse("2001:db8::/32").unwrap().contains("2001:db8:1::5".parse().unwrap()));
+        assert!(Prefix::parse("0.0.0.0/0")
+            .unwrap()
+            .contains("8.8.8.8".parse().unwrap()));
+        assert!(Prefix::parse("2001:db8::/32")
+            .unwrap()
+            .contains("2001:db8:1::5".parse().unwrap()));
         assert!(Prefix::parse("10.0.0.0/33").is_err());
         assert!(Prefix::parse("10.0.0/8").is_err());
     }
@@ -184,26 +214,53 @@ mod tests {
             selector: Selector {
                 protocol: Some(17),
                 dst_ports: 53..=53,
-                ..Selector::between(Prefix::parse("10.1.0.0/16").unwrap(), Prefix::parse("10.2.0.0/16").unwrap())
+                ..Selector::between(
+                    Prefix::parse("10.1.0.0/16").unwrap(),
+                    Prefix::parse("10.2.0.0/16").unwrap(),
+                )
             },
             action: Action::Bypass,
         });
         spd.push(SpdRule {
-            selector: Selector::between(Prefix::parse("10.1.0.0/16").unwrap(), Prefix::parse("10.2.0.0/16").unwrap()),
+            selector: Selector::between(
+                Prefix::parse("10.1.0.0/16").unwrap(),
+                Prefix::parse("10.2.0.0/16").unwrap(),
+            ),
             action: Action::Protect(7),
         });
-        assert_eq!(spd.lookup(&info("10.1.0.1", "10.2.0.1", 17, Some((999, 53)))), Action::Bypass);
-        assert_eq!(spd.lookup(&info("10.1.0.1", "10.2.0.1", 17, Some((999, 54)))), Action::Protect(7));
+        assert_eq!(
+            spd.lookup(&info("10.1.0.1", "10.2.0.1", 17, Some((999, 53)))),
+            Action::Bypass
+        );
+        assert_eq!(
+            spd.lookup(&info("10.1.0.1", "10.2.0.1", 17, Some((999, 54)))),
+            Action::Protect(7)
+        );
         // ICMP has no ports: a port selector does not match it.
-        assert_eq!(spd.lookup(&info("10.1.0.1", "10.2.0.1", 1, None)), Action::Protect(7));
-        assert_eq!(spd.lookup(&info("10.9.0.1", "10.2.0.1", 1, None)), Action::Discard);
+        assert_eq!(
+            spd.lookup(&info("10.1.0.1", "10.2.0.1", 1, None)),
+            Action::Protect(7)
+        );
+        assert_eq!(
+            spd.lookup(&info("10.9.0.1", "10.2.0.1", 1, None)),
+            Action::Discard
+        );
     }
 
     #[test]
     fn overlap_detection() {
-        let a = Selector::between(Prefix::parse("10.0.0.0/8").unwrap(), Prefix::parse("10.2.0.0/16").unwrap());
-        let b = Selector::between(Prefix::parse("10.1.0.0/16").unwrap(), Prefix::parse("10.2.3.0/24").unwrap());
-        let c = Selector::between(Prefix::parse("192.0.2.0/24").unwrap(), Prefix::parse("10.2.0.0/16").unwrap());
+        let a = Selector::between(
+            Prefix::parse("10.0.0.0/8").unwrap(),
+            Prefix::parse("10.2.0.0/16").unwrap(),
+        );
+        let b = Selector::between(
+            Prefix::parse("10.1.0.0/16").unwrap(),
+            Prefix::parse("10.2.3.0/24").unwrap(),
+        );
+        let c = Selector::between(
+            Prefix::parse("192.0.2.0/24").unwrap(),
+            Prefix::parse("10.2.0.0/16").unwrap(),
+        );
         assert!(a.overlaps(&b) && b.overlaps(&a));
         assert!(!a.overlaps(&c));
     }

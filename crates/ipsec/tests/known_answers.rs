@@ -9,7 +9,10 @@ use ipsec::{Integrity, Mode, Sa, SaConfig, Suite};
 
 fn hex(s: &str) -> Vec<u8> {
     let s: String = s.chars().filter(|c| !c.is_whitespace()).collect();
-    (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap()).collect()
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+        .collect()
 }
 
 fn sa(suite: &str, spi: u32, enc_key: &[u8], integ_key: &[u8], esn: bool) -> Sa {
@@ -31,7 +34,9 @@ fn seal_esp(sa: &mut Sa, payload: &[u8], nh: u8, iv: &[u8]) -> Vec<u8> {
     let mut buf = vec![0xEEu8; HEAD + 8 + iv.len() + payload.len() + 64];
     let at = HEAD + 8 + iv.len();
     buf[at..at + payload.len()].copy_from_slice(payload);
-    let n = sa.seal_esp(&mut buf, HEAD, payload.len(), nh, IvSource::Fixed(iv)).unwrap();
+    let n = sa
+        .seal_esp(&mut buf, HEAD, payload.len(), nh, IvSource::Fixed(iv))
+        .unwrap();
     buf[HEAD..HEAD + n].to_vec()
 }
 
@@ -48,37 +53,73 @@ fn open_esp(sa: &mut Sa, esp: &[u8]) -> (Vec<u8>, u8) {
 #[test]
 fn rfc3602_cases_5_to_8() {
     let cases = [
-        (5, "90d382b410eeba7ad938c46cec1a82bf", 0x4321, 1, "e96e8c08ab465763fd098d45dd3ff893",
-         "08000ebda70a00008e9c083db95b070008090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f\
-          202122232425262728292a2b2c2d2e2f3031323334353637", 1,
-         "0000432100000001e96e8c08ab465763fd098d45dd3ff893f663c25d325c18c6a9453e194e120849\
+        (
+            5,
+            "90d382b410eeba7ad938c46cec1a82bf",
+            0x4321,
+            1,
+            "e96e8c08ab465763fd098d45dd3ff893",
+            "08000ebda70a00008e9c083db95b070008090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f\
+          202122232425262728292a2b2c2d2e2f3031323334353637",
+            1,
+            "0000432100000001e96e8c08ab465763fd098d45dd3ff893f663c25d325c18c6a9453e194e120849\
           a4870b66cc6b9965330013b4898dc856a4699e523a55db080b59ec3a8e4b7e52775b07d1db34ed9c\
-          538ab50c551b874aa269add047ad2d5913ac19b7cfbad4a6"),
-        (6, "90d382b410eeba7ad938c46cec1a82bf", 0x4321, 8, "69d08df7d203329db093fc4924e5bd80",
-         "0800b5e8a80a0500a69c083d0b660e00777777777777777777777777", 1,
-         "000043210000000869d08df7d203329db093fc4924e5bd80f51995881ec4e0c4488987ce742e8109\
-          689bb379d2d750c0d915dca346a89f75"),
-        (7, "0123456789abcdef0123456789abcdef", 0x8765, 2, "f4e765244f6407adf13dc1380f673f37",
-         "45000054090400004001f988c0a87b03c0a87bc808009f76a90a0100b49c083d02a204000809\
+          538ab50c551b874aa269add047ad2d5913ac19b7cfbad4a6",
+        ),
+        (
+            6,
+            "90d382b410eeba7ad938c46cec1a82bf",
+            0x4321,
+            8,
+            "69d08df7d203329db093fc4924e5bd80",
+            "0800b5e8a80a0500a69c083d0b660e00777777777777777777777777",
+            1,
+            "000043210000000869d08df7d203329db093fc4924e5bd80f51995881ec4e0c4488987ce742e8109\
+          689bb379d2d750c0d915dca346a89f75",
+        ),
+        (
+            7,
+            "0123456789abcdef0123456789abcdef",
+            0x8765,
+            2,
+            "f4e765244f6407adf13dc1380f673f37",
+            "45000054090400004001f988c0a87b03c0a87bc808009f76a90a0100b49c083d02a204000809\
           0a0b0c0d0e0f101112131415161718191a1b1c1d1e1f202122232425262728292a2b2c2d2e2f\
-          3031323334353637", 4,
-         "0000876500000002f4e765244f6407adf13dc1380f673f37773b5241a4c449225e4f3ce5ed611b0c\
+          3031323334353637",
+            4,
+            "0000876500000002f4e765244f6407adf13dc1380f673f37773b5241a4c449225e4f3ce5ed611b0c\
           237ca96cf74a93013c1b0ea1a0cf70f8e4ecaec78ac53aad7a0f022b859243c647752e94a859352b\
-          8a4d4d2decd136e5c177f132ad3fbfb2201ac9904c74ee0a109e0ca1e4dfe9d5a100b842f1c22f0d"),
-        (8, "0123456789abcdef0123456789abcdef", 0x8765, 5, "85d47224b5f3dd5d2101d4ea8dffab22",
-         "45000044090c00004001f990c0a87b03c0a87bc80800d63caa0a0200c69c083da3de0300\
-          ffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff", 4,
-         "000087650000000585d47224b5f3dd5d2101d4ea8dffab2215b92683819596a8047232cc00f7048f\
+          8a4d4d2decd136e5c177f132ad3fbfb2201ac9904c74ee0a109e0ca1e4dfe9d5a100b842f1c22f0d",
+        ),
+        (
+            8,
+            "0123456789abcdef0123456789abcdef",
+            0x8765,
+            5,
+            "85d47224b5f3dd5d2101d4ea8dffab22",
+            "45000044090c00004001f990c0a87b03c0a87bc80800d63caa0a0200c69c083da3de0300\
+          ffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff",
+            4,
+            "000087650000000585d47224b5f3dd5d2101d4ea8dffab2215b92683819596a8047232cc00f7048f\
           e45318e11f8a0f62ede3c3fc61203bb50f980a08c9843fd3a1b06d5c07ff9639b7eb7dfb3512e5de\
-          435e7207ed971ef3d2726d9b5ef6affc6d17a0decbb13892"),
+          435e7207ed971ef3d2726d9b5ef6affc6d17a0decbb13892",
+        ),
     ];
     for (case, key, spi, seq, iv, payload, nh, esp) in cases {
         let (key, iv, payload, esp) = (hex(key), hex(iv), hex(payload), hex(esp));
         let mut tx = sa("aes128", spi, &key, &[], false);
         tx.set_next_seq(seq).unwrap();
-        assert_eq!(seal_esp(&mut tx, &payload, nh, &iv), esp, "RFC 3602 case {case} seal");
+        assert_eq!(
+            seal_esp(&mut tx, &payload, nh, &iv),
+            esp,
+            "RFC 3602 case {case} seal"
+        );
         let mut rx = sa("aes128", spi, &key, &[], false);
-        assert_eq!(open_esp(&mut rx, &esp), (payload, nh), "RFC 3602 case {case} open");
+        assert_eq!(
+            open_esp(&mut rx, &esp),
+            (payload, nh),
+            "RFC 3602 case {case} open"
+        );
     }
 }
 
@@ -142,7 +183,11 @@ const GCM: &[(u32, &str, &str, &str, &str, &str, &str)] = &[
 fn draft_mcgrew_gcm_test_01() {
     for &(case, key, nonce, aad, pt, ct, tag) in GCM {
         let (key, nonce, aad, pt) = (hex(key), hex(nonce), hex(aad), hex(pt));
-        let suite = if key.len() == 16 { "aes128gcm16" } else { "aes256gcm16" };
+        let suite = if key.len() == 16 {
+            "aes128gcm16"
+        } else {
+            "aes256gcm16"
+        };
         let keymat = [key.as_slice(), &nonce[..4]].concat();
         let iv = &nonce[4..];
         let esn = aad.len() == 12;
@@ -166,10 +211,16 @@ fn draft_mcgrew_gcm_test_01() {
         buf[4..8].copy_from_slice(&aad[..4]);
         buf[8..12].copy_from_slice(&seq_lo);
         buf[20..20 + pt.len()].copy_from_slice(&pt);
-        state.seal(&mut buf, 4, 20 + pt.len(), seq, esn, IvSource::Fixed(iv)).unwrap();
+        state
+            .seal(&mut buf, 4, 20 + pt.len(), seq, esn, IvSource::Fixed(iv))
+            .unwrap();
         assert_eq!(&buf[4..], &want[..], "GCM case {case}: crypto seal");
         state.open(&mut buf, 4, 4 + want.len(), seq, esn).unwrap();
-        assert_eq!(&buf[20..20 + pt.len()], &pt[..], "GCM case {case}: crypto open");
+        assert_eq!(
+            &buf[20..20 + pt.len()],
+            &pt[..],
+            "GCM case {case}: crypto open"
+        );
 
         // The whole ESP transform (sequence numbers, padding, trailer) where the SPI is valid.
         if spi >= 256 {
@@ -177,10 +228,18 @@ fn draft_mcgrew_gcm_test_01() {
             let payload = &pt[..pt.len() - 2 - pad];
             let mut tx = sa(suite, spi, &keymat, &[], esn);
             tx.set_next_seq(seq).unwrap();
-            assert_eq!(seal_esp(&mut tx, payload, nh, iv), want, "GCM case {case}: ESP seal");
+            assert_eq!(
+                seal_esp(&mut tx, payload, nh, iv),
+                want,
+                "GCM case {case}: ESP seal"
+            );
             let mut rx = sa(suite, spi, &keymat, &[], esn);
             rx.set_replay_top(seq.saturating_sub(1));
-            assert_eq!(open_esp(&mut rx, &want), (payload.to_vec(), nh), "GCM case {case}: ESP open");
+            assert_eq!(
+                open_esp(&mut rx, &want),
+                (payload.to_vec(), nh),
+                "GCM case {case}: ESP open"
+            );
         }
     }
 }
@@ -216,12 +275,20 @@ fn rfc2202_rfc4231_hmac() {
         // ICV a null-encryption ESP seal appends over exactly these bytes.
         if hex(key).len() == integ.key_len() {
             let suite = Suite::new(ipsec::Encryption::Null, *integ).unwrap();
-            let state = CipherState::new(suite, &SecretBytes::default(), &SecretBytes::new(hex(key))).unwrap();
+            let state =
+                CipherState::new(suite, &SecretBytes::default(), &SecretBytes::new(hex(key)))
+                    .unwrap();
             let data = hex(data);
             let mut buf = [data.clone(), vec![0u8; 32]].concat();
             // seal() covers buf[0..len]; the "ESP header" is the first 8 data bytes here.
-            state.seal(&mut buf, 0, data.len(), 1, false, IvSource::Generate).unwrap();
-            assert_eq!(&buf[data.len()..data.len() + integ.icv_len()], &want[..integ.icv_len()], "{name} via SA keys");
+            state
+                .seal(&mut buf, 0, data.len(), 1, false, IvSource::Generate)
+                .unwrap();
+            assert_eq!(
+                &buf[data.len()..data.len() + integ.icv_len()],
+                &want[..integ.icv_len()],
+                "{name} via SA keys"
+            );
         }
     }
 }

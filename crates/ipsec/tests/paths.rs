@@ -12,8 +12,12 @@ use ipsec::{
 };
 
 fn keys(suite: &Suite) -> (SecretBytes, SecretBytes) {
-    let e = (0..suite.encryption.key_len()).map(|i| i as u8 ^ 0x5a).collect();
-    let i = (0..suite.integrity.key_len()).map(|i| i as u8 ^ 0xa5).collect();
+    let e = (0..suite.encryption.key_len())
+        .map(|i| i as u8 ^ 0x5a)
+        .collect();
+    let i = (0..suite.integrity.key_len())
+        .map(|i| i as u8 ^ 0xa5)
+        .collect();
     (SecretBytes::new(e), SecretBytes::new(i))
 }
 
@@ -23,7 +27,10 @@ fn cfg(suite: &str, mode: Mode, dir: Direction, outer: (&str, &str)) -> SaConfig
     let mut c = SaConfig::new(0x1000, s, e, i);
     c.mode = mode;
     c.direction = dir;
-    c.tunnel = Some(TunnelEndpoints { src: outer.0.parse().unwrap(), dst: outer.1.parse().unwrap() });
+    c.tunnel = Some(TunnelEndpoints {
+        src: outer.0.parse().unwrap(),
+        dst: outer.1.parse().unwrap(),
+    });
     c
 }
 
@@ -66,16 +73,28 @@ fn pair(suite: &str, mode: Mode, outer: (&str, &str), inner: (&str, &str)) -> (E
     let mut b = Engine::new();
     let out = a.add_sa(&cfg(suite, mode, Direction::Out, outer)).unwrap();
     let inb = b.add_sa(&cfg(suite, mode, Direction::In, outer)).unwrap();
-    let sel = Selector::between(Prefix::parse(inner.0).unwrap(), Prefix::parse(inner.1).unwrap());
-    a.spd_out.push(SpdRule { selector: sel.clone(), action: Action::Protect(out) });
-    b.spd_in.push(SpdRule { selector: sel, action: Action::Protect(inb) });
+    let sel = Selector::between(
+        Prefix::parse(inner.0).unwrap(),
+        Prefix::parse(inner.1).unwrap(),
+    );
+    a.spd_out.push(SpdRule {
+        selector: sel.clone(),
+        action: Action::Protect(out),
+    });
+    b.spd_in.push(SpdRule {
+        selector: sel,
+        action: Action::Protect(inb),
+    });
     (a, b)
 }
 
 fn seal_via(a: &mut Engine, pkt: &[u8]) -> Vec<u8> {
     let mut buf = framed(pkt);
     let mut p = PacketBuf::new(&mut buf, HEADROOM, pkt.len()).unwrap();
-    assert!(matches!(a.outbound(&mut p).unwrap(), Outbound::Sealed { .. }));
+    assert!(matches!(
+        a.outbound(&mut p).unwrap(),
+        Outbound::Sealed { .. }
+    ));
     p.data().to_vec()
 }
 
@@ -90,7 +109,13 @@ fn open_via(b: &mut Engine, wire: &[u8]) -> Result<Vec<u8>, DropReason> {
 fn every_mode_and_family_round_trips() {
     let v4 = ("192.0.2.1", "192.0.2.2");
     let v6 = ("2001:db8::1", "2001:db8::2");
-    for suite in ["aes128gcm16", "aes256-sha256", "chacha20poly1305", "aes128gmac", "null-sha1"] {
+    for suite in [
+        "aes128gcm16",
+        "aes256-sha256",
+        "chacha20poly1305",
+        "aes128gmac",
+        "null-sha1",
+    ] {
         for (outer, inner) in [(v4, v4), (v4, v6), (v6, v4), (v6, v6)] {
             let (is, id) = inner;
             let (mut a, mut b) = pair(suite, Mode::Tunnel, outer, (is, id));
@@ -98,7 +123,11 @@ fn every_mode_and_family_round_trips() {
                 let pkt = udp(is, id, n);
                 let wire = seal_via(&mut a, &pkt);
                 assert_eq!(wire[0] >> 4, if outer.0.contains(':') { 6 } else { 4 });
-                assert_eq!(open_via(&mut b, &wire).unwrap(), pkt, "{suite} {outer:?} {inner:?} {n}");
+                assert_eq!(
+                    open_via(&mut b, &wire).unwrap(),
+                    pkt,
+                    "{suite} {outer:?} {inner:?} {n}"
+                );
             }
         }
         for (addrs, _) in [(v4, 0), (v6, 0)] {
@@ -106,7 +135,11 @@ fn every_mode_and_family_round_trips() {
             for n in [0, 7, 1000] {
                 let pkt = udp(addrs.0, addrs.1, n);
                 let wire = seal_via(&mut a, &pkt);
-                assert_eq!(open_via(&mut b, &wire).unwrap(), pkt, "{suite} transport {n}");
+                assert_eq!(
+                    open_via(&mut b, &wire).unwrap(),
+                    pkt,
+                    "{suite} transport {n}"
+                );
             }
         }
     }
@@ -115,7 +148,12 @@ fn every_mode_and_family_round_trips() {
 #[test]
 fn fail_closed() {
     let v4 = ("192.0.2.1", "192.0.2.2");
-    let (mut a, mut b) = pair("aes128gcm16", Mode::Tunnel, v4, ("10.1.0.0/16", "10.2.0.0/16"));
+    let (mut a, mut b) = pair(
+        "aes128gcm16",
+        Mode::Tunnel,
+        v4,
+        ("10.1.0.0/16", "10.2.0.0/16"),
+    );
     // A protect rule whose SA is gone drops the packet; it is not sent in clear.
     a.remove_sa(0).unwrap();
     let pkt = udp("10.1.0.5", "10.2.0.9", 40);
@@ -137,11 +175,28 @@ fn fail_closed() {
 #[test]
 fn decrypted_packet_must_match_its_sa_policy() {
     let v4 = ("192.0.2.1", "192.0.2.2");
-    let (mut a, _) = pair("aes128gcm16", Mode::Tunnel, v4, ("10.0.0.0/8", "10.0.0.0/8"));
-    let (_, mut b) = pair("aes128gcm16", Mode::Tunnel, v4, ("10.1.0.0/16", "10.2.0.0/16"));
+    let (mut a, _) = pair(
+        "aes128gcm16",
+        Mode::Tunnel,
+        v4,
+        ("10.0.0.0/8", "10.0.0.0/8"),
+    );
+    let (_, mut b) = pair(
+        "aes128gcm16",
+        Mode::Tunnel,
+        v4,
+        ("10.1.0.0/16", "10.2.0.0/16"),
+    );
     let wire = seal_via(&mut a, &udp("10.7.0.1", "10.2.0.1", 10));
     assert_eq!(open_via(&mut b, &wire), Err(DropReason::PolicyMismatch));
-    assert_eq!(b.sa(0).unwrap().counters.drops.get(DropReason::PolicyMismatch), 1);
+    assert_eq!(
+        b.sa(0)
+            .unwrap()
+            .counters
+            .drops
+            .get(DropReason::PolicyMismatch),
+        1
+    );
 }
 
 #[test]
@@ -163,7 +218,12 @@ fn bad_input_is_a_named_drop() {
             w[2..4].copy_from_slice(&(cut as u16).to_be_bytes());
             let r = open_via(&mut fresh(), &w);
             assert!(
-                matches!(r, Err(DropReason::Truncated | DropReason::BadCiphertextLength | DropReason::IcvFailure)),
+                matches!(
+                    r,
+                    Err(DropReason::Truncated
+                        | DropReason::BadCiphertextLength
+                        | DropReason::IcvFailure)
+                ),
                 "{suite}: consistent cut at {cut}: {r:?}"
             );
         }
@@ -172,7 +232,11 @@ fn bad_input_is_a_named_drop() {
         for i in 28..wire.len() {
             let mut w = wire.clone();
             w[i] ^= 0x01;
-            assert_eq!(open_via(&mut fresh(), &w), Err(DropReason::IcvFailure), "{suite}: flip at {i}");
+            assert_eq!(
+                open_via(&mut fresh(), &w),
+                Err(DropReason::IcvFailure),
+                "{suite}: flip at {i}"
+            );
         }
         // Wrong SPI.
         let mut w = wire.clone();
@@ -204,7 +268,12 @@ fn bad_input_is_a_named_drop() {
 #[test]
 fn random_bytes_never_panic() {
     let v4 = ("192.0.2.1", "192.0.2.2");
-    let (_, mut b) = pair("aes128-sha1", Mode::Tunnel, v4, ("10.1.0.0/16", "10.2.0.0/16"));
+    let (_, mut b) = pair(
+        "aes128-sha1",
+        Mode::Tunnel,
+        v4,
+        ("10.1.0.0/16", "10.2.0.0/16"),
+    );
     let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
     for round in 0..20_000 {
         x ^= x << 13;
@@ -235,18 +304,26 @@ fn bad_padding_is_refused_after_the_icv_verified() {
     let state = CipherState::new(suite, &e, &i).unwrap();
     for (trailer, want) in [
         // payload aa bb cc, padding 1,2,4 (not 1,2,3), pad length 3, next header 6
-        (vec![0xaa, 0xbb, 0xcc, 1, 2, 4, 3, 6], DropReason::BadPadding),
+        (
+            vec![0xaa, 0xbb, 0xcc, 1, 2, 4, 3, 6],
+            DropReason::BadPadding,
+        ),
         // pad length 9 is more than the 2 bytes before the trailer
         (vec![0xaa, 0xbb, 9, 6], DropReason::BadPadding),
         // control (marked IcvFailure, never expected): padding 1,2,3 is accepted
-        (vec![0xaa, 0xbb, 0xcc, 1, 2, 3, 3, 6], DropReason::IcvFailure),
+        (
+            vec![0xaa, 0xbb, 0xcc, 1, 2, 3, 3, 6],
+            DropReason::IcvFailure,
+        ),
     ] {
         let mut buf = vec![0u8; 8 + trailer.len() + 16];
         buf[..4].copy_from_slice(&0x1000u32.to_be_bytes());
         buf[4..8].copy_from_slice(&1u32.to_be_bytes());
         buf[8..8 + trailer.len()].copy_from_slice(&trailer);
         let end = 8 + trailer.len();
-        state.seal(&mut buf, 0, end, 1, false, IvSource::Generate).unwrap();
+        state
+            .seal(&mut buf, 0, end, 1, false, IvSource::Generate)
+            .unwrap();
         let mut sa = Sa::new(&c).unwrap();
         let r = sa.open_esp(&mut buf, 0, end + 16);
         if want == DropReason::IcvFailure {
@@ -263,7 +340,12 @@ fn bad_padding_is_refused_after_the_icv_verified() {
 #[test]
 fn sequence_numbers_never_cycle() {
     for esn in [false, true] {
-        let mut c = cfg("aes128gcm16", Mode::Tunnel, Direction::Out, ("192.0.2.1", "192.0.2.2"));
+        let mut c = cfg(
+            "aes128gcm16",
+            Mode::Tunnel,
+            Direction::Out,
+            ("192.0.2.1", "192.0.2.2"),
+        );
         c.esn = esn;
         let mut sa = Sa::new(&c).unwrap();
         let last = if esn { u64::MAX } else { u64::from(u32::MAX) };
@@ -274,7 +356,11 @@ fn sequence_numbers_never_cycle() {
         sa.seal(&mut p).unwrap();
         let mut buf = framed(&pkt);
         let mut p = PacketBuf::new(&mut buf, HEADROOM, pkt.len()).unwrap();
-        assert_eq!(sa.seal(&mut p), Err(DropReason::SequenceExhausted), "esn {esn}");
+        assert_eq!(
+            sa.seal(&mut p),
+            Err(DropReason::SequenceExhausted),
+            "esn {esn}"
+        );
         assert_eq!(p.data(), &pkt[..], "a refused packet is left as it came");
         assert_eq!(sa.counters.drops.get(DropReason::SequenceExhausted), 1);
     }
@@ -282,16 +368,31 @@ fn sequence_numbers_never_cycle() {
 
 #[test]
 fn no_room_is_a_drop_not_a_panic() {
-    let mut sa = Sa::new(&cfg("aes128-sha1", Mode::Tunnel, Direction::Out, ("192.0.2.1", "192.0.2.2"))).unwrap();
+    let mut sa = Sa::new(&cfg(
+        "aes128-sha1",
+        Mode::Tunnel,
+        Direction::Out,
+        ("192.0.2.1", "192.0.2.2"),
+    ))
+    .unwrap();
     let pkt = udp("10.1.0.1", "10.2.0.1", 10);
     let mut buf = pkt.clone();
     let mut p = PacketBuf::new(&mut buf, 0, pkt.len()).unwrap();
     assert_eq!(sa.seal(&mut p), Err(DropReason::NoRoom));
-    let mut c = cfg("aes128-sha1", Mode::Transport, Direction::Out, ("192.0.2.1", "192.0.2.2"));
+    let mut c = cfg(
+        "aes128-sha1",
+        Mode::Transport,
+        Direction::Out,
+        ("192.0.2.1", "192.0.2.2"),
+    );
     c.tunnel = None;
     let mut sa = Sa::new(&c).unwrap();
     let mut buf = [vec![0u8; 64], pkt.clone()].concat();
     let mut p = PacketBuf::new(&mut buf, 64, pkt.len()).unwrap();
     assert_eq!(sa.seal(&mut p), Err(DropReason::NoRoom));
-    assert_eq!(p.data(), &pkt[..], "transport header moved back after a refusal");
+    assert_eq!(
+        p.data(),
+        &pkt[..],
+        "transport header moved back after a refusal"
+    );
 }

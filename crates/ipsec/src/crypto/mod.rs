@@ -66,10 +66,17 @@ const INTEGRITY_NAMES: &[(&str, Integrity)] = &[
 
 impl Encryption {
     pub fn from_name(name: &str) -> Option<Self> {
-        ENCRYPTION_NAMES.iter().find(|(n, _)| *n == name).map(|(_, e)| *e)
+        ENCRYPTION_NAMES
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, e)| *e)
     }
     pub fn name(self) -> &'static str {
-        ENCRYPTION_NAMES.iter().find(|(_, e)| *e == self).map(|(n, _)| *n).unwrap()
+        ENCRYPTION_NAMES
+            .iter()
+            .find(|(_, e)| *e == self)
+            .map(|(n, _)| *n)
+            .unwrap()
     }
     pub fn all_names() -> impl Iterator<Item = &'static str> {
         ENCRYPTION_NAMES.iter().map(|(n, _)| *n)
@@ -126,10 +133,17 @@ impl Encryption {
 
 impl Integrity {
     pub fn from_name(name: &str) -> Option<Self> {
-        INTEGRITY_NAMES.iter().find(|(n, _)| *n == name).map(|(_, i)| *i)
+        INTEGRITY_NAMES
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, i)| *i)
     }
     pub fn name(self) -> &'static str {
-        INTEGRITY_NAMES.iter().find(|(_, i)| *i == self).map(|(n, _)| *n).unwrap()
+        INTEGRITY_NAMES
+            .iter()
+            .find(|(_, i)| *i == self)
+            .map(|(n, _)| *n)
+            .unwrap()
     }
     pub fn all_names() -> impl Iterator<Item = &'static str> {
         INTEGRITY_NAMES.iter().map(|(n, _)| *n)
@@ -170,10 +184,18 @@ pub enum SuiteError {
     UnknownEncryption(String),
     UnknownIntegrity(String),
     /// A combined-mode cipher given a separate integrity algorithm.
-    AeadWithIntegrity { encryption: &'static str, integrity: &'static str },
+    AeadWithIntegrity {
+        encryption: &'static str,
+        integrity: &'static str,
+    },
     /// Neither confidentiality nor integrity.
     NullNull,
-    KeyLength { what: &'static str, algorithm: &'static str, expected: usize, got: usize },
+    KeyLength {
+        what: &'static str,
+        algorithm: &'static str,
+        expected: usize,
+        got: usize,
+    },
 }
 
 impl fmt::Display for SuiteError {
@@ -219,7 +241,10 @@ impl Suite {
         if encryption == Encryption::Null && integrity == Integrity::Null {
             return Err(SuiteError::NullNull);
         }
-        Ok(Suite { encryption, integrity })
+        Ok(Suite {
+            encryption,
+            integrity,
+        })
     }
 
     pub fn from_names(encryption: &str, integrity: &str) -> Result<Self, SuiteError> {
@@ -256,7 +281,9 @@ impl Suite {
     }
     /// Alignment of pad + trailer: the cipher block, at least 4 (RFC 4303 §2.4).
     pub fn align(&self) -> usize {
-        self.encryption.block_len().max(crate::constants::ESP_MIN_ALIGN)
+        self.encryption
+            .block_len()
+            .max(crate::constants::ESP_MIN_ALIGN)
     }
     /// Bytes padding adds for a payload of `payload_len` (RFC 4303 §2.4).
     pub fn pad_len(&self, payload_len: usize) -> usize {
@@ -297,15 +324,21 @@ impl SecretBytes {
     pub fn from_hex(s: &str) -> Result<Self, &'static str> {
         let s = s.trim();
         let s = s.strip_prefix("0x").unwrap_or(s);
-        let digits: Vec<u8> =
-            s.bytes().filter(|c| !c.is_ascii_whitespace() && *c != b':').collect();
-        if digits.len() % 2 != 0 {
+        let digits: Vec<u8> = s
+            .bytes()
+            .filter(|c| !c.is_ascii_whitespace() && *c != b':')
+            .collect();
+        if !digits.len().is_multiple_of(2) {
             return Err("hex key has an odd number of digits");
         }
         let mut out = Vec::with_capacity(digits.len() / 2);
         for pair in digits.chunks_exact(2) {
-            let hi = (pair[0] as char).to_digit(16).ok_or("hex key has a non-hex character")?;
-            let lo = (pair[1] as char).to_digit(16).ok_or("hex key has a non-hex character")?;
+            let hi = (pair[0] as char)
+                .to_digit(16)
+                .ok_or("hex key has a non-hex character")?;
+            let lo = (pair[1] as char)
+                .to_digit(16)
+                .ok_or("hex key has a non-hex character")?;
             out.push((hi * 16 + lo) as u8);
         }
         Ok(SecretBytes(out))
@@ -333,7 +366,13 @@ mod tests {
 
     #[test]
     fn proposals_round_trip() {
-        for p in ["aes128gcm16", "aes128-sha1", "null-sha512", "aes256", "chacha20poly1305"] {
+        for p in [
+            "aes128gcm16",
+            "aes128-sha1",
+            "null-sha512",
+            "aes256",
+            "chacha20poly1305",
+        ] {
             assert_eq!(Suite::parse(p).unwrap().name(), p);
         }
     }
@@ -346,8 +385,14 @@ mod tests {
         ));
         assert_eq!(Suite::parse("null"), Err(SuiteError::NullNull));
         assert_eq!(Suite::parse("null-null"), Err(SuiteError::NullNull));
-        assert!(matches!(Suite::parse("aes999-sha1"), Err(SuiteError::UnknownEncryption(_))));
-        assert!(matches!(Suite::parse("aes128-md4"), Err(SuiteError::UnknownIntegrity(_))));
+        assert!(matches!(
+            Suite::parse("aes999-sha1"),
+            Err(SuiteError::UnknownEncryption(_))
+        ));
+        assert!(matches!(
+            Suite::parse("aes128-md4"),
+            Err(SuiteError::UnknownIntegrity(_))
+        ));
         let msg = Suite::parse("aes128gmac-sha1").unwrap_err().to_string();
         assert!(msg.contains("aes128gmac") && msg.contains("sha1"), "{msg}");
     }

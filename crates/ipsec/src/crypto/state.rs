@@ -13,13 +13,25 @@ use super::{Encryption, Integrity, SecretBytes, Suite, SuiteError};
 use crate::constants::ESP_HEADER_LEN;
 use crate::drop::DropReason;
 
+// One per SA, never moved on the hot path: boxing the large variant would only add a
+// pointer chase per packet.
+#[allow(clippy::large_enum_variant)]
 enum Cipher {
     Null,
-    Cbc { enc: EncryptingKey, dec: DecryptingKey },
+    Cbc {
+        enc: EncryptingKey,
+        dec: DecryptingKey,
+    },
     /// GCM and ChaCha20-Poly1305: nonce = salt ‖ IV (RFC 4106 §4, RFC 7634 §2).
-    Aead { key: LessSafeKey, salt: Zeroizing<[u8; 4]> },
+    Aead {
+        key: LessSafeKey,
+        salt: Zeroizing<[u8; 4]>,
+    },
     /// GMAC: GCM with everything as AAD and no ciphertext (RFC 4543 §3).
-    Gmac { key: LessSafeKey, salt: Zeroizing<[u8; 4]> },
+    Gmac {
+        key: LessSafeKey,
+        salt: Zeroizing<[u8; 4]>,
+    },
 }
 
 /// Where the IV of a sealed packet comes from.
@@ -54,7 +66,12 @@ fn check_len(
     key: &SecretBytes,
 ) -> Result<(), SuiteError> {
     if key.len() != expected {
-        return Err(SuiteError::KeyLength { what, algorithm, expected, got: key.len() });
+        return Err(SuiteError::KeyLength {
+            what,
+            algorithm,
+            expected,
+            got: key.len(),
+        });
     }
     Ok(())
 }
@@ -72,7 +89,12 @@ impl CipherState {
     ) -> Result<Self, SuiteError> {
         let e = suite.encryption;
         check_len("encryption", e.name(), e.key_len(), enc_key)?;
-        check_len("integrity", suite.integrity.name(), suite.integrity.key_len(), integ_key)?;
+        check_len(
+            "integrity",
+            suite.integrity.name(),
+            suite.integrity.key_len(),
+            integ_key,
+        )?;
         let bad = || SuiteError::KeyLength {
             what: "encryption",
             algorithm: e.name(),
@@ -152,7 +174,8 @@ impl CipherState {
                 let ctx = EncryptionContext::Iv128(FixedLength::from(
                     <[u8; 16]>::try_from(&buf[iv_at..ct_at]).unwrap(),
                 ));
-                enc.less_safe_encrypt(&mut buf[ct_at..end], ctx).map_err(|_| DropReason::CryptoError)?;
+                enc.less_safe_encrypt(&mut buf[ct_at..end], ctx)
+                    .map_err(|_| DropReason::CryptoError)?;
             }
             Cipher::Aead { key, salt } => {
                 let nonce = nonce(salt, &buf[iv_at..ct_at]);
@@ -206,7 +229,8 @@ impl CipherState {
                 let ctx = DecryptionContext::Iv128(FixedLength::from(
                     <[u8; 16]>::try_from(&buf[iv_at..ct_at]).unwrap(),
                 ));
-                dec.decrypt(&mut buf[ct_at..ct_end], ctx).map_err(|_| DropReason::BadCiphertextLength)?;
+                dec.decrypt(&mut buf[ct_at..ct_end], ctx)
+                    .map_err(|_| DropReason::BadCiphertextLength)?;
             }
             Cipher::Aead { key, salt } => {
                 let nonce = nonce(salt, &buf[iv_at..ct_at]);
@@ -218,7 +242,8 @@ impl CipherState {
                 let nonce = nonce(salt, &buf[iv_at..ct_at]);
                 let mut tag: [u8; 16] = buf[ct_end..end].try_into().unwrap();
                 with_gmac_aad(buf, esp, ct_end, seq, esn, |aad| {
-                    key.open_in_place(nonce, Aad::from(aad), &mut tag).map(|_| ())
+                    key.open_in_place(nonce, Aad::from(aad), &mut tag)
+                        .map(|_| ())
                 })?
                 .map_err(|_| DropReason::IcvFailure)?;
             }
@@ -242,9 +267,14 @@ impl Integrity {
     /// same HMAC path ESP uses (for known-answer tests against RFC 2202 / RFC 4231, whose
     /// keys are not all of the length RFC 4868 requires of an SA). Empty for `null`.
     pub fn icv(self, key: &[u8], data: &[u8]) -> (Vec<u8>, Vec<u8>) {
-        let Some(alg) = hmac_algorithm(self) else { return (Vec::new(), Vec::new()) };
+        let Some(alg) = hmac_algorithm(self) else {
+            return (Vec::new(), Vec::new());
+        };
         let tag = hmac_icv(&hmac::Key::new(alg, key), data, 0, false);
-        (tag.as_ref().to_vec(), tag.as_ref()[..self.icv_len()].to_vec())
+        (
+            tag.as_ref().to_vec(),
+            tag.as_ref()[..self.icv_len()].to_vec(),
+        )
     }
 }
 

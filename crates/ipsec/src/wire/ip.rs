@@ -75,10 +75,16 @@ impl<T: AsRef<[u8]>> Ipv4Header<T> {
         self.b()[v4::TOS]
     }
     pub fn total_len(&self) -> u16 {
-        u16::from_be_bytes([self.b()[v4::TOTAL_LEN.start], self.b()[v4::TOTAL_LEN.start + 1]])
+        u16::from_be_bytes([
+            self.b()[v4::TOTAL_LEN.start],
+            self.b()[v4::TOTAL_LEN.start + 1],
+        ])
     }
     pub fn flags_frag(&self) -> u16 {
-        u16::from_be_bytes([self.b()[v4::FLAGS_FRAG.start], self.b()[v4::FLAGS_FRAG.start + 1]])
+        u16::from_be_bytes([
+            self.b()[v4::FLAGS_FRAG.start],
+            self.b()[v4::FLAGS_FRAG.start + 1],
+        ])
     }
     /// True for a fragment (MF set or a non-zero offset).
     pub fn is_fragment(&self) -> bool {
@@ -178,7 +184,10 @@ impl<T: AsRef<[u8]>> Ipv6Header<T> {
         ((w >> 20) & 0xff) as u8
     }
     pub fn payload_len(&self) -> u16 {
-        u16::from_be_bytes([self.b()[v6::PAYLOAD_LEN.start], self.b()[v6::PAYLOAD_LEN.start + 1]])
+        u16::from_be_bytes([
+            self.b()[v6::PAYLOAD_LEN.start],
+            self.b()[v6::PAYLOAD_LEN.start + 1],
+        ])
     }
     pub fn next_header(&self) -> u8 {
         self.b()[v6::NEXT_HEADER]
@@ -196,6 +205,7 @@ impl<T: AsRef<[u8]>> Ipv6Header<T> {
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv6Header<T> {
     /// Write a complete header (RFC 8200 §3).
+    #[allow(clippy::too_many_arguments)]
     pub fn emit(
         &mut self,
         traffic_class: u8,
@@ -254,16 +264,23 @@ pub fn ipv6_split(pkt: &[u8], until_esp: bool) -> Result<V6Split, DropReason> {
     // At most a handful of extension headers make sense; bound the walk.
     for _ in 0..8 {
         if until_esp && nh == proto::ESP {
-            return Ok(V6Split { offset: off, nh_at, next_header: nh });
+            return Ok(V6Split {
+                offset: off,
+                nh_at,
+                next_header: nh,
+            });
         }
-        let follows_routing = nh == proto::IPV6_OPTS
-            && off + 2 <= end
-            && pkt[off] == proto::IPV6_ROUTE;
+        let follows_routing =
+            nh == proto::IPV6_OPTS && off + 2 <= end && pkt[off] == proto::IPV6_ROUTE;
         let skip = matches!(nh, proto::HOPOPT | proto::IPV6_ROUTE)
             || follows_routing
             || (until_esp && nh == proto::IPV6_OPTS);
         if !skip {
-            return Ok(V6Split { offset: off, nh_at, next_header: nh });
+            return Ok(V6Split {
+                offset: off,
+                nh_at,
+                next_header: nh,
+            });
         }
         if off + 8 > end {
             return Err(DropReason::Truncated);
@@ -344,7 +361,11 @@ impl PacketInfo {
                 let s = ipv6_split(pkt, false)?;
                 if s.is_fragment() {
                     // The fragment header's own next header; no ports in a fragment.
-                    (pkt.get(s.offset).copied().ok_or(DropReason::Truncated)?, s.offset, true)
+                    (
+                        pkt.get(s.offset).copied().ok_or(DropReason::Truncated)?,
+                        s.offset,
+                        true,
+                    )
                 } else {
                     (s.next_header, s.offset, false)
                 }
@@ -360,6 +381,12 @@ impl PacketInfo {
         } else {
             (None, None)
         };
-        Ok(PacketInfo { src: ip.src(), dst: ip.dst(), protocol, src_port, dst_port })
+        Ok(PacketInfo {
+            src: ip.src(),
+            dst: ip.dst(),
+            protocol,
+            src_port,
+            dst_port,
+        })
     }
 }

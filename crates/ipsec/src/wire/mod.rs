@@ -31,6 +31,9 @@ mod tests {
     #[test]
     fn checksum_rfc1071_example() {
         // RFC 1071 §3: the bytes 00 01 f2 03 f4 f5 f6 f7 sum to 0xddf2 (checksum = !0xddf2).
-        assert_eq!(super::checksum(&[0x00, 0x01, 0xf2, 0x03, 0xf4, 0xf5, 0xf6, 0xf7]), !0xddf2);
+        assert_eq!(
+            super::checksum(&[0x00, 0x01, 0xf2, 0x03, 0xf4, 0xf5, 0xf6, 0xf7]),
+            !0xddf2
+        );
     }
 }

@@ -1,0 +1,77 @@
+# ipsec-lab — set-up and checks. Every target installs what it needs, idempotently.
+#   make run    install, build, run the main job (the engine benchmark)
+#   make test   install, build, then every check: lints, cargo test, pytest, bounded fuzz
+
+SHELL := /bin/bash
+.DEFAULT_GOAL := run
+
+VENV      := .venv
+PY        := $(VENV)/bin/python
+STAMP     := $(VENV)/.installed
+NATIVE    := $(VENV)/.native
+APT_PKGS  := build-essential pkg-config python3 python3-venv python3-dev git ca-certificates
+FUZZ_SECONDS ?= 60
+export PATH := $(HOME)/.cargo/bin:$(PATH)
+
+.PHONY: run test deps apt rust venv native lint cargo-test pytest fuzz bench-json clean
+
+run: native
+	$(VENV)/bin/ipsec-lab bench
+
+test: native lint cargo-test pytest fuzz
+
+deps: apt rust venv
+
+# Debian packages: installed only when one is missing (needs root on a fresh machine).
+apt:
+	@missing=""; for p in $(APT_PKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing Debian packages:$$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+	fi
+
+# A Rust toolchain: the machine's rustup one if present, else Debian's.
+rust: apt
+	@command -v cargo >/dev/null 2>&1 || { echo "installing Debian's Rust toolchain"; \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq cargo rustc rustfmt rust-clippy; }
+	@command -v cargo-fuzz >/dev/null 2>&1 || { echo "installing cargo-fuzz"; \
+	  cargo install --locked cargo-fuzz; }
+
+venv: $(STAMP)
+$(STAMP): pyproject.toml | apt
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q "maturin>=1.5,<2" "rich>=13" "pytest>=8" "hypothesis>=6.100" \
+	  "scapy>=2.6" "cryptography>=42" "ruff>=0.6" "mypy>=1.10"
+	touch $@
+
+# The release build of the engine, installed into the venv as ipsec_lab._native.
+native: rust venv
+	VIRTUAL_ENV=$(CURDIR)/$(VENV) $(VENV)/bin/maturin develop --release -q
+
+lint: rust venv
+	cargo fmt --all -- --check
+	cargo clippy --workspace --all-targets -q -- -D warnings
+	$(VENV)/bin/ruff check python tests
+	$(VENV)/bin/ruff format --check python tests
+	$(VENV)/bin/mypy
+
+cargo-test: rust
+	cargo test --workspace --release -q
+
+pytest: native
+	$(VENV)/bin/pytest -q
+
+# Bounded coverage-guided fuzzing of the inbound path (libFuzzer via cargo-fuzz on the
+# stable toolchain: RUSTC_BOOTSTRAP lets it pass the sanitizer flags). Crashes found
+# are kept in fuzz/artifacts and become regression tests in crates/ipsec/tests.
+fuzz: rust
+	cd fuzz && RUSTC_BOOTSTRAP=1 cargo fuzz run inbound --sanitizer none -- \
+	  -max_total_time=$(FUZZ_SECONDS) -rss_limit_mb=2048 -print_final_stats=1
+
+
+bench-json: native
+	$(VENV)/bin/ipsec-lab bench --json
+
+clean:
+	rm -rf target fuzz/target $(VENV)

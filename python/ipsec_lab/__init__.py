@@ -1,0 +1,9 @@
+"""ipsec-lab: what does IPsec cost, here, and why?
+
+The IPsec engine is Rust (``ipsec_lab._native``); this package is its Python face.
+"""
+
+from ipsec_lab._native import DropError, SecurityAssociation
+
+__all__ = ["DropError", "SecurityAssociation", "__version__"]
+__version__ = "0.1.0"

@@ -1,0 +1,162 @@
+"""The Python face: known answers through the bindings, errors that name what is wrong,
+and the `ipsec-lab bench --json` contract scripts depend on."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from ipsec_lab import DropError, SecurityAssociation, _native
+from ipsec_lab.cli import main
+
+# RFC 3602 §4 case 7: AES-128-CBC tunnel-mode ESP (SPI 0x8765, seq 2).
+RFC3602_7 = dict(
+    key="0123456789abcdef0123456789abcdef",
+    iv="f4e765244f6407adf13dc1380f673f37",
+    payload="45000054090400004001f988c0a87b03c0a87bc808009f76a90a0100b49c083d02a204000809"
+    "0a0b0c0d0e0f101112131415161718191a1b1c1d1e1f202122232425262728292a2b2c2d2e2f3031323334353637",
+    esp="0000876500000002f4e765244f6407adf13dc1380f673f37773b5241a4c449225e4f3ce5ed611b0c"
+    "237ca96cf74a93013c1b0ea1a0cf70f8e4ecaec78ac53aad7a0f022b859243c647752e94a859352b"
+    "8a4d4d2decd136e5c177f132ad3fbfb2201ac9904c74ee0a109e0ca1e4dfe9d5a100b842f1c22f0d",
+)
+
+
+def test_rfc3602_case7_through_the_bindings() -> None:
+    tx = SecurityAssociation(0x8765, "aes128", enc_key=RFC3602_7["key"], mode="transport")
+    esp = tx.seal_esp(
+        bytes.fromhex(RFC3602_7["payload"]), 4, iv=bytes.fromhex(RFC3602_7["iv"]), seq=2
+    )
+    assert esp.hex() == RFC3602_7["esp"]
+    rx = SecurityAssociation(
+        0x8765, "aes128", enc_key=bytes.fromhex(RFC3602_7["key"]), mode="transport"
+    )
+    assert rx.open_esp(esp) == (bytes.fromhex(RFC3602_7["payload"]), 4)
+
+
+def test_bad_sa_arguments_name_what_is_wrong() -> None:
+    with pytest.raises(ValueError, match=r"encryption key for aes128 must be 16 bytes"):
+        SecurityAssociation(
+            0x1000, "aes128", "sha1", enc_key="00" * 15, integ_key="00" * 20, mode="transport"
+        )
+    with pytest.raises(ValueError, match=r"aes128gcm16 is a combined-mode"):
+        SecurityAssociation(0x1000, "aes128gcm16", "sha256", enc_key="00" * 20, mode="transport")
+    with pytest.raises(ValueError, match=r"null with integrity null"):
+        SecurityAssociation(0x1000, "null", "null", mode="transport")
+    with pytest.raises(ValueError, match=r"unknown encryption algorithm \"des5\""):
+        SecurityAssociation(0x1000, "des5", enc_key="00", mode="transport")
+    with pytest.raises(ValueError, match=r"tunnel mode needs outer endpoints"):
+        SecurityAssociation(0x1000, "aes128gcm16", enc_key="00" * 20)
+    with pytest.raises(ValueError, match=r"SPI 5 is reserved"):
+        SecurityAssociation(5, "aes128gcm16", enc_key="00" * 20, mode="transport")
+    with pytest.raises(ValueError, match=r"replay window 100"):
+        SecurityAssociation(
+            0x1000, "aes128gcm16", enc_key="00" * 20, mode="transport", replay_window=100
+        )
+    with pytest.raises(ValueError, match=r"enc_key: hex key has a non-hex character"):
+        SecurityAssociation(0x1000, "aes128gcm16", enc_key="zz" * 20, mode="transport")
+
+
+def test_keys_never_appear_in_repr() -> None:
+    key = "a1b2c3d4" * 5
+    sa = SecurityAssociation(0x1000, "aes128gcm16", enc_key=key, mode="transport")
+    assert "a1b2" not in repr(sa) and "redacted" in repr(sa)
+
+
+def test_malformed_packet_is_a_named_drop() -> None:
+    sa = SecurityAssociation(0x1000, "aes128gcm16", enc_key="00" * 20, mode="transport")
+    for junk, reason in [
+        (b"", "truncated"),
+        (b"\x45" + b"\0" * 10, "truncated"),
+        (b"\x75" + b"\0" * 40, "malformed_ip"),
+    ]:
+        with pytest.raises(DropError) as e:
+            sa.open(junk)
+        assert e.value.args[0] == reason
+    assert set(sa.counters()["drops"]) == {"truncated", "malformed_ip"}
+    assert set(_native.drop_reasons()) >= {
+        "icv_failure",
+        "replay",
+        "bad_padding",
+        "no_sa",
+        "sequence_exhausted",
+        "unknown_spi",
+        "policy_mismatch",
+    }
+
+
+def test_bench_json_shape() -> None:
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ipsec_lab.cli",
+            "bench",
+            "--suite",
+            "aes128gcm16",
+            "--size",
+            "64",
+            "--size",
+            "1420",
+            "--budget-ms",
+            "5",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    doc = json.loads(out.stdout)
+    assert set(doc) == {"results", "environment"}
+    rows = doc["results"]
+    assert [(r["suite"], r["mode"], r["op"], r["size"]) for r in rows] == [
+        ("aes128gcm16", "tunnel", "seal", 64),
+        ("aes128gcm16", "tunnel", "open", 64),
+        ("aes128gcm16", "tunnel", "seal", 1420),
+        ("aes128gcm16", "tunnel", "open", 1420),
+    ]
+    for r in rows:
+        for k in (
+            "ns_per_packet",
+            "mpps",
+            "gbps",
+            "raw_ns_per_packet",
+            "ratio_to_raw",
+            "us_per_kb",
+        ):
+            assert r[k] > 0, k
+        assert r["ratio_to_raw"] == pytest.approx(r["raw_ns_per_packet"] / r["ns_per_packet"])
+        assert r["mpps"] == pytest.approx(1e3 / r["ns_per_packet"])
+        assert r["gbps"] == pytest.approx(r["size"] * 8 / r["ns_per_packet"])
+    assert "cpu" in doc["environment"] and "kernel" in doc["environment"]
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["bench", "--size", "10"], "IP packet size must be 28 to 9000"),
+        (["bench", "--suite", "aes999"], "is not a proposal"),
+        (["bench", "--mode", "sideways"], "invalid choice"),
+        (["bench", "--budget-ms", "0"], "must be at least 1"),
+    ],
+)
+def test_bad_cli_arguments(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    try:
+        rc = main(argv)
+    except SystemExit as e:
+        rc = int(e.code or 0)
+    assert rc == 2
+    assert message in capsys.readouterr().err
+
+
+def test_invalid_pairing_on_the_command_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert (
+        main(["bench", "--suite", "aes128gcm16-sha1", "--size", "64", "--budget-ms", "1", "--json"])
+        == 2
+    )
+    assert "combined-mode" in capsys.readouterr().err
