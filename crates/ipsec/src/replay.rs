@@ -248,7 +248,7 @@ mod tests {
             (9, hi(1, 10), 0xffff_ffca, Some(hi(1, 0xffff_ffca))), // case B, far ahead
             (10, hi(0, 10), 0xffff_fff0, None),     // case B with Th = 0: no such number
             (11, hi(0xffff_ffff, 100), 36, None),   // case A: Th + 1 overflows
-            (12, hi(0, 63), 0, Some(hi(1, 0))),     // Tl = W - 1 exactly: case A, edge
+            (12, hi(0, 63), 0, Some(hi(0, 0))),     // Tl = W - 1 exactly: case A, left edge
             (13, hi(0, 63), 1, Some(hi(0, 1))),     // ... and the first number inside
         ];
         for (row, top, lo, want) in table {

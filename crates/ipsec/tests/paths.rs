@@ -7,8 +7,8 @@ use ipsec::crypto::state::{CipherState, IvSource};
 use ipsec::crypto::SecretBytes;
 use ipsec::spd::Prefix;
 use ipsec::{
-    Action, Direction, DropReason, Engine, Inbound, Mode, Outbound, PacketBuf, Sa, SaConfig,
-    Selector, SpdRule, Suite, TunnelEndpoints, HEADROOM, TAILROOM,
+    Action, Direction, DropReason, Engine, Mode, Outbound, PacketBuf, Sa, SaConfig, Selector,
+    SpdRule, Suite, TunnelEndpoints, HEADROOM, TAILROOM,
 };
 
 fn keys(suite: &Suite) -> (SecretBytes, SecretBytes) {
