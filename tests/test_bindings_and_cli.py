@@ -160,3 +160,29 @@ def test_invalid_pairing_on_the_command_line(capsys: pytest.CaptureFixture[str])
         == 2
     )
     assert "combined-mode" in capsys.readouterr().err
+
+
+def test_pyi_stub_matches_the_built_module() -> None:
+    import ast
+    from pathlib import Path
+
+    import ipsec_lab
+
+    stub = ast.parse((Path(ipsec_lab.__file__).parent / "_native.pyi").read_text())
+    top = {
+        n.name if isinstance(n, (ast.FunctionDef, ast.ClassDef)) else n.target.id  # type: ignore[union-attr]
+        for n in stub.body
+        if isinstance(n, (ast.FunctionDef, ast.ClassDef))
+        or (isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name))
+    }
+    public = {n for n in dir(_native) if not n.startswith("_")}
+    assert top == public
+    sa_stub = next(
+        n for n in stub.body if isinstance(n, ast.ClassDef) and n.name == "SecurityAssociation"
+    )
+    methods = {
+        n.name
+        for n in sa_stub.body
+        if isinstance(n, ast.FunctionDef) and not n.name.startswith("__")
+    }
+    assert methods == {n for n in dir(SecurityAssociation) if not n.startswith("_")}
