@@ -157,7 +157,7 @@ impl Engine {
             };
         }
         let spi = esp_location(pkt.data())
-            .and_then(|(off, _)| peek_spi(&pkt.data()[off..]))
+            .and_then(|loc| peek_spi(&pkt.data()[loc.offset..]))
             .map_err(|d| self.drop_here(d))?;
         let Some(id) = self.sad.lookup(spi, dst, proto::ESP) else {
             return Err(self.drop_here(DropReason::UnknownSpi));

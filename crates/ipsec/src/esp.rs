@@ -286,23 +286,14 @@ impl Sa {
                 return Err(d);
             }
         };
-        let ip = &mut raw[new_head..esp_at];
-        ip[nh_at] = proto::ESP;
-        if v4 {
-            let mut h = Ipv4Header::new_unchecked(ip);
-            h.set_total_len((hdr_len + esp_len) as u16);
-            h.fill_checksum();
-        } else {
-            Ipv6Header::new_unchecked(ip)
-                .set_payload_len((hdr_len - IPV6_HEADER_LEN + esp_len) as u16);
-        }
+        rewrite_ip_header(&mut raw[new_head..esp_at], v4, nh_at, proto::ESP, esp_len);
         pkt.set(new_head, hdr_len + esp_len)
     }
 
     fn open_tunnel(&mut self, pkt: &mut PacketBuf<'_>) -> Result<u8, DropReason> {
-        let (esp_off, esp_len) = esp_location(pkt.data())?;
+        let loc = esp_location(pkt.data())?;
         let head = pkt.head();
-        let o = self.open_esp(pkt.raw(), head + esp_off, esp_len)?;
+        let o = self.open_esp(pkt.raw(), head + loc.offset, loc.len)?;
         let payload = &pkt.raw()[o.payload.clone()];
         let inner_len = match o.next_header {
             proto::NO_NEXT_HEADER => return Err(DropReason::DummyPacket),
@@ -322,56 +313,54 @@ impl Sa {
     }
 
     fn open_transport(&mut self, pkt: &mut PacketBuf<'_>) -> Result<u8, DropReason> {
-        let data = pkt.data();
-        let (hdr_len, nh_at, v4) = match IpPacket::parse(data)? {
-            IpPacket::V4(h) => {
-                if h.protocol() != proto::ESP {
-                    return Err(DropReason::BadNextHeader);
-                }
-                if h.is_fragment() {
-                    return Err(DropReason::Fragment);
-                }
-                (h.header_len(), 9, true)
-            }
-            IpPacket::V6(_) => {
-                let s = ipv6_split(data, true)?;
-                if s.is_fragment() {
-                    return Err(DropReason::Fragment);
-                }
-                if s.next_header != proto::ESP {
-                    return Err(DropReason::BadNextHeader);
-                }
-                (s.offset, s.nh_at, false)
-            }
-        };
-        let (esp_off, esp_len) = esp_location(data)?;
-        debug_assert_eq!(esp_off, hdr_len);
-        let head = pkt.head();
-        let o = self.open_esp(pkt.raw(), head + esp_off, esp_len)?;
+        let loc = esp_location(pkt.data())?;
+        let (head, hdr_len) = (pkt.head(), loc.offset);
+        let o = self.open_esp(pkt.raw(), head + hdr_len, loc.len)?;
         if o.next_header == proto::NO_NEXT_HEADER {
             return Err(DropReason::DummyPacket);
         }
+        // Move the IP header up against the payload and point it at the upper layer.
         let new_head = o.payload.start - hdr_len;
         let payload_len = o.payload.len();
         let raw = pkt.raw();
         raw.copy_within(head..head + hdr_len, new_head);
         let ip = &mut raw[new_head..o.payload.start];
-        ip[nh_at] = o.next_header;
-        if v4 {
-            let mut h = Ipv4Header::new_unchecked(ip);
-            h.set_total_len((hdr_len + payload_len) as u16);
-            h.fill_checksum();
-        } else {
-            Ipv6Header::new_unchecked(ip)
-                .set_payload_len((hdr_len - IPV6_HEADER_LEN + payload_len) as u16);
-        }
+        rewrite_ip_header(ip, loc.v4, loc.nh_at, o.next_header, payload_len);
         pkt.set(new_head, hdr_len + payload_len)?;
         Ok(o.next_header)
     }
 }
 
-/// Offset and length of the ESP packet inside an IP packet whose payload is ESP.
-pub fn esp_location(pkt: &[u8]) -> Result<(usize, usize), DropReason> {
+/// Set the protocol / next-header byte at `nh_at` and the length fields of the IP header
+/// `ip` (all `ip.len()` bytes of it, extension headers included) for a payload of
+/// `payload_len` bytes; IPv4 gets a fresh header checksum.
+fn rewrite_ip_header(ip: &mut [u8], v4: bool, nh_at: usize, next_header: u8, payload_len: usize) {
+    let hdr_len = ip.len();
+    ip[nh_at] = next_header;
+    if v4 {
+        let mut h = Ipv4Header::new_unchecked(ip);
+        h.set_total_len((hdr_len + payload_len) as u16);
+        h.fill_checksum();
+    } else {
+        Ipv6Header::new_unchecked(ip)
+            .set_payload_len((hdr_len - IPV6_HEADER_LEN + payload_len) as u16);
+    }
+}
+
+/// Where the ESP packet sits inside an IP packet whose payload is ESP.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EspLocation {
+    /// Offset of the ESP header: the IP header length, extension headers included.
+    pub offset: usize,
+    /// Length of the ESP packet, ICV included.
+    pub len: usize,
+    /// Offset of the byte that says "ESP" (IPv4 protocol or the last next header).
+    pub nh_at: usize,
+    pub v4: bool,
+}
+
+/// Find the ESP packet inside an IP packet whose payload is ESP.
+pub fn esp_location(pkt: &[u8]) -> Result<EspLocation, DropReason> {
     match IpPacket::parse(pkt)? {
         IpPacket::V4(h) => {
             if h.protocol() != proto::ESP {
@@ -380,7 +369,13 @@ pub fn esp_location(pkt: &[u8]) -> Result<(usize, usize), DropReason> {
             if h.is_fragment() {
                 return Err(DropReason::Fragment);
             }
-            Ok((h.header_len(), h.total_len() as usize - h.header_len()))
+            let offset = h.header_len();
+            Ok(EspLocation {
+                offset,
+                len: h.total_len() as usize - offset,
+                nh_at: 9,
+                v4: true,
+            })
         }
         IpPacket::V6(h) => {
             let s = ipv6_split(pkt, true)?;
@@ -390,10 +385,13 @@ pub fn esp_location(pkt: &[u8]) -> Result<(usize, usize), DropReason> {
             if s.next_header != proto::ESP {
                 return Err(DropReason::BadNextHeader);
             }
-            Ok((
-                s.offset,
-                IPV6_HEADER_LEN + h.payload_len() as usize - s.offset,
-            ))
+            let len = IPV6_HEADER_LEN + h.payload_len() as usize - s.offset;
+            Ok(EspLocation {
+                offset: s.offset,
+                len,
+                nh_at: s.nh_at,
+                v4: false,
+            })
         }
     }
 }
