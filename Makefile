@@ -18,7 +18,7 @@ export PATH := $(HOME)/.cargo/bin:$(PATH)
 run: native
 	$(VENV)/bin/ipsec-lab bench
 
-test: native lint cargo-test pytest fuzz
+test: native lint cargo-test fuzz pytest
 
 deps: apt rust venv
 
