@@ -13,11 +13,11 @@ use crate::buf::PacketBuf;
 use crate::constants::proto;
 use crate::drop::{DropCounters, DropReason};
 use crate::esp::esp_location;
-use crate::sa::{Direction, Mode, Sa, SaConfig, SaError};
+use crate::sa::{Direction, Sa, SaConfig, SaError};
 use crate::sad::{SaId, Sad, SadKey};
 use crate::spd::{Action, Spd};
 use crate::wire::esp::peek_spi;
-use crate::wire::{IpPacket, PacketInfo};
+use crate::wire::PacketInfo;
 
 /// Outcome of [`Engine::outbound`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -140,13 +140,9 @@ impl Engine {
 
     /// Apply inbound processing to the IP packet in `pkt` as received from outside.
     pub fn inbound(&mut self, pkt: &mut PacketBuf<'_>) -> Result<Inbound, DropReason> {
-        let (dst, protocol) = match IpPacket::parse(pkt.data()) {
-            Ok(ip) => (ip.dst(), PacketInfo::parse(pkt.data()).map(|i| i.protocol)),
-            Err(d) => return Err(self.drop_here(d)),
-        };
-        if protocol != Ok(proto::ESP) {
+        let info = PacketInfo::parse(pkt.data()).map_err(|d| self.drop_here(d))?;
+        if info.protocol != proto::ESP {
             // A clear packet: only bypass policy may let it in (fail closed).
-            let info = PacketInfo::parse(pkt.data()).map_err(|d| self.drop_here(d))?;
             return match self.spd_in.lookup(&info) {
                 Action::Bypass => {
                     self.counters.bypassed_in += 1;
@@ -159,7 +155,7 @@ impl Engine {
         let spi = esp_location(pkt.data())
             .and_then(|loc| peek_spi(&pkt.data()[loc.offset..]))
             .map_err(|d| self.drop_here(d))?;
-        let Some(id) = self.sad.lookup(spi, dst, proto::ESP) else {
+        let Some(id) = self.sad.lookup(spi, info.dst, proto::ESP) else {
             return Err(self.drop_here(DropReason::UnknownSpi));
         };
         let Some(sa) = self.sas.get_mut(id).and_then(Option::as_mut) else {
@@ -202,9 +198,4 @@ impl Engine {
             *r = self.inbound(p);
         }
     }
-}
-
-/// The mode an SA of this engine runs in (re-exported for callers that only hold an id).
-pub fn mode_of(engine: &Engine, id: SaId) -> Option<Mode> {
-    engine.sa(id).map(Sa::mode)
 }
