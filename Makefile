@@ -41,7 +41,7 @@ venv: $(STAMP)
 $(STAMP): pyproject.toml | apt
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q "maturin>=1.5,<2" "rich>=13" "pytest>=8" "hypothesis>=6.100" \
+	$(PY) -m pip install -q "maturin>=1.5,<2" "rich>=13" "numpy>=1.24" "pytest>=8" "hypothesis>=6.100" \
 	  "scapy>=2.6" "cryptography>=42" "ruff>=0.6" "mypy>=1.10"
 	touch $@
 

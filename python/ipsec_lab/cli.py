@@ -8,7 +8,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from ipsec_lab import _native
+from ipsec_lab import _native, cli_model
 
 
 def _bench(args: argparse.Namespace) -> int:
@@ -171,16 +171,21 @@ def build_parser() -> argparse.ArgumentParser:
     )
     b.add_argument("--json", action="store_true", help="print JSON for scripts instead of a table")
     b.set_defaults(func=_bench)
+    cli_model.add_parsers(sub)
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if getattr(args, "budget_ms", 1) < 1 or getattr(args, "trials", 1) < 1:
-        print("ipsec-lab bench: --budget-ms and --trials must be at least 1", file=sys.stderr)
+        print(f"ipsec-lab {args.command}: --budget-ms and --trials must be at least 1",
+              file=sys.stderr)  # fmt: skip
         return 2
     try:
-        rc: int = args.func(args)
+        if args.command == "bench":
+            rc: int = args.func(args)
+        else:
+            rc = cli_model.run(args, f"ipsec-lab {args.command}")
     except BrokenPipeError:
         # The reader (e.g. `| head`) went away: not an error of ours.
         sys.stderr.close()

@@ -1,0 +1,379 @@
+"""What a configuration puts on the wire and how many bytes its algorithms work through.
+
+A *configuration* is a set of IPsec layers written as in strongSwan proposals and joined
+with ``+``: ``esp:aes128gcm16``, ``esp:aes128-sha1``, ``ah:sha1``, ``ah:sha1+esp:aes128``,
+``ipcomp+esp:aes128-sha1``, or ``none`` (no IPsec). Whatever order they are written in,
+the layers are applied outbound in the order of RFC 4301 §4.5 / RFC 3173 §3:
+IPComp, then ESP, then AH (AH outermost, so it also covers the ESP header).
+
+Two numbers per packet come out of it, both as a function of the inner IP packet size L:
+
+* the **wire size** of the protected packet (outer IP header, UDP encapsulation, ESP, AH
+  and IPComp headers, IV, padding, ICV), exactly as RFC 4303 §2, RFC 4302 §2, RFC 3173 §2.2
+  and RFC 3948 §2.1 lay it out, with minimal padding as our engine emits it;
+* the **secured length** L_alg of the Tisovsky–Baronak model: in the paper's forms
+  (eq. 5 for AH, eq. 6 for ESP, or L_alg = L) and a *precise* form that counts, for each
+  algorithm, the bytes its block function really runs over (cipher blocks, hash blocks
+  including the Merkle–Damgård padding, GHASH blocks) and adds them up.
+
+In the precise form a cipher + HMAC configuration counts every byte once per algorithm
+that processes it, so its fitted R_alg is the rate of "crypto bytes" through both; the
+per-algorithm split is kept in :func:`stage_lengths` for the engine's per-stage counters.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+IPV4_HEADER = 20
+IPV6_HEADER = 40
+ESP_HEADER = 8  # RFC 4303 §2: SPI + sequence number
+ESP_TRAILER = 2  # RFC 4303 §2: pad length + next header
+AH_FIXED = 12  # RFC 4302 §2: next header, payload len, reserved, SPI, sequence number
+IPCOMP_HEADER = 4  # RFC 3173 §2.2: next header, flags, CPI
+UDP_ENCAP = 8  # RFC 3948 §2.1: UDP header in front of ESP
+# Paper's eq. 5 constants for IPv4 + HMAC-xxx-96 (study 2).
+PAPER_AH_L_IP = 12
+PAPER_AH_L_AH = 24
+# Linux compresses nothing shorter than this (net/xfrm/xfrm_algo.c, deflate threshold).
+IPCOMP_DEFAULT_MIN = 90
+
+
+class ConfigError(ValueError):
+    """A configuration or secured-length form that cannot be understood."""
+
+
+@dataclass(frozen=True)
+class Cipher:
+    """An ESP encryption (or combined-mode) algorithm."""
+
+    name: str
+    align: int  # the ciphertext (payload+pad+trailer) is a multiple of this (RFC 4303 §2.4)
+    iv: int  # IV bytes carried in each packet
+    icv: int  # ICV of a combined-mode algorithm (0 = needs a separate integrity algorithm)
+    work_block: int  # the block function's width, for the precise secured length
+    kind: str  # "none", "cbc", "aead", "gmac"
+    legacy: bool = False
+
+
+@dataclass(frozen=True)
+class Integrity:
+    """An integrity algorithm (ESP integrity or AH)."""
+
+    name: str
+    icv: int  # ICV bytes on the wire
+    block: int  # hash block (HMAC) or GHASH block (GMAC)
+    md_pad: int  # minimum Merkle–Damgård padding: 0x80 + length field (0 for GMAC)
+    iv: int = 0  # GMAC in AH carries an 8-byte IV in front of the ICV (RFC 4543 §3.1)
+    legacy: bool = False
+
+
+CIPHERS: dict[str, Cipher] = {
+    c.name: c
+    for c in [
+        Cipher("null", 4, 0, 0, 1, "none"),
+        Cipher("aes128", 16, 16, 0, 16, "cbc"),  # RFC 3602
+        Cipher("aes192", 16, 16, 0, 16, "cbc"),
+        Cipher("aes256", 16, 16, 0, 16, "cbc"),
+        Cipher("3des", 8, 8, 0, 8, "cbc", legacy=True),  # RFC 2451
+        Cipher("des", 8, 8, 0, 8, "cbc", legacy=True),  # RFC 2405
+        Cipher("aes128gcm16", 4, 8, 16, 16, "aead"),  # RFC 4106
+        Cipher("aes256gcm16", 4, 8, 16, 16, "aead"),
+        Cipher("chacha20poly1305", 4, 8, 16, 64, "aead"),  # RFC 7634
+        Cipher("aes128gmac", 4, 8, 16, 16, "gmac"),  # RFC 4543
+        Cipher("aes256gmac", 4, 8, 16, 16, "gmac"),
+    ]
+}
+
+INTEGRITY: dict[str, Integrity] = {
+    i.name: i
+    for i in [
+        Integrity("null", 0, 1, 0),
+        Integrity("md5", 12, 64, 9, legacy=True),  # RFC 2403
+        Integrity("sha1", 12, 64, 9),  # RFC 2404
+        Integrity("sha256", 16, 64, 9),  # RFC 4868
+        Integrity("sha384", 24, 128, 17),
+        Integrity("sha512", 32, 128, 17),
+    ]
+}
+# AH adds GMAC as an integrity algorithm (RFC 4543 §3.1: IV in the AH ICV field).
+AH_INTEGRITY: dict[str, Integrity] = {
+    **{k: v for k, v in INTEGRITY.items() if k != "null"},
+    "aes128gmac": Integrity("aes128gmac", 16, 16, 0, iv=8),
+    "aes256gmac": Integrity("aes256gmac", 16, 16, 0, iv=8),
+}
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where the packet goes: mode, IP versions, UDP encapsulation."""
+
+    mode: str = "tunnel"  # or "transport"
+    outer: int = 4  # outer IP version (tunnel mode)
+    inner: int = 4  # inner IP version (its header stays in front in transport mode)
+    udp_encap: bool = False
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("tunnel", "transport"):
+            raise ConfigError(f"mode {self.mode!r}: must be tunnel or transport")
+        if self.outer not in (4, 6) or self.inner not in (4, 6):
+            raise ConfigError("IP version must be 4 or 6")
+
+    @property
+    def inner_header(self) -> int:
+        return IPV4_HEADER if self.inner == 4 else IPV6_HEADER
+
+    @property
+    def ip_header(self) -> int:
+        """The IP header in front of the IPsec headers on the wire."""
+        if self.mode == "transport":
+            return self.inner_header
+        return IPV4_HEADER if self.outer == 4 else IPV6_HEADER
+
+    @property
+    def ip_version(self) -> int:
+        return self.inner if self.mode == "transport" else self.outer
+
+
+@dataclass(frozen=True)
+class Configuration:
+    """Parsed layers of a configuration; ``None`` where a layer is absent."""
+
+    text: str
+    ipcomp: bool = False
+    esp: tuple[Cipher, Integrity] | None = None
+    ah: Integrity | None = None
+
+    @property
+    def legacy(self) -> bool:
+        algs: list[Cipher | Integrity] = []
+        if self.esp:
+            algs += list(self.esp)
+        if self.ah:
+            algs.append(self.ah)
+        return any(a.legacy for a in algs)
+
+    @property
+    def is_none(self) -> bool:
+        return not (self.ipcomp or self.esp or self.ah)
+
+
+def parse_configuration(text: str) -> Configuration:
+    """Parse ``ah:sha1+esp:aes128``-style text; errors name the bad part."""
+    t = text.strip().lower()
+    if t in ("none", "plain", ""):
+        return Configuration("none")
+    ipcomp = False
+    esp: tuple[Cipher, Integrity] | None = None
+    ah: Integrity | None = None
+    for part in t.split("+"):
+        proto, _, algs = part.partition(":")
+        if proto == "ipcomp":
+            if ipcomp:
+                raise ConfigError(f"{text!r}: ipcomp given twice")
+            if algs not in ("", "deflate"):
+                raise ConfigError(f"{text!r}: IPComp algorithm {algs!r}: only deflate")
+            ipcomp = True
+        elif proto == "esp":
+            if esp:
+                raise ConfigError(f"{text!r}: esp given twice")
+            enc, _, integ = algs.partition("-")
+            if enc not in CIPHERS:
+                raise ConfigError(
+                    f"{text!r}: unknown ESP encryption {enc!r}; one of {', '.join(CIPHERS)}"
+                )
+            c = CIPHERS[enc]
+            integ = integ or "null"
+            if integ not in INTEGRITY:
+                raise ConfigError(
+                    f"{text!r}: unknown ESP integrity {integ!r}; one of {', '.join(INTEGRITY)}"
+                )
+            i = INTEGRITY[integ]
+            if c.kind in ("aead", "gmac") and i.name != "null":
+                raise ConfigError(f"{text!r}: {enc} is combined-mode and takes no integrity")
+            if c.kind == "none" and i.name == "null":
+                raise ConfigError(f"{text!r}: ESP with null encryption needs integrity")
+            esp = (c, i)
+        elif proto == "ah":
+            if ah:
+                raise ConfigError(f"{text!r}: ah given twice")
+            if algs not in AH_INTEGRITY:
+                raise ConfigError(
+                    f"{text!r}: unknown AH integrity {algs!r}; one of {', '.join(AH_INTEGRITY)}"
+                )
+            ah = AH_INTEGRITY[algs]
+        else:
+            raise ConfigError(
+                f"{text!r}: {part!r} is not a layer; write ipcomp, esp:ENC[-INTEG] or ah:INTEG "
+                "joined by '+'"
+            )
+    return Configuration(text.strip(), ipcomp, esp, ah)
+
+
+def _ceil_to(n: int, block: int) -> int:
+    return -(-n // block) * block
+
+
+def ah_length(integ: Integrity, ip_version: int) -> int:
+    """AH header bytes: fixed part + IV + ICV, padded to 32 bits (IPv4) or 64 bits (IPv6),
+    RFC 4302 §2.2 / §3.3.3.2.1."""
+    return _ceil_to(AH_FIXED + integ.iv + integ.icv, 4 if ip_version == 4 else 8)
+
+
+def esp_ciphertext(cipher: Cipher, payload: int) -> int:
+    """Payload + minimal padding + trailer, aligned to the cipher block and 4 bytes."""
+    return _ceil_to(payload + ESP_TRAILER, max(cipher.align, 4))
+
+
+def _hash_work(integ: Integrity, n: int) -> int:
+    """Bytes of hash blocks run over an n-byte message (padding included)."""
+    if integ.name == "null":
+        return 0
+    return _ceil_to(n + integ.md_pad, integ.block)
+
+
+CompressedLen = Callable[[int], int | None]
+
+
+@dataclass
+class PacketPlan:
+    """One packet through a configuration: sizes at each layer and the bytes each
+    algorithm works through (the precise secured length is their sum)."""
+
+    inner: int
+    wire: int
+    compressed: bool = False
+    stages: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def l_alg(self) -> int:
+        return sum(v for k, v in self.stages.items() if k != "compress")
+
+    @property
+    def l_alg_with_compress(self) -> int:
+        return sum(self.stages.values())
+
+
+def packet_plan(
+    cfg: Configuration,
+    size: int,
+    layout: Layout | None = None,
+    compressed_len: CompressedLen | None = None,
+    ipcomp_min: int = IPCOMP_DEFAULT_MIN,
+) -> PacketPlan:
+    """Lay one inner IP packet of ``size`` bytes out through ``cfg``.
+
+    ``compressed_len(n)`` gives the DEFLATE output for an n-byte IPComp payload, or None
+    for "incompressible"; without it, data is taken as incompressible (RFC 3173 §2.2:
+    a packet that does not get smaller is sent without the IPComp header).
+    """
+    lay = layout or Layout()
+    if size < lay.inner_header:
+        raise ConfigError(f"packet size {size} is shorter than an IPv{lay.inner} header")
+    # The part that IPsec protects: the whole inner packet (tunnel) or what follows the
+    # IP header (transport, RFC 4303 §3.1.1).
+    head = lay.inner_header if lay.mode == "transport" else 0
+    payload = size - head
+    stages: dict[str, int] = {}
+    compressed = False
+    if cfg.ipcomp and payload >= ipcomp_min:
+        stages["compress"] = payload
+        c = compressed_len(payload) if compressed_len else None
+        if c is not None and c + IPCOMP_HEADER < payload:
+            payload = c + IPCOMP_HEADER
+            compressed = True
+    if cfg.esp:
+        cipher, integ = cfg.esp
+        ct = esp_ciphertext(cipher, payload)
+        if cipher.kind == "cbc" or cipher.kind == "aead":
+            stages["cipher"] = _ceil_to(ct, cipher.work_block)
+        if cipher.kind == "gmac":
+            # GHASH over AAD (SPI + seq) + IV + plaintext (RFC 4543 §3.2).
+            stages["mac"] = _ceil_to(ESP_HEADER + cipher.iv + ct, 16)
+        if integ.name != "null":
+            # HMAC over ESP header + IV + ciphertext (RFC 4303 §3.3.2).
+            stages["mac"] = _hash_work(integ, ESP_HEADER + cipher.iv + ct)
+        payload = ESP_HEADER + cipher.iv + ct + (cipher.icv or integ.icv)
+        if lay.udp_encap:
+            payload += UDP_ENCAP
+    if cfg.ah:
+        ah = ah_length(cfg.ah, lay.ip_version)
+        covered = lay.ip_header + ah + payload  # RFC 4302 §3.3.3: the whole packet
+        if cfg.ah.iv:  # GMAC: GHASH blocks, no Merkle–Damgård padding
+            stages["ah_mac"] = _ceil_to(covered, 16)
+        else:
+            stages["ah_mac"] = _hash_work(cfg.ah, covered)
+        payload += ah
+    if cfg.is_none:
+        wire = size
+    elif lay.mode == "transport":
+        wire = head + payload
+    else:
+        wire = lay.ip_header + payload
+    return PacketPlan(size, wire, compressed, stages)
+
+
+def wire_size(cfg: Configuration, size: int, layout: Layout | None = None) -> int:
+    """Bytes of the IP packet on the wire for one inner packet of ``size`` bytes
+    (incompressible data for IPComp)."""
+    return packet_plan(cfg, size, layout).wire
+
+
+def stage_lengths(cfg: Configuration, size: int, layout: Layout | None = None) -> dict[str, int]:
+    return packet_plan(cfg, size, layout).stages
+
+
+# --- the secured length in the forms the CLI accepts --------------------------------------
+
+
+@dataclass(frozen=True)
+class SecuredLength:
+    """L_alg(L): one of the paper's forms or a configuration's precise form."""
+
+    spec: str
+    kind: str  # "ip", "esp", "ah", "config"
+    block: int = 0
+    config: Configuration | None = None
+    layout: Layout = Layout()
+
+    def __call__(self, size: int) -> int:
+        if self.kind == "ip":
+            return size
+        if self.kind == "esp":  # eq. 6
+            return math.ceil((size + ESP_TRAILER) / self.block) * self.block
+        if self.kind == "ah":  # eq. 5, IPv4, HMAC-xxx-96
+            return math.ceil((size + PAPER_AH_L_IP + PAPER_AH_L_AH) / self.block) * self.block
+        assert self.config is not None
+        return packet_plan(self.config, size, self.layout).l_alg
+
+    def wire(self, size: int) -> int | None:
+        """Wire size when the form names a configuration (None for the paper's forms)."""
+        if self.config is None:
+            return None
+        return wire_size(self.config, size, self.layout)
+
+
+def parse_lalg(spec: str, layout: Layout | None = None) -> SecuredLength:
+    """``ip``, ``esp:B``, ``ah:B`` or a configuration (``esp:aes128-sha1``, ...)."""
+    s = spec.strip().lower()
+    lay = layout or Layout()
+    if s == "ip":
+        return SecuredLength(spec, "ip", layout=lay)
+    proto, _, rest = s.partition(":")
+    if proto in ("esp", "ah") and rest.isdigit():
+        b = int(rest)
+        if b < 1 or b > 1024:
+            raise ConfigError(f"--lalg {spec!r}: block size must be 1 to 1024 bytes")
+        return SecuredLength(spec, proto, b, layout=lay)
+    try:
+        cfg = parse_configuration(s)
+    except ConfigError as e:
+        raise ConfigError(
+            f"--lalg {spec!r} is not a secured-length form: use ip, esp:BLOCK, ah:BLOCK "
+            f"(the paper's eq. 6 and 5) or a configuration such as esp:aes128-sha1 ({e})"
+        ) from None
+    if cfg.is_none:
+        raise ConfigError(f"--lalg {spec!r}: no IPsec means no secured length; use ip")
+    return SecuredLength(spec, "config", config=cfg, layout=lay)
