@@ -387,7 +387,7 @@ def fit(
                 kept = rest
             else:
                 break
-    if len(kept) < _min_points(mode):
+    if len(kept) < _min_points(mode) and len(kept) < len(points):
         raise FitError(
             f"only {len(kept)} point(s) left after leaving out link-limited ones; "
             f"a {mode} fit needs {_min_points(mode)}"
