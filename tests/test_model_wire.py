@@ -40,8 +40,10 @@ def _suites() -> list[tuple[str, str]]:
 
 
 def _inner(size: int, version: int = 4) -> bytes:
-    head: Packet = IP(src="10.1.0.2", dst="10.2.0.2") if version == 4 else IPv6(
-        src="fd00:1::2", dst="fd00:2::2"
+    head: Packet = (
+        IP(src="10.1.0.2", dst="10.2.0.2")
+        if version == 4
+        else IPv6(src="fd00:1::2", dst="fd00:2::2")
     )
     pkt = head / UDP(sport=1000, dport=2000)
     pad = size - len(bytes(pkt))
@@ -101,7 +103,9 @@ def _outer(version: int) -> Packet:
 
 
 @pytest.mark.parametrize("integ", sorted(SCAPY_AUTH))
-@pytest.mark.parametrize("mode, version", [("tunnel", 4), ("tunnel", 6), ("transport", 4), ("transport", 6)])  # fmt: skip
+@pytest.mark.parametrize(
+    "mode, version", [("tunnel", 4), ("tunnel", 6), ("transport", 4), ("transport", 6)]
+)
 def test_ah_wire_size_matches_scapy(integ: str, mode: str, version: int) -> None:
     """AH header + ICV padded to 32 bits (IPv4) or 64 bits (IPv6), RFC 4302 §2.2."""
     name, klen = SCAPY_AUTH[integ]
@@ -197,6 +201,8 @@ def test_ipcomp_layout_and_secured_lengths() -> None:
     assert plan.l_alg == 816 + 896
     # Not smaller: sent without IPComp (RFC 3173 §2.2); small: not even tried.
     big = packet_plan(cfg, 1500, compressed_len=lambda n: n - 3)
-    assert not big.compressed and big.wire == wire_size(parse_configuration("esp:aes128-sha1"), 1500)
+    assert not big.compressed and big.wire == wire_size(
+        parse_configuration("esp:aes128-sha1"), 1500
+    )
     small = packet_plan(cfg, 60, compressed_len=lambda n: 10)
     assert not small.compressed and "compress" not in small.stages

@@ -27,6 +27,7 @@ from ipsec_lab.model.throughput import (
     predict_mix,
 )
 from ipsec_lab.model.transforms import (
+    IPCOMP_DEFAULT_MIN,
     ConfigError,
     Layout,
     SecuredLength,
@@ -237,7 +238,8 @@ def _model_fit(args: argparse.Namespace) -> int:
         return 0
     c = _console()
     params = ", ".join(
-        f"{k} = {_f(v)}" + (f" ± {_f(doc['uncertainty'].get(k), '.2g')}" if doc["uncertainty"].get(k) else "")
+        f"{k} = {_f(v)}"
+        + (f" ± {_f(doc['uncertainty'].get(k), '.2g')}" if doc["uncertainty"].get(k) else "")
         for k, v in f.model.params().items()
     )
     c.print(f"[bold]{f.model.mode} model, L_alg = {doc['lalg']}[/bold] ({f.method}): {params}")
@@ -252,9 +254,7 @@ def _model_fit(args: argparse.Namespace) -> int:
         ]
         for p in f.points
     ]
-    c.print(
-        _table("points", ["size B", "L_alg B", "Mbit/s", "model", "resid %", "excluded"], rows)
-    )
+    c.print(_table("points", ["size B", "L_alg B", "Mbit/s", "model", "resid %", "excluded"], rows))
     for n in f.notes:
         c.print(f"[yellow]note:[/yellow] {n}")
     return 0
@@ -328,9 +328,9 @@ def _mix_arg(text: str) -> tuple[str, tuple[tuple[int, float], ...]]:
 def _add_model(sub: Any) -> None:
     m = sub.add_parser(
         "model",
-        help="fit and use the Tisovsky–Baronak throughput model",
+        help="fit and use the Tisovsky-Baronak throughput model",
         description=(
-            "The Tisovsky–Baronak model of a securing process: per packet "
+            "The Tisovsky-Baronak model of a securing process: per packet "
             "t = t_fix + L_alg/R_alg (sync, software crypto) or "
             "t = max(t_fix, t_oh + L_alg/R_alg) (async, a crypto engine beside the CPU); "
             "throughput R(L) = L/t. Sizes are bytes of the inner IP packet, rates Mbit/s, "
@@ -365,8 +365,7 @@ def _add_model(sub: Any) -> None:
         type=_arg(parse_point),
         required=True,
         metavar="SIZE:MBPS",
-        help="a measurement: inner IP packet size in bytes and throughput in Mbit/s "
-        "(repeatable)",
+        help="a measurement: inner IP packet size in bytes and throughput in Mbit/s (repeatable)",
     )
     f.add_argument(
         "--link-mbps",
@@ -455,7 +454,9 @@ def _bench_points(suite: str, budget_ms: int, trials: int, op: str) -> list[Poin
 def _esp_suite(config: str) -> str:
     cfg = parse_configuration(config)
     if cfg.esp is None or cfg.ipcomp or cfg.ah:
-        raise UserError(f"{config!r}: the engine benchmark measures one ESP SA, e.g. esp:aes128gcm16")
+        raise UserError(
+            f"{config!r}: the engine benchmark measures one ESP SA, e.g. esp:aes128gcm16"
+        )
     enc, integ = cfg.esp
     suite = enc.name if integ.name == "null" else f"{enc.name}-{integ.name}"
     from ipsec_lab import _native
@@ -771,9 +772,9 @@ def _add_advise(sub: Any) -> None:
     p.add_argument(
         "--min-size",
         type=int,
-        default=ipc.IPCOMP_DEFAULT_MIN,
+        default=IPCOMP_DEFAULT_MIN,
         metavar="BYTES",
-        help=f"smaller packets are not compressed (default: {ipc.IPCOMP_DEFAULT_MIN}, Linux's)",
+        help=f"smaller packets are not compressed (default: {IPCOMP_DEFAULT_MIN}, Linux's)",
     )
     p.add_argument("--window-bits", type=int, default=ipc.DEFAULT_WBITS, choices=range(8, 16))
     p.add_argument("--level", type=int, default=ipc.DEFAULT_LEVEL, choices=range(1, 10))
@@ -785,7 +786,12 @@ def _add_advise(sub: Any) -> None:
     )
     p.add_argument(
         "--costs",
-        choices=["here", "ferrante2005", "ferrante2005-compressible", "ferrante2005-incompressible"],
+        choices=[
+            "here",
+            "ferrante2005",
+            "ferrante2005-compressible",
+            "ferrante2005-incompressible",
+        ],
         default="here",
         help="where CPU costs come from (default: here)",
     )
@@ -826,11 +832,7 @@ def _overhead(args: argparse.Namespace) -> int:
         cols = ["config"] + [f"{s} B" for s in sizes]
         table_rows = [
             [cfg.text]
-            + [
-                f"{r['wire']} (+{r['overhead_pct']:.0f} %)"
-                for r in rows
-                if r["config"] == cfg.text
-            ]
+            + [f"{r['wire']} (+{r['overhead_pct']:.0f} %)" for r in rows if r["config"] == cfg.text]
             for cfg in parsed
         ]
         c.print(_table(f"bytes on the wire per inner IP packet ({lay.mode})", cols, table_rows))

@@ -1,4 +1,4 @@
-"""The Tisovsky–Baronak throughput model and the tools built on it.
+"""The Tisovsky-Baronak throughput model and the tools built on it.
 
 Pure Python on numbers: no root, no testbed. ``transforms`` lays packets out per
 configuration (wire size, secured length L_alg), ``throughput`` fits and predicts,

@@ -26,6 +26,7 @@ from typing import Any
 from ipsec_lab.model.transforms import (
     IPCOMP_DEFAULT_MIN,
     IPCOMP_HEADER,
+    CompressedLen,
     Configuration,
     Layout,
     packet_plan,
@@ -289,6 +290,10 @@ class Advice:
         }
 
 
+def _fixed(c: int | None) -> CompressedLen:
+    return lambda _n: c
+
+
 def advise(
     sample: Compressibility,
     costs: Costs,
@@ -310,7 +315,8 @@ def advise(
     def wire(cfg: Configuration, with_out: bool) -> int:
         total = 0
         for s, c in zip(sample.sizes, sample.out):
-            plan = packet_plan(cfg, s, lay, (lambda _n, c=c: c) if with_out else None, 0)
+            # The sample already applied the minimum size: pass 0 so none is re-applied.
+            plan = packet_plan(cfg, s, lay, _fixed(c) if with_out else None, 0)
             total += plan.wire + l2_bytes
         return total
 

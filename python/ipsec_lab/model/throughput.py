@@ -1,4 +1,4 @@
-"""The Tisovsky–Baronak throughput model: per-packet time, fits and predictions.
+"""The Tisovsky-Baronak throughput model: per-packet time, fits and predictions.
 
 Units as in the paper: packet sizes L in bytes of the inner IP packet, times in ms,
 rates in Mbit/s. A packet of L bytes at R Mbit/s takes ``0.008 * L / R`` ms.
@@ -224,7 +224,7 @@ class Fit:
 
 
 def fit_sync(points: Sequence[Point], lalg: SecuredLength) -> tuple[SyncModel, str, dict[str, Any]]:
-    """Two points: eq. 10–11. More: weighted least squares with standard errors."""
+    """Two points: eq. 10-11. More: weighted least squares with standard errors."""
     pts = sorted(points, key=lambda p: p.size)
     if len(pts) < 2:
         raise FitError("a synchronous fit needs at least two points (t_fix and R_alg)")

@@ -11,10 +11,10 @@ Two numbers per packet come out of it, both as a function of the inner IP packet
 * the **wire size** of the protected packet (outer IP header, UDP encapsulation, ESP, AH
   and IPComp headers, IV, padding, ICV), exactly as RFC 4303 §2, RFC 4302 §2, RFC 3173 §2.2
   and RFC 3948 §2.1 lay it out, with minimal padding as our engine emits it;
-* the **secured length** L_alg of the Tisovsky–Baronak model: in the paper's forms
+* the **secured length** L_alg of the Tisovsky-Baronak model: in the paper's forms
   (eq. 5 for AH, eq. 6 for ESP, or L_alg = L) and a *precise* form that counts, for each
   algorithm, the bytes its block function really runs over (cipher blocks, hash blocks
-  including the Merkle–Damgård padding, GHASH blocks) and adds them up.
+  including the Merkle-Damgård padding, GHASH blocks) and adds them up.
 
 In the precise form a cipher + HMAC configuration counts every byte once per algorithm
 that processes it, so its fitted R_alg is the rate of "crypto bytes" through both; the
@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Optional
 
 IPV4_HEADER = 20
 IPV6_HEADER = 40
@@ -65,7 +66,7 @@ class Integrity:
     name: str
     icv: int  # ICV bytes on the wire
     block: int  # hash block (HMAC) or GHASH block (GMAC)
-    md_pad: int  # minimum Merkle–Damgård padding: 0x80 + length field (0 for GMAC)
+    md_pad: int  # minimum Merkle-Damgård padding: 0x80 + length field (0 for GMAC)
     iv: int = 0  # GMAC in AH carries an 8-byte IV in front of the ICV (RFC 4543 §3.1)
     legacy: bool = False
 
@@ -234,7 +235,7 @@ def _hash_work(integ: Integrity, n: int) -> int:
     return _ceil_to(n + integ.md_pad, integ.block)
 
 
-CompressedLen = Callable[[int], int | None]
+CompressedLen = Callable[[int], Optional[int]]
 
 
 @dataclass
@@ -301,7 +302,7 @@ def packet_plan(
     if cfg.ah:
         ah = ah_length(cfg.ah, lay.ip_version)
         covered = lay.ip_header + ah + payload  # RFC 4302 §3.3.3: the whole packet
-        if cfg.ah.iv:  # GMAC: GHASH blocks, no Merkle–Damgård padding
+        if cfg.ah.iv:  # GMAC: GHASH blocks, no Merkle-Damgård padding
             stages["ah_mac"] = _ceil_to(covered, 16)
         else:
             stages["ah_mac"] = _hash_work(cfg.ah, covered)
