@@ -4,6 +4,7 @@ the parameters that generated their points."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -227,6 +228,23 @@ def test_link_limited_points_are_detected_without_the_link_rate() -> None:
     # Points that follow the model are all kept.
     clean = [Point(s, truth.throughput_mbps(s)) for s in sizes]
     assert not any(p.excluded for p in fit(clean, lalg).points)
+
+
+def test_mix_from_a_histogram_file(tmp_path: Path) -> None:
+    f = tmp_path / "hist.txt"
+    f.write_text("# size count\n40 7\n576,4\n\n1500 1  # full size\n")
+    assert parse_mix(f"@{f}") == parse_mix("imix")
+    f.write_text("40 7\n576\n")
+    with pytest.raises(FitError, match=r"hist\.txt, line 2: want SIZE WEIGHT"):
+        parse_mix(f"@{f}")
+    with pytest.raises(FitError, match=r"mix file .*missing"):
+        parse_mix(f"@{tmp_path / 'missing'}")
+
+
+def test_which_term_is_larger() -> None:
+    m = SyncModel(0.01, 100.0, parse_lalg("ip"))
+    # L_alg / R_alg = t_fix at 125 bytes.
+    assert m.limit(100) == "t_fix" and m.limit(200) == "L_alg/R_alg"
 
 
 def test_mix_throughput_is_bytes_over_time() -> None:

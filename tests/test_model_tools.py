@@ -241,6 +241,7 @@ def test_cli_fit_bad_input_is_a_clear_error(args: list[str], message: str) -> No
     p = _cli("model", "fit", "--lalg", "esp:16", *args, ok=False)
     assert p.returncode == 2
     assert message in p.stderr
+    assert "model fit" in p.stderr
     assert "Traceback" not in p.stderr
 
 

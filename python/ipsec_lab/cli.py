@@ -185,7 +185,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "bench":
             rc: int = args.func(args)
         else:
-            rc = cli_model.run(args, f"ipsec-lab {args.command}")
+            sub = getattr(args, "model_command", None) or getattr(args, "advise_command", None)
+            rc = cli_model.run(args, " ".join(filter(None, ["ipsec-lab", args.command, sub])))
     except BrokenPipeError:
         # The reader (e.g. `| head`) went away: not an error of ours.
         sys.stderr.close()

@@ -312,7 +312,7 @@ def _model_predict(args: argparse.Namespace) -> int:
             [str(p["size"]), str(p["l_alg"]), f"{p['mbps']:.4g}", f"{p['kpps']:.4g}", p["limit"]]
             for p in preds
         ]
-        c.print(_table("predicted", ["size B", "L_alg B", "Mbit/s", "kpps", "limited by"], rows))
+        c.print(_table("predicted", ["size B", "L_alg B", "Mbit/s", "kpps", "larger term"], rows))
     for m in mixes:
         c.print(
             f"{m['mix']}: {m['mbps']:.4g} Mbit/s, {m['kpps']:.4g} kpps "
@@ -432,8 +432,8 @@ def _add_model(sub: Any) -> None:
         action="append",
         type=_arg(_mix_arg),
         metavar="MIX",
-        help=f"{' or '.join(MIXES)} (simple IMIX: 7:4:1 of 40, 576, 1500 B IP packets) or "
-        "SIZE:WEIGHT,... (repeatable)",
+        help=f"{' or '.join(MIXES)} (simple IMIX: 7:4:1 of 40, 576, 1500 B IP packets), "
+        "SIZE:WEIGHT,... or @FILE of 'SIZE WEIGHT' lines, a histogram (repeatable)",
     )
     p.add_argument("--pcap", type=Path, metavar="FILE", help="use the IP packet sizes of a capture")
     _add_layout(p)

@@ -18,6 +18,7 @@ from ipsec_lab.model.transforms import (
     ConfigError,
     Configuration,
     Layout,
+    packet_plan,
     parse_configuration,
     wire_size,
 )
@@ -28,13 +29,17 @@ TCP_SYN_OPTIONS = 20  # MSS, SACK-permitted, timestamps, window scale on SYN / S
 
 
 def per_packet(cfg: Configuration, size: int, layout: Layout | None = None) -> dict[str, Any]:
-    w = wire_size(cfg, size, layout)
+    """Wire bytes of one packet, and the bytes each algorithm works through (L_alg)."""
+    plan = packet_plan(cfg, size, layout)
+    w = plan.wire
     return {
         "config": cfg.text,
         "size": size,
         "wire": w,
         "overhead": w - size,
         "overhead_pct": 100 * (w - size) / size,
+        "l_alg": plan.l_alg,
+        "stages": plan.stages,
     }
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Union
 
 import numpy as np
@@ -83,9 +84,9 @@ class SyncModel:
         return transfer_ms(size, 1.0) / self.time_ms(size)
 
     def limit(self, size: int) -> str:
-        """Which term dominates this packet's time."""
+        """Which term is the larger part of this packet's time."""
         per_byte = transfer_ms(self.lalg(size), self.r_alg_mbps)
-        return "per-byte" if per_byte > self.t_fix_ms else "per-packet"
+        return "L_alg/R_alg" if per_byte > self.t_fix_ms else "t_fix"
 
     def params(self) -> dict[str, float]:
         return {"t_fix_ms": self.t_fix_ms, "r_alg_mbps": self.r_alg_mbps}
@@ -116,6 +117,7 @@ class AsyncModel:
         return transfer_ms(size, 1.0) / self.time_ms(size)
 
     def limit(self, size: int) -> str:
+        """Which branch sets this packet's time: the CPU (t_fix) or the crypto engine."""
         return "engine" if self.engine_ms(size) > self.t_fix_ms else "cpu"
 
     def params(self) -> dict[str, float]:
@@ -413,10 +415,31 @@ MIXES: dict[str, tuple[tuple[int, float], ...]] = {"imix": SIMPLE_IMIX, "simple"
 
 
 def parse_mix(text: str) -> tuple[tuple[int, float], ...]:
-    """``imix`` or ``SIZE:WEIGHT,SIZE:WEIGHT,...``."""
+    """``imix``, ``SIZE:WEIGHT,SIZE:WEIGHT,...`` or ``@FILE`` (a histogram: one
+    ``SIZE WEIGHT`` or ``SIZE,WEIGHT`` pair per line; ``#`` starts a comment)."""
     t = text.strip().lower()
     if t in MIXES:
         return MIXES[t]
+    if t.startswith("@"):
+        path = text.strip()[1:]
+        try:
+            lines = Path(path).read_text().splitlines()
+        except OSError as e:
+            raise FitError(f"mix file {path}: {e.strerror or e}") from None
+        pairs = []
+        for n, line in enumerate(lines, 1):
+            body = line.split("#", 1)[0].replace(",", " ").split()
+            if not body:
+                continue
+            if len(body) != 2:
+                raise FitError(f"mix file {path}, line {n}: want SIZE WEIGHT, got {line!r}")
+            pairs.append(f"{body[0]}:{body[1]}")
+        if not pairs:
+            raise FitError(f"mix file {path}: no SIZE WEIGHT lines")
+        try:
+            return parse_mix(",".join(pairs))
+        except FitError as e:
+            raise FitError(f"mix file {path}: {e}") from None
     out: list[tuple[int, float]] = []
     for part in t.split(","):
         s, sep, w = part.partition(":")
