@@ -92,6 +92,22 @@ def _non_negative(text: str) -> float:
     return v
 
 
+def _count(low: int) -> Any:
+    """A whole number at least ``low``."""
+
+    def parse(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if v < low:
+            raise argparse.ArgumentTypeError(f"{v}: must be at least {low}")
+        return v
+
+    parse.__name__ = "number"
+    return parse
+
+
 def _ip_size(text: str) -> int:
     try:
         v = int(text)
@@ -375,7 +391,7 @@ def _add_model(sub: Any) -> None:
     )
     f.add_argument(
         "--wire-overhead",
-        type=int,
+        type=_count(0),
         metavar="BYTES",
         help="bytes each packet adds on the link beyond what the --lalg configuration "
         "gives (the packet size alone for the paper's forms)",
@@ -588,8 +604,8 @@ def _add_plan(sub: Any) -> None:
         "esp:aes128gcm16 (about 5 s)",
     )
     p.add_argument("--op", choices=["seal", "open"], default="seal", help="with --bench")
-    p.add_argument("--budget-ms", type=int, default=60, help="with --bench (default: 60)")
-    p.add_argument("--trials", type=int, default=5, help="with --bench (default: 5)")
+    p.add_argument("--budget-ms", type=_count(1), default=60, help="with --bench (default: 60)")
+    p.add_argument("--trials", type=_count(1), default=5, help="with --bench (default: 5)")
     p.add_argument("--cycles-per-byte", type=_non_negative, metavar="C")
     p.add_argument("--cycles-per-packet", type=_non_negative, default=0.0, metavar="C")
     p.add_argument("--cpu-mhz", type=_positive, metavar="MHZ", help="default: this machine's")
@@ -771,16 +787,30 @@ def _add_advise(sub: Any) -> None:
     )
     p.add_argument(
         "--min-size",
-        type=int,
+        type=_count(0),
         default=IPCOMP_DEFAULT_MIN,
         metavar="BYTES",
         help=f"smaller packets are not compressed (default: {IPCOMP_DEFAULT_MIN}, Linux's)",
     )
-    p.add_argument("--window-bits", type=int, default=ipc.DEFAULT_WBITS, choices=range(8, 16))
-    p.add_argument("--level", type=int, default=ipc.DEFAULT_LEVEL, choices=range(1, 10))
+    p.add_argument(
+        "--window-bits",
+        type=int,
+        default=ipc.DEFAULT_WBITS,
+        choices=range(8, 16),
+        metavar="8-15",
+        help=f"DEFLATE window (default: {ipc.DEFAULT_WBITS}, as Linux)",
+    )
+    p.add_argument(
+        "--level",
+        type=int,
+        default=ipc.DEFAULT_LEVEL,
+        choices=range(1, 10),
+        metavar="1-9",
+        help=f"DEFLATE level (default: {ipc.DEFAULT_LEVEL})",
+    )
     p.add_argument(
         "--max-bytes",
-        type=int,
+        type=_count(1),
         default=16 * 1024 * 1024,
         help="use at most this much of --data (default: 16 MiB)",
     )
@@ -800,7 +830,7 @@ def _add_advise(sub: Any) -> None:
     p.add_argument("--compress-us-per-kb", type=_non_negative, metavar="US")
     p.add_argument(
         "--l2-bytes",
-        type=int,
+        type=_count(0),
         default=ipc.ETHERNET_HEADER,
         metavar="BYTES",
         help="link-layer bytes per packet (default: 14, Ethernet)",
@@ -865,6 +895,12 @@ def _overhead(args: argparse.Namespace) -> int:
                 caption="both directions; MSS clamped so protected segments fit the MTU",
             )
         )
+    legacy = [cfg.text for cfg in parsed if cfg.legacy]
+    if legacy:
+        c.print(
+            f"[yellow]note:[/yellow] {', '.join(legacy)} use broken or weak algorithms "
+            "(DES, 3DES, MD5), modelled to reproduce the older studies: do not deploy them"
+        )
     return 0
 
 
@@ -895,17 +931,19 @@ def _add_overhead(sub: Any) -> None:
         metavar="SIZE",
         help="an application transfer, e.g. 1KB, 10MB (1 KB = 1024 B; repeatable)",
     )
-    p.add_argument("--mtu", type=int, default=1500, help="link MTU (default: 1500)")
+    p.add_argument(
+        "--mtu", type=_count(68), default=1500, help="link MTU (default: 1500; at least 68)"
+    )
     p.add_argument(
         "--request-bytes",
-        type=int,
+        type=_count(0),
         default=0,
         metavar="BYTES",
         help="client request before the transfer (e.g. ~100 for an HTTP GET; default: 0)",
     )
     p.add_argument(
         "--l2-bytes",
-        type=int,
+        type=_count(0),
         default=14,
         metavar="BYTES",
         help="link-layer bytes per packet counted in the load (default: 14, Ethernet)",

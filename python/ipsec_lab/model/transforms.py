@@ -18,7 +18,7 @@ Two numbers per packet come out of it, both as a function of the inner IP packet
 
 In the precise form a cipher + HMAC configuration counts every byte once per algorithm
 that processes it, so its fitted R_alg is the rate of "crypto bytes" through both; the
-per-algorithm split is kept in :func:`stage_lengths` for the engine's per-stage counters.
+per-algorithm split is kept in :attr:`PacketPlan.stages` for the engine's per-stage counters.
 """
 
 from __future__ import annotations
@@ -99,7 +99,7 @@ INTEGRITY: dict[str, Integrity] = {
         Integrity("sha512", 32, 128, 17),
     ]
 }
-# AH adds GMAC as an integrity algorithm (RFC 4543 §3.1: IV in the AH ICV field).
+# AH adds GMAC as an integrity algorithm (RFC 4543: an 8-byte IV before the 16-byte ICV).
 AH_INTEGRITY: dict[str, Integrity] = {
     **{k: v for k, v in INTEGRITY.items() if k != "null"},
     "aes128gmac": Integrity("aes128gmac", 16, 16, 0, iv=8),
@@ -252,10 +252,6 @@ class PacketPlan:
     def l_alg(self) -> int:
         return sum(v for k, v in self.stages.items() if k != "compress")
 
-    @property
-    def l_alg_with_compress(self) -> int:
-        return sum(self.stages.values())
-
 
 def packet_plan(
     cfg: Configuration,
@@ -291,7 +287,7 @@ def packet_plan(
         if cipher.kind == "cbc" or cipher.kind == "aead":
             stages["cipher"] = _ceil_to(ct, cipher.work_block)
         if cipher.kind == "gmac":
-            # GHASH over AAD (SPI + seq) + IV + plaintext (RFC 4543 §3.2).
+            # GHASH over SPI, sequence number, IV and the plaintext (RFC 4543: all AAD).
             stages["mac"] = _ceil_to(ESP_HEADER + cipher.iv + ct, 16)
         if integ.name != "null":
             # HMAC over ESP header + IV + ciphertext (RFC 4303 §3.3.2).
@@ -320,10 +316,6 @@ def wire_size(cfg: Configuration, size: int, layout: Layout | None = None) -> in
     """Bytes of the IP packet on the wire for one inner packet of ``size`` bytes
     (incompressible data for IPComp)."""
     return packet_plan(cfg, size, layout).wire
-
-
-def stage_lengths(cfg: Configuration, size: int, layout: Layout | None = None) -> dict[str, int]:
-    return packet_plan(cfg, size, layout).stages
 
 
 # --- the secured length in the forms the CLI accepts --------------------------------------
