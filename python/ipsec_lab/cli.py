@@ -89,14 +89,7 @@ def _print_table(rows: list[dict[str, Any]], env: dict[str, Any]) -> None:
     )
 
 
-def _positive_size(s: str) -> int:
-    try:
-        v = int(s)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{s!r} is not a whole number of bytes") from None
-    if not 28 <= v <= 9000:
-        raise argparse.ArgumentTypeError(f"{v}: IP packet size must be 28 to 9000 bytes")
-    return v
+_positive_size = cli_model.whole(28, 9000, "IP packet size")
 
 
 def _suite(s: str) -> str:

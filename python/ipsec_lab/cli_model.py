@@ -92,30 +92,24 @@ def _non_negative(text: str) -> float:
     return v
 
 
-def _count(low: int) -> Any:
-    """A whole number at least ``low``."""
+def whole(low: int, high: int | None = None, what: str = "value") -> Any:
+    """An argparse type: a whole number from ``low`` (to ``high``), errors naming ``what``."""
 
     def parse(text: str) -> int:
         try:
             v = int(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-        if v < low:
-            raise argparse.ArgumentTypeError(f"{v}: must be at least {low}")
+        if v < low or (high is not None and v > high):
+            span = f"at least {low}" if high is None else f"{low} to {high}"
+            raise argparse.ArgumentTypeError(f"{v}: {what} must be {span}")
         return v
 
-    parse.__name__ = "number"
+    parse.__name__ = what
     return parse
 
 
-def _ip_size(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of bytes") from None
-    if not 20 <= v <= 65535:
-        raise argparse.ArgumentTypeError(f"{v}: an IP packet is 20 to 65535 bytes")
-    return v
+_ip_size = whole(20, 65535, "IP packet size")
 
 
 def _bytes(text: str) -> int:
@@ -391,7 +385,7 @@ def _add_model(sub: Any) -> None:
     )
     f.add_argument(
         "--wire-overhead",
-        type=_count(0),
+        type=whole(0),
         metavar="BYTES",
         help="bytes each packet adds on the link beyond what the --lalg configuration "
         "gives (the packet size alone for the paper's forms)",
@@ -604,8 +598,8 @@ def _add_plan(sub: Any) -> None:
         "esp:aes128gcm16 (about 5 s)",
     )
     p.add_argument("--op", choices=["seal", "open"], default="seal", help="with --bench")
-    p.add_argument("--budget-ms", type=_count(1), default=60, help="with --bench (default: 60)")
-    p.add_argument("--trials", type=_count(1), default=5, help="with --bench (default: 5)")
+    p.add_argument("--budget-ms", type=whole(1), default=60, help="with --bench (default: 60)")
+    p.add_argument("--trials", type=whole(1), default=5, help="with --bench (default: 5)")
     p.add_argument("--cycles-per-byte", type=_non_negative, metavar="C")
     p.add_argument("--cycles-per-packet", type=_non_negative, default=0.0, metavar="C")
     p.add_argument("--cpu-mhz", type=_positive, metavar="MHZ", help="default: this machine's")
@@ -787,7 +781,7 @@ def _add_advise(sub: Any) -> None:
     )
     p.add_argument(
         "--min-size",
-        type=_count(0),
+        type=whole(0),
         default=IPCOMP_DEFAULT_MIN,
         metavar="BYTES",
         help=f"smaller packets are not compressed (default: {IPCOMP_DEFAULT_MIN}, Linux's)",
@@ -810,7 +804,7 @@ def _add_advise(sub: Any) -> None:
     )
     p.add_argument(
         "--max-bytes",
-        type=_count(1),
+        type=whole(1),
         default=16 * 1024 * 1024,
         help="use at most this much of --data (default: 16 MiB)",
     )
@@ -830,7 +824,7 @@ def _add_advise(sub: Any) -> None:
     p.add_argument("--compress-us-per-kb", type=_non_negative, metavar="US")
     p.add_argument(
         "--l2-bytes",
-        type=_count(0),
+        type=whole(0),
         default=ipc.ETHERNET_HEADER,
         metavar="BYTES",
         help="link-layer bytes per packet (default: 14, Ethernet)",
@@ -932,18 +926,18 @@ def _add_overhead(sub: Any) -> None:
         help="an application transfer, e.g. 1KB, 10MB (1 KB = 1024 B; repeatable)",
     )
     p.add_argument(
-        "--mtu", type=_count(68), default=1500, help="link MTU (default: 1500; at least 68)"
+        "--mtu", type=whole(68), default=1500, help="link MTU (default: 1500; at least 68)"
     )
     p.add_argument(
         "--request-bytes",
-        type=_count(0),
+        type=whole(0),
         default=0,
         metavar="BYTES",
         help="client request before the transfer (e.g. ~100 for an HTTP GET; default: 0)",
     )
     p.add_argument(
         "--l2-bytes",
-        type=_count(0),
+        type=whole(0),
         default=14,
         metavar="BYTES",
         help="link-layer bytes per packet counted in the load (default: 14, Ethernet)",
