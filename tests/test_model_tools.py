@@ -284,7 +284,7 @@ def test_cli_plan_overhead_advise_json(tmp_path: Path) -> None:
     "args, message",
     [
         (["plan"], "one source of costs"),
-        (["plan", "--bench", "esp:3des-md5"], "does not implement 3des-md5"),
+        (["plan", "--bench", "ah:sha1"], "measures one ESP SA"),
         (["overhead", "--config", "esp:bogus"], "unknown ESP encryption"),
         (["overhead", "--transfer", "3 parsecs"], "not a size"),
         (["advise", "ipcomp", "--link-mbps", "10"], "give one sample"),

@@ -21,9 +21,10 @@ from scapy.packet import Packet, Raw  # noqa: E402
 
 ENC_KEY = {
     "aes128": 16, "aes192": 24, "aes256": 32, "aes128gcm16": 20, "aes256gcm16": 36,
-    "chacha20poly1305": 36, "aes128gmac": 20, "aes256gmac": 36, "null": 0,
+    "chacha20poly1305": 36, "aes128gmac": 20, "aes256gmac": 36, "null": 0, "3des": 24, "des": 8,
 }  # fmt: skip
-INTEG_KEY = {"null": 0, "sha1": 20, "sha256": 32, "sha384": 48, "sha512": 64}
+INTEG_KEY = {"null": 0, "sha1": 20, "sha256": 32, "sha384": 48, "sha512": 64, "md5": 16}
+LEGACY = {"3des", "des", "md5"}
 COMBINED = {"aes128gcm16", "aes256gcm16", "chacha20poly1305", "aes128gmac", "aes256gmac"}
 SIZES = [48, 63, 64, 65, 100, 127, 128, 129, 511, 512, 1400, 1420, 1500]
 
@@ -67,11 +68,12 @@ def test_esp_wire_size_is_what_the_engine_sends(
         0x1000,
         enc,
         integ,
-        enc_key="11" * ENC_KEY[enc] or None,
+        enc_key=bytes(range(ENC_KEY[enc])) or None,  # distinct bytes: 3DES refuses K1 = K2
         integ_key="22" * INTEG_KEY[integ] or None,
         mode=mode,
         tunnel_src=src,
         tunnel_dst=dst,
+        legacy=bool(LEGACY & {enc, integ}),
     )
     cfg = parse_configuration(f"esp:{enc}" + ("" if integ == "null" else f"-{integ}"))
     lay = Layout(mode, outer, inner)

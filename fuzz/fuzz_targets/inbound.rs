@@ -16,16 +16,21 @@ use ipsec::{
 };
 use libfuzzer_sys::fuzz_target;
 
-const SUITES: &[&str] = &["aes128gcm16", "aes128-sha1", "null-sha256", "aes128gmac", "chacha20poly1305"];
+const SUITES: &[&str] = &[
+    "aes128gcm16", "aes128-sha1", "null-sha256", "aes128gmac", "chacha20poly1305", "3des-md5",
+    "des-sha1",
+];
 
 fn config(suite: &str, mode: Mode, dir: Direction, esn: bool, v6: bool) -> SaConfig {
     let s = Suite::parse(suite).unwrap();
     let mut c = SaConfig::new(
         0x1000,
         s,
-        SecretBytes::new(vec![7; s.encryption.key_len()]),
+        // Distinct bytes: a 3DES key of equal thirds would be refused as single DES.
+        SecretBytes::new((0..s.encryption.key_len()).map(|i| i as u8 ^ 0x5a).collect()),
         SecretBytes::new(vec![9; s.integrity.key_len()]),
     );
+    c.legacy = s.is_legacy();
     c.mode = mode;
     c.direction = dir;
     c.esn = esn;

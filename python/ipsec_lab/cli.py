@@ -127,7 +127,8 @@ def build_parser() -> argparse.ArgumentParser:
         type=_suite,
         metavar="PROPOSAL",
         help="proposal such as aes128gcm16 or aes128-sha256 (repeatable; "
-        f"default: {', '.join(_native.default_suites())})",
+        f"default: {', '.join(_native.default_suites())}). The legacy 3des, des and md5 "
+        "(broken or weak, for reproducing older studies) run only when named here",
     )
     b.add_argument(
         "--size",

@@ -52,7 +52,8 @@ struct PySa {
 impl PySa {
     #[new]
     #[pyo3(signature = (spi, encryption, integrity="null", *, enc_key=None, integ_key=None,
-        mode="tunnel", tunnel_src=None, tunnel_dst=None, esn=false, replay_window=Some(1024)))]
+        mode="tunnel", tunnel_src=None, tunnel_dst=None, esn=false, replay_window=Some(1024),
+        legacy=false))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         spi: u32,
@@ -65,6 +66,7 @@ impl PySa {
         tunnel_dst: Option<&str>,
         esn: bool,
         replay_window: Option<u32>,
+        legacy: bool,
     ) -> PyResult<Self> {
         let suite = Suite::from_names(encryption, integrity)
             .map_err(|e| PyValueError::new_err(e.to_string()))?;
@@ -79,6 +81,7 @@ impl PySa {
         })?;
         c.esn = esn;
         c.replay_window = replay_window;
+        c.legacy = legacy;
         let addr = |name: &str, a: &str| {
             a.parse()
                 .map_err(|_| PyValueError::new_err(format!("{name}: {a:?} is not an IP address")))

@@ -64,6 +64,8 @@ pub struct SaConfig {
     pub tunnel: Option<TunnelEndpoints>,
     /// TTL / hop limit of outer headers built in tunnel mode.
     pub outer_ttl: u8,
+    /// Accept broken or weak algorithms (DES, 3DES, MD5), for reproducing older studies.
+    pub legacy: bool,
 }
 
 impl SaConfig {
@@ -80,6 +82,7 @@ impl SaConfig {
             replay_window: Some(DEFAULT_WINDOW),
             tunnel: None,
             outer_ttl: 64,
+            legacy: false,
         }
     }
 }
@@ -163,6 +166,7 @@ impl Sa {
         if cfg.spi < 256 {
             return Err(SaError::ReservedSpi(cfg.spi));
         }
+        cfg.suite.check_legacy(cfg.legacy)?;
         let replay = match cfg.replay_window {
             Some(w) => ReplayWindow::new(w).map_err(SaError::ReplayWindow)?,
             None => ReplayWindow::disabled(),

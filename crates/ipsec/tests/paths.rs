@@ -27,6 +27,8 @@ fn cfg(suite: &str, mode: Mode, dir: Direction, outer: (&str, &str)) -> SaConfig
     let mut c = SaConfig::new(0x1000, s, e, i);
     c.mode = mode;
     c.direction = dir;
+    // The tests name their suites: a legacy one is the explicit choice an SA asks for.
+    c.legacy = s.is_legacy();
     c.tunnel = Some(TunnelEndpoints {
         src: outer.0.parse().unwrap(),
         dst: outer.1.parse().unwrap(),
@@ -115,6 +117,9 @@ fn every_mode_and_family_round_trips() {
         "chacha20poly1305",
         "aes128gmac",
         "null-sha1",
+        "3des-md5",
+        "des-sha1",
+        "null-md5",
     ] {
         for (outer, inner) in [(v4, v4), (v4, v6), (v6, v4), (v6, v6)] {
             let (is, id) = inner;
@@ -202,7 +207,13 @@ fn decrypted_packet_must_match_its_sa_policy() {
 #[test]
 fn bad_input_is_a_named_drop() {
     let v4 = ("192.0.2.1", "192.0.2.2");
-    for suite in ["aes128gcm16", "aes128-sha1", "null-sha256", "aes256gmac"] {
+    for suite in [
+        "aes128gcm16",
+        "aes128-sha1",
+        "null-sha256",
+        "aes256gmac",
+        "3des-md5",
+    ] {
         let (mut a, _) = pair(suite, Mode::Tunnel, v4, ("10.1.0.0/16", "10.2.0.0/16"));
         let wire = seal_via(&mut a, &udp("10.1.0.1", "10.2.0.1", 200));
         let fresh = || pair(suite, Mode::Tunnel, v4, ("10.1.0.0/16", "10.2.0.0/16")).1;
@@ -395,4 +406,35 @@ fn no_room_is_a_drop_not_a_panic() {
         &pkt[..],
         "transport header moved back after a refusal"
     );
+}
+
+#[test]
+fn legacy_algorithms_need_an_sa_marked_legacy() {
+    let v4 = ("192.0.2.1", "192.0.2.2");
+    for (suite, named) in [("3des-sha1", "3des"), ("des", "des"), ("aes128-md5", "md5")] {
+        let mut c = cfg(suite, Mode::Tunnel, Direction::Out, v4);
+        c.legacy = false;
+        let e = Sa::new(&c).unwrap_err().to_string();
+        assert!(e.contains(named) && e.contains("legacy"), "{e}");
+        c.legacy = true;
+        assert!(Sa::new(&c).is_ok(), "{suite}");
+    }
+    // Today's algorithms need no flag.
+    let mut c = cfg("aes128gcm16", Mode::Tunnel, Direction::Out, v4);
+    c.legacy = false;
+    assert!(Sa::new(&c).is_ok());
+}
+
+#[test]
+fn degenerate_3des_keys_are_refused() {
+    let v4 = ("192.0.2.1", "192.0.2.2");
+    for k in [
+        [[1u8; 8], [1; 8], [2; 8]].concat(),
+        [[1u8; 8], [2; 8], [2; 8]].concat(),
+    ] {
+        let mut c = cfg("3des-sha1", Mode::Tunnel, Direction::Out, v4);
+        c.enc_key = SecretBytes::new(k);
+        let e = Sa::new(&c).unwrap_err().to_string();
+        assert!(e.contains("single DES"), "{e}");
+    }
 }

@@ -30,6 +30,10 @@ pub enum Encryption {
     /// AES-GMAC, authentication only (RFC 4543 ENCR_NULL_AUTH_AES_GMAC).
     Aes128Gmac,
     Aes256Gmac,
+    /// Legacy: 3DES-CBC (RFC 2451), 64-bit blocks; weak by today's standards.
+    TripleDesCbc,
+    /// Legacy: DES-CBC (RFC 2405), 56-bit key; broken.
+    DesCbc,
 }
 
 /// ESP integrity algorithm (for non-combined encryption).
@@ -42,6 +46,8 @@ pub enum Integrity {
     HmacSha256_128,
     HmacSha384_192,
     HmacSha512_256,
+    /// Legacy: HMAC-MD5-96 (RFC 2403).
+    HmacMd5_96,
 }
 
 const ENCRYPTION_NAMES: &[(&str, Encryption)] = &[
@@ -54,6 +60,8 @@ const ENCRYPTION_NAMES: &[(&str, Encryption)] = &[
     ("chacha20poly1305", Encryption::ChaCha20Poly1305),
     ("aes128gmac", Encryption::Aes128Gmac),
     ("aes256gmac", Encryption::Aes256Gmac),
+    ("3des", Encryption::TripleDesCbc),
+    ("des", Encryption::DesCbc),
 ];
 
 const INTEGRITY_NAMES: &[(&str, Integrity)] = &[
@@ -62,6 +70,7 @@ const INTEGRITY_NAMES: &[(&str, Integrity)] = &[
     ("sha256", Integrity::HmacSha256_128),
     ("sha384", Integrity::HmacSha384_192),
     ("sha512", Integrity::HmacSha512_256),
+    ("md5", Integrity::HmacMd5_96),
 ];
 
 impl Encryption {
@@ -104,6 +113,9 @@ impl Encryption {
             Encryption::Aes256Gcm16 | Encryption::Aes256Gmac | Encryption::ChaCha20Poly1305 => {
                 32 + 4
             }
+            // RFC 2451 §2.3: three 64-bit DES keys (parity bits included, not checked).
+            Encryption::TripleDesCbc => 24,
+            Encryption::DesCbc => 8,
         }
     }
     /// Explicit IV carried in each packet.
@@ -118,8 +130,13 @@ impl Encryption {
     pub fn block_len(self) -> usize {
         match self {
             Encryption::Aes128Cbc | Encryption::Aes192Cbc | Encryption::Aes256Cbc => 16,
+            Encryption::TripleDesCbc | Encryption::DesCbc => 8,
             _ => 1,
         }
+    }
+    /// Broken or weak: accepted only on an SA explicitly marked legacy.
+    pub fn is_legacy(self) -> bool {
+        matches!(self, Encryption::TripleDesCbc | Encryption::DesCbc)
     }
     /// ICV of a combined mode (0 for non-combined ciphers).
     pub fn aead_icv_len(self) -> usize {
@@ -148,10 +165,15 @@ impl Integrity {
     pub fn all_names() -> impl Iterator<Item = &'static str> {
         INTEGRITY_NAMES.iter().map(|(n, _)| *n)
     }
-    /// HMAC key length: the hash output length (RFC 2404 §3, RFC 4868 §2.1.1).
+    /// Broken or weak: accepted only on an SA explicitly marked legacy.
+    pub fn is_legacy(self) -> bool {
+        self == Integrity::HmacMd5_96
+    }
+    /// HMAC key length: the hash output length (RFC 2403 §3, RFC 2404 §3, RFC 4868 §2.1.1).
     pub fn key_len(self) -> usize {
         match self {
             Integrity::Null => 0,
+            Integrity::HmacMd5_96 => 16,
             Integrity::HmacSha1_96 => 20,
             Integrity::HmacSha256_128 => 32,
             Integrity::HmacSha384_192 => 48,
@@ -162,7 +184,7 @@ impl Integrity {
     pub fn icv_len(self) -> usize {
         match self {
             Integrity::Null => 0,
-            Integrity::HmacSha1_96 => 12,
+            Integrity::HmacSha1_96 | Integrity::HmacMd5_96 => 12,
             Integrity::HmacSha256_128 => 16,
             Integrity::HmacSha384_192 => 24,
             Integrity::HmacSha512_256 => 32,
@@ -196,6 +218,10 @@ pub enum SuiteError {
         expected: usize,
         got: usize,
     },
+    /// A broken or weak algorithm on an SA not marked legacy.
+    Legacy(&'static str),
+    /// 3DES keys with K1 = K2 or K2 = K3: the cipher collapses to single DES.
+    DegenerateKey,
 }
 
 impl fmt::Display for SuiteError {
@@ -223,6 +249,14 @@ impl fmt::Display for SuiteError {
                 f,
                 "{what} key for {algorithm} must be {expected} bytes ({} hex digits), got {got} bytes",
                 expected * 2
+            ),
+            SuiteError::Legacy(a) => write!(
+                f,
+                "{a} is a legacy algorithm (broken or weak): it is accepted only on an SA \
+                 marked legacy, to reproduce older studies; never use it to protect traffic"
+            ),
+            SuiteError::DegenerateKey => f.write_str(
+                "3des key has K1 = K2 or K2 = K3, which makes it single DES (RFC 2451 §2.3): refused",
             ),
         }
     }
@@ -262,6 +296,24 @@ impl Suite {
             Some((e, i)) => Suite::from_names(e, i),
             None => Suite::from_names(proposal, "null"),
         }
+    }
+
+    /// Refuse a legacy algorithm unless the SA is marked legacy.
+    pub fn check_legacy(&self, allowed: bool) -> Result<(), SuiteError> {
+        if allowed {
+            return Ok(());
+        }
+        if self.encryption.is_legacy() {
+            return Err(SuiteError::Legacy(self.encryption.name()));
+        }
+        if self.integrity.is_legacy() {
+            return Err(SuiteError::Legacy(self.integrity.name()));
+        }
+        Ok(())
+    }
+
+    pub fn is_legacy(&self) -> bool {
+        self.encryption.is_legacy() || self.integrity.is_legacy()
     }
 
     /// The proposal name, the inverse of [`Suite::parse`].
@@ -372,9 +424,26 @@ mod tests {
             "null-sha512",
             "aes256",
             "chacha20poly1305",
+            "3des-md5",
+            "des-sha1",
+            "null-md5",
         ] {
             assert_eq!(Suite::parse(p).unwrap().name(), p);
         }
+    }
+
+    #[test]
+    fn legacy_is_refused_unless_allowed() {
+        for (p, named) in [("3des-sha1", "3des"), ("des", "des"), ("null-md5", "md5")] {
+            let s = Suite::parse(p).unwrap();
+            assert!(s.is_legacy());
+            assert_eq!(s.check_legacy(false), Err(SuiteError::Legacy(named)));
+            assert_eq!(s.check_legacy(true), Ok(()));
+        }
+        let today = Suite::parse("aes128-sha1").unwrap();
+        assert!(!today.is_legacy() && today.check_legacy(false).is_ok());
+        // Never chosen by default.
+        assert!(Suite::bench_defaults().iter().all(|s| !s.is_legacy()));
     }
 
     #[test]

@@ -1,12 +1,15 @@
 //! Per-SA expanded keys and the seal/open primitives ESP calls.
 
+use ::hmac::Mac as _;
 use aws_lc_rs::aead::{self, Aad, LessSafeKey, Nonce, UnboundKey};
 use aws_lc_rs::cipher::{
     DecryptingKey, DecryptionContext, EncryptingKey, EncryptionContext, UnboundCipherKey,
 };
 use aws_lc_rs::constant_time::verify_slices_are_equal;
-use aws_lc_rs::hmac;
+use aws_lc_rs::hmac as awshmac;
 use aws_lc_rs::iv::FixedLength;
+use cbc::cipher::block_padding::NoPadding;
+use cbc::cipher::{BlockDecryptMut, BlockEncryptMut, InnerIvInit, KeyInit};
 use zeroize::Zeroizing;
 
 use super::{Encryption, Integrity, SecretBytes, Suite, SuiteError};
@@ -32,6 +35,67 @@ enum Cipher {
         key: LessSafeKey,
         salt: Zeroizing<[u8; 4]>,
     },
+    /// Legacy DES / 3DES in CBC mode (RustCrypto; aws-lc-rs has neither).
+    LegacyCbc(LegacyBlock),
+}
+
+/// A DES-family key schedule, expanded once per SA and cloned into each packet's CBC
+/// state (RustCrypto's types zeroise nothing, so these are dropped with the SA).
+#[derive(Clone)]
+#[allow(clippy::large_enum_variant)] // one per SA, as `Cipher`
+enum LegacyBlock {
+    Des(des::Des),
+    Tdes(des::TdesEde3),
+}
+
+impl LegacyBlock {
+    fn encrypt(&self, iv: &[u8], data: &mut [u8]) -> Result<(), DropReason> {
+        let n = data.len();
+        let r = match self {
+            LegacyBlock::Des(k) => cbc::Encryptor::inner_iv_slice_init(k.clone(), iv)
+                .map(|e| e.encrypt_padded_mut::<NoPadding>(data, n).is_ok()),
+            LegacyBlock::Tdes(k) => cbc::Encryptor::inner_iv_slice_init(k.clone(), iv)
+                .map(|e| e.encrypt_padded_mut::<NoPadding>(data, n).is_ok()),
+        };
+        match r {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(DropReason::BadCiphertextLength),
+            Err(_) => Err(DropReason::BadIv),
+        }
+    }
+
+    fn decrypt(&self, iv: &[u8], data: &mut [u8]) -> Result<(), DropReason> {
+        let r = match self {
+            LegacyBlock::Des(k) => cbc::Decryptor::inner_iv_slice_init(k.clone(), iv)
+                .map(|d| d.decrypt_padded_mut::<NoPadding>(data).is_ok()),
+            LegacyBlock::Tdes(k) => cbc::Decryptor::inner_iv_slice_init(k.clone(), iv)
+                .map(|d| d.decrypt_padded_mut::<NoPadding>(data).is_ok()),
+        };
+        match r {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(DropReason::BadCiphertextLength),
+            Err(_) => Err(DropReason::BadIv),
+        }
+    }
+}
+
+/// An HMAC keyed once per SA: aws-lc-rs, or RustCrypto for MD5 (which aws-lc-rs lacks).
+#[allow(clippy::large_enum_variant)] // one per SA, as `Cipher`
+enum MacKey {
+    AwsLc(awshmac::Key),
+    Md5(::hmac::Hmac<md5::Md5>),
+}
+
+/// An untruncated HMAC output (up to SHA-512's 64 bytes).
+struct Icv {
+    bytes: [u8; 64],
+    len: usize,
+}
+
+impl AsRef<[u8]> for Icv {
+    fn as_ref(&self) -> &[u8] {
+        &self.bytes[..self.len]
+    }
 }
 
 /// Where the IV of a sealed packet comes from.
@@ -50,7 +114,7 @@ pub enum IvSource<'a> {
 pub struct CipherState {
     suite: Suite,
     cipher: Cipher,
-    mac: Option<hmac::Key>,
+    mac: Option<MacKey>,
 }
 
 impl core::fmt::Debug for CipherState {
@@ -116,6 +180,19 @@ impl CipherState {
                     .map_err(|_| bad())?;
                 Cipher::Cbc { enc, dec }
             }
+            Encryption::TripleDesCbc => {
+                let k = enc_key.expose();
+                // RFC 2451 §2.3: K1 = K2 or K2 = K3 degenerates to single DES.
+                if k[..8] == k[8..16] || k[8..16] == k[16..24] {
+                    return Err(SuiteError::DegenerateKey);
+                }
+                Cipher::LegacyCbc(LegacyBlock::Tdes(
+                    des::TdesEde3::new_from_slice(k).map_err(|_| bad())?,
+                ))
+            }
+            Encryption::DesCbc => Cipher::LegacyCbc(LegacyBlock::Des(
+                des::Des::new_from_slice(enc_key.expose()).map_err(|_| bad())?,
+            )),
             _ => {
                 let alg = match e {
                     Encryption::Aes128Gcm16 | Encryption::Aes128Gmac => &aead::AES_128_GCM,
@@ -131,7 +208,7 @@ impl CipherState {
                 }
             }
         };
-        let mac = hmac_algorithm(suite.integrity).map(|a| hmac::Key::new(a, integ_key.expose()));
+        let mac = mac_key(suite.integrity, integ_key.expose());
         Ok(CipherState { suite, cipher, mac })
     }
 
@@ -161,8 +238,10 @@ impl CipherState {
             IvSource::Fixed(v) => buf[iv_at..ct_at].copy_from_slice(v),
             IvSource::Generate => match self.cipher {
                 Cipher::Null => {}
-                Cipher::Cbc { .. } => aws_lc_rs::rand::fill(&mut buf[iv_at..ct_at])
-                    .map_err(|_| DropReason::CryptoError)?,
+                Cipher::Cbc { .. } | Cipher::LegacyCbc(_) => {
+                    aws_lc_rs::rand::fill(&mut buf[iv_at..ct_at])
+                        .map_err(|_| DropReason::CryptoError)?
+                }
                 Cipher::Aead { .. } | Cipher::Gmac { .. } => {
                     buf[iv_at..ct_at].copy_from_slice(&seq.to_be_bytes())
                 }
@@ -176,6 +255,10 @@ impl CipherState {
                 ));
                 enc.less_safe_encrypt(&mut buf[ct_at..end], ctx)
                     .map_err(|_| DropReason::CryptoError)?;
+            }
+            Cipher::LegacyCbc(k) => {
+                let (head, ct) = buf[..end].split_at_mut(ct_at);
+                k.encrypt(&head[iv_at..], ct)?;
             }
             Cipher::Aead { key, salt } => {
                 let nonce = nonce(salt, &buf[iv_at..ct_at]);
@@ -232,6 +315,10 @@ impl CipherState {
                 dec.decrypt(&mut buf[ct_at..ct_end], ctx)
                     .map_err(|_| DropReason::BadCiphertextLength)?;
             }
+            Cipher::LegacyCbc(k) => {
+                let (head, ct) = buf[..ct_end].split_at_mut(ct_at);
+                k.decrypt(&head[iv_at..], ct)?;
+            }
             Cipher::Aead { key, salt } => {
                 let nonce = nonce(salt, &buf[iv_at..ct_at]);
                 let aad = aead_aad(&buf[esp..iv_at], seq, esn);
@@ -252,14 +339,22 @@ impl CipherState {
     }
 }
 
-fn hmac_algorithm(i: Integrity) -> Option<hmac::Algorithm> {
-    match i {
-        Integrity::Null => None,
-        Integrity::HmacSha1_96 => Some(hmac::HMAC_SHA1_FOR_LEGACY_USE_ONLY),
-        Integrity::HmacSha256_128 => Some(hmac::HMAC_SHA256),
-        Integrity::HmacSha384_192 => Some(hmac::HMAC_SHA384),
-        Integrity::HmacSha512_256 => Some(hmac::HMAC_SHA512),
-    }
+fn mac_key(i: Integrity, key: &[u8]) -> Option<MacKey> {
+    let alg = match i {
+        Integrity::Null => return None,
+        Integrity::HmacMd5_96 => {
+            // HMAC takes a key of any length (RFC 2104 §2): this cannot fail.
+            return Some(MacKey::Md5(
+                <::hmac::Hmac<md5::Md5> as ::hmac::Mac>::new_from_slice(key)
+                    .expect("HMAC accepts any key"),
+            ));
+        }
+        Integrity::HmacSha1_96 => awshmac::HMAC_SHA1_FOR_LEGACY_USE_ONLY,
+        Integrity::HmacSha256_128 => awshmac::HMAC_SHA256,
+        Integrity::HmacSha384_192 => awshmac::HMAC_SHA384,
+        Integrity::HmacSha512_256 => awshmac::HMAC_SHA512,
+    };
+    Some(MacKey::AwsLc(awshmac::Key::new(alg, key)))
 }
 
 impl Integrity {
@@ -267,10 +362,10 @@ impl Integrity {
     /// same HMAC path ESP uses (for known-answer tests against RFC 2202 / RFC 4231, whose
     /// keys are not all of the length RFC 4868 requires of an SA). Empty for `null`.
     pub fn icv(self, key: &[u8], data: &[u8]) -> (Vec<u8>, Vec<u8>) {
-        let Some(alg) = hmac_algorithm(self) else {
+        let Some(mac) = mac_key(self, key) else {
             return (Vec::new(), Vec::new());
         };
-        let tag = hmac_icv(&hmac::Key::new(alg, key), data, 0, false);
+        let tag = hmac_icv(&mac, data, 0, false);
         (
             tag.as_ref().to_vec(),
             tag.as_ref()[..self.icv_len()].to_vec(),
@@ -301,13 +396,36 @@ fn aead_aad(header: &[u8], seq: u64, esn: bool) -> ([u8; 12], usize) {
 
 /// RFC 4303 §2.2.1 / §3.3.2.1: with ESN the high 32 bits are appended, after the next
 /// header field, to the bytes the ICV covers (but not sent).
-fn hmac_icv(mac: &hmac::Key, covered: &[u8], seq: u64, esn: bool) -> hmac::Tag {
-    let mut ctx = hmac::Context::with_key(mac);
-    ctx.update(covered);
-    if esn {
-        ctx.update(&((seq >> 32) as u32).to_be_bytes());
+fn hmac_icv(mac: &MacKey, covered: &[u8], seq: u64, esn: bool) -> Icv {
+    let hi = ((seq >> 32) as u32).to_be_bytes();
+    let mut out = Icv {
+        bytes: [0; 64],
+        len: 0,
+    };
+    match mac {
+        MacKey::AwsLc(k) => {
+            let mut ctx = awshmac::Context::with_key(k);
+            ctx.update(covered);
+            if esn {
+                ctx.update(&hi);
+            }
+            let tag = ctx.sign();
+            out.len = tag.as_ref().len();
+            out.bytes[..out.len].copy_from_slice(tag.as_ref());
+        }
+        MacKey::Md5(k) => {
+            // The keyed inner/outer states are cloned, not recomputed, per packet.
+            let mut ctx = k.clone();
+            ctx.update(covered);
+            if esn {
+                ctx.update(&hi);
+            }
+            let tag = ctx.finalize().into_bytes();
+            out.len = tag.len();
+            out.bytes[..out.len].copy_from_slice(&tag);
+        }
     }
-    ctx.sign()
+    out
 }
 
 /// RFC 4543 §3.3: the GMAC AAD is SPI ‖ seq (‖ seq as 64 bits with ESN) ‖ IV ‖ payload ‖
