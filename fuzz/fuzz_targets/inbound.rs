@@ -1,5 +1,6 @@
 //! Fuzz the inbound path (outer parse, SAD lookup, replay, ICV/AEAD, padding, inner
-//! checks, transport header restore) and the outbound parsers.
+//! checks, transport header restore; ESP and AH, whose mutable-field zeroing parses IPv4
+//! options and IPv6 extension headers) and the outbound parsers.
 //!
 //! Input byte 0 picks a shape: even → the rest is an outer packet as received;
 //! odd → the rest is an inner payload that a matching SA seals first, after which
@@ -11,18 +12,20 @@
 use ipsec::crypto::SecretBytes;
 use ipsec::spd::Prefix;
 use ipsec::{
-    Action, Direction, Engine, Mode, PacketBuf, SaConfig, Selector, SpdRule, Suite,
+    Action, Direction, Engine, Mode, PacketBuf, Protocol, SaConfig, Selector, SpdRule, Suite,
     TunnelEndpoints, HEADROOM, TAILROOM,
 };
 use libfuzzer_sys::fuzz_target;
 
-const SUITES: &[&str] = &[
-    "aes128gcm16", "aes128-sha1", "null-sha256", "aes128gmac", "chacha20poly1305", "3des-md5",
-    "des-sha1",
+/// (proposal, AH?): ESP suites, then AH with HMACs.
+const SUITES: &[(&str, bool)] = &[
+    ("aes128gcm16", false), ("aes128-sha1", false), ("null-sha256", false),
+    ("aes128gmac", false), ("chacha20poly1305", false), ("3des-md5", false),
+    ("des-sha1", false), ("null-sha1", true), ("null-sha256", true), ("null-md5", true),
 ];
 
-fn config(suite: &str, mode: Mode, dir: Direction, esn: bool, v6: bool) -> SaConfig {
-    let s = Suite::parse(suite).unwrap();
+fn config(suite: (&str, bool), mode: Mode, dir: Direction, esn: bool, v6: bool) -> SaConfig {
+    let s = Suite::parse(suite.0).unwrap();
     let mut c = SaConfig::new(
         0x1000,
         s,
@@ -31,6 +34,7 @@ fn config(suite: &str, mode: Mode, dir: Direction, esn: bool, v6: bool) -> SaCon
         SecretBytes::new(vec![9; s.integrity.key_len()]),
     );
     c.legacy = s.is_legacy();
+    c.protocol = if suite.1 { Protocol::Ah } else { Protocol::Esp };
     c.mode = mode;
     c.direction = dir;
     c.esn = esn;

@@ -5,7 +5,7 @@ use std::time::Duration;
 use ipsec::crypto::state::IvSource;
 use ipsec::crypto::SecretBytes;
 use ipsec::{
-    DropReason, Mode, PacketBuf, Sa, SaConfig, Suite, TunnelEndpoints, HEADROOM, TAILROOM,
+    DropReason, Mode, PacketBuf, Protocol, Sa, SaConfig, Suite, TunnelEndpoints, HEADROOM, TAILROOM,
 };
 use ipsec_bench::{BenchConfig, Op};
 use pyo3::exceptions::{PyException, PyValueError};
@@ -48,12 +48,23 @@ struct PySa {
     sa: Sa,
 }
 
+impl PySa {
+    fn esp_only(&self, what: &str) -> PyResult<()> {
+        if self.sa.protocol() != Protocol::Esp {
+            return Err(PyValueError::new_err(format!(
+                "{what}: this is an AH SA; use seal/open on whole IP packets"
+            )));
+        }
+        Ok(())
+    }
+}
+
 #[pymethods]
 impl PySa {
     #[new]
     #[pyo3(signature = (spi, encryption, integrity="null", *, enc_key=None, integ_key=None,
         mode="tunnel", tunnel_src=None, tunnel_dst=None, esn=false, replay_window=Some(1024),
-        legacy=false))]
+        legacy=false, protocol="esp"))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         spi: u32,
@@ -67,6 +78,7 @@ impl PySa {
         esn: bool,
         replay_window: Option<u32>,
         legacy: bool,
+        protocol: &str,
     ) -> PyResult<Self> {
         let suite = Suite::from_names(encryption, integrity)
             .map_err(|e| PyValueError::new_err(e.to_string()))?;
@@ -82,6 +94,9 @@ impl PySa {
         c.esn = esn;
         c.replay_window = replay_window;
         c.legacy = legacy;
+        c.protocol = Protocol::from_name(protocol).ok_or_else(|| {
+            PyValueError::new_err(format!("protocol: {protocol:?} is not 'esp' or 'ah'"))
+        })?;
         let addr = |name: &str, a: &str| {
             a.parse()
                 .map_err(|_| PyValueError::new_err(format!("{name}: {a:?} is not an IP address")))
@@ -144,6 +159,7 @@ impl PySa {
         iv: Option<Vec<u8>>,
         seq: Option<u64>,
     ) -> PyResult<Bound<'py, PyBytes>> {
+        self.esp_only("seal_esp")?;
         if let Some(s) = seq {
             self.sa.set_next_seq(s).map_err(drop_err)?;
         }
@@ -165,6 +181,7 @@ impl PySa {
         py: Python<'py>,
         esp: &[u8],
     ) -> PyResult<(Bound<'py, PyBytes>, u8)> {
+        self.esp_only("open_esp")?;
         let mut buf = vec![0u8; HEADROOM + esp.len()];
         buf[HEADROOM..].copy_from_slice(esp);
         let o = self
@@ -204,6 +221,10 @@ impl PySa {
     #[getter]
     fn mode(&self) -> &'static str {
         self.sa.mode().name()
+    }
+    #[getter]
+    fn protocol(&self) -> &'static str {
+        self.sa.protocol().name()
     }
     #[getter]
     fn next_seq(&self) -> u64 {

@@ -23,6 +23,8 @@ pub const IPV4_HEADER_LEN: usize = 20;
 pub const IPV6_HEADER_LEN: usize = 40;
 /// RFC 4303 §2: SPI (4) + sequence number (4).
 pub const ESP_HEADER_LEN: usize = 8;
+/// RFC 4302 §2: next header, payload length, reserved, SPI, sequence number.
+pub const AH_FIXED_LEN: usize = 12;
 /// RFC 4303 §2: pad length (1) + next header (1).
 pub const ESP_TRAILER_LEN: usize = 2;
 /// RFC 4303 §2.4: the ciphertext (padding included) ends on a 4-byte boundary.

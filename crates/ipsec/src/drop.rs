@@ -44,6 +44,12 @@ drops! {
     MalformedInner = "malformed_inner",
     /// An IP fragment where a whole packet is needed (reassembly is not supported).
     Fragment = "fragment",
+    /// AH header length is shorter than its fixed part or not the length this SA's
+    /// integrity algorithm gives (RFC 4302 §2.2).
+    MalformedAh = "malformed_ah",
+    /// Headers AH cannot cover here: an IPv6 routing header with segments left, or
+    /// IP + extension headers longer than 512 bytes before AH.
+    UnsupportedHeader = "unsupported_header",
     // --- authentication and replay ---
     /// No SA for this SPI / destination / protocol.
     UnknownSpi = "unknown_spi",
@@ -88,7 +94,9 @@ impl DropReason {
             | D::BadPadding
             | D::BadNextHeader
             | D::MalformedInner
-            | D::Fragment => "malformed",
+            | D::Fragment
+            | D::MalformedAh
+            | D::UnsupportedHeader => "malformed",
             D::UnknownSpi
             | D::IcvFailure
             | D::Replay

@@ -1,9 +1,9 @@
 //! The engine: SPD, SAD and SAs together — the outbound and inbound paths of
 //! architecture.md, I/O-free.
 //!
-//! outbound: SPD lookup → SA → ESP seal (→ outer header)
-//! inbound:  parse outer + SPI → SAD lookup → replay check → ICV verify / AEAD open →
-//!           replay update → inner policy check
+//! outbound: SPD lookup → SA → ESP or AH seal (→ outer header)
+//! inbound:  parse outer + SPI → SAD lookup (SPI, destination, ESP or AH) → replay
+//!           check → ICV verify / AEAD open → replay update → inner policy check
 //!
 //! The engine fails closed: a packet a protect rule matches whose SA is missing is
 //! dropped ([`DropReason::NoSa`]), never sent in clear; a clear packet arriving where inbound
@@ -12,17 +12,18 @@
 use crate::buf::PacketBuf;
 use crate::constants::proto;
 use crate::drop::{DropCounters, DropReason};
-use crate::esp::esp_location;
+use crate::esp::ipsec_location;
 use crate::sa::{Direction, Sa, SaConfig, SaError};
 use crate::sad::{SaId, Sad, SadKey};
 use crate::spd::{Action, Spd};
+use crate::wire::ah::peek_spi as ah_peek_spi;
 use crate::wire::esp::peek_spi;
 use crate::wire::PacketInfo;
 
 /// Outcome of [`Engine::outbound`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Outbound {
-    /// `pkt` now holds the ESP packet to send.
+    /// `pkt` now holds the ESP or AH packet to send.
     Sealed { sa: SaId },
     /// Policy says send in clear; `pkt` is unchanged.
     Bypass,
@@ -59,8 +60,8 @@ impl Engine {
         Engine::default()
     }
 
-    /// Build and register an SA. Inbound SAs go into the SAD under
-    /// (SPI, tunnel destination if any, ESP); a second inbound SA with the same key is refused.
+    /// Build and register an SA. Inbound SAs go into the SAD under (SPI, tunnel
+    /// destination if any, ESP or AH); a second inbound SA with the same key is refused.
     pub fn add_sa(&mut self, cfg: &SaConfig) -> Result<SaId, SaError> {
         let sa = Sa::new(cfg)?;
         let id = self
@@ -72,7 +73,7 @@ impl Engine {
             let key = SadKey {
                 spi: cfg.spi,
                 dst: cfg.tunnel.map(|t| t.dst),
-                protocol: proto::ESP,
+                protocol: cfg.protocol.number(),
             };
             if self.sad.contains(&key) {
                 return Err(SaError::DuplicateSpi(cfg.spi));
@@ -94,7 +95,7 @@ impl Engine {
             let key = SadKey {
                 spi: sa.spi,
                 dst: sa.tunnel.map(|t| t.dst),
-                protocol: proto::ESP,
+                protocol: sa.protocol.number(),
             };
             self.sad.remove(&key);
         }
@@ -141,7 +142,8 @@ impl Engine {
     /// Apply inbound processing to the IP packet in `pkt` as received from outside.
     pub fn inbound(&mut self, pkt: &mut PacketBuf<'_>) -> Result<Inbound, DropReason> {
         let info = PacketInfo::parse(pkt.data()).map_err(|d| self.drop_here(d))?;
-        if info.protocol != proto::ESP {
+        let protocol = info.protocol;
+        if protocol != proto::ESP && protocol != proto::AH {
             // A clear packet: only bypass policy may let it in (fail closed).
             return match self.spd_in.lookup(&info) {
                 Action::Bypass => {
@@ -152,10 +154,17 @@ impl Engine {
                 Action::Protect(_) => Err(self.drop_here(DropReason::PolicyMismatch)),
             };
         }
-        let spi = esp_location(pkt.data())
-            .and_then(|loc| peek_spi(&pkt.data()[loc.offset..]))
+        let spi = ipsec_location(pkt.data(), protocol)
+            .and_then(|loc| {
+                let at = &pkt.data()[loc.offset..];
+                if protocol == proto::AH {
+                    ah_peek_spi(at)
+                } else {
+                    peek_spi(at)
+                }
+            })
             .map_err(|d| self.drop_here(d))?;
-        let Some(id) = self.sad.lookup(spi, info.dst, proto::ESP) else {
+        let Some(id) = self.sad.lookup(spi, info.dst, protocol) else {
             return Err(self.drop_here(DropReason::UnknownSpi));
         };
         let Some(sa) = self.sas.get_mut(id).and_then(Option::as_mut) else {

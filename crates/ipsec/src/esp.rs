@@ -15,7 +15,7 @@ use crate::constants::{
 };
 use crate::crypto::state::IvSource;
 use crate::drop::DropReason;
-use crate::sa::{Mode, Sa};
+use crate::sa::{Mode, Protocol, Sa};
 use crate::wire::esp::EspHeader;
 use crate::wire::ip::{ipv6_split, IpPacket, Ipv4Header, Ipv6Header, IPV4_DF};
 
@@ -44,20 +44,22 @@ impl Sa {
         pkt: &mut PacketBuf<'_>,
         iv: IvSource<'_>,
     ) -> Result<(), DropReason> {
-        let r = match self.mode {
-            Mode::Tunnel => self.seal_tunnel(pkt, iv),
-            Mode::Transport => self.seal_transport(pkt, iv),
+        let r = match (self.protocol, self.mode) {
+            (Protocol::Ah, _) => self.seal_ah(pkt),
+            (Protocol::Esp, Mode::Tunnel) => self.seal_tunnel(pkt, iv),
+            (Protocol::Esp, Mode::Transport) => self.seal_transport(pkt, iv),
         };
         self.count(r)
     }
 
-    /// Open the ESP packet in `pkt` (an IP packet whose payload is ESP). On success `pkt`
-    /// holds the inner packet (tunnel) or the restored IP packet (transport), and the
-    /// result is the ESP next header. Drops are counted on the SA.
+    /// Open the ESP (or AH) packet in `pkt` (an IP packet whose payload is ESP or AH). On
+    /// success `pkt` holds the inner packet (tunnel) or the restored IP packet (transport),
+    /// and the result is the ESP or AH next header. Drops are counted on the SA.
     pub fn open(&mut self, pkt: &mut PacketBuf<'_>) -> Result<u8, DropReason> {
-        let r = match self.mode {
-            Mode::Tunnel => self.open_tunnel(pkt),
-            Mode::Transport => self.open_transport(pkt),
+        let r = match (self.protocol, self.mode) {
+            (Protocol::Ah, _) => self.open_ah(pkt),
+            (Protocol::Esp, Mode::Tunnel) => self.open_tunnel(pkt),
+            (Protocol::Esp, Mode::Transport) => self.open_transport(pkt),
         };
         self.count(r)
     }
@@ -175,21 +177,13 @@ impl Sa {
 
     fn seal_tunnel(&mut self, pkt: &mut PacketBuf<'_>, iv: IvSource<'_>) -> Result<(), DropReason> {
         let t = self.tunnel.ok_or(DropReason::NoSa)?;
-        let (next_header, tos, df, inner_len) = {
-            let inner = IpPacket::parse(pkt.data())?;
-            let (nh, df) = match &inner {
-                // RFC 4301 §8.1: copy DF from an IPv4 inner header.
-                IpPacket::V4(h) => (proto::IPV4, h.flags_frag() & IPV4_DF),
-                IpPacket::V6(_) => (proto::IPV6, 0),
-            };
-            // RFC 4301 §5.1.2.1 / RFC 6040 normal mode: DSCP and ECN copied outward.
-            (nh, inner.tos(), df, inner.packet_len())
-        };
-        let outer_len = if t.dst.is_ipv4() {
-            IPV4_HEADER_LEN
-        } else {
-            IPV6_HEADER_LEN
-        };
+        let TunnelInner {
+            next_header,
+            tos,
+            df,
+            len: inner_len,
+        } = TunnelInner::parse(pkt.data())?;
+        let outer_len = outer_header_len(&t);
         let head = pkt.head();
         let front = outer_len + self.esp_head_len();
         if head < front || pkt.tailroom() + (pkt.len() - inner_len) < self.esp_tail_len(inner_len) {
@@ -202,34 +196,52 @@ impl Sa {
         let esp_at = head - self.esp_head_len();
         let esp_len = self.seal_esp(pkt.raw(), esp_at, inner_len, next_header, iv)?;
         let outer_at = esp_at - outer_len;
+        let meta = TunnelInner {
+            next_header: proto::ESP,
+            tos,
+            df,
+            len: esp_len,
+        };
+        self.emit_outer(&mut pkt.raw()[outer_at..esp_at], &meta)?;
+        pkt.set(outer_at, outer_len + esp_len)
+    }
+
+    /// Write the tunnel's outer IP header into `buf` (its exact length) for a payload of
+    /// `payload.len` bytes of protocol `payload.next_header`, with the inner packet's
+    /// DSCP/ECN and DF.
+    pub(crate) fn emit_outer(
+        &mut self,
+        buf: &mut [u8],
+        payload: &TunnelInner,
+    ) -> Result<(), DropReason> {
+        let t = self.tunnel.ok_or(DropReason::NoSa)?;
         let ttl = self.outer_ttl;
-        let buf = &mut pkt.raw()[outer_at..esp_at];
         match (t.src, t.dst) {
             (IpAddr::V4(src), IpAddr::V4(dst)) => {
                 self.ip_id = self.ip_id.wrapping_add(1);
                 Ipv4Header::new_unchecked(buf).emit(
-                    tos,
-                    (outer_len + esp_len) as u16,
+                    payload.tos,
+                    (IPV4_HEADER_LEN + payload.len) as u16,
                     self.ip_id,
-                    df,
+                    payload.df,
                     ttl,
-                    proto::ESP,
+                    payload.next_header,
                     src,
                     dst,
                 );
             }
             (IpAddr::V6(src), IpAddr::V6(dst)) => Ipv6Header::new_unchecked(buf).emit(
-                tos,
+                payload.tos,
                 0,
-                esp_len as u16,
-                proto::ESP,
+                payload.len as u16,
+                payload.next_header,
                 ttl,
                 src,
                 dst,
             ),
             _ => return Err(DropReason::NoSa),
         }
-        pkt.set(outer_at, outer_len + esp_len)
+        Ok(())
     }
 
     fn seal_transport(
@@ -237,34 +249,13 @@ impl Sa {
         pkt: &mut PacketBuf<'_>,
         iv: IvSource<'_>,
     ) -> Result<(), DropReason> {
-        let data = pkt.data();
-        let (hdr_len, nh_at, next_header, pkt_len, v4) = match IpPacket::parse(data)? {
-            IpPacket::V4(h) => {
-                if h.is_fragment() {
-                    return Err(DropReason::Fragment);
-                }
-                (
-                    h.header_len(),
-                    9,
-                    h.protocol(),
-                    h.total_len() as usize,
-                    true,
-                )
-            }
-            IpPacket::V6(h) => {
-                let s = ipv6_split(data, false)?;
-                if s.is_fragment() {
-                    return Err(DropReason::Fragment);
-                }
-                (
-                    s.offset,
-                    s.nh_at,
-                    s.next_header,
-                    IPV6_HEADER_LEN + h.payload_len() as usize,
-                    false,
-                )
-            }
-        };
+        let TransportSplit {
+            hdr_len,
+            nh_at,
+            next_header,
+            pkt_len,
+            v4,
+        } = TransportSplit::parse(pkt.data())?;
         let payload_len = pkt_len - hdr_len;
         let head = pkt.head();
         let grow = self.esp_head_len();
@@ -331,10 +322,96 @@ impl Sa {
     }
 }
 
+/// What tunnel mode needs to know of the packet it wraps (or of the payload it builds an
+/// outer header for).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct TunnelInner {
+    /// Next header of the outer layer: IP-in-IP 4 or 41 for the inner packet.
+    pub next_header: u8,
+    /// DSCP and ECN, copied outward (RFC 4301 §5.1.2.1, RFC 6040 normal mode).
+    pub tos: u8,
+    /// DF of an IPv4 inner header, copied outward (RFC 4301 §8.1).
+    pub df: u16,
+    pub len: usize,
+}
+
+impl TunnelInner {
+    pub(crate) fn parse(pkt: &[u8]) -> Result<Self, DropReason> {
+        let inner = IpPacket::parse(pkt)?;
+        let (next_header, df) = match &inner {
+            IpPacket::V4(h) => (proto::IPV4, h.flags_frag() & IPV4_DF),
+            IpPacket::V6(_) => (proto::IPV6, 0),
+        };
+        Ok(TunnelInner {
+            next_header,
+            tos: inner.tos(),
+            df,
+            len: inner.packet_len(),
+        })
+    }
+}
+
+pub(crate) fn outer_header_len(t: &crate::sa::TunnelEndpoints) -> usize {
+    if t.dst.is_ipv4() {
+        IPV4_HEADER_LEN
+    } else {
+        IPV6_HEADER_LEN
+    }
+}
+
+/// Where transport mode inserts its header: after the IPv4 header (options included) or
+/// after the IPv6 extension headers that must precede it (RFC 4303 §3.1.1, RFC 4302 §3.1.1).
+pub(crate) struct TransportSplit {
+    pub hdr_len: usize,
+    /// Offset of the byte naming the upper layer (IPv4 protocol or the last next header).
+    pub nh_at: usize,
+    pub next_header: u8,
+    pub pkt_len: usize,
+    pub v4: bool,
+}
+
+impl TransportSplit {
+    pub(crate) fn parse(data: &[u8]) -> Result<Self, DropReason> {
+        Ok(match IpPacket::parse(data)? {
+            IpPacket::V4(h) => {
+                if h.is_fragment() {
+                    return Err(DropReason::Fragment);
+                }
+                TransportSplit {
+                    hdr_len: h.header_len(),
+                    nh_at: 9,
+                    next_header: h.protocol(),
+                    pkt_len: h.total_len() as usize,
+                    v4: true,
+                }
+            }
+            IpPacket::V6(h) => {
+                let s = ipv6_split(data, None)?;
+                if s.is_fragment() {
+                    return Err(DropReason::Fragment);
+                }
+                TransportSplit {
+                    hdr_len: s.offset,
+                    nh_at: s.nh_at,
+                    next_header: s.next_header,
+                    pkt_len: IPV6_HEADER_LEN + h.payload_len() as usize,
+                    v4: false,
+                }
+            }
+        })
+    }
+}
+
 /// Set the protocol / next-header byte at `nh_at` and the length fields of the IP header
 /// `ip` (all `ip.len()` bytes of it, extension headers included) for a payload of
 /// `payload_len` bytes; IPv4 gets a fresh header checksum.
-fn rewrite_ip_header(ip: &mut [u8], v4: bool, nh_at: usize, next_header: u8, payload_len: usize) {
+pub(crate) fn rewrite_ip_header(
+    ip: &mut [u8],
+    v4: bool,
+    nh_at: usize,
+    next_header: u8,
+    payload_len: usize,
+) {
     let hdr_len = ip.len();
     ip[nh_at] = next_header;
     if v4 {
@@ -347,12 +424,12 @@ fn rewrite_ip_header(ip: &mut [u8], v4: bool, nh_at: usize, next_header: u8, pay
     }
 }
 
-/// Where the ESP packet sits inside an IP packet whose payload is ESP.
+/// Where the ESP (or AH) packet sits inside an IP packet whose payload is ESP (or AH).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct EspLocation {
-    /// Offset of the ESP header: the IP header length, extension headers included.
+    /// Offset of the ESP / AH header: the IP header length, extension headers included.
     pub offset: usize,
-    /// Length of the ESP packet, ICV included.
+    /// Length of the ESP packet (ICV included), or of AH and what follows it.
     pub len: usize,
     /// Offset of the byte that says "ESP" (IPv4 protocol or the last next header).
     pub nh_at: usize,
@@ -361,9 +438,14 @@ pub struct EspLocation {
 
 /// Find the ESP packet inside an IP packet whose payload is ESP.
 pub fn esp_location(pkt: &[u8]) -> Result<EspLocation, DropReason> {
+    ipsec_location(pkt, proto::ESP)
+}
+
+/// Find the `protocol` (ESP or AH) header inside an IP packet.
+pub fn ipsec_location(pkt: &[u8], protocol: u8) -> Result<EspLocation, DropReason> {
     match IpPacket::parse(pkt)? {
         IpPacket::V4(h) => {
-            if h.protocol() != proto::ESP {
+            if h.protocol() != protocol {
                 return Err(DropReason::BadNextHeader);
             }
             if h.is_fragment() {
@@ -378,11 +460,11 @@ pub fn esp_location(pkt: &[u8]) -> Result<EspLocation, DropReason> {
             })
         }
         IpPacket::V6(h) => {
-            let s = ipv6_split(pkt, true)?;
+            let s = ipv6_split(pkt, Some(protocol))?;
             if s.is_fragment() {
                 return Err(DropReason::Fragment);
             }
-            if s.next_header != proto::ESP {
+            if s.next_header != protocol {
                 return Err(DropReason::BadNextHeader);
             }
             let len = IPV6_HEADER_LEN + h.payload_len() as usize - s.offset;

@@ -1,5 +1,5 @@
-//! The ipsec-lab IPsec core: ESP (RFC 4303) with today's algorithms, anti-replay,
-//! the SPD and the SAD — I/O-free.
+//! The ipsec-lab IPsec core: ESP (RFC 4303) and AH (RFC 4302) with today's algorithms
+//! (and, on SAs marked legacy, yesterday's), anti-replay, the SPD and the SAD — I/O-free.
 //!
 //! Nothing here opens a socket, starts a thread, reads a clock or talks to Python:
 //! the caller owns buffers and I/O, and every transform returns what happened
@@ -13,6 +13,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod ah;
 pub mod buf;
 pub mod constants;
 pub mod crypto;
@@ -31,6 +32,6 @@ pub use crypto::{Encryption, Integrity, Suite, SuiteError};
 pub use drop::{DropCounters, DropReason};
 pub use engine::{Engine, Inbound, Outbound};
 pub use replay::ReplayWindow;
-pub use sa::{Direction, Mode, Sa, SaConfig, SaCounters, SaError, TunnelEndpoints};
+pub use sa::{Direction, Mode, Protocol, Sa, SaConfig, SaCounters, SaError, TunnelEndpoints};
 pub use sad::{Sad, SadKey};
 pub use spd::{Action, Selector, Spd, SpdRule};

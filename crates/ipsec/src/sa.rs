@@ -32,6 +32,38 @@ impl Mode {
     }
 }
 
+/// The IPsec protocol of an SA.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Protocol {
+    /// RFC 4303: confidentiality and/or integrity of the payload.
+    Esp,
+    /// RFC 4302: integrity of the payload and of the IP header's immutable fields.
+    Ah,
+}
+
+impl Protocol {
+    pub fn name(self) -> &'static str {
+        match self {
+            Protocol::Esp => "esp",
+            Protocol::Ah => "ah",
+        }
+    }
+    pub fn from_name(s: &str) -> Option<Self> {
+        match s {
+            "esp" => Some(Protocol::Esp),
+            "ah" => Some(Protocol::Ah),
+            _ => None,
+        }
+    }
+    /// The IP protocol number (IANA).
+    pub fn number(self) -> u8 {
+        match self {
+            Protocol::Esp => crate::constants::proto::ESP,
+            Protocol::Ah => crate::constants::proto::AH,
+        }
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Direction {
     Out,
@@ -49,6 +81,8 @@ pub struct TunnelEndpoints {
 #[derive(Clone, Debug)]
 pub struct SaConfig {
     pub spi: u32,
+    /// ESP (default) or AH.
+    pub protocol: Protocol,
     pub direction: Direction,
     pub mode: Mode,
     pub suite: Suite,
@@ -73,6 +107,7 @@ impl SaConfig {
     pub fn new(spi: u32, suite: Suite, enc_key: SecretBytes, integ_key: SecretBytes) -> Self {
         SaConfig {
             spi,
+            protocol: Protocol::Esp,
             direction: Direction::Out,
             mode: Mode::Tunnel,
             suite,
@@ -101,6 +136,8 @@ pub enum SaError {
     TunnelFamilyMismatch,
     /// Another inbound SA already has this SPI (and destination).
     DuplicateSpi(u32),
+    /// AH authenticates only: its SA takes an integrity algorithm and no encryption.
+    AhWithEncryption(&'static str),
 }
 
 impl fmt::Display for SaError {
@@ -120,6 +157,11 @@ impl fmt::Display for SaError {
             SaError::DuplicateSpi(s) => {
                 write!(f, "SPI {s:#x} is already used by another inbound SA")
             }
+            SaError::AhWithEncryption(e) => write!(
+                f,
+                "AH authenticates only: give it an integrity algorithm and encryption null \
+                 (got encryption {e})"
+            ),
         }
     }
 }
@@ -146,6 +188,7 @@ pub struct SaCounters {
 #[derive(Debug)]
 pub struct Sa {
     pub(crate) spi: u32,
+    pub(crate) protocol: Protocol,
     pub(crate) direction: Direction,
     pub(crate) mode: Mode,
     pub(crate) suite: Suite,
@@ -167,6 +210,9 @@ impl Sa {
             return Err(SaError::ReservedSpi(cfg.spi));
         }
         cfg.suite.check_legacy(cfg.legacy)?;
+        if cfg.protocol == Protocol::Ah && cfg.suite.encryption != crate::Encryption::Null {
+            return Err(SaError::AhWithEncryption(cfg.suite.encryption.name()));
+        }
         let replay = match cfg.replay_window {
             Some(w) => ReplayWindow::new(w).map_err(SaError::ReplayWindow)?,
             None => ReplayWindow::disabled(),
@@ -180,6 +226,7 @@ impl Sa {
         }
         Ok(Sa {
             spi: cfg.spi,
+            protocol: cfg.protocol,
             direction: cfg.direction,
             mode: cfg.mode,
             suite: cfg.suite,
@@ -196,6 +243,9 @@ impl Sa {
 
     pub fn spi(&self) -> u32 {
         self.spi
+    }
+    pub fn protocol(&self) -> Protocol {
+        self.protocol
     }
     pub fn direction(&self) -> Direction {
         self.direction

@@ -87,7 +87,7 @@ enum MacKey {
 }
 
 /// An untruncated HMAC output (up to SHA-512's 64 bytes).
-struct Icv {
+pub struct Icv {
     bytes: [u8; 64],
     len: usize,
 }
@@ -216,6 +216,13 @@ impl CipherState {
         self.suite
     }
 
+    /// The HMAC of `parts` in order, with the ESN high half appended (AH, RFC 4302
+    /// §3.3.3.1: zeroed IP headers, AH header with a zero ICV, payload). `None` when the
+    /// suite has no HMAC.
+    pub fn icv_over(&self, parts: &[&[u8]], seq: u64, esn: bool) -> Option<Icv> {
+        self.mac.as_ref().map(|m| hmac_icv(m, parts, seq, esn))
+    }
+
     /// Encrypt and authenticate an ESP packet in place.
     ///
     /// `buf[esp..end]` holds the ESP header, room for the IV, and the plaintext with its
@@ -279,7 +286,7 @@ impl CipherState {
             }
         }
         if let Some(mac) = &self.mac {
-            let tag = hmac_icv(mac, &buf[esp..end], seq, esn);
+            let tag = hmac_icv(mac, &[&buf[esp..end]], seq, esn);
             let n = self.suite.integrity.icv_len();
             buf[end..end + n].copy_from_slice(&tag.as_ref()[..n]);
         }
@@ -301,7 +308,7 @@ impl CipherState {
         let ct_at = iv_at + self.suite.iv_len();
         let ct_end = end - self.suite.icv_len();
         if let Some(mac) = &self.mac {
-            let tag = hmac_icv(mac, &buf[esp..ct_end], seq, esn);
+            let tag = hmac_icv(mac, &[&buf[esp..ct_end]], seq, esn);
             let n = self.suite.integrity.icv_len();
             verify_slices_are_equal(&tag.as_ref()[..n], &buf[ct_end..ct_end + n])
                 .map_err(|_| DropReason::IcvFailure)?;
@@ -365,7 +372,7 @@ impl Integrity {
         let Some(mac) = mac_key(self, key) else {
             return (Vec::new(), Vec::new());
         };
-        let tag = hmac_icv(&mac, data, 0, false);
+        let tag = hmac_icv(&mac, &[data], 0, false);
         (
             tag.as_ref().to_vec(),
             tag.as_ref()[..self.icv_len()].to_vec(),
@@ -396,7 +403,7 @@ fn aead_aad(header: &[u8], seq: u64, esn: bool) -> ([u8; 12], usize) {
 
 /// RFC 4303 §2.2.1 / §3.3.2.1: with ESN the high 32 bits are appended, after the next
 /// header field, to the bytes the ICV covers (but not sent).
-fn hmac_icv(mac: &MacKey, covered: &[u8], seq: u64, esn: bool) -> Icv {
+fn hmac_icv(mac: &MacKey, parts: &[&[u8]], seq: u64, esn: bool) -> Icv {
     let hi = ((seq >> 32) as u32).to_be_bytes();
     let mut out = Icv {
         bytes: [0; 64],
@@ -405,7 +412,9 @@ fn hmac_icv(mac: &MacKey, covered: &[u8], seq: u64, esn: bool) -> Icv {
     match mac {
         MacKey::AwsLc(k) => {
             let mut ctx = awshmac::Context::with_key(k);
-            ctx.update(covered);
+            for p in parts {
+                ctx.update(p);
+            }
             if esn {
                 ctx.update(&hi);
             }
@@ -416,7 +425,9 @@ fn hmac_icv(mac: &MacKey, covered: &[u8], seq: u64, esn: bool) -> Icv {
         MacKey::Md5(k) => {
             // The keyed inner/outer states are cloned, not recomputed, per packet.
             let mut ctx = k.clone();
-            ctx.update(covered);
+            for p in parts {
+                ctx.update(p);
+            }
             if esn {
                 ctx.update(&hi);
             }

@@ -252,10 +252,10 @@ impl V6Split {
 }
 
 /// Walk an IPv6 packet's extension headers to the transport-mode insertion point.
-/// With `until_esp`, walk until an ESP header is found instead (inbound transport).
+/// With `until`, walk until that header (ESP or AH) is found instead (inbound).
 /// A fragment header stops the walk (`next_header == IPV6_FRAG`): IPsec works on whole
 /// packets, and the caller decides what a fragment means.
-pub fn ipv6_split(pkt: &[u8], until_esp: bool) -> Result<V6Split, DropReason> {
+pub fn ipv6_split(pkt: &[u8], until: Option<u8>) -> Result<V6Split, DropReason> {
     let h = Ipv6Header::new_checked(pkt)?;
     let end = IPV6_HEADER_LEN + h.payload_len() as usize;
     let mut nh = h.next_header();
@@ -263,7 +263,7 @@ pub fn ipv6_split(pkt: &[u8], until_esp: bool) -> Result<V6Split, DropReason> {
     let mut off = IPV6_HEADER_LEN;
     // At most a handful of extension headers make sense; bound the walk.
     for _ in 0..8 {
-        if until_esp && nh == proto::ESP {
+        if until == Some(nh) {
             return Ok(V6Split {
                 offset: off,
                 nh_at,
@@ -274,7 +274,7 @@ pub fn ipv6_split(pkt: &[u8], until_esp: bool) -> Result<V6Split, DropReason> {
             nh == proto::IPV6_OPTS && off + 2 <= end && pkt[off] == proto::IPV6_ROUTE;
         let skip = matches!(nh, proto::HOPOPT | proto::IPV6_ROUTE)
             || follows_routing
-            || (until_esp && nh == proto::IPV6_OPTS);
+            || (until.is_some() && nh == proto::IPV6_OPTS);
         if !skip {
             return Ok(V6Split {
                 offset: off,
@@ -358,7 +358,7 @@ impl PacketInfo {
         let (protocol, l4_off, fragment) = match &ip {
             IpPacket::V4(h) => (h.protocol(), h.header_len(), h.is_fragment()),
             IpPacket::V6(_) => {
-                let s = ipv6_split(pkt, false)?;
+                let s = ipv6_split(pkt, None)?;
                 if s.is_fragment() {
                     // The fragment header's own next header; no ports in a fragment.
                     (

@@ -4,9 +4,11 @@
 //! checked constructor, with its field offsets kept in one `field` module; processing
 //! code never indexes packets by hand.
 
+pub mod ah;
 pub mod esp;
 pub mod ip;
 
+pub use ah::AhHeader;
 pub use esp::EspHeader;
 pub use ip::{IpPacket, Ipv4Header, Ipv6Header, PacketInfo};
 

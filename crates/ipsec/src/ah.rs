@@ -1,0 +1,407 @@
+//! AH (RFC 4302): outbound seal and inbound open, tunnel and transport mode, IPv4 and
+//! IPv6, with the HMAC integrity algorithms (md5 on SAs marked legacy, sha1, sha256,
+//! sha384, sha512).
+//!
+//! The ICV covers the whole IP packet (§3.3.3): the IP header(s) with their mutable
+//! fields zeroed (§3.3.3.1), the AH header with a zero ICV field, and the payload; with
+//! ESN the high 32 bits of the sequence number are appended (§2.5.1, §3.3.2.1). The
+//! headers are zeroed in a scratch copy, so the packet keeps its real TTL, DSCP and so on.
+//! Sequence numbers, ESN inference and anti-replay are the SA's, shared with ESP:
+//! checked before the ICV, committed after it verified (§3.4.3).
+
+use aws_lc_rs::constant_time::verify_slices_are_equal;
+
+use crate::buf::PacketBuf;
+use crate::constants::{proto, AH_FIXED_LEN, MAX_ICV_LEN, MAX_PACKET};
+use crate::drop::DropReason;
+use crate::esp::{
+    ipsec_location, outer_header_len, rewrite_ip_header, TransportSplit, TunnelInner,
+};
+use crate::sa::{Mode, Sa};
+use crate::wire::ah::AhHeader;
+use crate::wire::ip::IpPacket;
+
+/// Longest IP header region (IPv6 with extension headers) AH covers here: it is zeroed
+/// in a stack copy of this size. Longer is [`DropReason::UnsupportedHeader`].
+pub const MAX_AH_IP_HEADER: usize = 512;
+
+/// IPv4 options whose value does not change in transit (RFC 4302 Appendix A.1), by option
+/// number (the low 5 bits of the type): end of list, no-op, security, extended security,
+/// commercial security, router alert, sender-directed multi-destination delivery. All
+/// others are zeroed whole for the ICV.
+const IMMUTABLE_IPV4_OPTIONS: [u8; 7] = [0, 1, 2, 5, 6, 20, 21];
+
+/// AH header length for an ICV of `icv_len` bytes: 12 + ICV, padded to a multiple of
+/// 4 bytes (IPv4) or 8 bytes (IPv6), RFC 4302 §2.2 and §3.3.3.2.1.
+pub fn ah_length(icv_len: usize, v4: bool) -> usize {
+    let align = if v4 { 4 } else { 8 };
+    (AH_FIXED_LEN + icv_len).div_ceil(align) * align
+}
+
+impl Sa {
+    fn ah_len(&self, v4: bool) -> usize {
+        ah_length(self.suite.icv_len(), v4)
+    }
+
+    pub(crate) fn seal_ah(&mut self, pkt: &mut PacketBuf<'_>) -> Result<(), DropReason> {
+        match self.mode {
+            Mode::Tunnel => self.seal_ah_tunnel(pkt),
+            Mode::Transport => self.seal_ah_transport(pkt),
+        }
+    }
+
+    pub(crate) fn open_ah(&mut self, pkt: &mut PacketBuf<'_>) -> Result<u8, DropReason> {
+        let loc = ipsec_location(pkt.data(), proto::AH)?;
+        let (head, hdr_len) = (pkt.head(), loc.offset);
+        let ah_len = {
+            let h = AhHeader::new_checked(&pkt.data()[hdr_len..hdr_len + loc.len])?;
+            if h.header_len() != self.ah_len(loc.v4) {
+                return Err(DropReason::MalformedAh);
+            }
+            if h.spi() != self.spi {
+                return Err(DropReason::UnknownSpi);
+            }
+            h.header_len()
+        };
+        let (next_header, seq_lo) = {
+            let h = AhHeader::new_checked(&pkt.data()[hdr_len..])?;
+            (h.next_header(), h.seq())
+        };
+        let seq = if self.esn {
+            self.replay
+                .infer_esn(seq_lo)
+                .ok_or(DropReason::ReplayTooOld)?
+        } else {
+            u64::from(seq_lo)
+        };
+        self.replay.check(seq)?;
+        let raw = pkt.raw();
+        let ah_at = head + hdr_len;
+        let end = ah_at + loc.len;
+        let n = self.suite.icv_len();
+        let icv_at = ah_at + AhHeader::<&[u8]>::icv_offset();
+        let mut got = [0u8; MAX_ICV_LEN];
+        got[..n].copy_from_slice(&raw[icv_at..icv_at + n]);
+        raw[icv_at..icv_at + n].fill(0);
+        let want = self.ah_icv(raw, head, ah_at, end, loc.v4, seq, None)?;
+        verify_slices_are_equal(&want[..n], &got[..n]).map_err(|_| DropReason::IcvFailure)?;
+        self.replay.commit(seq);
+        let payload_at = ah_at + ah_len;
+        let payload_len = end - payload_at;
+        match self.mode {
+            Mode::Tunnel => {
+                let inner = &raw[payload_at..end];
+                let want_version = match next_header {
+                    proto::IPV4 => 4,
+                    proto::IPV6 => 6,
+                    _ => return Err(DropReason::BadNextHeader),
+                };
+                let p = IpPacket::parse(inner).map_err(|_| DropReason::MalformedInner)?;
+                if inner[0] >> 4 != want_version {
+                    return Err(DropReason::MalformedInner);
+                }
+                let inner_len = p.packet_len();
+                pkt.set(payload_at, inner_len)?;
+            }
+            Mode::Transport => {
+                // Close the gap AH leaves and point the IP header at the upper layer.
+                let new_head = payload_at - hdr_len;
+                raw.copy_within(head..head + hdr_len, new_head);
+                let ip = &mut raw[new_head..payload_at];
+                rewrite_ip_header(ip, loc.v4, loc.nh_at, next_header, payload_len);
+                pkt.set(new_head, hdr_len + payload_len)?;
+            }
+        }
+        self.counters.packets += 1;
+        self.counters.bytes += payload_len as u64;
+        Ok(next_header)
+    }
+
+    fn seal_ah_tunnel(&mut self, pkt: &mut PacketBuf<'_>) -> Result<(), DropReason> {
+        let t = self.tunnel.ok_or(DropReason::NoSa)?;
+        let inner = TunnelInner::parse(pkt.data())?;
+        let v4 = t.dst.is_ipv4();
+        let (outer_len, ah_len) = (outer_header_len(&t), self.ah_len(v4));
+        let head = pkt.head();
+        if head < outer_len + ah_len {
+            return Err(DropReason::NoRoom);
+        }
+        let total = outer_len + ah_len + inner.len;
+        if total > MAX_PACKET {
+            return Err(DropReason::TooBig);
+        }
+        let seq = self.take_seq()?;
+        let (outer_at, ah_at) = (head - outer_len - ah_len, head - ah_len);
+        let meta = TunnelInner {
+            next_header: proto::AH,
+            len: ah_len + inner.len,
+            ..inner
+        };
+        let raw = pkt.raw();
+        self.emit_outer(&mut raw[outer_at..ah_at], &meta)?;
+        AhHeader::emit(
+            &mut raw[ah_at..head],
+            inner.next_header,
+            ah_len,
+            self.spi,
+            seq as u32,
+        );
+        let end = head + inner.len;
+        let icv = self.ah_icv(raw, outer_at, ah_at, end, v4, seq, None)?;
+        let n = self.suite.icv_len();
+        let icv_at = ah_at + AhHeader::<&[u8]>::icv_offset();
+        raw[icv_at..icv_at + n].copy_from_slice(&icv[..n]);
+        self.counters.packets += 1;
+        self.counters.bytes += inner.len as u64;
+        pkt.set(outer_at, total)
+    }
+
+    fn seal_ah_transport(&mut self, pkt: &mut PacketBuf<'_>) -> Result<(), DropReason> {
+        let sp = TransportSplit::parse(pkt.data())?;
+        let ah_len = self.ah_len(sp.v4);
+        let payload_len = sp.pkt_len - sp.hdr_len;
+        let head = pkt.head();
+        if head < ah_len {
+            return Err(DropReason::NoRoom);
+        }
+        if sp.pkt_len + ah_len > MAX_PACKET {
+            return Err(DropReason::TooBig);
+        }
+        // The header as the receiver will see it, zeroed for the ICV: built (and checked)
+        // before anything moves, so a refused packet is left as it came.
+        let mut scratch = [0u8; MAX_AH_IP_HEADER];
+        let zeroed = zeroed_headers(&pkt.data()[..sp.hdr_len], sp.v4, &mut scratch)?;
+        rewrite_ip_header(zeroed, sp.v4, sp.nh_at, proto::AH, ah_len + payload_len);
+        if sp.v4 {
+            zeroed[10..12].fill(0); // the checksum rewrite_ip_header filled in
+        }
+        let seq = self.take_seq()?;
+        let new_head = head - ah_len;
+        let ah_at = new_head + sp.hdr_len;
+        let raw = pkt.raw();
+        raw.copy_within(head..head + sp.hdr_len, new_head);
+        AhHeader::emit(
+            &mut raw[ah_at..ah_at + ah_len],
+            sp.next_header,
+            ah_len,
+            self.spi,
+            seq as u32,
+        );
+        let ip = &mut raw[new_head..ah_at];
+        rewrite_ip_header(ip, sp.v4, sp.nh_at, proto::AH, ah_len + payload_len);
+        let end = ah_at + ah_len + payload_len;
+        let icv = self.ah_icv(raw, new_head, ah_at, end, sp.v4, seq, Some(zeroed))?;
+        let n = self.suite.icv_len();
+        let icv_at = ah_at + AhHeader::<&[u8]>::icv_offset();
+        raw[icv_at..icv_at + n].copy_from_slice(&icv[..n]);
+        self.counters.packets += 1;
+        self.counters.bytes += payload_len as u64;
+        pkt.set(new_head, sp.hdr_len + ah_len + payload_len)
+    }
+
+    /// The untruncated ICV over `raw[ip_at..end]`, whose AH header at `ah_at` has a zero
+    /// ICV field. `zeroed` is the IP header region already zeroed, if the caller has it.
+    #[allow(clippy::too_many_arguments)]
+    fn ah_icv(
+        &self,
+        raw: &[u8],
+        ip_at: usize,
+        ah_at: usize,
+        end: usize,
+        v4: bool,
+        seq: u64,
+        zeroed: Option<&mut [u8]>,
+    ) -> Result<[u8; 64], DropReason> {
+        let mut scratch = [0u8; MAX_AH_IP_HEADER];
+        let hdr: &[u8] = match zeroed {
+            Some(z) => z,
+            None => zeroed_headers(&raw[ip_at..ah_at], v4, &mut scratch)?,
+        };
+        let icv = self
+            .keys
+            .icv_over(&[hdr, &raw[ah_at..end]], seq, self.esn)
+            .ok_or(DropReason::CryptoError)?;
+        let mut out = [0u8; 64];
+        out[..icv.as_ref().len()].copy_from_slice(icv.as_ref());
+        Ok(out)
+    }
+}
+
+/// Copy the IP header region (IPv4 header with options, or IPv6 header with the
+/// extension headers before AH) into `scratch` and zero what may change in transit,
+/// RFC 4302 §3.3.3.1. Returns the zeroed copy.
+pub fn zeroed_headers<'s>(
+    hdr: &[u8],
+    v4: bool,
+    scratch: &'s mut [u8; MAX_AH_IP_HEADER],
+) -> Result<&'s mut [u8], DropReason> {
+    if hdr.len() > MAX_AH_IP_HEADER {
+        return Err(DropReason::UnsupportedHeader);
+    }
+    let h = &mut scratch[..hdr.len()];
+    h.copy_from_slice(hdr);
+    if v4 {
+        zero_ipv4(h)?;
+    } else {
+        zero_ipv6(h)?;
+    }
+    Ok(h)
+}
+
+/// §3.3.3.1.1: DSCP/ECN, flags and fragment offset, TTL and checksum are mutable;
+/// options other than the immutable ones are zeroed whole (§3.3.3.1.1.2).
+fn zero_ipv4(h: &mut [u8]) -> Result<(), DropReason> {
+    if h.len() < 20 {
+        return Err(DropReason::Truncated);
+    }
+    h[1] = 0;
+    h[6..9].fill(0);
+    h[10..12].fill(0);
+    let mut i = 20;
+    while i < h.len() {
+        let kind = h[i];
+        match kind {
+            0 => break, // end of option list; what follows is padding
+            1 => i += 1,
+            _ => {
+                let len = usize::from(*h.get(i + 1).ok_or(DropReason::MalformedIp)?);
+                if len < 2 || i + len > h.len() {
+                    return Err(DropReason::MalformedIp);
+                }
+                if !IMMUTABLE_IPV4_OPTIONS.contains(&(kind & 0x1f)) {
+                    h[i..i + len].fill(0);
+                }
+                i += len;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// §3.3.3.1.2: traffic class, flow label and hop limit are mutable; in hop-by-hop and
+/// destination options, the data of options whose type has the "may change" bit (0x20,
+/// RFC 8200 §4.2) is zeroed. A routing header is covered as it will arrive only when it
+/// has no segments left; otherwise the sender would have to predict it (not supported).
+fn zero_ipv6(h: &mut [u8]) -> Result<(), DropReason> {
+    if h.len() < 40 {
+        return Err(DropReason::Truncated);
+    }
+    h[0] &= 0xf0;
+    h[1..4].fill(0);
+    h[7] = 0;
+    let mut nh = h[6];
+    let mut off = 40;
+    while off < h.len() {
+        if off + 8 > h.len() {
+            return Err(DropReason::MalformedIp);
+        }
+        let len = (usize::from(h[off + 1]) + 1) * 8;
+        if off + len > h.len() {
+            return Err(DropReason::MalformedIp);
+        }
+        match nh {
+            proto::HOPOPT | proto::IPV6_OPTS => zero_ipv6_options(&mut h[off + 2..off + len])?,
+            proto::IPV6_ROUTE if h[off + 3] == 0 => {}
+            proto::IPV6_ROUTE => return Err(DropReason::UnsupportedHeader),
+            proto::IPV6_FRAG => return Err(DropReason::Fragment),
+            _ => return Err(DropReason::MalformedIp),
+        }
+        nh = h[off];
+        off += len;
+    }
+    Ok(())
+}
+
+fn zero_ipv6_options(opts: &mut [u8]) -> Result<(), DropReason> {
+    let mut i = 0;
+    while i < opts.len() {
+        let kind = opts[i];
+        if kind == 0 {
+            i += 1; // Pad1
+            continue;
+        }
+        let len = usize::from(*opts.get(i + 1).ok_or(DropReason::MalformedIp)?);
+        if i + 2 + len > opts.len() {
+            return Err(DropReason::MalformedIp);
+        }
+        if kind & 0x20 != 0 {
+            opts[i + 2..i + 2 + len].fill(0);
+        }
+        i += 2 + len;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ah_lengths_follow_the_alignment_rules() {
+        // HMAC-SHA1-96 / MD5-96: 24 either way; SHA-256-128: 28 (IPv4) / 32 (IPv6).
+        assert_eq!(ah_length(12, true), 24);
+        assert_eq!(ah_length(12, false), 24);
+        assert_eq!(ah_length(16, true), 28);
+        assert_eq!(ah_length(16, false), 32);
+        assert_eq!(ah_length(24, false), 40);
+        assert_eq!(ah_length(32, true), 44);
+        assert_eq!(ah_length(32, false), 48);
+    }
+
+    #[test]
+    fn ipv4_mutable_fields_and_options_are_zeroed() {
+        // TOS 0xb8, DF + offset, TTL 64, checksum, then options: router alert (148,
+        // immutable), a timestamp (68, mutable), NOP, EOL.
+        let mut h = vec![
+            0x48, 0xb8, 0, 40, 0x12, 0x34, 0x40, 0x05, 64, 51, 0xab, 0xcd, 10, 0, 0, 1, 10, 0, 0, 2,
+        ];
+        h.extend([148, 4, 0, 0, 68, 8, 5, 0, 1, 2, 3, 4, 1, 0, 0, 0]);
+        h[0] = 0x40 | (h.len() / 4) as u8;
+        let mut s = [0u8; MAX_AH_IP_HEADER];
+        let z = zeroed_headers(&h, true, &mut s).unwrap().to_vec();
+        assert_eq!(z[1], 0);
+        assert_eq!(&z[4..6], &[0x12, 0x34]); // identification is immutable
+        assert_eq!(&z[6..9], &[0, 0, 0]);
+        assert_eq!(&z[10..12], &[0, 0]);
+        assert_eq!(&z[12..20], &h[12..20]);
+        assert_eq!(&z[20..24], &[148, 4, 0, 0]);
+        assert_eq!(&z[24..32], &[0; 8]);
+        assert_eq!(&z[32..36], &[1, 0, 0, 0]);
+        // A truncated option is a named drop.
+        let mut bad = h[..20].to_vec();
+        bad.extend([68, 12, 0, 0]);
+        assert_eq!(
+            zeroed_headers(&bad, true, &mut s).unwrap_err(),
+            DropReason::MalformedIp
+        );
+    }
+
+    #[test]
+    fn ipv6_mutable_fields_and_options_are_zeroed() {
+        let mut h = vec![0u8; 40];
+        h[0] = 0x6a; // version 6, traffic class 0xab, flow label 0xcdef5
+        h[1] = 0xbc;
+        h[2] = 0xde;
+        h[3] = 0xf5;
+        h[6] = proto::IPV6_OPTS;
+        h[7] = 64;
+        // Destination options: an option with the change bit (0x3e), one without (0x1e),
+        // then Pad1.
+        h.extend([51, 0, 0x3e, 1, 0xaa, 0x1e, 1, 0xbb]);
+        let mut s = [0u8; MAX_AH_IP_HEADER];
+        let z = zeroed_headers(&h, false, &mut s).unwrap().to_vec();
+        assert_eq!(&z[..4], &[0x60, 0, 0, 0]);
+        assert_eq!(z[7], 0);
+        assert_eq!(&z[40..], &[51, 0, 0x3e, 1, 0, 0x1e, 1, 0xbb]);
+        // A routing header with segments left cannot be predicted: unsupported.
+        let mut r = h[..40].to_vec();
+        r[6] = proto::IPV6_ROUTE;
+        r.extend([51, 0, 4, 1, 0, 0, 0, 0]);
+        assert_eq!(
+            zeroed_headers(&r, false, &mut s).unwrap_err(),
+            DropReason::UnsupportedHeader
+        );
+        r[43] = 0;
+        assert!(zeroed_headers(&r, false, &mut s).is_ok());
+    }
+}
