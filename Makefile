@@ -11,6 +11,7 @@ STAMP     := $(VENV)/.installed
 NATIVE    := $(VENV)/.native
 APT_PKGS  := build-essential pkg-config python3 python3-venv python3-dev git ca-certificates
 FUZZ_SECONDS ?= 60
+IPCOMP_FUZZ_SECONDS ?= 20
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 
 .PHONY: run test deps apt rust venv native lint cargo-test pytest fuzz bench-json clean
@@ -68,6 +69,8 @@ pytest: native
 fuzz: rust
 	cd fuzz && RUSTC_BOOTSTRAP=1 cargo fuzz run inbound --sanitizer none -- \
 	  -max_total_time=$(FUZZ_SECONDS) -rss_limit_mb=2048 -print_final_stats=1
+	cd fuzz && RUSTC_BOOTSTRAP=1 cargo fuzz run ipcomp --sanitizer none -- \
+	  -max_total_time=$(IPCOMP_FUZZ_SECONDS) -rss_limit_mb=2048 -print_final_stats=1
 
 
 bench-json: native

@@ -5,7 +5,8 @@ use std::time::Duration;
 use ipsec::crypto::state::IvSource;
 use ipsec::crypto::SecretBytes;
 use ipsec::{
-    DropReason, Mode, PacketBuf, Protocol, Sa, SaConfig, Suite, TunnelEndpoints, HEADROOM, TAILROOM,
+    Compressed, DropReason, IpcompConfig, IpcompSa, Mode, PacketBuf, Protocol, Sa, SaConfig, Suite,
+    TunnelEndpoints, HEADROOM, TAILROOM,
 };
 use ipsec_bench::{BenchConfig, Op};
 use pyo3::exceptions::{PyException, PyValueError};
@@ -353,9 +354,116 @@ fn drop_reasons() -> Vec<&'static str> {
     DropReason::ALL.iter().map(|d| d.label()).collect()
 }
 
+/// An IPComp association (RFC 3173 §3: IPCA): DEFLATE per packet, no keys.
+#[pyclass(name = "IpcompAssociation", module = "ipsec_lab._native")]
+struct PyIpcomp {
+    sa: IpcompSa,
+}
+
+#[pymethods]
+impl PyIpcomp {
+    #[new]
+    #[pyo3(signature = (cpi, *, min_size=ipsec::ipcomp::DEFAULT_MIN_SIZE,
+        window_bits=ipsec::ipcomp::DEFAULT_WINDOW_BITS, level=ipsec::ipcomp::DEFAULT_LEVEL))]
+    fn new(cpi: u16, min_size: usize, window_bits: u8, level: i32) -> PyResult<Self> {
+        let cfg = IpcompConfig {
+            cpi,
+            min_size,
+            window_bits,
+            level,
+        };
+        Ok(PyIpcomp {
+            sa: IpcompSa::new(cfg).map_err(PyValueError::new_err)?,
+        })
+    }
+
+    /// Compress a payload whose protocol is `next_header`: the IPComp header and DEFLATE
+    /// data, or None when it is sent as it was (too small, or not smaller).
+    fn compress<'py>(
+        &mut self,
+        py: Python<'py>,
+        payload: &[u8],
+        next_header: u8,
+    ) -> PyResult<Option<Bound<'py, PyBytes>>> {
+        let mut buf = payload.to_vec();
+        match self
+            .sa
+            .compress_payload(&mut buf, 0, payload.len(), next_header)
+            .map_err(drop_err)?
+        {
+            Compressed::Yes(n) => Ok(Some(PyBytes::new(py, &buf[..n]))),
+            _ => Ok(None),
+        }
+    }
+
+    /// Decompress an IPComp header + DEFLATE data; returns (payload, next_header).
+    fn decompress<'py>(
+        &mut self,
+        py: Python<'py>,
+        data: &[u8],
+    ) -> PyResult<(Bound<'py, PyBytes>, u8)> {
+        let mut buf = vec![0u8; ipsec::constants::MAX_PACKET.max(data.len())];
+        buf[..data.len()].copy_from_slice(data);
+        let (n, nh) = self
+            .sa
+            .decompress_payload(&mut buf, 0, data.len())
+            .map_err(drop_err)?;
+        Ok((PyBytes::new(py, &buf[..n]), nh))
+    }
+
+    /// Transport mode: compress an IP packet's payload (or return the packet as it was).
+    fn seal<'py>(&mut self, py: Python<'py>, packet: &[u8]) -> PyResult<Bound<'py, PyBytes>> {
+        let mut buf = vec![0u8; packet.len()];
+        buf.copy_from_slice(packet);
+        let mut p = PacketBuf::new(&mut buf, 0, packet.len()).map_err(drop_err)?;
+        self.sa.seal(&mut p).map_err(drop_err)?;
+        Ok(PyBytes::new(py, p.data()))
+    }
+
+    /// Transport mode: decompress an IP packet whose payload is IPComp.
+    fn open<'py>(&mut self, py: Python<'py>, packet: &[u8]) -> PyResult<Bound<'py, PyBytes>> {
+        let mut buf = vec![0u8; ipsec::constants::MAX_PACKET.max(packet.len())];
+        buf[..packet.len()].copy_from_slice(packet);
+        let mut p = PacketBuf::new(&mut buf, 0, packet.len()).map_err(drop_err)?;
+        self.sa.open(&mut p).map_err(drop_err)?;
+        Ok(PyBytes::new(py, p.data()))
+    }
+
+    fn counters<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let d = PyDict::new(py);
+        let c = &self.sa.counters;
+        d.set_item("compressed", c.compressed)?;
+        d.set_item("incompressible", c.incompressible)?;
+        d.set_item("too_small", c.too_small)?;
+        d.set_item("bytes_in", c.bytes_in)?;
+        d.set_item("bytes_out", c.bytes_out)?;
+        d.set_item("decompressed", c.decompressed)?;
+        let drops = PyDict::new(py);
+        for (k, v) in c.drops.nonzero() {
+            drops.set_item(k, v)?;
+        }
+        d.set_item("drops", drops)?;
+        Ok(d)
+    }
+
+    #[getter]
+    fn cpi(&self) -> u16 {
+        self.sa.config().cpi
+    }
+
+    fn __repr__(&self) -> String {
+        let c = self.sa.config();
+        format!(
+            "IpcompAssociation(cpi={}, min_size={}, window_bits={}, level={})",
+            c.cpi, c.min_size, c.window_bits, c.level
+        )
+    }
+}
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PySa>()?;
+    m.add_class::<PyIpcomp>()?;
     m.add("DropError", m.py().get_type::<DropError>())?;
     m.add_function(wrap_pyfunction!(run_bench, m)?)?;
     m.add_function(wrap_pyfunction!(default_suites, m)?)?;

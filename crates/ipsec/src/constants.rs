@@ -13,6 +13,7 @@ pub mod proto {
     pub const IPV6_FRAG: u8 = 44;
     pub const ESP: u8 = 50;
     pub const AH: u8 = 51;
+    pub const IPCOMP: u8 = 108;
     pub const ICMPV6: u8 = 58;
     /// RFC 4303 §2.6: "no next header" marks a TFC dummy packet, to be discarded.
     pub const NO_NEXT_HEADER: u8 = 59;
@@ -23,6 +24,8 @@ pub const IPV4_HEADER_LEN: usize = 20;
 pub const IPV6_HEADER_LEN: usize = 40;
 /// RFC 4303 §2: SPI (4) + sequence number (4).
 pub const ESP_HEADER_LEN: usize = 8;
+/// RFC 3173 §2.2: next header, flags, CPI.
+pub const IPCOMP_HEADER_LEN: usize = 4;
 /// RFC 4302 §2: next header, payload length, reserved, SPI, sequence number.
 pub const AH_FIXED_LEN: usize = 12;
 /// RFC 4303 §2: pad length (1) + next header (1).

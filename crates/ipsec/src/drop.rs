@@ -50,6 +50,10 @@ drops! {
     /// Headers AH cannot cover here: an IPv6 routing header with segments left, or
     /// IP + extension headers longer than 512 bytes before AH.
     UnsupportedHeader = "unsupported_header",
+    /// IPComp: the DEFLATE data is not a valid stream.
+    BadCompressedData = "bad_compressed_data",
+    /// IPComp: the decompressed payload would exceed 65,535 bytes (a decompression bomb).
+    DecompressedTooBig = "decompressed_too_big",
     // --- authentication and replay ---
     /// No SA for this SPI / destination / protocol.
     UnknownSpi = "unknown_spi",
@@ -96,7 +100,9 @@ impl DropReason {
             | D::MalformedInner
             | D::Fragment
             | D::MalformedAh
-            | D::UnsupportedHeader => "malformed",
+            | D::UnsupportedHeader
+            | D::BadCompressedData
+            | D::DecompressedTooBig => "malformed",
             D::UnknownSpi
             | D::IcvFailure
             | D::Replay

@@ -1,5 +1,6 @@
-//! The ipsec-lab IPsec core: ESP (RFC 4303) and AH (RFC 4302) with today's algorithms
-//! (and, on SAs marked legacy, yesterday's), anti-replay, the SPD and the SAD — I/O-free.
+//! The ipsec-lab IPsec core: ESP (RFC 4303), AH (RFC 4302) and IPComp (RFC 3173) with
+//! today's algorithms (and, on SAs marked legacy, yesterday's), anti-replay, the SPD and
+//! the SAD — I/O-free.
 //!
 //! Nothing here opens a socket, starts a thread, reads a clock or talks to Python:
 //! the caller owns buffers and I/O, and every transform returns what happened
@@ -20,6 +21,7 @@ pub mod crypto;
 pub mod drop;
 pub mod engine;
 pub mod esp;
+pub mod ipcomp;
 pub mod replay;
 pub mod sa;
 pub mod sad;
@@ -31,6 +33,7 @@ pub use constants::{HEADROOM, TAILROOM};
 pub use crypto::{Encryption, Integrity, Suite, SuiteError};
 pub use drop::{DropCounters, DropReason};
 pub use engine::{Engine, Inbound, Outbound};
+pub use ipcomp::{Compressed, IpcompConfig, IpcompCounters, IpcompSa};
 pub use replay::ReplayWindow;
 pub use sa::{Direction, Mode, Protocol, Sa, SaConfig, SaCounters, SaError, TunnelEndpoints};
 pub use sad::{Sad, SadKey};

@@ -1,0 +1,272 @@
+//! IPComp (RFC 3173) with DEFLATE (RFC 2394), through zlib-rs.
+//!
+//! IPComp is stateless per datagram (RFC 3173 §2.2): each packet is compressed on its own.
+//! One compressor and one decompressor are kept per SA and reset per packet, so nothing is
+//! allocated on the hot path; the SA's 64 KiB scratch buffer takes each output.
+//!
+//! Outbound, a payload shorter than the SA's minimum is not compressed (counted as
+//! `too_small`), and a payload that does not come out smaller, IPComp header included, is
+//! sent as it was (counted as `incompressible`): the receiver sees no IPComp header then.
+//! Inbound, any DEFLATE window of 8 to 15 bits is accepted, the output is bounded by
+//! 65,535 bytes, and a stream that would exceed it is a counted drop
+//! (`decompressed_too_big`), not an allocation spree.
+
+use zlib_rs::{Deflate, DeflateFlush, Inflate, InflateFlush, Status};
+
+use crate::buf::PacketBuf;
+use crate::constants::{proto, IPCOMP_HEADER_LEN, MAX_PACKET};
+use crate::drop::{DropCounters, DropReason};
+use crate::esp::{ipsec_location, rewrite_ip_header, TransportSplit};
+
+/// Linux's default: payloads under 90 bytes are not worth compressing
+/// (net/xfrm/xfrm_algo.c, the deflate threshold).
+pub const DEFAULT_MIN_SIZE: usize = 90;
+/// Linux compresses with an 11-bit window (crypto/deflate.c, DEFLATE_DEF_WINBITS).
+pub const DEFAULT_WINDOW_BITS: u8 = 11;
+/// zlib's default level.
+pub const DEFAULT_LEVEL: i32 = 6;
+/// RFC 3173 §3.3 / RFC 2394 §2: the well-known CPI of DEFLATE.
+pub const CPI_DEFLATE: u16 = 2;
+
+/// How an IPComp SA compresses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IpcompConfig {
+    /// Compression Parameter Index: 2 (DEFLATE, well known) or a negotiated value
+    /// 256–61439 (RFC 3173 §3.3).
+    pub cpi: u16,
+    /// Payloads shorter than this go out uncompressed.
+    pub min_size: usize,
+    /// DEFLATE window for compressing, 9–15 bits (8 is not writable by zlib).
+    pub window_bits: u8,
+    /// DEFLATE level 1–9.
+    pub level: i32,
+}
+
+impl IpcompConfig {
+    pub fn new(cpi: u16) -> Self {
+        IpcompConfig {
+            cpi,
+            min_size: DEFAULT_MIN_SIZE,
+            window_bits: DEFAULT_WINDOW_BITS,
+            level: DEFAULT_LEVEL,
+        }
+    }
+
+    pub fn check(&self) -> Result<(), String> {
+        if !(self.cpi == CPI_DEFLATE || (256..=61439).contains(&self.cpi)) {
+            return Err(format!(
+                "CPI {} is reserved (RFC 3173 §3.3): use 2 (DEFLATE) or 256 to 61439",
+                self.cpi
+            ));
+        }
+        if !(9..=15).contains(&self.window_bits) {
+            return Err(format!(
+                "DEFLATE window of {} bits: compress with 9 to 15",
+                self.window_bits
+            ));
+        }
+        if !(1..=9).contains(&self.level) {
+            return Err(format!("DEFLATE level {}: 1 to 9", self.level));
+        }
+        Ok(())
+    }
+}
+
+/// What IPComp did with an outbound payload, and per-SA totals of it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct IpcompCounters {
+    /// Sent with an IPComp header.
+    pub compressed: u64,
+    /// Tried, but not smaller: sent as they were (RFC 3173 §2.2).
+    pub incompressible: u64,
+    /// Under the minimum size: not tried.
+    pub too_small: u64,
+    /// Payload bytes before and after IPComp, outbound (header included after).
+    pub bytes_in: u64,
+    pub bytes_out: u64,
+    /// Inbound packets decompressed.
+    pub decompressed: u64,
+    pub drops: DropCounters,
+}
+
+/// What [`IpcompSa::compress_payload`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Compressed {
+    /// The payload now starts with an IPComp header; its new length.
+    Yes(usize),
+    /// Not smaller: left as it was.
+    Incompressible,
+    /// Under the minimum size: left as it was.
+    TooSmall,
+}
+
+/// An IPComp SA: one direction's compressor state and counters. Holds no keys.
+pub struct IpcompSa {
+    cfg: IpcompConfig,
+    deflate: Deflate,
+    inflate: Inflate,
+    scratch: Vec<u8>,
+    pub counters: IpcompCounters,
+}
+
+impl core::fmt::Debug for IpcompSa {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "IpcompSa(cpi {}, {:?})", self.cfg.cpi, self.counters)
+    }
+}
+
+impl IpcompSa {
+    pub fn new(cfg: IpcompConfig) -> Result<Self, String> {
+        cfg.check()?;
+        Ok(IpcompSa {
+            cfg,
+            deflate: Deflate::new(cfg.level, false, cfg.window_bits),
+            // A 15-bit window inflates streams written with any smaller window.
+            inflate: Inflate::new(false, 15),
+            scratch: vec![0; MAX_PACKET],
+            counters: IpcompCounters::default(),
+        })
+    }
+
+    pub fn config(&self) -> &IpcompConfig {
+        &self.cfg
+    }
+
+    /// Compress `buf[at..at + len]`, whose protocol is `next_header`, in place: on
+    /// [`Compressed::Yes`] the IPComp header and the DEFLATE data start at `at`.
+    pub fn compress_payload(
+        &mut self,
+        buf: &mut [u8],
+        at: usize,
+        len: usize,
+        next_header: u8,
+    ) -> Result<Compressed, DropReason> {
+        let end = at.checked_add(len).filter(|e| *e <= buf.len());
+        let end = end.ok_or(DropReason::NoRoom)?;
+        self.counters.bytes_in += len as u64;
+        if len < self.cfg.min_size {
+            self.counters.too_small += 1;
+            self.counters.bytes_out += len as u64;
+            return Ok(Compressed::TooSmall);
+        }
+        // Worth sending only if header + data is strictly smaller: give DEFLATE no more
+        // room than that, so an incompressible payload stops early.
+        let room = len.saturating_sub(IPCOMP_HEADER_LEN + 1);
+        self.deflate.reset();
+        let st = self.deflate.compress(
+            &buf[at..end],
+            &mut self.scratch[..room],
+            DeflateFlush::Finish,
+        );
+        let out = self.deflate.total_out() as usize;
+        if st != Ok(Status::StreamEnd) || out + IPCOMP_HEADER_LEN >= len {
+            self.counters.incompressible += 1;
+            self.counters.bytes_out += len as u64;
+            return Ok(Compressed::Incompressible);
+        }
+        // RFC 3173 §2.2: next header, flags (0), CPI.
+        buf[at] = next_header;
+        buf[at + 1] = 0;
+        buf[at + 2..at + 4].copy_from_slice(&self.cfg.cpi.to_be_bytes());
+        buf[at + IPCOMP_HEADER_LEN..at + IPCOMP_HEADER_LEN + out]
+            .copy_from_slice(&self.scratch[..out]);
+        let n = IPCOMP_HEADER_LEN + out;
+        self.counters.compressed += 1;
+        self.counters.bytes_out += n as u64;
+        Ok(Compressed::Yes(n))
+    }
+
+    /// Decompress the IPComp payload (header + DEFLATE data) at `buf[at..at + len]` in
+    /// place; the output may grow up to `buf.len()`. Returns (length, next header).
+    pub fn decompress_payload(
+        &mut self,
+        buf: &mut [u8],
+        at: usize,
+        len: usize,
+    ) -> Result<(usize, u8), DropReason> {
+        let r = self.decompress_inner(buf, at, len);
+        if let Err(d) = r {
+            self.counters.drops.count(d);
+        }
+        r
+    }
+
+    fn decompress_inner(
+        &mut self,
+        buf: &mut [u8],
+        at: usize,
+        len: usize,
+    ) -> Result<(usize, u8), DropReason> {
+        let end = at.checked_add(len).filter(|e| *e <= buf.len());
+        let end = end.ok_or(DropReason::Truncated)?;
+        if len < IPCOMP_HEADER_LEN {
+            return Err(DropReason::Truncated);
+        }
+        let cpi = u16::from_be_bytes([buf[at + 2], buf[at + 3]]);
+        if cpi != self.cfg.cpi {
+            return Err(DropReason::UnknownSpi);
+        }
+        let next_header = buf[at];
+        if next_header == proto::IPCOMP {
+            // RFC 3173 §3.5: IPComp is never applied twice.
+            return Err(DropReason::BadNextHeader);
+        }
+        self.inflate.reset(false);
+        let st = self.inflate.decompress(
+            &buf[at + IPCOMP_HEADER_LEN..end],
+            &mut self.scratch,
+            InflateFlush::Finish,
+        );
+        let out = self.inflate.total_out() as usize;
+        match st {
+            Ok(Status::StreamEnd) => {}
+            // The output buffer filled before the stream ended: more than 65,535 bytes.
+            Ok(_) if out == self.scratch.len() => return Err(DropReason::DecompressedTooBig),
+            Err(_) if out == self.scratch.len() => return Err(DropReason::DecompressedTooBig),
+            _ => return Err(DropReason::BadCompressedData),
+        }
+        if at + out > buf.len() {
+            return Err(DropReason::NoRoom);
+        }
+        buf[at..at + out].copy_from_slice(&self.scratch[..out]);
+        self.counters.decompressed += 1;
+        Ok((out, next_header))
+    }
+
+    /// Transport mode, outbound: compress the IP packet's payload in place (the IP
+    /// header now says IPComp), or leave the packet as it was.
+    pub fn seal(&mut self, pkt: &mut PacketBuf<'_>) -> Result<Compressed, DropReason> {
+        let sp = TransportSplit::parse(pkt.data())?;
+        let head = pkt.head();
+        let len = sp.pkt_len - sp.hdr_len;
+        let c = self.compress_payload(pkt.raw(), head + sp.hdr_len, len, sp.next_header)?;
+        if let Compressed::Yes(n) = c {
+            let ip = &mut pkt.raw()[head..head + sp.hdr_len];
+            rewrite_ip_header(ip, sp.v4, sp.nh_at, proto::IPCOMP, n);
+            pkt.set(head, sp.hdr_len + n)?;
+        }
+        Ok(c)
+    }
+
+    /// Transport mode, inbound: decompress an IP packet whose payload is IPComp. The
+    /// caller's buffer must have room behind the packet for the decompressed payload.
+    pub fn open(&mut self, pkt: &mut PacketBuf<'_>) -> Result<u8, DropReason> {
+        let loc = match ipsec_location(pkt.data(), proto::IPCOMP) {
+            Ok(l) => l,
+            Err(d) => {
+                self.counters.drops.count(d);
+                return Err(d);
+            }
+        };
+        let head = pkt.head();
+        let (n, nh) = self.decompress_payload(pkt.raw(), head + loc.offset, loc.len)?;
+        if loc.offset + n > MAX_PACKET {
+            self.counters.drops.count(DropReason::DecompressedTooBig);
+            return Err(DropReason::DecompressedTooBig);
+        }
+        let ip = &mut pkt.raw()[head..head + loc.offset];
+        rewrite_ip_header(ip, loc.v4, loc.nh_at, nh, n);
+        pkt.set(head, loc.offset + n)?;
+        Ok(nh)
+    }
+}
