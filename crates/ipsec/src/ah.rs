@@ -50,6 +50,9 @@ impl Sa {
         }
     }
 
+    /// Open AH. A tunnel-mode SA decapsulates an inner IPv4/IPv6 packet; when AH covers
+    /// ESP or IPComp instead (the outer layer of a bundle), or in transport mode, AH is
+    /// removed and the IP header kept.
     pub(crate) fn open_ah(&mut self, pkt: &mut PacketBuf<'_>) -> Result<u8, DropReason> {
         let loc = ipsec_location(pkt.data(), proto::AH)?;
         let (head, hdr_len) = (pkt.head(), loc.offset);
@@ -88,29 +91,28 @@ impl Sa {
         self.replay.commit(seq);
         let payload_at = ah_at + ah_len;
         let payload_len = end - payload_at;
-        match self.mode {
-            Mode::Tunnel => {
-                let inner = &raw[payload_at..end];
-                let want_version = match next_header {
-                    proto::IPV4 => 4,
-                    proto::IPV6 => 6,
-                    _ => return Err(DropReason::BadNextHeader),
-                };
-                let p = IpPacket::parse(inner).map_err(|_| DropReason::MalformedInner)?;
-                if inner[0] >> 4 != want_version {
-                    return Err(DropReason::MalformedInner);
-                }
-                let inner_len = p.packet_len();
-                pkt.set(payload_at, inner_len)?;
+        let tunnel =
+            self.mode == Mode::Tunnel && !matches!(next_header, proto::ESP | proto::IPCOMP);
+        if tunnel {
+            let inner = &raw[payload_at..end];
+            let want_version = match next_header {
+                proto::IPV4 => 4,
+                proto::IPV6 => 6,
+                _ => return Err(DropReason::BadNextHeader),
+            };
+            let p = IpPacket::parse(inner).map_err(|_| DropReason::MalformedInner)?;
+            if inner[0] >> 4 != want_version {
+                return Err(DropReason::MalformedInner);
             }
-            Mode::Transport => {
-                // Close the gap AH leaves and point the IP header at the upper layer.
-                let new_head = payload_at - hdr_len;
-                raw.copy_within(head..head + hdr_len, new_head);
-                let ip = &mut raw[new_head..payload_at];
-                rewrite_ip_header(ip, loc.v4, loc.nh_at, next_header, payload_len);
-                pkt.set(new_head, hdr_len + payload_len)?;
-            }
+            let inner_len = p.packet_len();
+            pkt.set(payload_at, inner_len)?;
+        } else {
+            // Close the gap AH leaves and point the IP header at the upper layer.
+            let new_head = payload_at - hdr_len;
+            raw.copy_within(head..head + hdr_len, new_head);
+            let ip = &mut raw[new_head..payload_at];
+            rewrite_ip_header(ip, loc.v4, loc.nh_at, next_header, payload_len);
+            pkt.set(new_head, hdr_len + payload_len)?;
         }
         self.counters.packets += 1;
         self.counters.bytes += payload_len as u64;
@@ -156,7 +158,9 @@ impl Sa {
         pkt.set(outer_at, total)
     }
 
-    fn seal_ah_transport(&mut self, pkt: &mut PacketBuf<'_>) -> Result<(), DropReason> {
+    /// AH inserted after the IP header (transport mode, and the outer layer of a bundle,
+    /// where it covers the ESP packet's outer header).
+    pub(crate) fn seal_ah_transport(&mut self, pkt: &mut PacketBuf<'_>) -> Result<(), DropReason> {
         let sp = TransportSplit::parse(pkt.data())?;
         let ah_len = self.ah_len(sp.v4);
         let payload_len = sp.pkt_len - sp.hdr_len;

@@ -74,6 +74,9 @@ drops! {
     NoSa = "no_sa",
     /// Inbound: the packet (clear or decrypted) does not match the policy for this SA.
     PolicyMismatch = "policy_mismatch",
+    /// Inbound: the layers a packet came through are not its SA bundle's (one missing,
+    /// one extra, or in the wrong order).
+    BundleMismatch = "bundle_mismatch",
     /// Outbound: the SA's sequence number space is used up; it must be rekeyed (RFC 4303 §3.3.3).
     SequenceExhausted = "sequence_exhausted",
     // --- caller misuse ---
@@ -109,7 +112,11 @@ impl DropReason {
             | D::ReplayTooOld
             | D::ZeroSequence
             | D::DummyPacket => "auth",
-            D::PolicyDiscard | D::NoSa | D::PolicyMismatch | D::SequenceExhausted => "policy",
+            D::PolicyDiscard
+            | D::NoSa
+            | D::PolicyMismatch
+            | D::BundleMismatch
+            | D::SequenceExhausted => "policy",
             D::NoRoom | D::TooBig | D::BadIv | D::CryptoError => "caller",
         }
     }

@@ -10,9 +10,12 @@
 //! policy requires protection is dropped ([`DropReason::PolicyMismatch`]).
 
 use crate::buf::PacketBuf;
+use crate::bundle::{self, Layers};
 use crate::constants::proto;
+use crate::crypto::state::IvSource;
 use crate::drop::{DropCounters, DropReason};
 use crate::esp::ipsec_location;
+use crate::ipcomp::{IpcompConfig, IpcompSa};
 use crate::sa::{Direction, Sa, SaConfig, SaError};
 use crate::sad::{SaId, Sad, SadKey};
 use crate::spd::{Action, Spd};
@@ -25,6 +28,8 @@ use crate::wire::PacketInfo;
 pub enum Outbound {
     /// `pkt` now holds the ESP or AH packet to send.
     Sealed { sa: SaId },
+    /// `pkt` now holds the packet a bundle made.
+    SealedBundle { bundle: usize },
     /// Policy says send in clear; `pkt` is unchanged.
     Bypass,
 }
@@ -46,9 +51,20 @@ pub struct EngineCounters {
     pub drops: DropCounters,
 }
 
+/// An SA bundle (see [`crate::bundle`]): ESP in tunnel mode, optionally IPComp inside it
+/// and AH outside it. The ids are the engine's ([`Engine::add_sa`], [`Engine::add_ipcomp`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Bundle {
+    pub ipcomp: Option<usize>,
+    pub esp: SaId,
+    pub ah: Option<SaId>,
+}
+
 #[derive(Debug, Default)]
 pub struct Engine {
     sas: Vec<Option<Sa>>,
+    ipcomps: Vec<IpcompSa>,
+    bundles: Vec<Bundle>,
     sad: Sad,
     pub spd_out: Spd,
     pub spd_in: Spd,
@@ -102,6 +118,72 @@ impl Engine {
         Some(sa)
     }
 
+    /// Add an IPComp association for use in bundles; returns its id.
+    pub fn add_ipcomp(&mut self, cfg: IpcompConfig) -> Result<usize, SaError> {
+        let c = IpcompSa::new(cfg).map_err(SaError::Ipcomp)?;
+        self.ipcomps.push(c);
+        Ok(self.ipcomps.len() - 1)
+    }
+
+    pub fn ipcomp(&self, id: usize) -> Option<&IpcompSa> {
+        self.ipcomps.get(id)
+    }
+
+    /// Register a bundle for [`Action::ProtectBundle`]; its SAs must exist and fit
+    /// together (ESP tunnel, AH of the same direction).
+    pub fn add_bundle(&mut self, b: Bundle) -> Result<usize, SaError> {
+        let esp = self
+            .sa(b.esp)
+            .ok_or(SaError::Bundle("no such ESP SA".into()))?;
+        let ah = match b.ah {
+            Some(id) => Some(self.sa(id).ok_or(SaError::Bundle("no such AH SA".into()))?),
+            None => None,
+        };
+        bundle::check(esp, ah).map_err(SaError::Bundle)?;
+        if b.ipcomp.is_some_and(|i| i >= self.ipcomps.len()) {
+            return Err(SaError::Bundle("no such IPComp association".into()));
+        }
+        if self
+            .bundles
+            .iter()
+            .any(|x| x.esp == b.esp || (b.ah.is_some() && x.ah == b.ah))
+        {
+            return Err(SaError::Bundle("an SA can be in one bundle only".into()));
+        }
+        self.bundles.push(b);
+        Ok(self.bundles.len() - 1)
+    }
+
+    fn layers(&mut self, id: usize) -> Option<Layers<'_>> {
+        let b = *self.bundles.get(id)?;
+        let ipcomp = match b.ipcomp {
+            Some(i) => Some(self.ipcomps.get_mut(i)?),
+            None => None,
+        };
+        let (esp, ah) = match b.ah {
+            Some(a) => {
+                let [e, a] = self.sas.get_disjoint_mut([b.esp, a]).ok()?;
+                (e.as_mut()?, Some(a.as_mut()?))
+            }
+            None => (self.sas.get_mut(b.esp)?.as_mut()?, None),
+        };
+        Some(Layers { ipcomp, esp, ah })
+    }
+
+    /// The bundle whose outermost layer is SA `id`, or `Err` if `id` is an inner layer
+    /// of a bundle (a packet that skipped the outer layers).
+    fn bundle_of(&self, id: SaId) -> Result<Option<usize>, DropReason> {
+        for (i, b) in self.bundles.iter().enumerate() {
+            if b.ah == Some(id) || (b.ah.is_none() && b.esp == id) {
+                return Ok(Some(i));
+            }
+            if b.esp == id {
+                return Err(DropReason::BundleMismatch);
+            }
+        }
+        Ok(None)
+    }
+
     pub fn sa(&self, id: SaId) -> Option<&Sa> {
         self.sas.get(id)?.as_ref()
     }
@@ -136,6 +218,13 @@ impl Engine {
                 }
                 _ => Err(self.drop_here(DropReason::NoSa)),
             },
+            Action::ProtectBundle(b) => match self.layers(b) {
+                Some(mut l) if l.esp.direction == Direction::Out => {
+                    l.seal(pkt, IvSource::Generate)?;
+                    Ok(Outbound::SealedBundle { bundle: b })
+                }
+                _ => Err(self.drop_here(DropReason::NoSa)),
+            },
         }
     }
 
@@ -151,7 +240,9 @@ impl Engine {
                     Ok(Inbound::Bypass)
                 }
                 Action::Discard => Err(self.drop_here(DropReason::PolicyDiscard)),
-                Action::Protect(_) => Err(self.drop_here(DropReason::PolicyMismatch)),
+                Action::Protect(_) | Action::ProtectBundle(_) => {
+                    Err(self.drop_here(DropReason::PolicyMismatch))
+                }
             };
         }
         let spi = ipsec_location(pkt.data(), protocol)
@@ -167,13 +258,25 @@ impl Engine {
         let Some(id) = self.sad.lookup(spi, info.dst, protocol) else {
             return Err(self.drop_here(DropReason::UnknownSpi));
         };
-        let Some(sa) = self.sas.get_mut(id).and_then(Option::as_mut) else {
-            return Err(self.drop_here(DropReason::UnknownSpi));
+        let bundle = self.bundle_of(id).map_err(|d| self.drop_here(d))?;
+        let (next_header, want) = match bundle {
+            Some(b) => {
+                let Some(mut l) = self.layers(b) else {
+                    return Err(self.drop_here(DropReason::UnknownSpi));
+                };
+                (l.open(pkt)?, Action::ProtectBundle(b))
+            }
+            None => {
+                let Some(sa) = self.sas.get_mut(id).and_then(Option::as_mut) else {
+                    return Err(self.drop_here(DropReason::UnknownSpi));
+                };
+                (sa.open(pkt)?, Action::Protect(id))
+            }
         };
-        let next_header = sa.open(pkt)?;
-        // RFC 4301 §5.2 step 4: the decrypted packet must match the policy of the SA it came by.
+        // RFC 4301 §5.2 step 4: the decrypted packet must match the policy of the SA (or
+        // bundle) it came by.
         let ok = PacketInfo::parse(pkt.data())
-            .map(|info| self.spd_in.lookup(&info) == Action::Protect(id))
+            .map(|info| self.spd_in.lookup(&info) == want)
             .unwrap_or(false);
         if !ok {
             let sa = self.sas[id].as_mut().expect("looked up above");

@@ -58,13 +58,13 @@ impl Sa {
     pub fn open(&mut self, pkt: &mut PacketBuf<'_>) -> Result<u8, DropReason> {
         let r = match (self.protocol, self.mode) {
             (Protocol::Ah, _) => self.open_ah(pkt),
-            (Protocol::Esp, Mode::Tunnel) => self.open_tunnel(pkt),
+            (Protocol::Esp, Mode::Tunnel) => self.open_tunnel(pkt, false),
             (Protocol::Esp, Mode::Transport) => self.open_transport(pkt),
         };
         self.count(r)
     }
 
-    fn count<T>(&mut self, r: Result<T, DropReason>) -> Result<T, DropReason> {
+    pub(crate) fn count<T>(&mut self, r: Result<T, DropReason>) -> Result<T, DropReason> {
         if let Err(d) = r {
             self.counters.drops.count(d);
         }
@@ -176,13 +176,26 @@ impl Sa {
     }
 
     fn seal_tunnel(&mut self, pkt: &mut PacketBuf<'_>, iv: IvSource<'_>) -> Result<(), DropReason> {
+        let inner = TunnelInner::parse(pkt.data())?;
+        self.seal_tunnel_payload(pkt, inner, iv)
+    }
+
+    /// Tunnel mode over a payload that is the inner packet or, in a bundle, what IPComp
+    /// made of it: `pkt` starts with `payload.len` bytes of protocol `payload.next_header`;
+    /// DSCP/ECN and DF for the outer header come from `payload` too.
+    pub(crate) fn seal_tunnel_payload(
+        &mut self,
+        pkt: &mut PacketBuf<'_>,
+        payload: TunnelInner,
+        iv: IvSource<'_>,
+    ) -> Result<(), DropReason> {
         let t = self.tunnel.ok_or(DropReason::NoSa)?;
         let TunnelInner {
             next_header,
             tos,
             df,
             len: inner_len,
-        } = TunnelInner::parse(pkt.data())?;
+        } = payload;
         let outer_len = outer_header_len(&t);
         let head = pkt.head();
         let front = outer_len + self.esp_head_len();
@@ -281,7 +294,13 @@ impl Sa {
         pkt.set(new_head, hdr_len + esp_len)
     }
 
-    fn open_tunnel(&mut self, pkt: &mut PacketBuf<'_>) -> Result<u8, DropReason> {
+    /// Tunnel mode, inbound. With `ipcomp` (inside a bundle) the payload may also be an
+    /// IPComp header and its data (next header 108), left in `pkt` for IPComp to expand.
+    pub(crate) fn open_tunnel(
+        &mut self,
+        pkt: &mut PacketBuf<'_>,
+        ipcomp: bool,
+    ) -> Result<u8, DropReason> {
         let loc = esp_location(pkt.data())?;
         let head = pkt.head();
         let o = self.open_esp(pkt.raw(), head + loc.offset, loc.len)?;
@@ -297,6 +316,7 @@ impl Sa {
                 // Any bytes after the inner packet are TFC padding (RFC 4303 §2.7).
                 inner.packet_len()
             }
+            proto::IPCOMP if ipcomp => o.payload.len(),
             _ => return Err(DropReason::BadNextHeader),
         };
         pkt.set(o.payload.start, inner_len)?;

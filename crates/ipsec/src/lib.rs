@@ -16,6 +16,7 @@
 
 pub mod ah;
 pub mod buf;
+pub mod bundle;
 pub mod constants;
 pub mod crypto;
 pub mod drop;
@@ -32,7 +33,7 @@ pub use buf::PacketBuf;
 pub use constants::{HEADROOM, TAILROOM};
 pub use crypto::{Encryption, Integrity, Suite, SuiteError};
 pub use drop::{DropCounters, DropReason};
-pub use engine::{Engine, Inbound, Outbound};
+pub use engine::{Bundle, Engine, Inbound, Outbound};
 pub use ipcomp::{Compressed, IpcompConfig, IpcompCounters, IpcompSa};
 pub use replay::ReplayWindow;
 pub use sa::{Direction, Mode, Protocol, Sa, SaConfig, SaCounters, SaError, TunnelEndpoints};

@@ -138,6 +138,10 @@ pub enum SaError {
     DuplicateSpi(u32),
     /// AH authenticates only: its SA takes an integrity algorithm and no encryption.
     AhWithEncryption(&'static str),
+    /// An IPComp association's parameters.
+    Ipcomp(String),
+    /// SAs that do not form a bundle.
+    Bundle(String),
 }
 
 impl fmt::Display for SaError {
@@ -157,6 +161,7 @@ impl fmt::Display for SaError {
             SaError::DuplicateSpi(s) => {
                 write!(f, "SPI {s:#x} is already used by another inbound SA")
             }
+            SaError::Ipcomp(m) | SaError::Bundle(m) => f.write_str(m),
             SaError::AhWithEncryption(e) => write!(
                 f,
                 "AH authenticates only: give it an integrity algorithm and encryption null \

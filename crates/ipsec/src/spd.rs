@@ -141,6 +141,8 @@ impl Selector {
 pub enum Action {
     /// Protect with this SA (outbound: seal with it; inbound: must have arrived through it).
     Protect(SaId),
+    /// Protect with this SA bundle (`Engine::add_bundle`): IPComp → ESP → AH.
+    ProtectBundle(usize),
     /// Pass in clear.
     Bypass,
     Discard,

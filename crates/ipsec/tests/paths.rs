@@ -7,8 +7,8 @@ use ipsec::crypto::state::{CipherState, IvSource};
 use ipsec::crypto::SecretBytes;
 use ipsec::spd::Prefix;
 use ipsec::{
-    Action, Direction, DropReason, Engine, Mode, Outbound, PacketBuf, Protocol, Sa, SaConfig,
-    Selector, SpdRule, Suite, TunnelEndpoints, HEADROOM, TAILROOM,
+    Action, Bundle, Direction, DropReason, Engine, IpcompConfig, Mode, Outbound, PacketBuf,
+    Protocol, Sa, SaConfig, Selector, SpdRule, Suite, TunnelEndpoints, HEADROOM, TAILROOM,
 };
 
 fn keys(suite: &Suite) -> (SecretBytes, SecretBytes) {
@@ -523,4 +523,188 @@ fn ah_and_esp_spis_are_separate_and_ah_drops_are_named() {
     let mut w = wire.clone();
     w[21] = 9;
     assert_eq!(open_via(&mut fresh(), &w), Err(DropReason::MalformedAh));
+}
+
+/// Gateways A (seals) and B (opens) with one bundle each way of study 1's shapes:
+/// `ah` adds AH sha1 outside ESP, `ipcomp` adds IPComp inside it.
+fn bundle_pair(esp: &str, ah: bool, ipcomp: bool) -> (Engine, Engine) {
+    let v4 = ("192.0.2.1", "192.0.2.2");
+    let inner = ("10.1.0.0/16", "10.2.0.0/16");
+    let mut gw = [Engine::new(), Engine::new()];
+    for (e, dir) in gw.iter_mut().zip([Direction::Out, Direction::In]) {
+        let esp_id = e.add_sa(&cfg(esp, Mode::Tunnel, dir, v4)).unwrap();
+        let ah_id = ah.then(|| {
+            let mut c = cfg("null-sha1", Mode::Tunnel, dir, v4);
+            c.protocol = Protocol::Ah;
+            c.spi = 0x2000;
+            e.add_sa(&c).unwrap()
+        });
+        let ipcomp_id = ipcomp.then(|| e.add_ipcomp(IpcompConfig::new(0x3000)).unwrap());
+        let b = e
+            .add_bundle(Bundle {
+                ipcomp: ipcomp_id,
+                esp: esp_id,
+                ah: ah_id,
+            })
+            .unwrap();
+        let sel = Selector::between(
+            Prefix::parse(inner.0).unwrap(),
+            Prefix::parse(inner.1).unwrap(),
+        );
+        let rule = SpdRule {
+            selector: sel,
+            action: Action::ProtectBundle(b),
+        };
+        match dir {
+            Direction::Out => e.spd_out.push(rule),
+            Direction::In => e.spd_in.push(rule),
+        }
+    }
+    let [a, b] = gw;
+    (a, b)
+}
+
+fn bundle_seal(a: &mut Engine, pkt: &[u8]) -> Vec<u8> {
+    let mut buf = vec![0u8; HEADROOM + 65_536];
+    buf[HEADROOM..HEADROOM + pkt.len()].copy_from_slice(pkt);
+    let mut p = PacketBuf::new(&mut buf, HEADROOM, pkt.len()).unwrap();
+    assert!(matches!(
+        a.outbound(&mut p).unwrap(),
+        Outbound::SealedBundle { .. }
+    ));
+    p.data().to_vec()
+}
+
+fn bundle_open(b: &mut Engine, wire: &[u8]) -> Result<Vec<u8>, DropReason> {
+    let mut buf = vec![0u8; HEADROOM + 65_536];
+    buf[HEADROOM..HEADROOM + wire.len()].copy_from_slice(wire);
+    let mut p = PacketBuf::new(&mut buf, HEADROOM, wire.len()).unwrap();
+    b.inbound(&mut p)?;
+    Ok(p.data().to_vec())
+}
+
+/// A UDP packet whose payload is text (compressible) or bytes that look random.
+fn udp_payload(n: usize, text: bool) -> Vec<u8> {
+    let mut p = udp("10.1.0.1", "10.2.0.1", n);
+    let mut x: u32 = 0x1234_5678;
+    for (i, b) in p[28..].iter_mut().enumerate() {
+        x ^= x << 13;
+        x ^= x >> 17;
+        x ^= x << 5;
+        *b = if text {
+            b"the quick brown fox "[i % 20]
+        } else {
+            x as u8
+        };
+    }
+    p
+}
+
+#[test]
+fn bundles_round_trip_in_rfc_order() {
+    for (esp, ah, ipcomp) in [
+        ("aes128", true, false),      // study 1: AH + ESP
+        ("aes128-sha1", false, true), // study 1: IPComp + ESP
+        ("aes128gcm16", true, true),  // all three
+    ] {
+        let (mut a, mut b) = bundle_pair(esp, ah, ipcomp);
+        for (n, text) in [
+            (0, true),
+            (40, true),
+            (1400, true),
+            (1400, false),
+            (5000, true),
+        ] {
+            let pkt = udp_payload(n, text);
+            let wire = bundle_seal(&mut a, &pkt);
+            // Outer IPv4 protocol: AH outermost when present, else ESP.
+            assert_eq!(wire[9], if ah { 51 } else { 50 }, "{esp} {n}");
+            if ah {
+                assert_eq!(wire[20], 50, "AH's next header is ESP");
+            }
+            if ipcomp && text && n >= 100 {
+                assert!(
+                    wire.len() < pkt.len(),
+                    "compressible data shrank: {esp} {n}"
+                );
+            }
+            assert_eq!(
+                bundle_open(&mut b, &wire).unwrap(),
+                pkt,
+                "{esp} ah={ah} {n}"
+            );
+        }
+        if ipcomp {
+            let c = a.ipcomp(0).unwrap();
+            assert_eq!(c.counters.compressed, 2);
+            assert_eq!(c.counters.incompressible, 1);
+            assert_eq!(c.counters.too_small, 2);
+            assert_eq!(b.ipcomp(0).unwrap().counters.decompressed, 2);
+        }
+    }
+}
+
+#[test]
+fn a_packet_through_the_wrong_layers_is_a_bundle_mismatch() {
+    let v4 = ("192.0.2.1", "192.0.2.2");
+    let inner = ("10.1.0.0/16", "10.2.0.0/16");
+    let pkt = udp_payload(200, true);
+    // ESP alone with the bundle's ESP SPI: the AH layer is missing.
+    let (_, mut b) = bundle_pair("aes128", true, false);
+    let (mut esp_only, _) = pair("aes128", Mode::Tunnel, v4, inner);
+    let wire = seal_via(&mut esp_only, &pkt);
+    assert_eq!(bundle_open(&mut b, &wire), Err(DropReason::BundleMismatch));
+    // AH alone (over the inner packet, not over ESP) with the bundle's AH SPI.
+    let mut c = cfg("null-sha1", Mode::Tunnel, Direction::Out, v4);
+    c.protocol = Protocol::Ah;
+    c.spi = 0x2000;
+    let mut ah_sa = Sa::new(&c).unwrap();
+    let mut buf = framed(&pkt);
+    let mut p = PacketBuf::new(&mut buf, HEADROOM, pkt.len()).unwrap();
+    ah_sa.seal(&mut p).unwrap();
+    let wire = p.data().to_vec();
+    assert_eq!(bundle_open(&mut b, &wire), Err(DropReason::BundleMismatch));
+    // The bundle's own packets still open.
+    let (mut a, mut b) = bundle_pair("aes128", true, false);
+    let wire = bundle_seal(&mut a, &pkt);
+    assert_eq!(bundle_open(&mut b, &wire).unwrap(), pkt);
+}
+
+#[test]
+fn bundles_are_checked_when_made() {
+    let v4 = ("192.0.2.1", "192.0.2.2");
+    let mut e = Engine::new();
+    let esp_t = e
+        .add_sa(&cfg("aes128", Mode::Transport, Direction::Out, v4))
+        .unwrap();
+    let err = e
+        .add_bundle(Bundle {
+            ipcomp: None,
+            esp: esp_t,
+            ah: None,
+        })
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("tunnel mode"), "{err}");
+    let esp = e
+        .add_sa(&cfg("aes128", Mode::Tunnel, Direction::Out, v4))
+        .unwrap();
+    let err = e
+        .add_bundle(Bundle {
+            ipcomp: Some(3),
+            esp,
+            ah: None,
+        })
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("IPComp"), "{err}");
+    let err = e
+        .add_bundle(Bundle {
+            ipcomp: None,
+            esp,
+            ah: Some(esp),
+        })
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("not an AH SA"), "{err}");
 }
