@@ -1,6 +1,7 @@
 //! Fuzz the inbound path (outer parse, SAD lookup, replay, ICV/AEAD, padding, inner
 //! checks, transport header restore; ESP and AH, whose mutable-field zeroing parses IPv4
-//! options and IPv6 extension headers) and the outbound parsers.
+//! options and IPv6 extension headers; IPComp → ESP → AH bundles) and the outbound
+//! parsers.
 //!
 //! Input byte 0 picks a shape: even → the rest is an outer packet as received;
 //! odd → the rest is an inner payload that a matching SA seals first, after which
@@ -12,8 +13,8 @@
 use ipsec::crypto::SecretBytes;
 use ipsec::spd::Prefix;
 use ipsec::{
-    Action, Direction, Engine, Mode, PacketBuf, Protocol, SaConfig, Selector, SpdRule, Suite,
-    TunnelEndpoints, HEADROOM, TAILROOM,
+    Action, Bundle, Direction, Engine, IpcompConfig, Mode, PacketBuf, Protocol, SaConfig,
+    Selector, SpdRule, Suite, TunnelEndpoints, HEADROOM, TAILROOM,
 };
 use libfuzzer_sys::fuzz_target;
 
@@ -44,6 +45,24 @@ fn config(suite: (&str, bool), mode: Mode, dir: Direction, esn: bool, v6: bool) 
     c
 }
 
+/// An engine whose one policy protects with an IPComp → ESP → AH bundle.
+fn bundle_engine(dir: Direction, v6: bool) -> Engine {
+    let mut e = Engine::new();
+    let esp = e.add_sa(&config(("aes128-sha1", false), Mode::Tunnel, dir, false, v6)).unwrap();
+    let mut ah = config(("null-sha1", true), Mode::Tunnel, dir, false, v6);
+    ah.spi = 0x2000;
+    let ah = e.add_sa(&ah).unwrap();
+    let ipcomp = e.add_ipcomp(IpcompConfig { min_size: 0, ..IpcompConfig::new(0x3000) }).unwrap();
+    let b = e.add_bundle(Bundle { ipcomp: Some(ipcomp), esp, ah: Some(ah) }).unwrap();
+    let any = |v6: bool| Prefix::parse(if v6 { "::/0" } else { "0.0.0.0/0" }).unwrap();
+    for inner6 in [false, true] {
+        let sel = Selector::between(any(inner6), any(inner6));
+        e.spd_in.push(SpdRule { selector: sel.clone(), action: Action::ProtectBundle(b) });
+        e.spd_out.push(SpdRule { selector: sel, action: Action::ProtectBundle(b) });
+    }
+    e
+}
+
 fn engine(c: &SaConfig) -> Engine {
     let mut e = Engine::new();
     let id = e.add_sa(c).unwrap();
@@ -66,7 +85,13 @@ fuzz_target!(|data: &[u8]| {
     let esn = sel & 0x20 != 0;
     let v6 = sel & 0x40 != 0;
     let body = &data[1..];
-    let mut rx = engine(&config(suite, mode, Direction::In, esn, v6));
+    // Bit 7 with an even suite index: a bundle instead of one SA.
+    let bundle = sel & 0x80 != 0 && (sel >> 1) % 2 == 0;
+    let mut rx = if bundle {
+        bundle_engine(Direction::In, v6)
+    } else {
+        engine(&config(suite, mode, Direction::In, esn, v6))
+    };
     let mut buf = vec![0u8; HEADROOM + body.len() + 4096 + TAILROOM];
 
     if sel & 1 == 0 {
@@ -76,7 +101,11 @@ fuzz_target!(|data: &[u8]| {
         return;
     }
     // Seal `body` (as an IP packet if it parses) with the matching outbound SA, then mutate.
-    let mut tx = engine(&config(suite, mode, Direction::Out, esn, v6));
+    let mut tx = if bundle {
+        bundle_engine(Direction::Out, v6)
+    } else {
+        engine(&config(suite, mode, Direction::Out, esn, v6))
+    };
     buf[HEADROOM..HEADROOM + body.len()].copy_from_slice(body);
     let mut p = PacketBuf::new(&mut buf, HEADROOM, body.len()).unwrap();
     if tx.outbound(&mut p).is_err() {

@@ -3,7 +3,18 @@
 The IPsec engine is Rust (``ipsec_lab._native``); this package is its Python face.
 """
 
-from ipsec_lab._native import DropError, IpcompAssociation, SecurityAssociation
+from ipsec_lab._native import (
+    DropError,
+    IpcompAssociation,
+    SecurityAssociation,
+    SecurityBundle,
+)
 
-__all__ = ["DropError", "IpcompAssociation", "SecurityAssociation", "__version__"]
+__all__ = [
+    "DropError",
+    "IpcompAssociation",
+    "SecurityAssociation",
+    "SecurityBundle",
+    "__version__",
+]
 __version__ = "0.1.0"

@@ -57,6 +57,17 @@ class IpcompAssociation:
     @property
     def cpi(self) -> int: ...
 
+class SecurityBundle:
+    def __init__(
+        self,
+        esp: SecurityAssociation,
+        *,
+        ah: SecurityAssociation | None = None,
+        ipcomp: IpcompAssociation | None = None,
+    ) -> None: ...
+    def seal(self, packet: bytes, *, iv: bytes | None = None, seq: int | None = None) -> bytes: ...
+    def open(self, packet: bytes) -> bytes: ...
+
 def bench(
     suites: list[str] | None = None,
     sizes: list[int] | None = None,

@@ -17,7 +17,7 @@ use crate::drop::DropReason;
 use crate::esp::TunnelInner;
 use crate::ipcomp::{Compressed, IpcompSa};
 use crate::sa::{Mode, Protocol, Sa};
-use crate::wire::ip::IpPacket;
+use crate::wire::ip::{IpPacket, PacketInfo};
 
 /// The layers of one bundle, borrowed for one packet.
 pub struct Layers<'a> {
@@ -72,6 +72,10 @@ impl Layers<'_> {
     /// outermost layer and cover ESP, ESP must carry the inner packet or IPComp, and IPComp
     /// only if the bundle has it. Anything else is [`DropReason::BundleMismatch`].
     pub fn open(&mut self, pkt: &mut PacketBuf<'_>) -> Result<u8, DropReason> {
+        let outermost = if self.ah.is_some() { proto::AH } else { proto::ESP };
+        if PacketInfo::parse(pkt.data())?.protocol != outermost {
+            return Err(DropReason::BundleMismatch);
+        }
         if let Some(ah) = self.ah.as_deref_mut() {
             let r = ah.open_ah(pkt);
             if ah.count(r)? != proto::ESP {
