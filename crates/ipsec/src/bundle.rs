@@ -72,7 +72,11 @@ impl Layers<'_> {
     /// outermost layer and cover ESP, ESP must carry the inner packet or IPComp, and IPComp
     /// only if the bundle has it. Anything else is [`DropReason::BundleMismatch`].
     pub fn open(&mut self, pkt: &mut PacketBuf<'_>) -> Result<u8, DropReason> {
-        let outermost = if self.ah.is_some() { proto::AH } else { proto::ESP };
+        let outermost = if self.ah.is_some() {
+            proto::AH
+        } else {
+            proto::ESP
+        };
         if PacketInfo::parse(pkt.data())?.protocol != outermost {
             return Err(DropReason::BundleMismatch);
         }
