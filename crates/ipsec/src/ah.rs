@@ -18,6 +18,7 @@ use crate::esp::{
     ipsec_location, outer_header_len, rewrite_ip_header, TransportSplit, TunnelInner,
 };
 use crate::sa::{Mode, Sa};
+use crate::stage::Stage;
 use crate::wire::ah::AhHeader;
 use crate::wire::ip::IpPacket;
 
@@ -66,6 +67,7 @@ impl Sa {
             }
             h.header_len()
         };
+        let t0 = self.stages.start();
         let (next_header, seq_lo) = {
             let h = AhHeader::new_checked(&pkt.data()[hdr_len..])?;
             (h.next_header(), h.seq())
@@ -78,6 +80,7 @@ impl Sa {
             u64::from(seq_lo)
         };
         self.replay.check(seq)?;
+        self.stages.stop(Stage::ReplayCheck, t0);
         let raw = pkt.raw();
         let ah_at = head + hdr_len;
         let end = ah_at + loc.len;
@@ -88,7 +91,9 @@ impl Sa {
         raw[icv_at..icv_at + n].fill(0);
         let want = self.ah_icv(raw, head, ah_at, end, loc.v4, seq, None)?;
         verify_slices_are_equal(&want[..n], &got[..n]).map_err(|_| DropReason::IcvFailure)?;
+        let t = self.stages.start();
         self.replay.commit(seq);
+        let t = self.stages.stop(Stage::ReplayUpdate, t);
         let payload_at = ah_at + ah_len;
         let payload_len = end - payload_at;
         let tunnel =
@@ -106,13 +111,16 @@ impl Sa {
             }
             let inner_len = p.packet_len();
             pkt.set(payload_at, inner_len)?;
+            self.stages.stop(Stage::Header, t);
         } else {
             // Close the gap AH leaves and point the IP header at the upper layer.
             let new_head = payload_at - hdr_len;
             raw.copy_within(head..head + hdr_len, new_head);
+            let t = self.stages.stop(Stage::Copy, t);
             let ip = &mut raw[new_head..payload_at];
             rewrite_ip_header(ip, loc.v4, loc.nh_at, next_header, payload_len);
             pkt.set(new_head, hdr_len + payload_len)?;
+            self.stages.stop(Stage::Header, t);
         }
         self.counters.packets += 1;
         self.counters.bytes += payload_len as u64;
@@ -132,6 +140,7 @@ impl Sa {
         if total > MAX_PACKET {
             return Err(DropReason::TooBig);
         }
+        let t = self.stages.start();
         let seq = self.take_seq()?;
         let (outer_at, ah_at) = (head - outer_len - ah_len, head - ah_len);
         let meta = TunnelInner {
@@ -148,6 +157,7 @@ impl Sa {
             self.spi,
             seq as u32,
         );
+        self.stages.stop(Stage::Header, t);
         let end = head + inner.len;
         let icv = self.ah_icv(raw, outer_at, ah_at, end, v4, seq, None)?;
         let n = self.suite.icv_len();
@@ -183,7 +193,9 @@ impl Sa {
         let new_head = head - ah_len;
         let ah_at = new_head + sp.hdr_len;
         let raw = pkt.raw();
+        let t = self.stages.start();
         raw.copy_within(head..head + sp.hdr_len, new_head);
+        let t = self.stages.stop(Stage::Copy, t);
         AhHeader::emit(
             &mut raw[ah_at..ah_at + ah_len],
             sp.next_header,
@@ -193,6 +205,7 @@ impl Sa {
         );
         let ip = &mut raw[new_head..ah_at];
         rewrite_ip_header(ip, sp.v4, sp.nh_at, proto::AH, ah_len + payload_len);
+        self.stages.stop(Stage::Header, t);
         let end = ah_at + ah_len + payload_len;
         let icv = self.ah_icv(raw, new_head, ah_at, end, sp.v4, seq, Some(zeroed))?;
         let n = self.suite.icv_len();
@@ -207,7 +220,7 @@ impl Sa {
     /// ICV field. `zeroed` is the IP header region already zeroed, if the caller has it.
     #[allow(clippy::too_many_arguments)]
     fn ah_icv(
-        &self,
+        &mut self,
         raw: &[u8],
         ip_at: usize,
         ah_at: usize,
@@ -216,15 +229,18 @@ impl Sa {
         seq: u64,
         zeroed: Option<&mut [u8]>,
     ) -> Result<[u8; 64], DropReason> {
+        let t = self.stages.start();
         let mut scratch = [0u8; MAX_AH_IP_HEADER];
         let hdr: &[u8] = match zeroed {
             Some(z) => z,
             None => zeroed_headers(&raw[ip_at..ah_at], v4, &mut scratch)?,
         };
+        let t = self.stages.stop(Stage::Header, t);
         let icv = self
             .keys
             .icv_over(&[hdr, &raw[ah_at..end]], seq, self.esn)
             .ok_or(DropReason::CryptoError)?;
+        self.stages.stop(Stage::Mac, t);
         let mut out = [0u8; 64];
         out[..icv.as_ref().len()].copy_from_slice(icv.as_ref());
         Ok(out)

@@ -19,6 +19,7 @@ use crate::ipcomp::{IpcompConfig, IpcompSa};
 use crate::sa::{Direction, Sa, SaConfig, SaError};
 use crate::sad::{SaId, Sad, SadKey};
 use crate::spd::{Action, Spd};
+use crate::stage::{Clock, Stage};
 use crate::wire::ah::peek_spi as ah_peek_spi;
 use crate::wire::esp::peek_spi;
 use crate::wire::PacketInfo;
@@ -62,6 +63,8 @@ pub struct Bundle {
 
 #[derive(Debug, Default)]
 pub struct Engine {
+    /// Lent for per-stage timing; copied to every SA and IPComp association.
+    clock: Option<Clock>,
     sas: Vec<Option<Sa>>,
     ipcomps: Vec<IpcompSa>,
     bundles: Vec<Bundle>,
@@ -79,7 +82,8 @@ impl Engine {
     /// Build and register an SA. Inbound SAs go into the SAD under (SPI, tunnel
     /// destination if any, ESP or AH); a second inbound SA with the same key is refused.
     pub fn add_sa(&mut self, cfg: &SaConfig) -> Result<SaId, SaError> {
-        let sa = Sa::new(cfg)?;
+        let mut sa = Sa::new(cfg)?;
+        sa.stages.set_clock(self.clock);
         let id = self
             .sas
             .iter()
@@ -120,7 +124,8 @@ impl Engine {
 
     /// Add an IPComp association for use in bundles; returns its id.
     pub fn add_ipcomp(&mut self, cfg: IpcompConfig) -> Result<usize, SaError> {
-        let c = IpcompSa::new(cfg).map_err(SaError::Ipcomp)?;
+        let mut c = IpcompSa::new(cfg).map_err(SaError::Ipcomp)?;
+        c.stages.set_clock(self.clock);
         self.ipcomps.push(c);
         Ok(self.ipcomps.len() - 1)
     }
@@ -184,6 +189,27 @@ impl Engine {
         Ok(None)
     }
 
+    /// Switch per-stage timing on (with a clock in monotonic ns) or off, for the engine's
+    /// lookups and every SA and IPComp association, present and future.
+    pub fn set_clock(&mut self, clock: Option<Clock>) {
+        self.clock = clock;
+        for sa in self.sas.iter_mut().flatten() {
+            sa.stages.set_clock(clock);
+        }
+        for c in &mut self.ipcomps {
+            c.stages.set_clock(clock);
+        }
+    }
+
+    fn now(&self) -> u64 {
+        self.clock.map_or(0, |c| c())
+    }
+
+    /// Time since `t0` (0 when timing is off).
+    fn since(&self, t0: u64) -> u64 {
+        self.clock.map_or(0, |c| c().saturating_sub(t0))
+    }
+
     pub fn sa(&self, id: SaId) -> Option<&Sa> {
         self.sas.get(id)?.as_ref()
     }
@@ -204,8 +230,11 @@ impl Engine {
 
     /// Apply outbound policy to the IP packet in `pkt`.
     pub fn outbound(&mut self, pkt: &mut PacketBuf<'_>) -> Result<Outbound, DropReason> {
+        let t0 = self.now();
         let info = PacketInfo::parse(pkt.data()).map_err(|d| self.drop_here(d))?;
-        match self.spd_out.lookup(&info) {
+        let action = self.spd_out.lookup(&info);
+        let lookup_ns = self.since(t0);
+        match action {
             Action::Bypass => {
                 self.counters.bypassed_out += 1;
                 Ok(Outbound::Bypass)
@@ -213,6 +242,9 @@ impl Engine {
             Action::Discard => Err(self.drop_here(DropReason::PolicyDiscard)),
             Action::Protect(id) => match self.sas.get_mut(id).and_then(Option::as_mut) {
                 Some(sa) if sa.direction == Direction::Out => {
+                    if sa.stages.enabled() {
+                        sa.stages.add(Stage::PolicyLookup, lookup_ns);
+                    }
                     sa.seal(pkt)?;
                     Ok(Outbound::Sealed { sa: id })
                 }
@@ -220,6 +252,9 @@ impl Engine {
             },
             Action::ProtectBundle(b) => match self.layers(b) {
                 Some(mut l) if l.esp.direction == Direction::Out => {
+                    if l.esp.stages.enabled() {
+                        l.esp.stages.add(Stage::PolicyLookup, lookup_ns);
+                    }
                     l.seal(pkt, IvSource::Generate)?;
                     Ok(Outbound::SealedBundle { bundle: b })
                 }
@@ -230,6 +265,7 @@ impl Engine {
 
     /// Apply inbound processing to the IP packet in `pkt` as received from outside.
     pub fn inbound(&mut self, pkt: &mut PacketBuf<'_>) -> Result<Inbound, DropReason> {
+        let t0 = self.now();
         let info = PacketInfo::parse(pkt.data()).map_err(|d| self.drop_here(d))?;
         let protocol = info.protocol;
         if protocol != proto::ESP && protocol != proto::AH {
@@ -259,6 +295,12 @@ impl Engine {
             return Err(self.drop_here(DropReason::UnknownSpi));
         };
         let bundle = self.bundle_of(id).map_err(|d| self.drop_here(d))?;
+        let lookup_ns = self.since(t0);
+        if let Some(sa) = self.sas.get_mut(id).and_then(Option::as_mut) {
+            if sa.stages.enabled() {
+                sa.stages.add(Stage::SaLookup, lookup_ns);
+            }
+        }
         let (next_header, want) = match bundle {
             Some(b) => {
                 let Some(mut l) = self.layers(b) else {
@@ -275,9 +317,16 @@ impl Engine {
         };
         // RFC 4301 §5.2 step 4: the decrypted packet must match the policy of the SA (or
         // bundle) it came by.
+        let t1 = self.now();
         let ok = PacketInfo::parse(pkt.data())
             .map(|info| self.spd_in.lookup(&info) == want)
             .unwrap_or(false);
+        let policy_ns = self.since(t1);
+        if let Some(sa) = self.sas.get_mut(id).and_then(Option::as_mut) {
+            if sa.stages.enabled() {
+                sa.stages.add(Stage::PolicyLookup, policy_ns);
+            }
+        }
         if !ok {
             let sa = self.sas[id].as_mut().expect("looked up above");
             sa.counters.drops.count(DropReason::PolicyMismatch);

@@ -16,6 +16,7 @@ use crate::constants::{
 use crate::crypto::state::IvSource;
 use crate::drop::DropReason;
 use crate::sa::{Mode, Protocol, Sa};
+use crate::stage::Stage;
 use crate::wire::esp::EspHeader;
 use crate::wire::ip::{ipv6_split, IpPacket, Ipv4Header, Ipv6Header, IPV4_DF};
 
@@ -89,10 +90,12 @@ impl Sa {
         if end > buf.len() {
             return Err(DropReason::NoRoom);
         }
+        let t = self.stages.start();
         let seq = self.take_seq()?;
         let mut h = EspHeader::new_checked(&mut buf[esp_at..]).map_err(|_| DropReason::NoRoom)?;
         h.set_spi(self.spi);
         h.set_seq(seq as u32);
+        let t = self.stages.stop(Stage::Header, t);
         // RFC 4303 §2.4: padding bytes are 1, 2, 3, …, then pad length and next header.
         let trailer = &mut buf[payload_at + payload_len..ct_end];
         for (i, b) in trailer[..pad].iter_mut().enumerate() {
@@ -100,7 +103,10 @@ impl Sa {
         }
         trailer[pad] = pad as u8;
         trailer[pad + 1] = next_header;
-        self.keys.seal(buf, esp_at, ct_end, seq, self.esn, iv)?;
+        self.stages.stop(Stage::Padding, t);
+        let st = &mut self.stages;
+        self.keys
+            .seal_staged(buf, esp_at, ct_end, seq, self.esn, iv, st)?;
         self.counters.packets += 1;
         self.counters.bytes += payload_len as u64;
         Ok(end - esp_at)
@@ -130,6 +136,7 @@ impl Sa {
         if h.spi() != self.spi {
             return Err(DropReason::UnknownSpi);
         }
+        let t = self.stages.start();
         let seq = if self.esn {
             self.replay
                 .infer_esn(h.seq())
@@ -138,8 +145,12 @@ impl Sa {
             u64::from(h.seq())
         };
         self.replay.check(seq)?;
-        self.keys.open(buf, esp_at, end, seq, self.esn)?;
+        self.stages.stop(Stage::ReplayCheck, t);
+        let st = &mut self.stages;
+        self.keys.open_staged(buf, esp_at, end, seq, self.esn, st)?;
+        let t = self.stages.start();
         self.replay.commit(seq);
+        let t = self.stages.stop(Stage::ReplayUpdate, t);
         let payload_at = esp_at + ESP_HEADER_LEN + iv_len;
         let ct_end = end - icv_len;
         let next_header = buf[ct_end - 1];
@@ -156,6 +167,7 @@ impl Sa {
         {
             return Err(DropReason::BadPadding);
         }
+        self.stages.stop(Stage::Padding, t);
         self.counters.packets += 1;
         self.counters.bytes += (payload_end - payload_at) as u64;
         Ok(OpenedEsp {
@@ -215,7 +227,9 @@ impl Sa {
             df,
             len: esp_len,
         };
+        let t = self.stages.start();
         self.emit_outer(&mut pkt.raw()[outer_at..esp_at], &meta)?;
+        self.stages.stop(Stage::Header, t);
         pkt.set(outer_at, outer_len + esp_len)
     }
 
@@ -280,7 +294,9 @@ impl Sa {
         }
         let new_head = head - grow;
         let raw = pkt.raw();
+        let t = self.stages.start();
         raw.copy_within(head..head + hdr_len, new_head);
+        self.stages.stop(Stage::Copy, t);
         let esp_at = new_head + hdr_len;
         let esp_len = match self.seal_esp(raw, esp_at, payload_len, next_header, iv) {
             Ok(n) => n,
@@ -334,9 +350,12 @@ impl Sa {
         let new_head = o.payload.start - hdr_len;
         let payload_len = o.payload.len();
         let raw = pkt.raw();
+        let t = self.stages.start();
         raw.copy_within(head..head + hdr_len, new_head);
+        let t = self.stages.stop(Stage::Copy, t);
         let ip = &mut raw[new_head..o.payload.start];
         rewrite_ip_header(ip, loc.v4, loc.nh_at, o.next_header, payload_len);
+        self.stages.stop(Stage::Header, t);
         pkt.set(new_head, hdr_len + payload_len)?;
         Ok(o.next_header)
     }

@@ -17,6 +17,7 @@ use crate::buf::PacketBuf;
 use crate::constants::{proto, IPCOMP_HEADER_LEN, MAX_PACKET};
 use crate::drop::{DropCounters, DropReason};
 use crate::esp::{ipsec_location, rewrite_ip_header, TransportSplit};
+use crate::stage::{Stage, StageTimes};
 
 /// Linux's default: payloads under 90 bytes are not worth compressing
 /// (net/xfrm/xfrm_algo.c, the deflate threshold).
@@ -107,6 +108,8 @@ pub struct IpcompSa {
     inflate: Inflate,
     scratch: Vec<u8>,
     pub counters: IpcompCounters,
+    /// Per-stage time (compress, decompress, copy), when a clock is lent.
+    pub stages: StageTimes,
 }
 
 impl core::fmt::Debug for IpcompSa {
@@ -125,6 +128,7 @@ impl IpcompSa {
             inflate: Inflate::new(false, 15),
             scratch: vec![0; MAX_PACKET],
             counters: IpcompCounters::default(),
+            stages: StageTimes::off(),
         })
     }
 
@@ -152,6 +156,7 @@ impl IpcompSa {
         // Worth sending only if header + data is strictly smaller: give DEFLATE no more
         // room than that, so an incompressible payload stops early.
         let room = len.saturating_sub(IPCOMP_HEADER_LEN + 1);
+        let t = self.stages.start();
         self.deflate.reset();
         let st = self.deflate.compress(
             &buf[at..end],
@@ -159,6 +164,7 @@ impl IpcompSa {
             DeflateFlush::Finish,
         );
         let out = self.deflate.total_out() as usize;
+        let t = self.stages.stop(Stage::Compress, t);
         if st != Ok(Status::StreamEnd) || out + IPCOMP_HEADER_LEN >= len {
             self.counters.incompressible += 1;
             self.counters.bytes_out += len as u64;
@@ -170,6 +176,7 @@ impl IpcompSa {
         buf[at + 2..at + 4].copy_from_slice(&self.cfg.cpi.to_be_bytes());
         buf[at + IPCOMP_HEADER_LEN..at + IPCOMP_HEADER_LEN + out]
             .copy_from_slice(&self.scratch[..out]);
+        self.stages.stop(Stage::Copy, t);
         let n = IPCOMP_HEADER_LEN + out;
         self.counters.compressed += 1;
         self.counters.bytes_out += n as u64;
@@ -211,6 +218,7 @@ impl IpcompSa {
             // RFC 3173 §3.5: IPComp is never applied twice.
             return Err(DropReason::BadNextHeader);
         }
+        let t = self.stages.start();
         self.inflate.reset(false);
         let st = self.inflate.decompress(
             &buf[at + IPCOMP_HEADER_LEN..end],
@@ -218,6 +226,7 @@ impl IpcompSa {
             InflateFlush::Finish,
         );
         let out = self.inflate.total_out() as usize;
+        let t = self.stages.stop(Stage::Decompress, t);
         match st {
             Ok(Status::StreamEnd) => {}
             // The output buffer filled before the stream ended: more than 65,535 bytes.
@@ -229,6 +238,7 @@ impl IpcompSa {
             return Err(DropReason::NoRoom);
         }
         buf[at..at + out].copy_from_slice(&self.scratch[..out]);
+        self.stages.stop(Stage::Copy, t);
         self.counters.decompressed += 1;
         Ok((out, next_header))
     }

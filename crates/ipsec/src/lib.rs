@@ -27,6 +27,7 @@ pub mod replay;
 pub mod sa;
 pub mod sad;
 pub mod spd;
+pub mod stage;
 pub mod wire;
 
 pub use buf::PacketBuf;
@@ -39,3 +40,4 @@ pub use replay::ReplayWindow;
 pub use sa::{Direction, Mode, Protocol, Sa, SaConfig, SaCounters, SaError, TunnelEndpoints};
 pub use sad::{Sad, SadKey};
 pub use spd::{Action, Selector, Spd, SpdRule};
+pub use stage::{Clock, Stage, StageTimes};

@@ -207,6 +207,8 @@ pub struct Sa {
     /// IPv4 identification for outer headers.
     pub(crate) ip_id: u16,
     pub counters: SaCounters,
+    /// Per-stage time, when a clock is lent ([`StageTimes::set_clock`]).
+    pub stages: crate::stage::StageTimes,
 }
 
 impl Sa {
@@ -243,6 +245,7 @@ impl Sa {
             replay,
             ip_id: 0,
             counters: SaCounters::default(),
+            stages: crate::stage::StageTimes::off(),
         })
     }
 

@@ -8,7 +8,7 @@ use ipsec::crypto::SecretBytes;
 use ipsec::spd::Prefix;
 use ipsec::{
     Action, Bundle, Direction, DropReason, Engine, IpcompConfig, Mode, Outbound, PacketBuf,
-    Protocol, Sa, SaConfig, Selector, SpdRule, Suite, TunnelEndpoints, HEADROOM, TAILROOM,
+    Protocol, Sa, SaConfig, Selector, SpdRule, Stage, Suite, TunnelEndpoints, HEADROOM, TAILROOM,
 };
 
 fn keys(suite: &Suite) -> (SecretBytes, SecretBytes) {
@@ -707,4 +707,73 @@ fn bundles_are_checked_when_made() {
         .unwrap_err()
         .to_string();
     assert!(err.contains("not an AH SA"), "{err}");
+}
+
+/// A clock that advances 10 ns per reading: deterministic stage totals.
+fn fake_clock() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static T: AtomicU64 = AtomicU64::new(0);
+    T.fetch_add(10, Ordering::Relaxed)
+}
+
+#[test]
+fn per_stage_times_are_counted_only_when_a_clock_is_lent() {
+    let v4 = ("192.0.2.1", "192.0.2.2");
+    let inner = ("10.1.0.0/16", "10.2.0.0/16");
+    let pkt = udp("10.1.0.1", "10.2.0.1", 300);
+    // Off: nothing counted.
+    let (mut a, mut b) = pair("aes128-sha1", Mode::Tunnel, v4, inner);
+    let wire = seal_via(&mut a, &pkt);
+    open_via(&mut b, &wire).unwrap();
+    assert_eq!(a.sa(0).unwrap().stages.nonzero().count(), 0);
+    assert_eq!(b.sa(0).unwrap().stages.nonzero().count(), 0);
+    // On: every stage of the path, once per packet, with time.
+    let (mut a, mut b) = pair("aes128-sha1", Mode::Tunnel, v4, inner);
+    a.set_clock(Some(fake_clock));
+    b.set_clock(Some(fake_clock));
+    for _ in 0..3 {
+        let wire = seal_via(&mut a, &pkt);
+        open_via(&mut b, &wire).unwrap();
+    }
+    let out = &a.sa(0).unwrap().stages;
+    for s in [
+        Stage::PolicyLookup,
+        Stage::Header,
+        Stage::Padding,
+        Stage::Iv,
+        Stage::Cipher,
+        Stage::Mac,
+    ] {
+        assert!(out.calls(s) >= 3 && out.ns(s) >= 30, "seal {s}");
+    }
+    let inb = &b.sa(0).unwrap().stages;
+    for s in [
+        Stage::SaLookup,
+        Stage::ReplayCheck,
+        Stage::Mac,
+        Stage::Cipher,
+        Stage::ReplayUpdate,
+        Stage::Padding,
+        Stage::PolicyLookup,
+    ] {
+        assert_eq!(inb.calls(s), 3, "open {s}");
+    }
+    assert_eq!(inb.calls(Stage::Compress), 0);
+    // AEAD: one cipher stage, no separate MAC; GMAC: all MAC.
+    let (mut a, _) = pair("aes128gcm16", Mode::Tunnel, v4, inner);
+    a.set_clock(Some(fake_clock));
+    seal_via(&mut a, &pkt);
+    assert_eq!(a.sa(0).unwrap().stages.calls(Stage::Mac), 0);
+    assert_eq!(a.sa(0).unwrap().stages.calls(Stage::Cipher), 1);
+    // Bundles: IPComp's compress and AH's MAC land on their own associations.
+    let (mut a, mut b) = bundle_pair("aes128-sha1", true, true);
+    a.set_clock(Some(fake_clock));
+    b.set_clock(Some(fake_clock));
+    let text = udp_payload(1400, true);
+    let wire = bundle_seal(&mut a, &text);
+    bundle_open(&mut b, &wire).unwrap();
+    assert_eq!(a.ipcomp(0).unwrap().stages.calls(Stage::Compress), 1);
+    assert_eq!(b.ipcomp(0).unwrap().stages.calls(Stage::Decompress), 1);
+    assert_eq!(a.sa(1).unwrap().stages.calls(Stage::Mac), 1); // the AH SA
+    assert!(Stage::Cipher.per_byte() && !Stage::Header.per_byte());
 }

@@ -15,6 +15,7 @@ use zeroize::Zeroizing;
 use super::{Encryption, Integrity, SecretBytes, Suite, SuiteError};
 use crate::constants::ESP_HEADER_LEN;
 use crate::drop::DropReason;
+use crate::stage::{Stage, StageTimes};
 
 // One per SA, never moved on the hot path: boxing the large variant would only add a
 // pointer chase per packet.
@@ -237,6 +238,22 @@ impl CipherState {
         esn: bool,
         iv: IvSource<'_>,
     ) -> Result<(), DropReason> {
+        self.seal_staged(buf, esp, end, seq, esn, iv, &mut StageTimes::off())
+    }
+
+    /// [`CipherState::seal`], timing the IV, cipher and MAC stages into `st`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn seal_staged(
+        &self,
+        buf: &mut [u8],
+        esp: usize,
+        end: usize,
+        seq: u64,
+        esn: bool,
+        iv: IvSource<'_>,
+        st: &mut StageTimes,
+    ) -> Result<(), DropReason> {
+        let mut t = st.start();
         let iv_at = esp + ESP_HEADER_LEN;
         let iv_len = self.suite.iv_len();
         let ct_at = iv_at + iv_len;
@@ -254,6 +271,7 @@ impl CipherState {
                 }
             },
         }
+        t = st.stop(Stage::Iv, t);
         match &self.cipher {
             Cipher::Null => {}
             Cipher::Cbc { enc, .. } => {
@@ -285,12 +303,23 @@ impl CipherState {
                 buf[end..end + 16].copy_from_slice(tag.as_ref());
             }
         }
+        t = st.stop(self.cipher_stage(), t);
         if let Some(mac) = &self.mac {
             let tag = hmac_icv(mac, &[&buf[esp..end]], seq, esn);
             let n = self.suite.integrity.icv_len();
             buf[end..end + n].copy_from_slice(&tag.as_ref()[..n]);
+            st.stop(Stage::Mac, t);
         }
         Ok(())
+    }
+
+    /// GMAC is all authentication: its time is the MAC's; every other cipher's, the cipher's.
+    fn cipher_stage(&self) -> Stage {
+        if matches!(self.cipher, Cipher::Gmac { .. }) {
+            Stage::Mac
+        } else {
+            Stage::Cipher
+        }
     }
 
     /// Verify and decrypt an ESP packet in place: `buf[esp..end]` is the whole ESP packet,
@@ -304,14 +333,29 @@ impl CipherState {
         seq: u64,
         esn: bool,
     ) -> Result<(), DropReason> {
+        self.open_staged(buf, esp, end, seq, esn, &mut StageTimes::off())
+    }
+
+    /// [`CipherState::open`], timing the MAC and cipher stages into `st`.
+    pub fn open_staged(
+        &self,
+        buf: &mut [u8],
+        esp: usize,
+        end: usize,
+        seq: u64,
+        esn: bool,
+        st: &mut StageTimes,
+    ) -> Result<(), DropReason> {
+        let mut t = st.start();
         let iv_at = esp + ESP_HEADER_LEN;
         let ct_at = iv_at + self.suite.iv_len();
         let ct_end = end - self.suite.icv_len();
         if let Some(mac) = &self.mac {
             let tag = hmac_icv(mac, &[&buf[esp..ct_end]], seq, esn);
             let n = self.suite.integrity.icv_len();
-            verify_slices_are_equal(&tag.as_ref()[..n], &buf[ct_end..ct_end + n])
-                .map_err(|_| DropReason::IcvFailure)?;
+            let ok = verify_slices_are_equal(&tag.as_ref()[..n], &buf[ct_end..ct_end + n]);
+            t = st.stop(Stage::Mac, t);
+            ok.map_err(|_| DropReason::IcvFailure)?;
         }
         match &self.cipher {
             Cipher::Null => {}
@@ -342,6 +386,7 @@ impl CipherState {
                 .map_err(|_| DropReason::IcvFailure)?;
             }
         }
+        st.stop(self.cipher_stage(), t);
         Ok(())
     }
 }
