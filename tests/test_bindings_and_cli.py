@@ -186,3 +186,36 @@ def test_pyi_stub_matches_the_built_module() -> None:
         if isinstance(n, ast.FunctionDef) and not n.name.startswith("__")
     }
     assert methods == {n for n in dir(SecurityAssociation) if not n.startswith("_")}
+
+
+def test_stage_timing_through_the_bindings() -> None:
+    key = "00" * 20
+    tx = SecurityAssociation(0x1000, "aes128gcm16", enc_key=key, mode="transport")
+    rx = SecurityAssociation(0x1000, "aes128gcm16", enc_key=key, mode="transport")
+    pkt = bytes.fromhex("450000200001000040110000c0a80001c0a80002") + bytes(12)
+    rx.open(tx.seal(pkt))
+    assert tx.counters()["stages"] == {} and rx.counters()["stages"] == {}
+    tx.set_stage_timing(True)
+    rx.set_stage_timing(True)
+    for _ in range(3):
+        rx.open(tx.seal(pkt))
+    seal, open_ = tx.counters()["stages"], rx.counters()["stages"]
+    assert isinstance(seal, dict) and isinstance(open_, dict)
+    assert {"header", "padding", "iv", "cipher"} <= set(seal)
+    assert {"replay_check", "cipher", "replay_update", "padding"} <= set(open_)
+    assert all(v["calls"] == 3 for v in open_.values())
+    tx.set_stage_timing(False)
+    rx.open(tx.seal(pkt))
+    assert tx.counters()["stages"]["cipher"]["calls"] == 3  # kept, not counted further
+
+
+def test_bench_stages_json_shape() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "ipsec_lab.cli", "bench", "--suite", "aes128-sha1",
+         "--size", "1420", "--op", "seal", "--budget-ms", "5", "--stages", "--json"],
+        capture_output=True, text=True, timeout=120, check=True,
+    )  # fmt: skip
+    (row,) = json.loads(out.stdout)["results"]
+    assert {"header", "padding", "iv", "cipher", "mac"} == set(row["stages"])
+    assert row["per_byte_ns"] == pytest.approx(row["stages"]["cipher"] + row["stages"]["mac"])
+    assert row["stage_timing_cost"] > -1 and 0 <= row["stage_timing_off_cost"] < 1

@@ -14,7 +14,7 @@ def derive(row: dict[str, Any]) -> dict[str, Any]:
     ns = float(row["ns_per_packet"])
     raw = float(row["raw_ns_per_packet"])
     size = int(row["size"])
-    return {
+    out = {
         "suite": row["suite"],
         "mode": row["mode"],
         "op": row["op"],
@@ -27,6 +27,35 @@ def derive(row: dict[str, Any]) -> dict[str, Any]:
         "ratio_to_raw": raw / ns,
         "l_alg": int(row["l_alg"]),
     }
+    if "stages" in row:
+        out["stages"] = {str(k): float(v) for k, v in row["stages"].items()}
+        out["stage_points"] = float(row["stage_points"])
+    return out
+
+
+# Stages whose cost grows with the packet: the model's L_alg / R_alg; the rest is t_fix.
+PER_BYTE_STAGES = ("cipher", "mac", "compress", "decompress")
+
+
+def with_stage_split(
+    off: list[dict[str, Any]], on: list[dict[str, Any]], off_point_ns: float
+) -> list[dict[str, Any]]:
+    """Rows measured with stage timing off, each given the split measured with it on and
+    what timing costs: ``stage_timing_cost`` = ns with timing / ns without - 1 (on), and
+    ``stage_timing_off_cost`` = the timing points' cost with no clock (``off_point_ns``
+    each, measured in this run) / ns per packet (off)."""
+    out = []
+    for a, b in zip(off, on):
+        stages = b.get("stages", {})
+        row = dict(a)
+        row["stages"] = stages
+        row["ns_per_packet_timed"] = b["ns_per_packet"]
+        row["stage_timing_cost"] = b["ns_per_packet"] / a["ns_per_packet"] - 1
+        row["stage_timing_off_cost"] = off_point_ns * b["stage_points"] / a["ns_per_packet"]
+        row["t_fix_ns"] = sum(v for k, v in stages.items() if k not in PER_BYTE_STAGES)
+        row["per_byte_ns"] = sum(v for k, v in stages.items() if k in PER_BYTE_STAGES)
+        out.append(row)
+    return out
 
 
 def run(
@@ -37,6 +66,7 @@ def run(
     budget_ms: int,
     trials: int,
     progress: Any = None,
+    stages: bool = False,
 ) -> list[dict[str, Any]]:
     rows = _native.bench(
         suites=suites,
@@ -46,5 +76,6 @@ def run(
         budget_ms=budget_ms,
         trials=trials,
         progress=progress,
+        stages=stages,
     )
     return [derive(r) for r in rows]

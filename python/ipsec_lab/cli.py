@@ -20,22 +20,38 @@ def _bench(args: argparse.Namespace) -> int:
         * len(args.mode or ["tunnel"])
         * len(args.op or ["seal", "open"])
     )
-    estimate_s = cases * 2 * args.budget_ms / 1000
+    passes = [False, True] if args.stages else [False]
+    estimate_s = cases * 2 * len(passes) * args.budget_ms / 1000
     try:
-        if args.json or not sys.stderr.isatty():
-            rows = bench.run(args.suite, args.size, args.mode, args.op, args.budget_ms, args.trials)
-        else:
+        results = []
+        for timed in passes:
+            if args.json or not sys.stderr.isatty():
+                results.append(
+                    bench.run(
+                        args.suite, args.size, args.mode, args.op, args.budget_ms, args.trials,
+                        stages=timed,
+                    )
+                )  # fmt: skip
+                continue
             from rich.progress import Progress
 
             with Progress(transient=True) as prog:
-                task = prog.add_task(f"benchmark, ~{estimate_s:.0f} s", total=cases)
+                label = "stage timing on" if timed else "benchmark"
+                task = prog.add_task(f"{label}, ~{estimate_s:.0f} s in all", total=cases)
 
-                def tick(done: int, total: int) -> None:
+                def tick(done: int, total: int, task: Any = task) -> None:
                     prog.update(task, completed=done, total=total)
 
-                rows = bench.run(
-                    args.suite, args.size, args.mode, args.op, args.budget_ms, args.trials, tick
-                )
+                results.append(
+                    bench.run(
+                        args.suite, args.size, args.mode, args.op, args.budget_ms, args.trials,
+                        tick, stages=timed,
+                    )
+                )  # fmt: skip
+        if args.stages:
+            rows = bench.with_stage_split(results[0], results[1], _native.stage_off_cost_ns())
+        else:
+            rows = results[0]
     except ValueError as e:
         print(f"ipsec-lab bench: {e}", file=sys.stderr)
         return 2
@@ -45,7 +61,46 @@ def _bench(args: argparse.Namespace) -> int:
         print()
         return 0
     _print_table(rows, env)
+    if args.stages:
+        _print_stages(rows)
     return 0
+
+
+def _print_stages(rows: list[dict[str, Any]]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    labels = sorted({k for r in rows for k in r["stages"]}, key=_stage_order)
+    t = Table(
+        title="where the time goes: ns per packet by stage (stage timing on)",
+        caption="t_fix = lookups, replay, header, padding, IV, copies; per byte = cipher, MAC, "
+        "compression (each net of a clock reading). on/off cost = time with timing / without - 1 "
+        "/ the no-clock branches' time per packet, both measured in this run",
+    )
+    for col in ["suite", "op", "size B", *labels, "t_fix", "per byte", "cost on", "cost off"]:
+        t.add_column(col, justify="left" if col in ("suite", "op") else "right")
+    for r in rows:
+        t.add_row(
+            r["suite"],
+            r["op"],
+            str(r["size"]),
+            *[f"{r['stages'][k]:.0f}" if k in r["stages"] else "" for k in labels],
+            f"{r['t_fix_ns']:.0f}",
+            f"{r['per_byte_ns']:.0f}",
+            f"{100 * r['stage_timing_cost']:+.0f} %",
+            f"{100 * r['stage_timing_off_cost']:.2f} %",
+        )
+    Console().print(t)
+
+
+STAGE_ORDER = [
+    "policy_lookup", "sa_lookup", "replay_check", "replay_update", "header", "padding", "iv",
+    "copy", "cipher", "mac", "compress", "decompress",
+]  # fmt: skip
+
+
+def _stage_order(label: str) -> int:
+    return STAGE_ORDER.index(label) if label in STAGE_ORDER else len(STAGE_ORDER)
 
 
 def _print_table(rows: list[dict[str, Any]], env: dict[str, Any]) -> None:
@@ -162,6 +217,12 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=5,
         help="trials per measurement; the median is kept (default: 5)",
+    )
+    b.add_argument(
+        "--stages",
+        action="store_true",
+        help="also run every case with per-stage timing on: report ns per packet by stage "
+        "(the model's t_fix and per-byte terms) and what timing costs (doubles the run)",
     )
     b.add_argument("--json", action="store_true", help="print JSON for scripts instead of a table")
     b.set_defaults(func=_bench)

@@ -50,6 +50,41 @@ pub struct BenchConfig {
     /// Wall time for one measurement (ours or raw) of one case.
     pub budget: Duration,
     pub trials: usize,
+    /// Lend the SA a clock for per-stage timing (and report the split).
+    pub stage_timing: bool,
+}
+
+/// What per-stage timing costs when it is off: ns per timing point (a `start` and a
+/// `stop` on a [`ipsec::StageTimes`] with no clock), against an empty loop measured in
+/// the same run; the median of `trials`.
+pub fn stage_off_cost_ns(trials: usize) -> f64 {
+    const N: u64 = 2_000_000;
+    let mut per: Vec<f64> = (0..trials.max(1))
+        .map(|_| {
+            let mut st = ipsec::StageTimes::off();
+            let t = Instant::now();
+            for _ in 0..N {
+                let t0 = black_box(&st).start();
+                black_box(&mut st).stop(ipsec::Stage::Header, black_box(t0));
+            }
+            let timed = t.elapsed();
+            let t = Instant::now();
+            for i in 0..N {
+                black_box(i);
+                black_box(&mut st);
+            }
+            let empty = t.elapsed();
+            (timed.as_nanos() as f64 - empty.as_nanos() as f64).max(0.0) / N as f64
+        })
+        .collect();
+    per.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    per[per.len() / 2]
+}
+
+/// Monotonic nanoseconds since the first call: the clock lent for per-stage timing.
+pub fn mono_ns() -> u64 {
+    static START: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    START.get_or_init(Instant::now).elapsed().as_nanos() as u64
 }
 
 impl Default for BenchConfig {
@@ -61,6 +96,7 @@ impl Default for BenchConfig {
             ops: vec![Op::Seal, Op::Open],
             budget: Duration::from_millis(100),
             trials: 5,
+            stage_timing: false,
         }
     }
 }
@@ -76,6 +112,10 @@ pub struct BenchResult {
     pub raw_ns_per_packet: f64,
     /// Bytes the raw measurement encrypted (the model's L_alg).
     pub l_alg: usize,
+    /// With stage timing: ns per packet in each stage that ran (label, ns).
+    pub stages: Vec<(&'static str, f64)>,
+    /// With stage timing: timing points per packet (clock readings avoided when off).
+    pub stage_points: f64,
 }
 
 /// Smallest packet the benchmark builds (IPv4 + UDP headers).
@@ -90,6 +130,7 @@ pub fn run(cfg: &BenchConfig, mut progress: impl FnMut(usize, usize)) -> Vec<Ben
             for &size in &cfg.sizes {
                 for &op in &cfg.ops {
                     out.push(measure(
+                        cfg.stage_timing,
                         *suite,
                         mode,
                         size,
@@ -167,6 +208,7 @@ fn median_ns(trials: usize, slice: Duration, mut f: impl FnMut() -> (u64, Durati
 const BATCH: usize = 64;
 
 fn measure(
+    stage_timing: bool,
     suite: Suite,
     mode: Mode,
     size: usize,
@@ -178,6 +220,8 @@ fn measure(
     let slice = budget / trials as u32;
     let cfg = sa_config(suite, mode);
     let mut tx = Sa::new(&cfg).expect("bench SA");
+    let clock = stage_timing.then_some(mono_ns as ipsec::Clock);
+    let stages: (Vec<(&'static str, f64)>, f64);
     let cap = HEADROOM + pkt.len() + TAILROOM;
     let payload_len = match mode {
         Mode::Tunnel => pkt.len(),
@@ -190,7 +234,16 @@ fn measure(
         Op::Seal => {
             let mut buf = vec![0u8; cap];
             buf[HEADROOM..HEADROOM + pkt.len()].copy_from_slice(&pkt);
-            median_ns(trials, slice, || {
+            // Warm up untimed: the first calls pay one-time costs (the random generator's
+            // seeding, page faults) that would swamp a per-stage mean.
+            for _ in 0..BATCH {
+                buf[HEADROOM..HEADROOM + 20].copy_from_slice(&pkt[..20]);
+                let mut p = PacketBuf::new(&mut buf, HEADROOM, pkt.len()).unwrap();
+                tx.seal(&mut p).expect("bench seal");
+            }
+            let warm = tx.counters.packets;
+            tx.stages.set_clock(clock);
+            let ns = median_ns(trials, slice, || {
                 let t = Instant::now();
                 for _ in 0..BATCH {
                     // Seal encrypts in place: restore only the header it reads, as a
@@ -200,18 +253,29 @@ fn measure(
                     black_box(tx.seal(&mut p)).expect("bench seal");
                 }
                 (BATCH as u64, t.elapsed())
-            })
+            });
+            stages = per_packet(&tx, warm);
+            ns
         }
         Op::Open => {
             let mut rx = Sa::new(&cfg).expect("bench SA");
             let mut bufs: Vec<(Vec<u8>, usize, usize)> =
                 (0..BATCH).map(|_| (vec![0u8; cap], 0, 0)).collect();
-            median_ns(trials, slice, || {
+            let mut clock_lent = false;
+            let mut warm = 0;
+            let ns = median_ns(trials, slice, || {
                 for (b, h, l) in bufs.iter_mut() {
                     b[HEADROOM..HEADROOM + pkt.len()].copy_from_slice(&pkt);
                     let mut p = PacketBuf::new(b, HEADROOM, pkt.len()).unwrap();
                     tx.seal(&mut p).expect("bench seal");
                     (*h, *l) = (p.head(), p.len());
+                }
+                if !clock_lent {
+                    // The first batch opens untimed (warm-up; see the seal case).
+                    clock_lent = true;
+                    warm = rx.counters.packets + BATCH as u64;
+                } else {
+                    rx.stages.set_clock(clock);
                 }
                 let t = Instant::now();
                 for (b, h, l) in bufs.iter_mut() {
@@ -219,7 +283,9 @@ fn measure(
                     black_box(rx.open(&mut p)).expect("bench open");
                 }
                 (BATCH as u64, t.elapsed())
-            })
+            });
+            stages = per_packet(&rx, warm);
+            ns
         }
     };
 
@@ -269,7 +335,22 @@ fn measure(
         ns_per_packet: ours,
         raw_ns_per_packet: raw_ns,
         l_alg,
+        stage_points: stages.1,
+        stages: stages.0,
     }
+}
+
+/// Each timed stage's ns per packet the SA processed after the first `warm` (untimed),
+/// and the timing points per packet.
+fn per_packet(sa: &Sa, warm: u64) -> (Vec<(&'static str, f64)>, f64) {
+    let n = sa.counters.packets.saturating_sub(warm).max(1) as f64;
+    let split = sa
+        .stages
+        .nonzero()
+        .map(|(label, ns, _)| (label, ns as f64 / n))
+        .collect();
+    let points = sa.stages.nonzero().map(|(_, _, calls)| calls).sum::<u64>() as f64 / n;
+    (split, points)
 }
 
 /// aws-lc-rs used directly, with none of our code: the cost floor of each suite
@@ -495,6 +576,7 @@ mod tests {
     #[test]
     fn a_tiny_run_measures_every_case() {
         let cfg = BenchConfig {
+            stage_timing: false,
             suites: vec![
                 Suite::parse("aes128gcm16").unwrap(),
                 Suite::parse("aes128-sha1").unwrap(),
@@ -514,5 +596,39 @@ mod tests {
             assert!(x.ns_per_packet > 0.0 && x.raw_ns_per_packet > 0.0, "{x:?}");
             assert!(x.l_alg >= x.size - 20);
         }
+    }
+}
+
+#[cfg(test)]
+mod stage_tests {
+    use super::*;
+
+    #[test]
+    fn stage_timing_reports_a_split_per_packet() {
+        let cfg = BenchConfig {
+            suites: vec![Suite::parse("aes128-sha1").unwrap()],
+            sizes: vec![1400],
+            modes: vec![Mode::Tunnel],
+            ops: vec![Op::Seal, Op::Open],
+            budget: Duration::from_millis(20),
+            trials: 3,
+            stage_timing: true,
+        };
+        for r in run(&cfg, |_, _| {}) {
+            let labels: Vec<_> = r.stages.iter().map(|(l, _)| *l).collect();
+            // No timing comparisons (the machine is shared): which stages ran, per op.
+            let want: &[&str] = match r.op {
+                Op::Seal => &["header", "padding", "iv", "cipher", "mac"],
+                Op::Open => &["replay_check", "mac", "cipher", "replay_update", "padding"],
+            };
+            assert_eq!(labels.len(), want.len(), "{labels:?}");
+            assert!(want.iter().all(|w| labels.contains(w)), "{labels:?}");
+            assert!(r.stages.iter().all(|(_, ns)| *ns >= 0.0));
+        }
+        let off = BenchConfig {
+            stage_timing: false,
+            ..cfg
+        };
+        assert!(run(&off, |_, _| {}).iter().all(|r| r.stages.is_empty()));
     }
 }

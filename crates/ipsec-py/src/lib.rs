@@ -208,7 +208,15 @@ impl PySa {
             drops.set_item(k, v)?;
         }
         d.set_item("drops", drops)?;
+        d.set_item("stages", stage_dict(py, &self.sa.stages)?)?;
         Ok(d)
+    }
+
+    /// Switch per-stage timing on or off; `counters()["stages"]` then holds ns and calls.
+    fn set_stage_timing(&mut self, on: bool) {
+        self.sa
+            .stages
+            .set_clock(on.then_some(ipsec_bench::mono_ns as ipsec::Clock));
     }
 
     #[getter]
@@ -249,7 +257,7 @@ impl PySa {
 /// Run the engine benchmark (timing loop in Rust, one thread). Returns a list of dicts
 /// with suite, mode, op, size, ns_per_packet, raw_ns_per_packet, l_alg.
 #[pyfunction(name = "bench")]
-#[pyo3(signature = (suites=None, sizes=None, modes=None, ops=None, budget_ms=100, trials=5, progress=None))]
+#[pyo3(signature = (suites=None, sizes=None, modes=None, ops=None, budget_ms=100, trials=5, progress=None, stages=false))]
 #[allow(clippy::too_many_arguments)]
 fn run_bench<'py>(
     py: Python<'py>,
@@ -260,6 +268,7 @@ fn run_bench<'py>(
     budget_ms: u64,
     trials: usize,
     progress: Option<PyObject>,
+    stages: bool,
 ) -> PyResult<Bound<'py, PyList>> {
     let mut cfg = BenchConfig::default();
     if let Some(s) = suites {
@@ -309,6 +318,7 @@ fn run_bench<'py>(
     }
     cfg.budget = Duration::from_millis(budget_ms);
     cfg.trials = trials;
+    cfg.stage_timing = stages;
     let results = py.allow_threads(|| {
         ipsec_bench::run(&cfg, |done, total| {
             if let Some(cb) = &progress {
@@ -328,9 +338,36 @@ fn run_bench<'py>(
         d.set_item("ns_per_packet", r.ns_per_packet)?;
         d.set_item("raw_ns_per_packet", r.raw_ns_per_packet)?;
         d.set_item("l_alg", r.l_alg)?;
+        if stages {
+            let st = PyDict::new(py);
+            for (label, ns) in &r.stages {
+                st.set_item(*label, *ns)?;
+            }
+            d.set_item("stages", st)?;
+            d.set_item("stage_points", r.stage_points)?;
+        }
         out.append(d)?;
     }
     Ok(out)
+}
+
+/// `{stage: {"ns": total, "calls": n}}` for the stages that ran.
+fn stage_dict<'py>(py: Python<'py>, st: &ipsec::StageTimes) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    for (label, ns, calls) in st.nonzero() {
+        let e = PyDict::new(py);
+        e.set_item("ns", ns)?;
+        e.set_item("calls", calls)?;
+        d.set_item(label, e)?;
+    }
+    Ok(d)
+}
+
+/// ns one timing point costs when per-stage timing is off (median of `trials`).
+#[pyfunction]
+#[pyo3(signature = (trials=5))]
+fn stage_off_cost_ns(py: Python<'_>, trials: usize) -> f64 {
+    py.allow_threads(|| ipsec_bench::stage_off_cost_ns(trials))
 }
 
 /// The suites `bench` runs by default.
@@ -443,7 +480,15 @@ impl PyIpcomp {
             drops.set_item(k, v)?;
         }
         d.set_item("drops", drops)?;
+        d.set_item("stages", stage_dict(py, &self.sa.stages)?)?;
         Ok(d)
+    }
+
+    /// Switch per-stage timing on or off; `counters()["stages"]` then holds ns and calls.
+    fn set_stage_timing(&mut self, on: bool) {
+        self.sa
+            .stages
+            .set_clock(on.then_some(ipsec_bench::mono_ns as ipsec::Clock));
     }
 
     #[getter]
@@ -555,6 +600,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("DropError", m.py().get_type::<DropError>())?;
     m.add_function(wrap_pyfunction!(run_bench, m)?)?;
     m.add_function(wrap_pyfunction!(default_suites, m)?)?;
+    m.add_function(wrap_pyfunction!(stage_off_cost_ns, m)?)?;
     m.add_function(wrap_pyfunction!(algorithms, m)?)?;
     m.add_function(wrap_pyfunction!(drop_reasons, m)?)?;
     m.add("DEFAULT_SIZES", ipsec_bench::DEFAULT_SIZES.to_vec())?;
