@@ -8,6 +8,8 @@
 //! median ns per packet, so one noisy slice of a shared machine does not set the figure.
 //! Single thread; this crate holds the clock so the core stays I/O-free.
 
+pub mod configs;
+
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
@@ -150,7 +152,7 @@ fn key_bytes(n: usize, salt: u8) -> SecretBytes {
     SecretBytes::new((0..n).map(|i| (i as u8).wrapping_mul(31) ^ salt).collect())
 }
 
-fn sa_config(suite: Suite, mode: Mode) -> SaConfig {
+pub(crate) fn sa_config(suite: Suite, mode: Mode) -> SaConfig {
     let mut c = SaConfig::new(
         0x1000,
         suite,
@@ -205,7 +207,7 @@ fn median_ns(trials: usize, slice: Duration, mut f: impl FnMut() -> (u64, Durati
     per[per.len() / 2]
 }
 
-const BATCH: usize = 64;
+pub(crate) const BATCH: usize = 64;
 
 fn measure(
     stage_timing: bool,

@@ -153,16 +153,15 @@ impl IpcompSa {
             self.counters.bytes_out += len as u64;
             return Ok(Compressed::TooSmall);
         }
-        // Worth sending only if header + data is strictly smaller: give DEFLATE no more
-        // room than that, so an incompressible payload stops early.
-        let room = len.saturating_sub(IPCOMP_HEADER_LEN + 1);
+        // Worth sending only if header + data is strictly smaller. DEFLATE gets the whole
+        // scratch buffer and the size is judged afterwards: with less room than a stored
+        // block needs, zlib-rs 0.6.8 panics in its block flush instead of returning
+        // BufError (found by this project's benchmark; see the regression test).
         let t = self.stages.start();
         self.deflate.reset();
-        let st = self.deflate.compress(
-            &buf[at..end],
-            &mut self.scratch[..room],
-            DeflateFlush::Finish,
-        );
+        let st = self
+            .deflate
+            .compress(&buf[at..end], &mut self.scratch, DeflateFlush::Finish);
         let out = self.deflate.total_out() as usize;
         let t = self.stages.stop(Stage::Compress, t);
         if st != Ok(Status::StreamEnd) || out + IPCOMP_HEADER_LEN >= len {
@@ -278,5 +277,38 @@ impl IpcompSa {
         rewrite_ip_header(ip, loc.v4, loc.nh_at, nh, n);
         pkt.set(head, loc.offset + n)?;
         Ok(nh)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Regression: incompressible payloads, over and over through one association, as the
+    /// benchmark sends them. With DEFLATE's output capped at "just smaller than the input",
+    /// zlib-rs 0.6.8 panicked in its stored-block flush on the 303rd packet.
+    #[test]
+    fn many_incompressible_payloads_never_panic() {
+        let mut c = IpcompSa::new(IpcompConfig::new(0x3000)).unwrap();
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut buf = vec![0u8; 4096];
+        for round in 0..600 {
+            let len = if round % 3 == 0 {
+                1420
+            } else {
+                90 + round % 1400
+            };
+            for b in buf[..len].iter_mut() {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                *b = x as u8;
+            }
+            assert_eq!(
+                c.compress_payload(&mut buf, 0, len, 4),
+                Ok(Compressed::Incompressible)
+            );
+        }
+        assert_eq!(c.counters.incompressible, 600);
     }
 }
