@@ -219,3 +219,36 @@ def test_bench_stages_json_shape() -> None:
     assert {"header", "padding", "iv", "cipher", "mac"} == set(row["stages"])
     assert row["per_byte_ns"] == pytest.approx(row["stages"]["cipher"] + row["stages"]["mac"])
     assert row["stage_timing_cost"] > -1 and 0 <= row["stage_timing_off_cost"] < 1
+
+
+def test_bench_configs_and_study1_json() -> None:
+    def run(*args: str) -> dict:
+        out = subprocess.run(
+            [sys.executable, "-m", "ipsec_lab.cli", "bench", *args, "--budget-ms", "3",
+             "--trials", "1", "--json"],
+            capture_output=True, text=True, timeout=180, check=True,
+        )  # fmt: skip
+        return json.loads(out.stdout)
+
+    doc = run("--config", "ipcomp+esp:aes128-sha1", "--data", "text", "--data", "random",
+              "--op", "seal")  # fmt: skip
+    by = {r["payload"]: r for r in doc["results"]}
+    assert by["text"]["wire_len"] < 1420 < by["random"]["wire_len"]  # compressed vs not
+    assert all(r["mbps"] > 0 and r["us_per_kb"] > 0 for r in doc["results"])
+    s1 = run("--study1")
+    names = [r["name"] for r in s1["rows"]]
+    assert names == [
+        "auth only", "enc only", "enc + SHA-1", "enc + SHA-2", "AH + ESP",
+        "IPComp, compressible", "IPComp, incompressible",
+    ]  # fmt: skip
+    base = next(r for r in s1["rows"] if r["name"] == "enc + SHA-1")
+    assert base["effort_vs_enc_sha1"] == 1.0 and base["published_effort_vs_enc_sha1"] == 1.0
+    assert all(r["effort_vs_enc_sha1"] > 0 for r in s1["rows"])
+
+
+def test_bench_config_errors() -> None:
+    p = subprocess.run(
+        [sys.executable, "-m", "ipsec_lab.cli", "bench", "--config", "ipcomp+ah:sha1"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert p.returncode == 2 and "give ESP" in p.stderr and "Traceback" not in p.stderr

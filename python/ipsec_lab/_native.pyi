@@ -80,6 +80,16 @@ def bench(
     progress: Callable[[int, int], object] | None = None,
     stages: bool = False,
 ) -> list[dict[str, object]]: ...
+def bench_configs(
+    configs: list[str],
+    sizes: list[int],
+    ops: list[str],
+    payloads: list[str],
+    budget_ms: int = 100,
+    trials: int = 5,
+    stages: bool = False,
+    progress: Callable[[int, int], object] | None = None,
+) -> list[dict[str, object]]: ...
 def default_suites() -> list[str]: ...
 def stage_off_cost_ns(trials: int = 5) -> float: ...
 def algorithms() -> tuple[list[str], list[str]]: ...

@@ -79,3 +79,60 @@ def run(
         stages=stages,
     )
     return [derive(r) for r in rows]
+
+
+def derive_config(row: dict[str, Any]) -> dict[str, Any]:
+    """Units for one configuration result: Mbit/s and µs/kB of inner packet, wire bytes."""
+    ns = float(row["ns_per_packet"])
+    size = int(row["size"])
+    out: dict[str, Any] = {
+        "config": row["config"],
+        "payload": row["payload"],
+        "op": row["op"],
+        "size": size,
+        "ns_per_packet": ns,
+        "mpps": 1e3 / ns,
+        "mbps": size * 8e3 / ns,
+        "us_per_kb": ns / size * KB / 1e3,
+        "wire_len": int(row["wire_len"]),
+    }
+    if "stages" in row:
+        out["stages"] = {str(k): float(v) for k, v in row["stages"].items()}
+        out["stage_points"] = float(row["stage_points"])
+    return out
+
+
+def run_configs(
+    configs: list[str],
+    sizes: list[int],
+    ops: list[str],
+    payloads: list[str],
+    budget_ms: int,
+    trials: int,
+    progress: Any = None,
+    stages: bool = False,
+) -> list[dict[str, Any]]:
+    rows = _native.bench_configs(
+        configs, sizes, ops, payloads, budget_ms=budget_ms, trials=trials, stages=stages,
+        progress=progress,
+    )  # fmt: skip
+    return [derive_config(r) for r in rows]
+
+
+def study1(budget_ms: int, trials: int, size: int = 1420, progress: Any = None) -> dict[str, Any]:
+    """Study 1's configurations sealed here at ``size`` bytes, each one's CPU effort
+    relative to enc + SHA-1 beside the published ratio."""
+    from ipsec_lab.studies import ferrante2005 as F
+
+    rows = []
+    runs = [(label, cfg, payload) for label, cfg, payload in F.CONFIGURATIONS if cfg]
+    for i, (label, cfg, payload) in enumerate(runs):
+        (r,) = run_configs([cfg], [size], ["seal"], [payload], budget_ms, trials)
+        rows.append({"name": label, **r})
+        if progress:
+            progress(i + 1, len(runs))
+    base = next(r for r in rows if r["name"] == F.BASELINE)["us_per_kb"]
+    for r in rows:
+        r["effort_vs_enc_sha1"] = r["us_per_kb"] / base
+        r["published_effort_vs_enc_sha1"] = F.PUBLISHED_EFFORT_VS_ENC_SHA1[r["name"]]
+    return {"size": size, "baseline": F.BASELINE, "rows": rows}

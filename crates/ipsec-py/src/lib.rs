@@ -363,6 +363,104 @@ fn stage_dict<'py>(py: Python<'py>, st: &ipsec::StageTimes) -> PyResult<Bound<'p
     Ok(d)
 }
 
+/// Benchmark whole configurations (an ESP or AH SA, or a bundle) on text or random
+/// payloads. Returns dicts with config, payload, op, size, ns_per_packet, wire_len (and
+/// stages, stage_points with `stages`).
+#[pyfunction(name = "bench_configs")]
+#[pyo3(signature = (configs, sizes, ops, payloads, budget_ms=100, trials=5, stages=false, progress=None))]
+#[allow(clippy::too_many_arguments)]
+fn run_bench_configs<'py>(
+    py: Python<'py>,
+    configs: Vec<String>,
+    sizes: Vec<usize>,
+    ops: Vec<String>,
+    payloads: Vec<String>,
+    budget_ms: u64,
+    trials: usize,
+    stages: bool,
+    progress: Option<PyObject>,
+) -> PyResult<Bound<'py, PyList>> {
+    use ipsec_bench::configs::{measure_config, ConfigSpec, Payload};
+    let specs = configs
+        .iter()
+        .map(|c| ConfigSpec::parse(c).map_err(PyValueError::new_err))
+        .collect::<PyResult<Vec<_>>>()?;
+    if let Some(bad) = sizes
+        .iter()
+        .find(|&&x| !(ipsec_bench::MIN_SIZE..=9000).contains(&x))
+    {
+        return Err(PyValueError::new_err(format!(
+            "size {bad}: IP packet sizes must be {} to 9000 bytes",
+            ipsec_bench::MIN_SIZE
+        )));
+    }
+    let ops = ops
+        .iter()
+        .map(|x| match x.as_str() {
+            "seal" => Ok(Op::Seal),
+            "open" => Ok(Op::Open),
+            _ => Err(PyValueError::new_err(format!("op {x:?}: use seal or open"))),
+        })
+        .collect::<PyResult<Vec<_>>>()?;
+    let payloads = payloads
+        .iter()
+        .map(|x| match x.as_str() {
+            "text" => Ok(Payload::Text),
+            "random" => Ok(Payload::Random),
+            _ => Err(PyValueError::new_err(format!(
+                "payload {x:?}: use text or random"
+            ))),
+        })
+        .collect::<PyResult<Vec<_>>>()?;
+    if budget_ms == 0 || trials == 0 {
+        return Err(PyValueError::new_err(
+            "budget_ms and trials must be at least 1",
+        ));
+    }
+    let total = specs.len() * sizes.len() * ops.len() * payloads.len();
+    let budget = Duration::from_millis(budget_ms);
+    let results = py.allow_threads(|| {
+        let mut out = Vec::with_capacity(total);
+        for spec in &specs {
+            for &payload in &payloads {
+                for &size in &sizes {
+                    for &op in &ops {
+                        out.push(measure_config(
+                            spec, size, op, payload, budget, trials, stages,
+                        ));
+                        if let Some(cb) = &progress {
+                            Python::with_gil(|py| {
+                                let _ = cb.call1(py, (out.len(), total));
+                            });
+                        }
+                    }
+                }
+            }
+        }
+        out
+    });
+    let list = PyList::empty(py);
+    for r in results {
+        let d = PyDict::new(py);
+        d.set_item("config", r.config)?;
+        d.set_item("payload", r.payload.name())?;
+        d.set_item("op", r.op.name())?;
+        d.set_item("size", r.size)?;
+        d.set_item("ns_per_packet", r.ns_per_packet)?;
+        d.set_item("wire_len", r.wire_len)?;
+        if stages {
+            let st = PyDict::new(py);
+            for (label, ns) in &r.stages {
+                st.set_item(*label, *ns)?;
+            }
+            d.set_item("stages", st)?;
+            d.set_item("stage_points", r.stage_points)?;
+        }
+        list.append(d)?;
+    }
+    Ok(list)
+}
+
 /// ns one timing point costs when per-stage timing is off (median of `trials`).
 #[pyfunction]
 #[pyo3(signature = (trials=5))]
@@ -599,6 +697,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyBundle>()?;
     m.add("DropError", m.py().get_type::<DropError>())?;
     m.add_function(wrap_pyfunction!(run_bench, m)?)?;
+    m.add_function(wrap_pyfunction!(run_bench_configs, m)?)?;
     m.add_function(wrap_pyfunction!(default_suites, m)?)?;
     m.add_function(wrap_pyfunction!(stage_off_cost_ns, m)?)?;
     m.add_function(wrap_pyfunction!(algorithms, m)?)?;

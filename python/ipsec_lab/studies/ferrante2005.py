@@ -53,3 +53,32 @@ def ipcomp_costs(data: str) -> Costs:
     else:
         raise ValueError(f"data {data!r}: compressible or incompressible")
     return Costs(fwd, esp, comp, f"ferrante2005 ({data}), from its 100 Mbit/s figures")
+
+
+# Study 1's eight configurations as ipsec-lab configurations and payloads ("no IPsec" has
+# no engine work to time), and the CPU effort of each relative to enc + SHA-1 implied by
+# the published 100 Mbit/s figures (CPU-bound rows: effort ~ 1 / throughput at ~100 % CPU;
+# the effort ratios the paper states directly: enc-only = 1.17 x auth-only, enc + auth =
+# 1.66 x auth-only; IPComp efforts 665.53 and 284.68 µs/kB; AH + ESP "similar to" enc +
+# SHA-1).
+CONFIGURATIONS: tuple[tuple[str, str | None, str], ...] = (
+    ("no IPsec", None, "text"),
+    ("auth only", "esp:null-sha1", "text"),
+    ("enc only", "esp:aes128", "text"),
+    ("enc + SHA-1", "esp:aes128-sha1", "text"),
+    ("enc + SHA-2", "esp:aes128-sha256", "text"),
+    ("AH + ESP", "ah:sha1+esp:aes128", "text"),
+    ("IPComp, compressible", "ipcomp+esp:aes128-sha1", "text"),
+    ("IPComp, incompressible", "ipcomp+esp:aes128-sha1", "random"),
+)
+BASELINE = "enc + SHA-1"
+_ENC_SHA1_EFFORT = _effort(ENC_SHA1_MBPS_100)
+PUBLISHED_EFFORT_VS_ENC_SHA1: dict[str, float] = {
+    "auth only": 1 / 1.66,
+    "enc only": 1.17 / 1.66,
+    "enc + SHA-1": 1.0,
+    "enc + SHA-2": _effort(ENC_SHA2_MBPS_100) / _ENC_SHA1_EFFORT,
+    "AH + ESP": 1.0,
+    "IPComp, compressible": IPCOMP_COMPRESSIBLE_EFFORT / _ENC_SHA1_EFFORT,
+    "IPComp, incompressible": IPCOMP_INCOMPRESSIBLE_EFFORT / _ENC_SHA1_EFFORT,
+}
