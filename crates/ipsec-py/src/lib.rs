@@ -280,15 +280,7 @@ fn run_bench<'py>(
             .collect::<PyResult<_>>()?;
     }
     if let Some(s) = sizes {
-        if let Some(bad) = s
-            .iter()
-            .find(|&&x| !(ipsec_bench::MIN_SIZE..=9000).contains(&x))
-        {
-            return Err(PyValueError::new_err(format!(
-                "size {bad}: IP packet sizes must be {} to 9000 bytes",
-                ipsec_bench::MIN_SIZE
-            )));
-        }
+        check_sizes(&s)?;
         cfg.sizes = s;
     }
     if let Some(m) = modes {
@@ -302,20 +294,9 @@ fn run_bench<'py>(
             .collect::<PyResult<_>>()?;
     }
     if let Some(o) = ops {
-        cfg.ops = o
-            .iter()
-            .map(|x| match x.as_str() {
-                "seal" => Ok(Op::Seal),
-                "open" => Ok(Op::Open),
-                _ => Err(PyValueError::new_err(format!("op {x:?}: use seal or open"))),
-            })
-            .collect::<PyResult<_>>()?;
+        cfg.ops = parse_ops(&o)?;
     }
-    if budget_ms == 0 || trials == 0 {
-        return Err(PyValueError::new_err(
-            "budget_ms and trials must be at least 1",
-        ));
-    }
+    check_budget(budget_ms, trials)?;
     cfg.budget = Duration::from_millis(budget_ms);
     cfg.trials = trials;
     cfg.stage_timing = stages;
@@ -385,23 +366,8 @@ fn run_bench_configs<'py>(
         .iter()
         .map(|c| ConfigSpec::parse(c).map_err(PyValueError::new_err))
         .collect::<PyResult<Vec<_>>>()?;
-    if let Some(bad) = sizes
-        .iter()
-        .find(|&&x| !(ipsec_bench::MIN_SIZE..=9000).contains(&x))
-    {
-        return Err(PyValueError::new_err(format!(
-            "size {bad}: IP packet sizes must be {} to 9000 bytes",
-            ipsec_bench::MIN_SIZE
-        )));
-    }
-    let ops = ops
-        .iter()
-        .map(|x| match x.as_str() {
-            "seal" => Ok(Op::Seal),
-            "open" => Ok(Op::Open),
-            _ => Err(PyValueError::new_err(format!("op {x:?}: use seal or open"))),
-        })
-        .collect::<PyResult<Vec<_>>>()?;
+    check_sizes(&sizes)?;
+    let ops = parse_ops(&ops)?;
     let payloads = payloads
         .iter()
         .map(|x| match x.as_str() {
@@ -412,11 +378,7 @@ fn run_bench_configs<'py>(
             ))),
         })
         .collect::<PyResult<Vec<_>>>()?;
-    if budget_ms == 0 || trials == 0 {
-        return Err(PyValueError::new_err(
-            "budget_ms and trials must be at least 1",
-        ));
-    }
+    check_budget(budget_ms, trials)?;
     let total = specs.len() * sizes.len() * ops.len() * payloads.len();
     let budget = Duration::from_millis(budget_ms);
     let results = py.allow_threads(|| {
@@ -459,6 +421,38 @@ fn run_bench_configs<'py>(
         list.append(d)?;
     }
     Ok(list)
+}
+
+fn check_sizes(sizes: &[usize]) -> PyResult<()> {
+    match sizes
+        .iter()
+        .find(|&&x| !(ipsec_bench::MIN_SIZE..=9000).contains(&x))
+    {
+        Some(bad) => Err(PyValueError::new_err(format!(
+            "size {bad}: IP packet sizes must be {} to 9000 bytes",
+            ipsec_bench::MIN_SIZE
+        ))),
+        None => Ok(()),
+    }
+}
+
+fn parse_ops(ops: &[String]) -> PyResult<Vec<Op>> {
+    ops.iter()
+        .map(|x| match x.as_str() {
+            "seal" => Ok(Op::Seal),
+            "open" => Ok(Op::Open),
+            _ => Err(PyValueError::new_err(format!("op {x:?}: use seal or open"))),
+        })
+        .collect()
+}
+
+fn check_budget(budget_ms: u64, trials: usize) -> PyResult<()> {
+    if budget_ms == 0 || trials == 0 {
+        return Err(PyValueError::new_err(
+            "budget_ms and trials must be at least 1",
+        ));
+    }
+    Ok(())
 }
 
 /// ns one timing point costs when per-stage timing is off (median of `trials`).

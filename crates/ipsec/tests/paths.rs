@@ -69,12 +69,31 @@ fn framed(pkt: &[u8]) -> Vec<u8> {
     v
 }
 
-/// Two engines (gateway A seals, gateway B opens) with policies for `inner` traffic.
+/// Two engines (gateway A seals, gateway B opens) with ESP policies for `inner` traffic.
 fn pair(suite: &str, mode: Mode, outer: (&str, &str), inner: (&str, &str)) -> (Engine, Engine) {
+    pair_of(Protocol::Esp, suite, mode, outer, inner)
+}
+
+/// As [`pair`], with AH SAs of `suite` (an integrity-only proposal).
+fn ah_pair(suite: &str, mode: Mode, outer: (&str, &str), inner: (&str, &str)) -> (Engine, Engine) {
+    pair_of(Protocol::Ah, suite, mode, outer, inner)
+}
+
+fn pair_of(
+    protocol: Protocol,
+    suite: &str,
+    mode: Mode,
+    outer: (&str, &str),
+    inner: (&str, &str),
+) -> (Engine, Engine) {
     let mut a = Engine::new();
     let mut b = Engine::new();
-    let out = a.add_sa(&cfg(suite, mode, Direction::Out, outer)).unwrap();
-    let inb = b.add_sa(&cfg(suite, mode, Direction::In, outer)).unwrap();
+    let mut c_out = cfg(suite, mode, Direction::Out, outer);
+    c_out.protocol = protocol;
+    let mut c_in = cfg(suite, mode, Direction::In, outer);
+    c_in.protocol = protocol;
+    let out = a.add_sa(&c_out).unwrap();
+    let inb = b.add_sa(&c_in).unwrap();
     let sel = Selector::between(
         Prefix::parse(inner.0).unwrap(),
         Prefix::parse(inner.1).unwrap(),
@@ -437,30 +456,6 @@ fn degenerate_3des_keys_are_refused() {
         let e = Sa::new(&c).unwrap_err().to_string();
         assert!(e.contains("single DES"), "{e}");
     }
-}
-
-/// Two engines with one AH SA each way of `suite` (an integrity-only proposal).
-fn ah_pair(suite: &str, mode: Mode, outer: (&str, &str), inner: (&str, &str)) -> (Engine, Engine) {
-    let mut a = Engine::new();
-    let mut b = Engine::new();
-    let mut out = cfg(suite, mode, Direction::Out, outer);
-    out.protocol = Protocol::Ah;
-    let mut inb = cfg(suite, mode, Direction::In, outer);
-    inb.protocol = Protocol::Ah;
-    let (o, i) = (a.add_sa(&out).unwrap(), b.add_sa(&inb).unwrap());
-    let sel = Selector::between(
-        Prefix::parse(inner.0).unwrap(),
-        Prefix::parse(inner.1).unwrap(),
-    );
-    a.spd_out.push(SpdRule {
-        selector: sel.clone(),
-        action: Action::Protect(o),
-    });
-    b.spd_in.push(SpdRule {
-        selector: sel,
-        action: Action::Protect(i),
-    });
-    (a, b)
 }
 
 #[test]
