@@ -183,3 +183,24 @@ def test_bundle_arguments_name_what_is_wrong() -> None:
     transport = SecurityAssociation(0x1000, "aes128", enc_key=k.enc, mode="transport")
     with pytest.raises(ValueError, match="tunnel mode"):
         SecurityBundle(transport)
+
+
+@pytest.mark.parametrize("n", [0, 100, 1000, 1400])
+def test_the_model_lays_bundles_out_as_the_engine_sends_them(n: int) -> None:
+    from ipsec_lab.model import packet_plan, parse_configuration, wire_size
+
+    k = Keys()
+    pkt = inner(n)
+    ah_esp = SecurityBundle(k.esp(), ah=k.ah_sa()).seal(pkt)
+    assert len(ah_esp) == wire_size(parse_configuration("ah:sha1+esp:aes128"), len(pkt))
+    ipca = IpcompAssociation(0x3000)
+    wire = SecurityBundle(k.esp("sha1"), ipcomp=ipca).seal(pkt)
+    # The model is told how small DEFLATE made the payload; the layout is its own.
+    compressed = IpcompAssociation(0x3000).compress(pkt, 4)
+    plan = packet_plan(
+        parse_configuration("ipcomp+esp:aes128-sha1"),
+        len(pkt),
+        compressed_len=lambda _n: None if compressed is None else len(compressed) - 4,
+    )
+    assert len(wire) == plan.wire
+    assert plan.compressed == (compressed is not None)

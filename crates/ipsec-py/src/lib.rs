@@ -320,12 +320,7 @@ fn run_bench<'py>(
         d.set_item("raw_ns_per_packet", r.raw_ns_per_packet)?;
         d.set_item("l_alg", r.l_alg)?;
         if stages {
-            let st = PyDict::new(py);
-            for (label, ns) in &r.stages {
-                st.set_item(*label, *ns)?;
-            }
-            d.set_item("stages", st)?;
-            d.set_item("stage_points", r.stage_points)?;
+            set_stage_split(&d, &r.stages, r.stage_points)?;
         }
         out.append(d)?;
     }
@@ -411,16 +406,25 @@ fn run_bench_configs<'py>(
         d.set_item("ns_per_packet", r.ns_per_packet)?;
         d.set_item("wire_len", r.wire_len)?;
         if stages {
-            let st = PyDict::new(py);
-            for (label, ns) in &r.stages {
-                st.set_item(*label, *ns)?;
-            }
-            d.set_item("stages", st)?;
-            d.set_item("stage_points", r.stage_points)?;
+            set_stage_split(&d, &r.stages, r.stage_points)?;
         }
         list.append(d)?;
     }
     Ok(list)
+}
+
+/// A benchmark row's per-stage split: `stages` {label: ns per packet}, `stage_points`.
+fn set_stage_split(
+    d: &Bound<'_, PyDict>,
+    split: &[(&'static str, f64)],
+    points: f64,
+) -> PyResult<()> {
+    let st = PyDict::new(d.py());
+    for (label, ns) in split {
+        st.set_item(*label, *ns)?;
+    }
+    d.set_item("stages", st)?;
+    d.set_item("stage_points", points)
 }
 
 fn check_sizes(sizes: &[usize]) -> PyResult<()> {
