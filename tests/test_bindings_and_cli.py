@@ -252,3 +252,16 @@ def test_bench_config_errors() -> None:
         capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert p.returncode == 2 and "give ESP" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_bench_config_stages_split_a_bundle() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "ipsec_lab.cli", "bench", "--config", "ipcomp+esp:aes128-sha1",
+         "--op", "seal", "--budget-ms", "3", "--trials", "1", "--stages", "--json"],
+        capture_output=True, text=True, timeout=120, check=True,
+    )  # fmt: skip
+    (row,) = json.loads(out.stdout)["results"]
+    # IPComp's compress and ESP's cipher and MAC land in one split, on the model's terms.
+    assert {"compress", "cipher", "mac", "iv", "header"} <= set(row["stages"])
+    per_byte = row["stages"]["compress"] + row["stages"]["cipher"] + row["stages"]["mac"]
+    assert row["per_byte_ns"] == pytest.approx(per_byte)

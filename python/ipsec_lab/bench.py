@@ -52,10 +52,17 @@ def with_stage_split(
         row["ns_per_packet_timed"] = b["ns_per_packet"]
         row["stage_timing_cost"] = b["ns_per_packet"] / a["ns_per_packet"] - 1
         row["stage_timing_off_cost"] = off_point_ns * b["stage_points"] / a["ns_per_packet"]
-        row["t_fix_ns"] = sum(v for k, v in stages.items() if k not in PER_BYTE_STAGES)
-        row["per_byte_ns"] = sum(v for k, v in stages.items() if k in PER_BYTE_STAGES)
-        out.append(row)
+        out.append(add_model_terms(row))
     return out
+
+
+def add_model_terms(row: dict[str, Any]) -> dict[str, Any]:
+    """Sum a row's stages into the model's terms: ``t_fix_ns`` (per packet) and
+    ``per_byte_ns`` (cipher, MAC, compression)."""
+    stages = row["stages"]
+    row["t_fix_ns"] = sum(v for k, v in stages.items() if k not in PER_BYTE_STAGES)
+    row["per_byte_ns"] = sum(v for k, v in stages.items() if k in PER_BYTE_STAGES)
+    return row
 
 
 def run(

@@ -73,9 +73,10 @@ def _bench_configs(args: argparse.Namespace) -> int:
     """`bench --config ...` and `bench --study1`: whole configurations, bundles included."""
     from ipsec_lab import bench, environment
 
-    if args.suite or args.mode or args.stages:
+    if args.suite or args.mode or (args.stages and args.study1):
         print(
-            "ipsec-lab bench: --config/--study1 take neither --suite, --mode nor --stages",
+            "ipsec-lab bench: --config and --study1 take neither --suite nor --mode, and "
+            "--study1 not --stages",
             file=sys.stderr,
         )
         return 2
@@ -86,12 +87,14 @@ def _bench_configs(args: argparse.Namespace) -> int:
                 args.budget_ms, args.trials, (args.size or [1420])[0]
             )
         else:
-            doc = {
-                "results": bench.run_configs(
-                    args.config, args.size or [1420], args.op or ["seal", "open"],
-                    args.data or ["text"], args.budget_ms, args.trials,
-                )
-            }  # fmt: skip
+            rows = bench.run_configs(
+                args.config, args.size or [1420], args.op or ["seal", "open"],
+                args.data or ["text"], args.budget_ms, args.trials, stages=args.stages,
+            )  # fmt: skip
+            for r in rows:
+                if "stages" in r:
+                    bench.add_model_terms(r)
+            doc = {"results": rows}
     except ValueError as e:
         print(f"ipsec-lab bench: {e}", file=sys.stderr)
         return 2
@@ -129,6 +132,8 @@ def _bench_configs(args: argparse.Namespace) -> int:
             )  # fmt: skip
     c = Console()
     c.print(t)
+    if args.stages and not args.study1:
+        _print_stages(doc["results"])
     c.print(
         f"[dim]{env['cpu']} · {env['cpus']} CPUs · Linux {env['kernel']} · git {env['git']}[/dim]"
     )
@@ -140,25 +145,38 @@ def _print_stages(rows: list[dict[str, Any]]) -> None:
     from rich.table import Table
 
     labels = sorted({k for r in rows for k in r["stages"]}, key=_stage_order)
-    t = Table(
-        title="where the time goes: ns per packet by stage (stage timing on)",
-        caption="t_fix = lookups, replay, header, padding, IV, copies; per byte = cipher, MAC, "
-        "compression (each net of a clock reading). on/off cost = time with timing / without - 1 "
-        "/ the no-clock branches' time per packet, both measured in this run",
+    costs = all("stage_timing_cost" in r for r in rows)
+    caption = (
+        "t_fix = lookups, replay, header, padding, IV, copies; per byte = cipher, MAC, "
+        "compression (each net of a clock reading)"
     )
-    for col in ["suite", "op", "size B", *labels, "t_fix", "per byte", "cost on", "cost off"]:
-        t.add_column(col, justify="left" if col in ("suite", "op") else "right")
+    if costs:
+        caption += (
+            ". cost on / off = time with timing / without - 1 / the no-clock branches' time "
+            "per packet, both measured in this run"
+        )
+    t = Table(
+        title="where the time goes: ns per packet by stage (stage timing on)", caption=caption
+    )
+    cols = ["what", "op", "size B", *labels, "t_fix", "per byte"]
+    for col in [*cols, *(["cost on", "cost off"] if costs else [])]:
+        t.add_column(col, justify="left" if col in ("what", "op") else "right")
     for r in rows:
-        t.add_row(
-            r["suite"],
+        what = r.get("suite") or f"{r['config']} ({r['payload']})"
+        cells = [
+            what,
             r["op"],
             str(r["size"]),
             *[f"{r['stages'][k]:.0f}" if k in r["stages"] else "" for k in labels],
             f"{r['t_fix_ns']:.0f}",
             f"{r['per_byte_ns']:.0f}",
-            f"{100 * r['stage_timing_cost']:+.0f} %",
-            f"{100 * r['stage_timing_off_cost']:.2f} %",
-        )
+        ]
+        if costs:
+            cells += [
+                f"{100 * r['stage_timing_cost']:+.0f} %",
+                f"{100 * r['stage_timing_off_cost']:.2f} %",
+            ]
+        t.add_row(*cells)
     Console().print(t)
 
 
