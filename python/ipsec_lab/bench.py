@@ -27,6 +27,11 @@ def derive(row: dict[str, Any]) -> dict[str, Any]:
         "ratio_to_raw": raw / ns,
         "l_alg": int(row["l_alg"]),
     }
+    return _with_stages(row, out)
+
+
+def _with_stages(row: dict[str, Any], out: dict[str, Any]) -> dict[str, Any]:
+    """Carry a raw row's per-stage split (when timed) into its derived row."""
     if "stages" in row:
         out["stages"] = {str(k): float(v) for k, v in row["stages"].items()}
         out["stage_points"] = float(row["stage_points"])
@@ -103,10 +108,7 @@ def derive_config(row: dict[str, Any]) -> dict[str, Any]:
         "us_per_kb": ns / size * KB / 1e3,
         "wire_len": int(row["wire_len"]),
     }
-    if "stages" in row:
-        out["stages"] = {str(k): float(v) for k, v in row["stages"].items()}
-        out["stage_points"] = float(row["stage_points"])
-    return out
+    return _with_stages(row, out)
 
 
 def run_configs(

@@ -203,20 +203,13 @@ impl PySa {
         let c = &self.sa.counters;
         d.set_item("packets", c.packets)?;
         d.set_item("bytes", c.bytes)?;
-        let drops = PyDict::new(py);
-        for (k, v) in c.drops.nonzero() {
-            drops.set_item(k, v)?;
-        }
-        d.set_item("drops", drops)?;
-        d.set_item("stages", stage_dict(py, &self.sa.stages)?)?;
+        set_drops_and_stages(&d, &c.drops, &self.sa.stages)?;
         Ok(d)
     }
 
     /// Switch per-stage timing on or off; `counters()["stages"]` then holds ns and calls.
     fn set_stage_timing(&mut self, on: bool) {
-        self.sa
-            .stages
-            .set_clock(on.then_some(ipsec_bench::mono_ns as ipsec::Clock));
+        self.sa.stages.set_clock(lent_clock(on));
     }
 
     #[getter]
@@ -325,6 +318,25 @@ fn run_bench<'py>(
         out.append(d)?;
     }
     Ok(out)
+}
+
+/// The clock lent for per-stage timing when `on`.
+fn lent_clock(on: bool) -> Option<ipsec::Clock> {
+    on.then_some(ipsec_bench::mono_ns as ipsec::Clock)
+}
+
+/// A counters dict's `drops` (non-zero reasons) and `stages` entries.
+fn set_drops_and_stages(
+    d: &Bound<'_, PyDict>,
+    drops: &ipsec::DropCounters,
+    stages: &ipsec::StageTimes,
+) -> PyResult<()> {
+    let dd = PyDict::new(d.py());
+    for (k, v) in drops.nonzero() {
+        dd.set_item(k, v)?;
+    }
+    d.set_item("drops", dd)?;
+    d.set_item("stages", stage_dict(d.py(), stages)?)
 }
 
 /// `{stage: {"ns": total, "calls": n}}` for the stages that ran.
@@ -571,20 +583,13 @@ impl PyIpcomp {
         d.set_item("bytes_in", c.bytes_in)?;
         d.set_item("bytes_out", c.bytes_out)?;
         d.set_item("decompressed", c.decompressed)?;
-        let drops = PyDict::new(py);
-        for (k, v) in c.drops.nonzero() {
-            drops.set_item(k, v)?;
-        }
-        d.set_item("drops", drops)?;
-        d.set_item("stages", stage_dict(py, &self.sa.stages)?)?;
+        set_drops_and_stages(&d, &c.drops, &self.sa.stages)?;
         Ok(d)
     }
 
     /// Switch per-stage timing on or off; `counters()["stages"]` then holds ns and calls.
     fn set_stage_timing(&mut self, on: bool) {
-        self.sa
-            .stages
-            .set_clock(on.then_some(ipsec_bench::mono_ns as ipsec::Clock));
+        self.sa.stages.set_clock(lent_clock(on));
     }
 
     #[getter]
