@@ -8,7 +8,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from ipsec_lab import _native, cli_model
+from ipsec_lab import _native, cli_lab, cli_model
 
 
 def _bench(args: argparse.Namespace) -> int:
@@ -335,6 +335,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--json", action="store_true", help="print JSON for scripts instead of a table")
     b.set_defaults(func=_bench)
     cli_model.add_parsers(sub)
+    cli_lab.add_parsers(sub)
     return p
 
 
@@ -345,7 +346,7 @@ def main(argv: Sequence[str] | None = None) -> int:
               file=sys.stderr)  # fmt: skip
         return 2
     try:
-        if args.command == "bench":
+        if args.command in ("bench", "run", "results", "clean"):
             rc: int = args.func(args)
         else:
             sub = getattr(args, "model_command", None) or getattr(args, "advise_command", None)

@@ -1,0 +1,60 @@
+"""The IPsec under test: how each implementation is started in a testbed's IPsec nodes.
+
+- `none`: plain forwarding, the baseline every ratio is taken against;
+- `strongswan`: charon with the kernel-libipsec plugin (strongSwan's own user-space ESP on
+  a TUN device) negotiating a real IKEv2 PSK tunnel, configured through swanctl;
+- `xfrm`: the Linux kernel's IPsec; detected, and refused with the reason when the kernel
+  lacks it;
+- `ours`: the `ipsec-gw` gateway daemon.
+
+A backend that cannot run a configuration raises `Unsupported` with the reason; the run
+is then recorded as skipped with that reason, not silently dropped.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from ipsec_lab.testbed.build import Testbed
+
+
+class Unsupported(Exception):
+    """This backend cannot run this configuration here (the message says why)."""
+
+
+class Backend(Protocol):
+    name: str
+
+    def check(self, configuration: str) -> None:
+        """Raise `Unsupported` if the configuration cannot run (cheap; no testbed)."""
+
+    def start(self, tb: Testbed, configuration: str) -> None:
+        """Bring the IPsec up in the testbed's IPsec nodes; traffic flows when it returns."""
+
+    def stop(self, tb: Testbed) -> None:
+        """Take it down (the testbed stays)."""
+
+    def pids(self) -> list[int]:
+        """The processes doing the IPsec work (for per-process CPU), if any."""
+
+    def version(self) -> str: ...
+
+
+def make(name: str) -> Backend:
+    if name == "none":
+        from ipsec_lab.backends.none import NoIpsec
+
+        return NoIpsec()
+    if name == "strongswan":
+        from ipsec_lab.backends.strongswan import StrongSwan
+
+        return StrongSwan()
+    if name == "xfrm":
+        from ipsec_lab.backends.xfrm import Xfrm
+
+        return Xfrm()
+    if name == "ours":
+        from ipsec_lab.backends.ours import Ours
+
+        return Ours()
+    raise ValueError(f"unknown backend {name!r}")

@@ -1,0 +1,214 @@
+"""strongSwan as the IPsec under test: charon in each IPsec node with kernel-libipsec
+(ESP in user space, on a TUN device), a real IKEv2 exchange with a pre-shared key made
+fresh for each run, configured through swanctl over charon's VICI socket.
+
+Several charons on one machine: each runs in its node's network namespace and in a mount
+namespace of its own with a private /run (charon's PID file path is fixed at build time),
+reading a strongswan.conf of ours (STRONGSWAN_CONF) with its VICI socket in the run
+directory. kernel-libipsec carries ESP in UDP only (RFC 3948, `encap = yes`): the wire
+overhead is ESP's plus 8 bytes of UDP. It does no AH and no IPComp.
+"""
+
+from __future__ import annotations
+
+import secrets
+import subprocess
+import time
+from pathlib import Path
+
+from ipsec_lab.backends import Unsupported
+from ipsec_lab.model.transforms import parse_configuration
+from ipsec_lab.testbed import Tunnel
+from ipsec_lab.testbed.build import LabError, Testbed, require_tools, tail
+
+CHARON = "/usr/lib/ipsec/charon"
+PLUGINS = (
+    "random nonce kdf openssl pem pkcs1 x509 pubkey "
+    "kernel-libipsec kernel-netlink socket-default vici"
+)
+# charon's own IKE and ESP-in-UDP packets carry this mark and skip the routes
+# kernel-libipsec installs into its TUN device (needed for host-to-host tunnels, where the
+# peer's address is itself inside the remote traffic selector).
+FWMARK = "0x4c4142"
+
+
+def esp_proposal(configuration: str) -> str:
+    """`esp:aes128-sha1` -> strongSwan's ESP proposal `aes128-sha1`; refuses what
+    kernel-libipsec cannot do."""
+    c = parse_configuration(configuration)
+    if c.is_none:
+        raise Unsupported("strongswan runs an IPsec configuration; use backend `none` for none")
+    if c.ah:
+        raise Unsupported("strongSwan's kernel-libipsec does ESP only, no AH")
+    if c.ipcomp:
+        raise Unsupported("strongSwan's kernel-libipsec does no IPComp")
+    return configuration.strip().lower().split(":", 1)[1]
+
+
+def _charon_conf(vici: Path, log: Path) -> str:
+    return f"""charon {{
+  load = {PLUGINS}
+  install_routes = yes
+  retransmit_tries = 3
+  plugins {{
+    vici {{
+      socket = unix://{vici}
+    }}
+    kernel-libipsec {{
+      load = yes
+      allow_peer_ts = yes
+    }}
+    kernel-netlink {{
+      fwmark = !{FWMARK}
+    }}
+    socket-default {{
+      fwmark = {FWMARK}
+    }}
+  }}
+  filelog {{
+    lab {{
+      path = {log}
+      time_format = %s
+      default = 1
+    }}
+  }}
+  syslog {{
+    daemon {{
+      default = -1
+    }}
+  }}
+}}
+"""
+
+
+def _swanctl_conf(node: str, tunnels: list[Tunnel], esp: str, psk: str) -> str:
+    conns = []
+    secrets_ = []
+    for i, t in enumerate(tunnels):
+        left = t.left == node
+        me, peer = (t.left_outer, t.right_outer) if left else (t.right_outer, t.left_outer)
+        lts, rts = (t.left_ts, t.right_ts) if left else (t.right_ts, t.left_ts)
+        conns.append(
+            f"""  t{i} {{
+    version = 2
+    local_addrs = {me}
+    remote_addrs = {peer}
+    proposals = aes128-sha256-modp2048
+    encap = yes
+    local {{
+      auth = psk
+      id = {me}
+    }}
+    remote {{
+      auth = psk
+      id = {peer}
+    }}
+    children {{
+      c{i} {{
+        local_ts = {lts}
+        remote_ts = {rts}
+        esp_proposals = {esp}
+        mode = tunnel
+        rekey_time = 0
+        life_time = 0
+      }}
+    }}
+  }}"""
+        )
+        secrets_.append(
+            f"""  ike-{i} {{
+    id-1 = {me}
+    id-2 = {peer}
+    secret = 0x{psk}
+  }}"""
+        )
+    return "connections {\n" + "\n".join(conns) + "\n}\nsecrets {\n" + "\n".join(secrets_) + "\n}\n"
+
+
+class StrongSwan:
+    name = "strongswan"
+
+    def __init__(self) -> None:
+        self._procs: dict[str, subprocess.Popen[bytes]] = {}
+
+    def check(self, configuration: str) -> None:
+        require_tools(CHARON, "swanctl", "unshare")
+        esp_proposal(configuration)
+
+    def _swanctl(self, tb: Testbed, node: str, *args: str, timeout: float = 30) -> str:
+        d = tb.rundir / "strongswan" / node
+        argv = ["swanctl", *args, "--uri", f"unix://{d / 'charon.vici'}"]
+        p = subprocess.run(
+            argv,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env={"STRONGSWAN_CONF": str(d / "strongswan.conf"), "PATH": "/usr/sbin:/usr/bin"},
+            check=False,
+        )
+        if p.returncode != 0:
+            raise LabError(
+                f"strongswan on {node}: swanctl {' '.join(args)} failed:\n"
+                f"{(p.stdout + p.stderr).strip()[-1500:]}\n--- charon log tail ---\n"
+                f"{tail(d / 'charon.log')}"
+            )
+        return p.stdout
+
+    def start(self, tb: Testbed, configuration: str) -> None:
+        self.check(configuration)
+        esp = esp_proposal(configuration)
+        psk = secrets.token_hex(32)  # fresh per run; written only to the run's own files
+        topo = tb.topo
+        for node in topo.ipsec_nodes:
+            d = tb.rundir / "strongswan" / node
+            d.mkdir(parents=True, exist_ok=True)
+            for sub in ("x509", "x509ca", "private", "pubkey", "rsa", "ecdsa", "pkcs8"):
+                (d / sub).mkdir(exist_ok=True)  # swanctl --load-all looks for these
+            conf = d / "strongswan.conf"
+            conf.write_text(_charon_conf(d / "charon.vici", d / "charon.log"))
+            mine = [t for t in topo.tunnels if node in (t.left, t.right)]
+            sw = d / "swanctl.conf"
+            sw.write_text(_swanctl_conf(node, mine, esp, psk))
+            sw.chmod(0o600)
+            (d / "charon.vici").unlink(missing_ok=True)
+            self._procs[node] = tb.spawn(
+                node,
+                ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                 f"mount -t tmpfs tmpfs /run && exec {CHARON}"],
+                f"charon-{node}",
+                env={"STRONGSWAN_CONF": str(conf)},
+                limited=node in topo.limited_nodes,
+            )  # fmt: skip
+        deadline = time.monotonic() + 15
+        for node in topo.ipsec_nodes:
+            vici = tb.rundir / "strongswan" / node / "charon.vici"
+            while not vici.exists():
+                p = self._procs[node]
+                if p.poll() is not None or time.monotonic() > deadline:
+                    raise LabError(
+                        f"strongswan: charon on {node} did not start:\n"
+                        f"{tail(tb.rundir / f'charon-{node}.log')}"
+                    )
+                time.sleep(0.05)
+        for node in topo.ipsec_nodes:
+            d = tb.rundir / "strongswan" / node
+            self._swanctl(tb, node, "--load-all", "--file", str(d / "swanctl.conf"))
+        for t in topo.tunnels:
+            mine = [x for x in topo.tunnels if t.left in (x.left, x.right)]
+            child = f"c{mine.index(t)}"
+            self._swanctl(tb, t.left, "--initiate", "--child", child, "--timeout", "20")
+
+    def stop(self, tb: Testbed) -> None:
+        for p in self._procs.values():
+            tb.stop(p)
+        self._procs.clear()
+
+    def pids(self) -> list[int]:
+        return [p.pid for p in self._procs.values() if p.poll() is None]
+
+    def version(self) -> str:
+        try:
+            p = subprocess.run([CHARON, "--version"], capture_output=True, text=True, timeout=5)
+        except (OSError, subprocess.TimeoutExpired):
+            return "strongSwan (unknown version)"
+        return p.stdout.strip() or "strongSwan"

@@ -1,0 +1,229 @@
+"""`ipsec-lab run | results | clean`: the lab's commands."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+DEFAULT_LAB = "lab"
+
+
+def _lab_dir(args: argparse.Namespace) -> Path:
+    return Path(args.lab or os.environ.get("IPSEC_LAB_DIR") or DEFAULT_LAB)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from ipsec_lab import runner, scenario
+    from ipsec_lab.testbed.build import LabError
+
+    try:
+        sc = scenario.load(args.scenario)
+    except scenario.ScenarioError as e:
+        print(f"ipsec-lab run: {e}", file=sys.stderr)
+        return 2
+    lab = _lab_dir(args)
+    try:
+        campaign = runner.Campaign(sc, lab, resume=args.resume)
+    except OSError as e:
+        print(f"ipsec-lab run: cannot open the lab directory {lab}: {e}", file=sys.stderr)
+        return 2
+    pending = len(campaign.pending())
+    quiet = args.json or not sys.stderr.isatty()
+    if not quiet:
+        verb = "resuming" if campaign.progress.done else "campaign"
+        print(
+            f"{verb} {campaign.id}: {sc.name} — {pending} of {campaign.progress.total} runs to "
+            f"do; results in {lab / 'results.sqlite'}",
+            file=sys.stderr,
+        )
+    rc = 0
+    try:
+        if quiet:
+            campaign.on_progress = lambda p: None
+            campaign.run()
+        else:
+            from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
+            with Progress(
+                TextColumn("{task.completed}/{task.total}"),
+                BarColumn(),
+                TimeRemainingColumn(),
+                TextColumn("{task.description}"),
+                transient=True,
+            ) as prog:
+                task = prog.add_task("", total=campaign.progress.total)
+                campaign.on_progress = lambda p: prog.update(
+                    task, completed=p.done, description=p.current
+                )
+                campaign.on_progress(campaign.progress)
+                campaign.run()
+    except KeyboardInterrupt:
+        print(
+            f"ipsec-lab run: interrupted; finished runs are kept — continue with "
+            f"`ipsec-lab run --resume {args.scenario}`",
+            file=sys.stderr,
+        )
+        return 130
+    except LabError as e:
+        print(f"ipsec-lab run: {e}", file=sys.stderr)
+        print(f"(continue later with `ipsec-lab run --resume {args.scenario}`)", file=sys.stderr)
+        rc = 1
+    runs = campaign.store.runs(campaign.id)
+    summary = runner.summarize(runs)
+    if args.json:
+        json.dump({"campaign": campaign.id, "summary": summary, "runs": runs}, sys.stdout, indent=1)
+        print()
+    else:
+        print_summary(summary, f"campaign {campaign.id}: {sc.name}")
+    return rc
+
+
+def _fmt(v: Any, spec: str = ".3g") -> str:
+    return "—" if v is None else format(v, spec)
+
+
+def print_summary(summary: list[dict[str, Any]], title: str) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title=title)
+    for col in ("backend", "configuration", "link", "flow", "measurement", "n"):
+        t.add_column(col)
+    for col in ("Mbit/s median", "min–max", "× none", "effort µs/kB", "× none", "IPsec µs/kB"):
+        t.add_column(col, justify="right")
+    for r in summary:
+        if r.get("skipped") is not None:
+            t.add_row(r["backend"], r["configuration"], r["link"], r["flow"], r["measurement"],
+                      "0", "skipped: " + r["skipped"][:60])  # fmt: skip
+            continue
+        t.add_row(
+            r["backend"], r["configuration"], r["link"], r["flow"], r["measurement"], str(r["n"]),
+            _fmt(r["mbps_median"], ".4g"),
+            f"{_fmt(r['mbps_min'], '.4g')}–{_fmt(r['mbps_max'], '.4g')}",
+            _fmt(r["mbps_vs_none"], ".2f"), _fmt(r["effort_median"]),
+            _fmt(r["effort_vs_none"], ".2f"), _fmt(r["ipsec_effort_median"]),
+        )  # fmt: skip
+    Console(stderr=False).print(t)
+
+
+def _results(args: argparse.Namespace) -> int:
+    from ipsec_lab import runner
+    from ipsec_lab.store import Store
+
+    db = _lab_dir(args) / "results.sqlite"
+    if not db.exists():
+        print(f"ipsec-lab results: no results in {db} (run a scenario first)", file=sys.stderr)
+        return 2
+    store = Store(db)
+    if args.campaign is None:
+        rows = [
+            {k: r[k] for k in ("id", "name", "status", "started", "n_runs", "n_done")}
+            for r in store.campaigns()
+        ]
+        if args.json:
+            json.dump(rows, sys.stdout, indent=1)
+            print()
+            return 0
+        from rich.console import Console
+        from rich.table import Table
+
+        t = Table(title=f"campaigns in {db}")
+        for c in ("id", "name", "status", "runs done/all"):
+            t.add_column(c)
+        for r in rows:
+            t.add_row(str(r["id"]), r["name"], r["status"], f"{r['n_done']}/{r['n_runs']}")
+        Console().print(t)
+        return 0
+    c = store.campaign(args.campaign)
+    if c is None:
+        print(f"ipsec-lab results: no campaign {args.campaign} in {db}", file=sys.stderr)
+        return 2
+    runs = store.runs(args.campaign)
+    summary = runner.summarize(runs)
+    if args.json:
+        json.dump(
+            {"campaign": dict(c) | {"environment": json.loads(c["environment"])},
+             "summary": summary, "runs": runs},
+            sys.stdout, indent=1,
+        )  # fmt: skip
+        print()
+    elif args.csv:
+        _csv(runs)
+    else:
+        print_summary(summary, f"campaign {c['id']}: {c['name']} ({c['status']})")
+    return 0
+
+
+CSV_FIELDS = (
+    "campaign_id", "run_id", "backend", "configuration", "link", "workload", "flow",
+    "repetition", "status", "reason", "label", "mbps", "seconds", "payload_bytes",
+    "effort_us_per_kb", "ipsec_effort_us_per_kb", "cpu_load", "loss_pct",
+    "wire_up_bytes", "wire_up_packets", "wire_down_bytes", "wire_down_packets",
+)  # fmt: skip
+
+
+def _csv(runs: list[dict[str, Any]]) -> None:
+    w = csv.DictWriter(sys.stdout, fieldnames=CSV_FIELDS, extrasaction="ignore")
+    w.writeheader()
+    for r in runs:
+        base = {**r, "run_id": r["id"]}
+        for x in r["results"] or [{}]:
+            w.writerow({**base, **x})
+
+
+def _clean(args: argparse.Namespace) -> int:
+    from ipsec_lab.testbed.build import clean
+
+    if os.geteuid() != 0:
+        print("ipsec-lab clean: needs root (it removes network namespaces)", file=sys.stderr)
+        return 2
+    done = clean()
+    for d in done:
+        print(f"removed {d}")
+    if not done:
+        print("nothing left over")
+    return 0
+
+
+def add_parsers(sub: Any) -> None:
+    r = sub.add_parser(
+        "run",
+        help="run a scenario (TOML) on real testbeds and store every result",
+        description=(
+            "Build the scenario's testbed in network namespaces, bring up each IPsec backend "
+            "and configuration, send its workloads, meter throughput, CPU and wire, and "
+            "commit each finished run to LAB/results.sqlite. Needs root. Ctrl-C keeps what "
+            "finished; --resume continues. See scenarios/ for examples."
+        ),
+    )
+    r.add_argument("scenario", help="scenario file (TOML)")
+    r.add_argument("--resume", action="store_true",
+                   help="continue the newest unfinished campaign of this scenario")  # fmt: skip
+    r.add_argument("--lab", metavar="DIR",
+                   help=f"lab directory (default: $IPSEC_LAB_DIR or ./{DEFAULT_LAB})")  # fmt: skip
+    r.add_argument("--json", action="store_true", help="print the runs and summary as JSON")
+    r.set_defaults(func=_run)
+    s = sub.add_parser(
+        "results",
+        help="list campaigns, or print one campaign's table / JSON / CSV",
+        description="Without CAMPAIGN: the campaigns in the lab directory. With one: its "
+        "summary (median and min–max over repetitions, ratios to the no-IPsec baseline).",
+    )
+    s.add_argument("campaign", nargs="?", type=int, help="campaign id (see the list)")
+    s.add_argument("--lab", metavar="DIR", help="lab directory (default: ./lab)")
+    g = s.add_mutually_exclusive_group()
+    g.add_argument("--json", action="store_true", help="everything, as JSON")
+    g.add_argument("--csv", action="store_true", help="one row per measurement, as CSV")
+    s.set_defaults(func=_results)
+    c = sub.add_parser(
+        "clean",
+        help="remove namespaces, processes and cgroups a crashed lab run left",
+        description="Removes only what the lab made: namespaces named ipl-*, the processes "
+        "inside them, and cgroups named ipsec-lab-*.",
+    )
+    c.set_defaults(func=_clean)

@@ -1,0 +1,144 @@
+"""Meters around each measurement: CPU (machine-wide /proc/stat per CPU, sampled through
+the run; the IPsec processes' own CPU from /proc/PID/stat), interface counters on every
+wire end, and the CPU effort derived from them.
+
+What each CPU figure includes (all namespaces share one kernel):
+- `cpu_busy_s`, `effort_us_per_kb`: machine-wide busy CPU time (user + nice + system +
+  irq + softirq + steal; idle and iowait excluded) over the measurement, per kB (1024 B)
+  of payload delivered — netperf's service demand. It includes the traffic programs at
+  both ends, the kernel's forwarding and any user-space IPsec: compare configurations
+  with each other and with `none`, as study 1 did, not with other machines.
+- `ipsec_cpu_s`, `ipsec_effort_us_per_kb`: CPU time of the backend's processes alone
+  (charon with kernel-libipsec, or ipsec-gw), user + system; zero for `none` (kernel
+  forwarding is softirq time, in the machine-wide figure only).
+- `cpu_series`: per-sample machine-wide user / system / softirq / idle shares, for
+  load-over-time plots (study 1, figures 6-7).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import psutil
+
+KB = 1024
+SAMPLE_S = 0.5
+
+
+def _busy(t: Any) -> float:
+    return float(t.user + t.nice + t.system + t.irq + t.softirq + getattr(t, "steal", 0.0))
+
+
+class CpuSampler:
+    """Machine-wide CPU times at start and end, and shares every `interval` between."""
+
+    def __init__(self, interval: float = SAMPLE_S) -> None:
+        self.interval = interval
+        self.series: list[dict[str, float]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def _loop(self) -> None:
+        prev = psutil.cpu_times()
+        while not self._stop.wait(self.interval):
+            now = psutil.cpu_times()
+            d = {f: getattr(now, f) - getattr(prev, f) for f in now._fields}
+            total = sum(d.values()) or 1.0
+            self.series.append(
+                {
+                    "t": round(time.monotonic() - self.t0, 3),
+                    "user": (d["user"] + d["nice"]) / total,
+                    "system": d["system"] / total,
+                    "softirq": (d["softirq"] + d["irq"]) / total,
+                    "idle": (d["idle"] + d.get("iowait", 0.0)) / total,
+                }
+            )
+            prev = now
+
+    def __enter__(self) -> CpuSampler:
+        self.t0 = time.monotonic()
+        self.start_total = psutil.cpu_times()
+        self.start_per_cpu = psutil.cpu_times(percpu=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.end_total = psutil.cpu_times()
+        self.end_per_cpu = psutil.cpu_times(percpu=True)
+        self.wall_s = time.monotonic() - self.t0
+
+    @property
+    def busy_s(self) -> float:
+        return _busy(self.end_total) - _busy(self.start_total)
+
+    def per_cpu(self) -> list[dict[str, float]]:
+        out = []
+        for a, b in zip(self.start_per_cpu, self.end_per_cpu):
+            d = {f: getattr(b, f) - getattr(a, f) for f in b._fields}
+            out.append(
+                {
+                    "user_s": d["user"] + d["nice"],
+                    "system_s": d["system"],
+                    "softirq_s": d["softirq"] + d["irq"],
+                    "idle_s": d["idle"] + d.get("iowait", 0.0),
+                }
+            )
+        return out
+
+
+def process_cpu_s(pids: Sequence[int]) -> float:
+    """User + system CPU seconds of these processes (and their threads) so far."""
+    total = 0.0
+    for pid in pids:
+        try:
+            t = psutil.Process(pid).cpu_times()
+        except psutil.Error:
+            continue
+        total += t.user + t.system
+    return total
+
+
+def delta(
+    before: dict[str, dict[str, int]], after: dict[str, dict[str, int]]
+) -> dict[str, dict[str, int]]:
+    return {k: {f: after[k][f] - v[f] for f in v} for k, v in before.items() if k in after}
+
+
+def measure(
+    fn: Callable[[], dict[str, Any]],
+    counters: Callable[[], dict[str, dict[str, int]]],
+    ipsec_pids: Callable[[], list[int]],
+    source_end: str,
+) -> dict[str, Any]:
+    """Run `fn` (a traffic measurement returning at least `payload_bytes`) inside the
+    meters; return its row with CPU, effort and wire figures added. `source_end` is the
+    traffic source's `node/ifname`: its tx is the wire load source -> sink, rx the other
+    way (study 4's network load and transactions, per direction)."""
+    pids = ipsec_pids()
+    c0 = counters()
+    p0 = process_cpu_s(pids)
+    with CpuSampler() as cpu:
+        row = fn()
+    p1 = process_cpu_s(pids)
+    c1 = counters()
+    wire = delta(c0, c1)
+    kb = row["payload_bytes"] / KB
+    row["cpu_busy_s"] = cpu.busy_s
+    row["cpu_wall_s"] = cpu.wall_s
+    row["cpu_load"] = cpu.busy_s / (cpu.wall_s * (psutil.cpu_count() or 1))
+    row["effort_us_per_kb"] = cpu.busy_s * 1e6 / kb if kb else None
+    row["ipsec_cpu_s"] = p1 - p0
+    row["ipsec_effort_us_per_kb"] = (p1 - p0) * 1e6 / kb if kb and pids else None
+    row["per_cpu"] = cpu.per_cpu()
+    row["cpu_series"] = cpu.series
+    row["wire"] = wire
+    if source_end in wire:
+        w = wire[source_end]
+        row["wire_up_bytes"], row["wire_up_packets"] = w["tx_bytes"], w["tx_packets"]
+        row["wire_down_bytes"], row["wire_down_packets"] = w["rx_bytes"], w["rx_packets"]
+    return row

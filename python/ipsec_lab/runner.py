@@ -1,0 +1,272 @@
+"""A campaign: every (link, backend, configuration, workload, flow, repetition) of a
+scenario, run in order on real testbeds, each finished run committed to the store.
+
+Order: one testbed per link profile (built, shaped, torn down); in it, each backend and
+configuration brought up once and every workload, flow and repetition run through it.
+A run the backend cannot do is stored as skipped with the reason. A failure (backend not
+starting, a tool erroring) is stored as failed with the log tail, the testbed is torn
+down, and the campaign stops with that message; `--resume` retries it.
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ipsec_lab import backends, environment, meters
+from ipsec_lab.backends import Unsupported
+from ipsec_lab.scenario import Link, Scenario, Workload
+from ipsec_lab.store import RunKey, Store
+from ipsec_lab.testbed import Flow, topology
+from ipsec_lab.testbed.build import LabError, Testbed, require_root, require_tools
+from ipsec_lab.traffic import Row, apps, iperf, rfc2544
+
+
+@dataclass(frozen=True)
+class Planned:
+    key: RunKey
+    link: Link
+    workload: Workload
+    flow: Flow
+
+
+def plan(sc: Scenario) -> list[Planned]:
+    topo = topology(sc.topology)
+    out: list[Planned] = []
+    for link in sc.links:
+        for b in sc.backends:
+            for cfg in ("none",) if b == "none" else sc.configurations:
+                for w in sc.workloads:
+                    for flow in topo.flows:
+                        for rep in range(1, sc.repetitions + 1):
+                            key = RunKey(b, cfg, link.name, w.name, flow.name, rep)
+                            out.append(Planned(key, link, w, flow))
+    return out
+
+
+def _slug(s: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", s)
+
+
+WORKLOADS: dict[str, Callable[..., list[Row]]] = {
+    "tcp": iperf.tcp,
+    "udp": iperf.udp,
+    "imix": iperf.imix,
+    "rfc2544": rfc2544.rfc2544,
+}
+
+
+@dataclass
+class Progress:
+    """What the runner reports as it goes (the CLI turns it into a rich display)."""
+
+    total: int
+    done: int = 0
+    current: str = ""
+
+
+class Campaign:
+    def __init__(
+        self,
+        sc: Scenario,
+        lab: Path,
+        resume: bool = False,
+        on_progress: Callable[[Progress], None] | None = None,
+    ) -> None:
+        self.sc = sc
+        self.lab = lab
+        self.store = Store(lab / "results.sqlite")
+        self.on_progress = on_progress or (lambda p: None)
+        existing = self.store.resumable(sc.text) if resume else None
+        if existing is None:
+            self.id = self.store.new_campaign(sc.name, sc.source, sc.text, environment.describe())
+        else:
+            self.id = existing
+        self.plan = plan(sc)
+        self.finished = self.store.finished_keys(self.id)
+        self.progress = Progress(total=len(self.plan), done=len(self.finished))
+
+    def pending(self) -> list[Planned]:
+        return [p for p in self.plan if p.key not in self.finished]
+
+    def run(self) -> None:
+        require_root()
+        require_tools("ip", "tc", "iperf3", "ss")
+        self.store.set_status(self.id, "running")
+        try:
+            for link, group in _by_link(self.pending()):
+                self._link(link, group)
+        except KeyboardInterrupt:
+            self.store.set_status(self.id, "interrupted")
+            raise
+        except BaseException:
+            self.store.set_status(self.id, "failed")
+            raise
+        self.store.set_status(self.id, "finished")
+
+    def _link(self, link: Link, group: list[Planned]) -> None:
+        sc = self.sc
+        # Skips are decided before building anything (cheap, and no testbed for nothing).
+        runnable: list[Planned] = []
+        checked: dict[tuple[str, str], str | None] = {}
+        for p in group:
+            k = (p.key.backend, p.key.configuration)
+            if k not in checked:
+                try:
+                    backends.make(k[0]).check(k[1])
+                    checked[k] = None
+                except Unsupported as e:
+                    checked[k] = str(e)
+            if checked[k] is not None:
+                self._store(p, "skipped", time.time(), reason=checked[k])
+            else:
+                runnable.append(p)
+        if not runnable:
+            return
+        rundir = self.lab / f"campaign-{self.id}" / _slug(link.name)
+        topo = topology(sc.topology)
+        with Testbed(topo, rundir, sc.gateway.cpu_quota, sc.gateway.cpus) as tb:
+            tb.shape(link)
+            for (bname, cfg), runs in _by_backend(runnable):
+                backend = backends.make(bname)
+                self.progress.current = f"{bname} {cfg} | {link.name} | starting"
+                self.on_progress(self.progress)
+                started = time.time()
+                try:
+                    backend.start(tb, cfg)
+                except (LabError, Unsupported) as e:
+                    self._store(runs[0], "failed", started, reason=str(e))
+                    raise LabError(f"backend {bname} ({cfg}) failed to start: {e}") from None
+                version = backend.version()
+                try:
+                    for p in runs:
+                        self._one(tb, backend, p, version)
+                finally:
+                    backend.stop(tb)
+
+    def _one(self, tb: Testbed, backend: backends.Backend, p: Planned, version: str) -> None:
+        k = p.key
+        self.progress.current = (
+            f"{k.backend} {k.configuration} | {k.link} | {k.workload} {k.flow} "
+            f"| rep {k.repetition}/{self.sc.repetitions}"
+        )
+        self.on_progress(self.progress)
+        started = time.time()
+
+        def metered(label: str, fn: Callable[[], Row]) -> Row:
+            row = meters.measure(fn, tb.counters, backend.pids, p.flow.wire_end)
+            row["label"] = label
+            return row
+
+        w = p.workload
+        try:
+            if w.kind in ("http", "smtp"):
+                fn = apps.http if w.kind == "http" else apps.smtp
+                rows = fn(tb, p.flow, w, metered, self.sc.seed + k.repetition)
+            else:
+                rows = WORKLOADS[w.kind](tb, p.flow, w, metered, self.sc.warmup_s)
+        except LabError as e:
+            self._store(p, "failed", started, reason=str(e), version=version)
+            raise
+        self._store(p, "done", started, version=version, rows=rows)
+
+    def _store(
+        self,
+        p: Planned,
+        status: str,
+        started: float,
+        reason: str | None = None,
+        version: str | None = None,
+        rows: list[Row] | None = None,
+    ) -> None:
+        results = [(str(r["label"]), r) for r in rows or []]
+        self.store.record(self.id, p.key, status, started, reason, version, results)
+        if status != "failed":
+            self.finished.add(p.key)
+            self.progress.done += 1
+            self.on_progress(self.progress)
+
+
+def _by_link(plan_: list[Planned]) -> Iterator[tuple[Link, list[Planned]]]:
+    order: dict[str, list[Planned]] = {}
+    links: dict[str, Link] = {}
+    for p in plan_:
+        order.setdefault(p.link.name, []).append(p)
+        links[p.link.name] = p.link
+    for name, ps in order.items():
+        yield links[name], ps
+
+
+def _by_backend(plan_: list[Planned]) -> Iterator[tuple[tuple[str, str], list[Planned]]]:
+    order: dict[tuple[str, str], list[Planned]] = {}
+    for p in plan_:
+        order.setdefault((p.key.backend, p.key.configuration), []).append(p)
+    yield from order.items()
+
+
+# --- the summary --------------------------------------------------------------------------
+
+
+def summarize(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Median and min-max per (backend, configuration, link, flow, measurement) over the
+    repetitions, with ratios to the `none` baseline of the same link/flow/measurement."""
+    groups: dict[tuple[str, str, str, str, str], list[dict[str, Any]]] = {}
+    skipped: dict[tuple[str, str, str, str, str], str] = {}
+    for r in runs:
+        if r["status"] == "skipped":
+            skipped[(r["backend"], r["configuration"], r["link"], r["flow"], r["workload"])] = (
+                r["reason"] or ""
+            )
+        for x in r["results"]:
+            key = (r["backend"], r["configuration"], r["link"], r["flow"], x["label"])
+            groups.setdefault(key, []).append(x)
+    out: list[dict[str, Any]] = []
+    for key, xs in groups.items():
+        mbps = [float(x["mbps"]) for x in xs]
+        eff = [float(x["effort_us_per_kb"]) for x in xs if x.get("effort_us_per_kb") is not None]
+        secs = [float(x["seconds"]) for x in xs]
+        row: dict[str, Any] = {
+            "backend": key[0], "configuration": key[1], "link": key[2], "flow": key[3],
+            "measurement": key[4], "n": len(xs),
+            "mbps_median": statistics.median(mbps), "mbps_min": min(mbps), "mbps_max": max(mbps),
+            "mbps_cv": _cv(mbps),
+            "effort_median": statistics.median(eff) if eff else None,
+            "effort_cv": _cv(eff) if eff else None,
+            "seconds_median": statistics.median(secs),
+        }  # fmt: skip
+        for f in ("wire_up_bytes", "wire_up_packets", "wire_down_bytes", "wire_down_packets"):
+            vals = [float(x[f]) for x in xs if x.get(f) is not None]
+            row[f + "_median"] = statistics.median(vals) if vals else None
+        ipsec = [float(x["ipsec_effort_us_per_kb"]) for x in xs if x.get("ipsec_effort_us_per_kb")]
+        row["ipsec_effort_median"] = statistics.median(ipsec) if ipsec else None
+        out.append(row)
+    base = {(r["link"], r["flow"], r["measurement"]): r for r in out if r["backend"] == "none"}
+    for r in out:
+        b = base.get((r["link"], r["flow"], r["measurement"]))
+        r["mbps_vs_none"] = r["mbps_median"] / b["mbps_median"] if b and b["mbps_median"] else None
+        r["effort_vs_none"] = (
+            r["effort_median"] / b["effort_median"]
+            if b and b["effort_median"] and r["effort_median"] is not None
+            else None
+        )
+        r["seconds_vs_none"] = (
+            r["seconds_median"] / b["seconds_median"] if b and b["seconds_median"] else None
+        )
+    for (bk, cfg, link, flow, wl), reason in skipped.items():
+        out.append(
+            {"backend": bk, "configuration": cfg, "link": link, "flow": flow, "measurement": wl,
+             "n": 0, "skipped": reason}
+        )  # fmt: skip
+    return out
+
+
+def _cv(xs: list[float]) -> float | None:
+    if len(xs) < 2:
+        return None
+    m = statistics.mean(xs)
+    return statistics.stdev(xs) / m if m else None

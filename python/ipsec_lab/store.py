@@ -1,0 +1,223 @@
+"""The results store: one SQLite database per lab directory (`LAB/results.sqlite`).
+
+campaigns   one `ipsec-lab run` of a scenario: its full text, environment, status
+runs        one (backend, configuration, link, workload, repetition) of a campaign:
+            done / skipped (with the reason) / failed (with the error); committed the
+            moment it ends, so an interrupted campaign keeps every finished run
+results     the measurements of a run (one per file size for HTTP/SMTP), metrics as JSON
+trials      each trial of an RFC 2544 search
+samples     the CPU time series of each measurement
+
+`--resume` continues the newest unfinished campaign of the same scenario text and
+repeats no run that is done or skipped.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS campaigns (
+  id INTEGER PRIMARY KEY,
+  name TEXT NOT NULL,
+  scenario_path TEXT NOT NULL,
+  scenario_text TEXT NOT NULL,
+  started REAL NOT NULL,
+  finished REAL,
+  status TEXT NOT NULL DEFAULT 'running',
+  environment TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS runs (
+  id INTEGER PRIMARY KEY,
+  campaign_id INTEGER NOT NULL REFERENCES campaigns(id),
+  backend TEXT NOT NULL,
+  configuration TEXT NOT NULL,
+  link TEXT NOT NULL,
+  workload TEXT NOT NULL,
+  flow TEXT NOT NULL,
+  repetition INTEGER NOT NULL,
+  status TEXT NOT NULL,
+  reason TEXT,
+  backend_version TEXT,
+  started REAL NOT NULL,
+  finished REAL NOT NULL,
+  UNIQUE (campaign_id, backend, configuration, link, workload, flow, repetition)
+);
+CREATE TABLE IF NOT EXISTS results (
+  id INTEGER PRIMARY KEY,
+  run_id INTEGER NOT NULL REFERENCES runs(id),
+  label TEXT NOT NULL,
+  metrics TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS trials (
+  result_id INTEGER NOT NULL REFERENCES results(id),
+  idx INTEGER NOT NULL,
+  offered_mbps REAL,
+  loss_pct REAL,
+  passed INTEGER,
+  data TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS samples (
+  result_id INTEGER NOT NULL REFERENCES results(id),
+  t REAL NOT NULL,
+  user REAL, system REAL, softirq REAL, idle REAL
+);
+"""
+
+
+@dataclass(frozen=True)
+class RunKey:
+    backend: str
+    configuration: str
+    link: str
+    workload: str
+    flow: str
+    repetition: int
+
+
+class Store:
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self.db = sqlite3.connect(path)
+        self.db.row_factory = sqlite3.Row
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.executescript(SCHEMA)
+        self.db.commit()
+
+    def close(self) -> None:
+        self.db.close()
+
+    # --- campaigns ---------------------------------------------------------------------
+
+    def new_campaign(self, name: str, path: str, text: str, env: dict[str, Any]) -> int:
+        cur = self.db.execute(
+            "INSERT INTO campaigns (name, scenario_path, scenario_text, started, environment)"
+            " VALUES (?, ?, ?, ?, ?)",
+            (name, path, text, time.time(), json.dumps(env)),
+        )
+        self.db.commit()
+        assert cur.lastrowid is not None
+        return cur.lastrowid
+
+    def resumable(self, text: str) -> int | None:
+        row = self.db.execute(
+            "SELECT id FROM campaigns WHERE scenario_text = ? AND status != 'finished'"
+            " ORDER BY id DESC LIMIT 1",
+            (text,),
+        ).fetchone()
+        return int(row["id"]) if row else None
+
+    def set_status(self, campaign: int, status: str) -> None:
+        self.db.execute(
+            "UPDATE campaigns SET status = ?, finished = ? WHERE id = ?",
+            (status, time.time() if status == "finished" else None, campaign),
+        )
+        self.db.commit()
+
+    def campaigns(self) -> list[sqlite3.Row]:
+        return self.db.execute(
+            "SELECT c.*, (SELECT COUNT(*) FROM runs r WHERE r.campaign_id = c.id) AS n_runs,"
+            " (SELECT COUNT(*) FROM runs r WHERE r.campaign_id = c.id AND r.status = 'done')"
+            " AS n_done FROM campaigns c ORDER BY c.id"
+        ).fetchall()
+
+    def campaign(self, campaign: int) -> sqlite3.Row | None:
+        row: sqlite3.Row | None = self.db.execute(
+            "SELECT * FROM campaigns WHERE id = ?", (campaign,)
+        ).fetchone()
+        return row
+
+    # --- runs ----------------------------------------------------------------------------
+
+    def finished_keys(self, campaign: int) -> set[RunKey]:
+        rows = self.db.execute(
+            "SELECT backend, configuration, link, workload, flow, repetition FROM runs"
+            " WHERE campaign_id = ? AND status IN ('done', 'skipped')",
+            (campaign,),
+        ).fetchall()
+        return {RunKey(*tuple(r)) for r in rows}
+
+    def record(
+        self,
+        campaign: int,
+        key: RunKey,
+        status: str,
+        started: float,
+        reason: str | None = None,
+        version: str | None = None,
+        results: list[tuple[str, dict[str, Any]]] = (),  # type: ignore[assignment]
+    ) -> int:
+        """Write one run and its results in one transaction, committed at once."""
+        with self.db:
+            self.db.execute(
+                "DELETE FROM runs WHERE campaign_id = ? AND backend = ? AND configuration = ?"
+                " AND link = ? AND workload = ? AND flow = ? AND repetition = ?"
+                " AND status = 'failed'",
+                (campaign, *_key(key)),
+            )
+            cur = self.db.execute(
+                "INSERT INTO runs (campaign_id, backend, configuration, link, workload, flow,"
+                " repetition, status, reason, backend_version, started, finished)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (campaign, *_key(key), status, reason, version, started, time.time()),
+            )
+            run_id = cur.lastrowid
+            assert run_id is not None
+            for label, metrics in results:
+                trials = metrics.get("trials") or []
+                series = metrics.get("cpu_series") or []
+                slim = {k: v for k, v in metrics.items() if k not in ("trials", "cpu_series")}
+                rc = self.db.execute(
+                    "INSERT INTO results (run_id, label, metrics) VALUES (?, ?, ?)",
+                    (run_id, label, json.dumps(slim)),
+                )
+                rid = rc.lastrowid
+                self.db.executemany(
+                    "INSERT INTO trials VALUES (?, ?, ?, ?, ?, ?)",
+                    [
+                        (rid, i, t.get("offered_mbps"), t.get("loss_pct"), t.get("passed"),
+                         json.dumps(t))
+                        for i, t in enumerate(trials)
+                    ],
+                )  # fmt: skip
+                self.db.executemany(
+                    "INSERT INTO samples VALUES (?, ?, ?, ?, ?, ?)",
+                    [(rid, s["t"], s["user"], s["system"], s["softirq"], s["idle"]) for s in series],
+                )
+        return run_id
+
+    def runs(self, campaign: int) -> list[dict[str, Any]]:
+        """Every run of a campaign with its results (metrics decoded), in run order."""
+        out = []
+        for r in self.db.execute(
+            "SELECT * FROM runs WHERE campaign_id = ? ORDER BY id", (campaign,)
+        ).fetchall():
+            d = dict(r)
+            d["results"] = [
+                {"label": x["label"], **json.loads(x["metrics"])}
+                for x in self.db.execute(
+                    "SELECT label, metrics FROM results WHERE run_id = ? ORDER BY id", (r["id"],)
+                )
+            ]
+            out.append(d)
+        return out
+
+    def trials(self, run_id: int) -> list[dict[str, Any]]:
+        return [
+            json.loads(r["data"])
+            for r in self.db.execute(
+                "SELECT t.data FROM trials t JOIN results x ON x.id = t.result_id"
+                " WHERE x.run_id = ? ORDER BY t.result_id, t.idx",
+                (run_id,),
+            )
+        ]
+
+
+def _key(k: RunKey) -> tuple[str, str, str, str, str, int]:
+    return (k.backend, k.configuration, k.link, k.workload, k.flow, k.repetition)

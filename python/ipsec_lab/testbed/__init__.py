@@ -1,0 +1,150 @@
+"""Topologies as data: nodes, wires, addresses, routes, the tunnels IPsec makes and the
+flows traffic takes. Building one (namespaces, veth, tc) is `testbed.build`.
+
+Addresses: inner subnets 10.x, outer links in the documentation ranges (RFC 5737), so a
+capture shows at a glance which side of a gateway a packet is on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Wire:
+    """A veth pair between two nodes. `shaped` wires get the link profile on both ends."""
+
+    a: str
+    a_if: str
+    a_addr: str  # address/prefix
+    b: str
+    b_if: str
+    b_addr: str
+    shaped: bool = False
+
+
+@dataclass(frozen=True)
+class Tunnel:
+    """What the IPsec backend protects: between two IPsec nodes' outer addresses, the
+    traffic from `left_ts` to `right_ts` (tunnel mode; host-to-host when the selectors are
+    the hosts' own /32s)."""
+
+    left: str
+    right: str
+    left_outer: str
+    right_outer: str
+    left_ts: str
+    right_ts: str
+
+
+@dataclass(frozen=True)
+class Flow:
+    """Where a workload's traffic goes: from a program on `source` to one on `sink`."""
+
+    name: str
+    source: str
+    sink: str
+    sink_addr: str
+    wire_end: str  # `node/ifname` whose counters are this flow's wire load (outer side)
+    slow: bool = False  # the source is the slow (CPU-limited) client of study 4
+
+
+@dataclass(frozen=True)
+class Topology:
+    name: str
+    nodes: tuple[str, ...]
+    wires: tuple[Wire, ...]
+    routes: tuple[tuple[str, str, str], ...]  # (node, destination, via)
+    forwarding: tuple[str, ...]  # nodes that route between their interfaces
+    ipsec_nodes: tuple[str, ...]  # where the backend runs
+    limited_nodes: tuple[str, ...]  # whose IPsec (and, for clients, traffic) gets the CPU quota
+    tunnels: tuple[Tunnel, ...]
+    flows: tuple[Flow, ...]
+
+    def shaped_ends(self) -> list[tuple[str, str]]:
+        """(node, interface) of every end of every shaped wire."""
+        out: list[tuple[str, str]] = []
+        for w in self.wires:
+            if w.shaped:
+                out += [(w.a, w.a_if), (w.b, w.b_if)]
+        return out
+
+
+def _addr(cidr: str) -> str:
+    return cidr.split("/", 1)[0]
+
+
+def pair() -> Topology:
+    """Study 1: two hosts on one link, each doing its own IPsec (host-to-host)."""
+    a, b = "192.0.2.1/24", "192.0.2.2/24"
+    return Topology(
+        name="pair",
+        nodes=("hostA", "hostB"),
+        wires=(Wire("hostA", "eth0", a, "hostB", "eth0", b, shaped=True),),
+        routes=(),
+        forwarding=(),
+        ipsec_nodes=("hostA", "hostB"),
+        limited_nodes=("hostA", "hostB"),
+        tunnels=(Tunnel("hostA", "hostB", _addr(a), _addr(b), f"{_addr(a)}/32", f"{_addr(b)}/32"),),
+        flows=(Flow("hostA-hostB", "hostA", "hostB", _addr(b), "hostA/eth0"),),
+    )
+
+
+def line() -> Topology:
+    """Studies 2 and 3: client - gwA - gwB - server; the gateways' link is the shaped one."""
+    return Topology(
+        name="line",
+        nodes=("client", "gwA", "gwB", "server"),
+        wires=(
+            Wire("client", "eth0", "10.1.0.2/24", "gwA", "lan", "10.1.0.1/24"),
+            Wire("gwA", "wan", "192.0.2.1/24", "gwB", "wan", "192.0.2.2/24", shaped=True),
+            Wire("gwB", "lan", "10.2.0.1/24", "server", "eth0", "10.2.0.2/24"),
+        ),
+        routes=(
+            ("client", "default", "10.1.0.1"),
+            ("server", "default", "10.2.0.1"),
+            # Plain forwarding's path (backend none); an IPsec backend's own routes or
+            # policies take the protected traffic before these are consulted.
+            ("gwA", "10.2.0.0/24", "192.0.2.2"),
+            ("gwB", "10.1.0.0/24", "192.0.2.1"),
+        ),
+        forwarding=("gwA", "gwB"),
+        ipsec_nodes=("gwA", "gwB"),
+        limited_nodes=("gwA", "gwB"),
+        tunnels=(Tunnel("gwA", "gwB", "192.0.2.1", "192.0.2.2", "10.1.0.0/24", "10.2.0.0/24"),),
+        flows=(Flow("client-server", "client", "server", "10.2.0.2", "gwA/wan"),),
+    )
+
+
+def clients() -> Topology:
+    """Study 4: a server with a fast and a slow client, each on its own shaped link, each
+    client doing host-to-host IPsec with the server."""
+    s1, f = "192.0.2.1/24", "192.0.2.2/24"
+    s2, w = "198.51.100.1/24", "198.51.100.2/24"
+    return Topology(
+        name="clients",
+        nodes=("server", "fast", "slow"),
+        wires=(
+            Wire("fast", "eth0", f, "server", "eth0", s1, shaped=True),
+            Wire("slow", "eth0", w, "server", "eth1", s2, shaped=True),
+        ),
+        routes=(),
+        forwarding=(),
+        ipsec_nodes=("server", "fast", "slow"),
+        limited_nodes=("slow",),
+        tunnels=(
+            Tunnel("fast", "server", _addr(f), _addr(s1), f"{_addr(f)}/32", f"{_addr(s1)}/32"),
+            Tunnel("slow", "server", _addr(w), _addr(s2), f"{_addr(w)}/32", f"{_addr(s2)}/32"),
+        ),
+        flows=(
+            Flow("fast-server", "fast", "server", _addr(s1), "fast/eth0"),
+            Flow("slow-server", "slow", "server", _addr(s2), "slow/eth0", slow=True),
+        ),
+    )
+
+
+TOPOLOGIES = {"pair": pair, "line": line, "clients": clients}
+
+
+def topology(name: str) -> Topology:
+    return TOPOLOGIES[name]()

@@ -1,0 +1,371 @@
+"""Building a topology for real: network namespaces, veth pairs, addresses, routes, tc
+shaping, and the processes started in them — all torn down on exit, also on failure.
+
+Every namespace is named `ipl-<token>-<node>` and every cgroup `ipsec-lab-<token>`, so
+`ipsec-lab clean` can recognise (and only touch) what a crashed run left. Configuration
+goes through iproute2's own `ip` and `tc` commands, each logged to the run directory's
+`commands.log`, so a user can replay by hand exactly what the lab did.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from types import TracebackType
+
+from ipsec_lab.scenario import Link
+from ipsec_lab.testbed import Topology
+
+NS_PREFIX = "ipl-"
+CGROUP_PREFIX = "ipsec-lab-"
+
+
+class LabError(RuntimeError):
+    """Something the lab needs failed; the message says what and shows the output."""
+
+
+def tail(path: Path, lines: int = 15) -> str:
+    try:
+        text = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return ""
+    return "\n".join(text[-lines:])
+
+
+def require_root() -> None:
+    if os.geteuid() != 0:
+        raise LabError("the lab needs root (network namespaces, veth, tc): run it as root")
+
+
+# Which Debian package gives each program the lab runs (for "missing tool" errors).
+PACKAGES = {
+    "ip": "iproute2",
+    "tc": "iproute2",
+    "iperf3": "iperf3",
+    "nginx": "nginx-light",
+    "curl": "curl",
+    "swanctl": "strongswan-swanctl",
+    "/usr/lib/ipsec/charon": "strongswan-charon",
+    "unshare": "util-linux",
+    "taskset": "util-linux",
+    "tshark": "tshark",
+}
+
+
+def require_tools(*tools: str) -> None:
+    for t in tools:
+        if not (shutil.which(t) if "/" not in t else os.access(t, os.X_OK)):
+            pkg = PACKAGES.get(t, "?")
+            raise LabError(f"{t} is not installed (Debian package: {pkg}; `make deps` installs it)")
+
+
+class CpuLimit:
+    """A cgroup with a CPU quota (v2 `cpu.max`, or v1 `cpu.cfs_quota_us`): how a fast
+    machine emulates a slow gateway. Processes join it before they exec."""
+
+    def __init__(self, token: str, cpus_worth: float) -> None:
+        v2 = Path("/sys/fs/cgroup/cgroup.controllers")
+        period = 100_000
+        quota = max(1000, int(cpus_worth * period))
+        if v2.exists():
+            self.path = Path("/sys/fs/cgroup") / f"{CGROUP_PREFIX}{token}"
+            parent = Path("/sys/fs/cgroup/cgroup.subtree_control")
+            if "cpu" not in parent.read_text().split():
+                parent.write_text("+cpu")
+            self.path.mkdir(exist_ok=True)
+            (self.path / "cpu.max").write_text(f"{quota} {period}")
+        else:
+            root = Path("/sys/fs/cgroup/cpu")
+            if not root.is_dir():
+                raise LabError("no cgroup CPU controller found under /sys/fs/cgroup")
+            self.path = root / f"{CGROUP_PREFIX}{token}"
+            self.path.mkdir(exist_ok=True)
+            (self.path / "cpu.cfs_period_us").write_text(str(period))
+            (self.path / "cpu.cfs_quota_us").write_text(str(quota))
+        self.procs = self.path / "cgroup.procs"
+
+    def join_self(self) -> None:
+        """For `preexec_fn`: the child puts itself in the cgroup before it execs."""
+        with open(self.procs, "w") as f:
+            f.write("0")
+
+    def remove(self) -> None:
+        for _ in range(50):
+            try:
+                self.path.rmdir()
+                return
+            except FileNotFoundError:
+                return
+            except OSError:
+                time.sleep(0.1)  # processes still leaving
+
+
+class Testbed:
+    """A topology built in namespaces. Use as a context manager:
+
+    with Testbed(topology, rundir) as tb:
+        tb.shape(link)
+        tb.spawn("server", ["iperf3", "-s"], "iperf3-server")
+        tb.run("client", ["iperf3", "-c", ...])
+    """
+
+    def __init__(
+        self,
+        topo: Topology,
+        rundir: Path,
+        cpu_quota: float | None = None,
+        cpus: Sequence[int] = (),
+        token: str | None = None,
+    ) -> None:
+        self.topo = topo
+        self.rundir = rundir
+        self.token = token or secrets.token_hex(3)
+        self.cpu_quota = cpu_quota
+        self.cpus = tuple(cpus)
+        self.cgroup: CpuLimit | None = None
+        self.procs: list[tuple[str, subprocess.Popen[bytes]]] = []
+        self.made: list[str] = []
+        self._log = rundir / "commands.log"
+
+    def ns(self, node: str) -> str:
+        return f"{NS_PREFIX}{self.token}-{node}"
+
+    # --- commands -----------------------------------------------------------------
+
+    def _cmd(
+        self, argv: Sequence[str], timeout: float = 30, check: bool = True, limited: bool = False
+    ) -> str:
+        with open(self._log, "a") as log:
+            log.write(" ".join(argv) + "\n")
+        pre = self.cgroup.join_self if (limited and self.cgroup) else None
+        try:
+            p = subprocess.run(
+                list(argv),
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                preexec_fn=pre,  # noqa: PLW1509 - only writes "0" to cgroup.procs
+            )
+        except subprocess.TimeoutExpired:
+            raise LabError(f"timed out after {timeout:g} s: {' '.join(argv)}") from None
+        if check and p.returncode != 0:
+            raise LabError(f"failed ({p.returncode}): {' '.join(argv)}\n{p.stderr.strip()}")
+        return p.stdout
+
+    def in_ns(self, node: str, argv: Sequence[str]) -> list[str]:
+        return ["ip", "netns", "exec", self.ns(node), *argv]
+
+    def run(
+        self,
+        node: str,
+        argv: Sequence[str],
+        timeout: float = 60,
+        check: bool = True,
+        limited: bool = False,
+    ) -> str:
+        """Run a program in a node to completion (bounded by `timeout`); its stdout.
+        `limited`: under the CPU quota (study 4's slow client runs its programs so)."""
+        argv = list(argv)
+        if limited and self.cpus:
+            argv = ["taskset", "-c", ",".join(map(str, self.cpus)), *argv]
+        return self._cmd(self.in_ns(node, argv), timeout=timeout, check=check, limited=limited)
+
+    def spawn(
+        self,
+        node: str,
+        argv: Sequence[str],
+        name: str,
+        env: dict[str, str] | None = None,
+        limited: bool = False,
+    ) -> subprocess.Popen[bytes]:
+        """Start a long-running program in a node; it is stopped (by PID) at teardown.
+        `limited`: it runs under the gateway CPU quota and pinning of the scenario."""
+        argv = list(argv)
+        if limited and self.cpus:
+            argv = ["taskset", "-c", ",".join(map(str, self.cpus)), *argv]
+        full = self.in_ns(node, argv)
+        with open(self._log, "a") as log:
+            log.write(f"[{name}] " + " ".join(full) + "\n")
+        out = open(self.rundir / f"{name}.log", "wb")  # noqa: SIM115 - owned by the child
+        pre = self.cgroup.join_self if (limited and self.cgroup) else None
+        p = subprocess.Popen(
+            full,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, **(env or {})},
+            start_new_session=True,
+            preexec_fn=pre,  # noqa: PLW1509 - only writes "0" to cgroup.procs
+        )
+        out.close()
+        self.procs.append((name, p))
+        return p
+
+    def stop(self, p: subprocess.Popen[bytes], grace: float = 3.0) -> None:
+        if p.poll() is not None:
+            return
+        try:
+            os.killpg(p.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            return
+        try:
+            p.wait(grace)
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            p.wait(5)
+
+    # --- building -------------------------------------------------------------------
+
+    def __enter__(self) -> Testbed:
+        try:
+            self.build()
+        except BaseException:
+            self.teardown()
+            raise
+        return self
+
+    def __exit__(
+        self,
+        et: type[BaseException] | None,
+        ev: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.teardown()
+
+    def build(self) -> None:
+        require_root()
+        require_tools("ip", "tc")
+        self.rundir.mkdir(parents=True, exist_ok=True)
+        if self.cpu_quota:
+            self.cgroup = CpuLimit(self.token, self.cpu_quota)
+        t = self.topo
+        for node in t.nodes:
+            self._cmd(["ip", "netns", "add", self.ns(node)])
+            self.made.append(node)
+            self.run(node, ["ip", "link", "set", "lo", "up"])
+        for w in t.wires:
+            self._cmd(
+                ["ip", "link", "add", w.a_if, "netns", self.ns(w.a), "type", "veth",
+                 "peer", "name", w.b_if, "netns", self.ns(w.b)]
+            )  # fmt: skip
+            for node, ifname, addr in ((w.a, w.a_if, w.a_addr), (w.b, w.b_if, w.b_addr)):
+                self.run(node, ["ip", "addr", "add", addr, "dev", ifname])
+                self.run(node, ["ip", "link", "set", ifname, "up"])
+        for node, dest, via in t.routes:
+            self.run(node, ["ip", "route", "add", dest, "via", via])
+        for node in t.forwarding:
+            self.run(node, ["sysctl", "-qw", "net.ipv4.ip_forward=1"])
+
+    def shape(self, link: Link) -> None:
+        """Put the link profile on both ends of every shaped wire (egress): netem for
+        delay/jitter/loss/reorder/duplication, tbf below it for the rate."""
+        for node, ifname in self.topo.shaped_ends():
+            self.run(node, ["tc", "qdisc", "del", "dev", ifname, "root"], check=False)
+            parent = ["root"]
+            if link.needs_netem:
+                netem = ["netem", "limit", "10000"]
+                if link.delay_ms or link.jitter_ms:
+                    netem += ["delay", f"{link.delay_ms}ms"]
+                    if link.jitter_ms:
+                        netem += [f"{link.jitter_ms}ms", "distribution", "normal"]
+                if link.loss_pct:
+                    netem += ["loss", f"{link.loss_pct}%"]
+                if link.reorder_pct:
+                    netem += ["reorder", f"{link.reorder_pct}%"]
+                if link.duplicate_pct:
+                    netem += ["duplicate", f"{link.duplicate_pct}%"]
+                self.run(node, ["tc", "qdisc", "add", "dev", ifname, "root", "handle", "1:", *netem])
+                parent = ["parent", "1:1"]
+            if link.rate_mbit:
+                rate_bps = link.rate_mbit * 1e6 / 8
+                # A bucket of 4 ms of traffic (at least 10 full frames): big enough for the
+                # kernel's timer granularity, small against any measurement's seconds.
+                burst = max(15_140, int(rate_bps * 0.004))
+                self.run(
+                    node,
+                    ["tc", "qdisc", "add", "dev", ifname, *parent, "handle", "10:", "tbf",
+                     "rate", f"{link.rate_mbit}mbit", "burst", str(burst), "latency", "50ms"],
+                )  # fmt: skip
+
+    def counters(self) -> dict[str, dict[str, int]]:
+        """Interface counters of every wire end, `node/ifname` -> rx/tx bytes/packets."""
+        import json
+
+        out: dict[str, dict[str, int]] = {}
+        ends = {(w.a, w.a_if) for w in self.topo.wires} | {(w.b, w.b_if) for w in self.topo.wires}
+        for node, ifname in sorted(ends):
+            data = json.loads(self.run(node, ["ip", "-j", "-s", "link", "show", "dev", ifname]))
+            st = data[0]["stats64"]
+            out[f"{node}/{ifname}"] = {
+                "rx_bytes": st["rx"]["bytes"],
+                "rx_packets": st["rx"]["packets"],
+                "tx_bytes": st["tx"]["bytes"],
+                "tx_packets": st["tx"]["packets"],
+            }
+        return out
+
+    def teardown(self) -> None:
+        for _, p in reversed(self.procs):
+            self.stop(p)
+        self.procs.clear()
+        for node in self.made:
+            kill_namespace(self.ns(node))
+        self.made.clear()
+        if self.cgroup:
+            self.cgroup.remove()
+            self.cgroup = None
+
+
+def kill_namespace(ns: str) -> None:
+    """Kill what still runs in one of our namespaces (by PID) and delete it."""
+    p = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True, check=False)
+    for pid in p.stdout.split():
+        try:
+            os.kill(int(pid), signal.SIGKILL)
+        except (ProcessLookupError, ValueError):
+            pass
+    subprocess.run(["ip", "netns", "del", ns], capture_output=True, check=False)
+
+
+def leftovers() -> tuple[list[str], list[Path]]:
+    """Namespaces and cgroups a lab run made and did not remove."""
+    p = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=False)
+    names = [line.split()[0] for line in p.stdout.splitlines() if line.startswith(NS_PREFIX)]
+    groups = [
+        g
+        for base in (Path("/sys/fs/cgroup"), Path("/sys/fs/cgroup/cpu"))
+        if base.is_dir()
+        for g in base.glob(f"{CGROUP_PREFIX}*")
+    ]
+    return names, groups
+
+
+def clean() -> list[str]:
+    """Remove every leftover of a crashed run; returns what was removed."""
+    names, groups = leftovers()
+    for ns in names:
+        kill_namespace(ns)
+    done = [f"namespace {n}" for n in names]
+    for g in groups:
+        for pid in (g / "cgroup.procs").read_text().split() if (g / "cgroup.procs").exists() else []:
+            try:
+                os.kill(int(pid), signal.SIGKILL)
+            except (ProcessLookupError, ValueError):
+                pass
+        for _ in range(30):
+            try:
+                g.rmdir()
+                break
+            except OSError:
+                time.sleep(0.1)
+        done.append(f"cgroup {g}")
+    return done

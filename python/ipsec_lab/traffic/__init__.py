@@ -1,0 +1,32 @@
+"""Real traffic through a testbed: iperf3 bulk TCP and fixed-size UDP, the RFC 2544
+loss-free rate search, simple IMIX, HTTP (nginx + curl) and SMTP (aiosmtpd + curl).
+
+Each workload returns one or more measurements (dicts); `Metered` wraps each one in the
+meters (CPU, interface counters, the IPsec processes' CPU) so every row carries its own
+effort and wire figures. Every program runs with a timeout: no traffic loop is unbounded.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ipsec_lab.testbed.build import LabError, Testbed
+
+Row = dict[str, Any]
+# metered(label, fn): runs fn() inside the meters and returns its row with them added.
+Metered = Callable[[str, Callable[[], Row]], Row]
+
+IPV4_UDP = 28  # IPv4 (20) + UDP (8) header bytes in front of an iperf3 UDP payload
+
+
+def wait_listening(tb: Testbed, node: str, port: int, proto: str = "t", timeout: float = 10) -> None:
+    """Wait until something in `node` listens on `port` (TCP `t` or UDP `u`)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        out = tb.run(node, ["ss", f"-ln{proto}H", f"sport = :{port}"], timeout=5)
+        if out.strip():
+            return
+        time.sleep(0.05)
+    raise LabError(f"nothing listens on port {port} in {node} after {timeout:g} s")

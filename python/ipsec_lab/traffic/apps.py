@@ -1,0 +1,146 @@
+"""Application transfers, as study 4 measured them: a file over HTTP (nginx serves it,
+curl fetches it: server to client) and a mail over SMTP (curl submits it, aiosmtpd — an
+RFC 5321 server — accepts and discards it: client to server). One row per file size, each
+metered on its own (transfer time, wire bytes and packets each way, CPU)."""
+
+from __future__ import annotations
+
+import base64
+import random
+import sys
+from pathlib import Path
+
+from ipsec_lab.scenario import Workload
+from ipsec_lab.testbed import Flow
+from ipsec_lab.testbed.build import LabError, Testbed, require_tools
+from ipsec_lab.traffic import Metered, Row, wait_listening
+
+HTTP_PORT = 8080
+SMTP_PORT = 2525
+CURL_TIMEOUT_S = 300
+
+
+def _size_label(n: int) -> str:
+    for unit, div in (("MB", 1 << 20), ("KB", 1 << 10)):
+        if n >= div and n % div == 0:
+            return f"{n // div}{unit}"
+    return f"{n}B"
+
+
+def _nginx_conf(d: Path, addr: str) -> str:
+    return f"""daemon off;
+worker_processes 1;
+pid {d}/nginx.pid;
+error_log {d}/nginx-error.log;
+events {{ worker_connections 64; }}
+http {{
+  access_log off;
+  sendfile on;
+  client_body_temp_path {d}/tmp;
+  proxy_temp_path {d}/tmp;
+  fastcgi_temp_path {d}/tmp;
+  uwsgi_temp_path {d}/tmp;
+  scgi_temp_path {d}/tmp;
+  types {{ }}
+  default_type application/octet-stream;
+  server {{
+    listen {addr}:{HTTP_PORT};
+    root {d}/www;
+  }}
+}}
+"""
+
+
+def _curl(tb: Testbed, flow: Flow, args: list[str]) -> tuple[float, int]:
+    out = tb.run(
+        flow.source,
+        ["curl", "-sS", "--max-time", str(CURL_TIMEOUT_S), "-w", "%{time_total} %{response_code}",
+         *args],
+        timeout=CURL_TIMEOUT_S + 10,
+        limited=flow.slow,
+    )  # fmt: skip
+    secs, code = out.split()[-2:]
+    return float(secs), int(code)
+
+
+def http(tb: Testbed, flow: Flow, w: Workload, metered: Metered, seed: int) -> list[Row]:
+    require_tools("nginx", "curl")
+    d = tb.rundir / "nginx"
+    (d / "www").mkdir(parents=True, exist_ok=True)
+    (d / "tmp").mkdir(exist_ok=True)
+    rng = random.Random(seed)
+    for n in w.files:
+        (d / "www" / f"f{n}").write_bytes(rng.randbytes(n))
+    conf = d / "nginx.conf"
+    conf.write_text(_nginx_conf(d, flow.sink_addr))
+    p = tb.spawn(flow.sink, ["nginx", "-c", str(conf), "-p", str(d)], "nginx")
+    try:
+        wait_listening(tb, flow.sink, HTTP_PORT)
+        url = f"http://{flow.sink_addr}:{HTTP_PORT}/"
+        _curl(tb, flow, ["-o", "/dev/null", url + f"f{w.files[0]}"])  # warm-up: ARP, SAs
+
+        def fetch(n: int) -> Row:
+            secs, code = _curl(tb, flow, ["-o", "/dev/null", url + f"f{n}"])
+            if code != 200:
+                raise LabError(f"HTTP GET of {n} bytes answered {code}")
+            return {"file_bytes": n, "payload_bytes": n, "seconds": secs,
+                    "mbps": n * 8 / secs / 1e6 if secs else 0.0}  # fmt: skip
+
+        return [
+            metered(f"{w.name}-{_size_label(n)}", lambda n=n: fetch(n))  # type: ignore[misc]
+            for n in w.files
+        ]
+    finally:
+        tb.stop(p)
+
+
+def mail_message(n: int, rng: random.Random) -> bytes:
+    """An RFC 5322 message of about `n` bytes (within one 78-byte line; never less than
+    its headers): headers, then base64 lines of random bytes, as an attachment travels."""
+    head = (
+        b"From: lab@client.example\r\nTo: lab@server.example\r\n"
+        b"Subject: ipsec-lab transfer\r\nMIME-Version: 1.0\r\n"
+        b"Content-Type: application/octet-stream\r\nContent-Transfer-Encoding: base64\r\n\r\n"
+    )
+    body = base64.encodebytes(rng.randbytes(max(n, 1))).replace(b"\n", b"\r\n")
+    msg = head + body  # base64 of n bytes is longer than n: cut at a line end
+    cut = msg.rfind(b"\r\n", 0, n)
+    return msg[: cut + 2] if cut >= len(head) else head + body[:78]
+
+
+def smtp(tb: Testbed, flow: Flow, w: Workload, metered: Metered, seed: int) -> list[Row]:
+    require_tools("curl")
+    d = tb.rundir / "smtp"
+    d.mkdir(parents=True, exist_ok=True)
+    rng = random.Random(seed)
+    files = {}
+    for n in w.files:
+        f = d / f"mail{n}.eml"
+        f.write_bytes(mail_message(n, rng))
+        files[n] = f
+    p = tb.spawn(
+        flow.sink,
+        [sys.executable, "-m", "aiosmtpd", "-n", "-l", f"{flow.sink_addr}:{SMTP_PORT}",
+         "-c", "aiosmtpd.handlers.Sink", "-s", str(64 << 20)],
+        "aiosmtpd",
+    )  # fmt: skip
+    try:
+        wait_listening(tb, flow.sink, SMTP_PORT)
+        url = f"smtp://{flow.sink_addr}:{SMTP_PORT}"
+        common = ["--mail-from", "lab@client.example", "--mail-rcpt", "lab@server.example", url]
+
+        def send(n: int) -> Row:
+            size = files[n].stat().st_size
+            secs, code = _curl(tb, flow, ["-T", str(files[n]), *common])
+            if code != 250:
+                raise LabError(f"SMTP transfer of {n} bytes ended with reply {code}")
+            return {"file_bytes": n, "payload_bytes": size, "seconds": secs,
+                    "mbps": size * 8 / secs / 1e6 if secs else 0.0}  # fmt: skip
+
+        send(w.files[0])  # warm-up
+        return [
+            metered(f"{w.name}-{_size_label(n)}", lambda n=n: send(n))  # type: ignore[misc]
+            for n in w.files
+        ]
+    finally:
+        tb.stop(p)

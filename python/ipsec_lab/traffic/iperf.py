@@ -1,0 +1,167 @@
+"""iperf3 workloads: bulk TCP, UDP at a fixed inner IP packet size, simple IMIX."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from typing import Any
+
+from ipsec_lab.scenario import Workload
+from ipsec_lab.testbed import Flow
+from ipsec_lab.testbed.build import LabError, Testbed
+from ipsec_lab.traffic import IPV4_UDP, Metered, Row, wait_listening
+
+PORT = 5201
+# Simple IMIX: 7 : 4 : 1 packets of 40, 576 and 1500 bytes (IP packet sizes).
+SIMPLE_IMIX = ((40, 7), (576, 4), (1500, 1))
+# iperf3 needs 16 bytes of UDP payload for its own header (64-bit counters): a "40-byte"
+# IMIX packet is therefore sent as 44 bytes (16 + 28); the rows say so.
+IPERF_MIN_UDP_PAYLOAD = 16
+
+
+class Servers:
+    """iperf3 servers in the sink node, one per port, for the life of a measurement."""
+
+    def __init__(self, tb: Testbed, node: str, ports: list[int]) -> None:
+        self.tb = tb
+        self.procs = [
+            tb.spawn(node, ["iperf3", "-s", "-p", str(p)], f"iperf3-server-{p}") for p in ports
+        ]
+        for p in ports:
+            wait_listening(tb, node, p)
+
+    def close(self) -> None:
+        for p in self.procs:
+            self.tb.stop(p)
+
+
+def _client(tb: Testbed, flow: Flow, args: list[str], seconds: float) -> dict[str, Any]:
+    argv = ["iperf3", "-c", flow.sink_addr, "-J", "--connect-timeout", "5000", *args]
+    text = tb.run(flow.source, argv, timeout=seconds + 30, check=False)
+    try:
+        data: dict[str, Any] = json.loads(text)
+    except json.JSONDecodeError:
+        raise LabError(f"iperf3 on {flow.source} gave no JSON: {text[-500:]}") from None
+    if "error" in data:
+        raise LabError(f"iperf3 on {flow.source}: {data['error']}")
+    return data
+
+
+def _tcp_row(data: dict[str, Any]) -> Row:
+    end = data["end"]
+    recv, sent = end["sum_received"], end["sum_sent"]
+    return {
+        "payload_bytes": int(recv["bytes"]),
+        "seconds": float(recv["seconds"]),
+        "mbps": recv["bits_per_second"] / 1e6,
+        "retransmits": sent.get("retransmits"),
+    }
+
+
+def tcp(tb: Testbed, flow: Flow, w: Workload, metered: Metered, warmup_s: float) -> list[Row]:
+    srv = Servers(tb, flow.sink, [PORT])
+    try:
+        if warmup_s > 0:
+            _client(tb, flow, ["-p", str(PORT), "-t", f"{max(warmup_s, 1):g}"], warmup_s)
+        if w.bytes:
+            args = ["-n", str(w.bytes)]
+            bound = 600.0  # a byte count at the slowest link we shape still fits
+        else:
+            args = ["-t", f"{w.seconds:g}"]
+            bound = w.seconds
+        args += ["-p", str(PORT), "-P", str(w.streams)]
+        return [metered(w.name, lambda: _tcp_row(_client(tb, flow, args, bound)))]
+    finally:
+        srv.close()
+
+
+def udp_trial(
+    tb: Testbed, flow: Flow, size: int, rate_mbit: float, seconds: float, port: int = PORT
+) -> Row:
+    """Offer `rate_mbit` (in inner IP packet bits) of `size`-byte IP packets for `seconds`."""
+    payload = max(size - IPV4_UDP, IPERF_MIN_UDP_PAYLOAD)
+    ip_size = payload + IPV4_UDP
+    app_rate = rate_mbit * 1e6 * payload / ip_size
+    data = _client(
+        tb,
+        flow,
+        ["-p", str(port), "-u", "-b", f"{app_rate:.0f}", "-l", str(payload), "-t", f"{seconds:g}"],
+        seconds,
+    )
+    end = data["end"]
+    s = end.get("sum_received") or end["sum"]
+    sent = end.get("sum_sent") or end["sum"]
+    packets = int(s.get("packets") or sent.get("packets") or 0)
+    lost = int(s.get("lost_packets", 0))
+    got = max(packets - lost, 0)
+    secs = float(s["seconds"]) or seconds
+    return {
+        "size": ip_size,
+        "offered_mbps": rate_mbit,
+        "sent_packets": packets,
+        "lost_packets": lost,
+        "loss_pct": 100.0 * lost / packets if packets else 100.0,
+        "payload_bytes": got * payload,
+        "seconds": secs,
+        "mbps": got * ip_size * 8 / secs / 1e6,  # received inner IP packet bits
+    }
+
+
+def udp(tb: Testbed, flow: Flow, w: Workload, metered: Metered, warmup_s: float) -> list[Row]:
+    srv = Servers(tb, flow.sink, [PORT])
+    try:
+        if warmup_s > 0:
+            udp_trial(tb, flow, w.size, w.rate_mbit, max(warmup_s, 1))
+        return [metered(w.name, lambda: udp_trial(tb, flow, w.size, w.rate_mbit, w.seconds))]
+    finally:
+        srv.close()
+
+
+def imix(tb: Testbed, flow: Flow, w: Workload, metered: Metered, warmup_s: float) -> list[Row]:
+    """Simple IMIX at `rate_mbit` offered in all: three concurrent iperf3 UDP streams whose
+    packet rates stand 7 : 4 : 1 (their bit rates in proportion to packets x size)."""
+    ports = [PORT + i for i in range(len(SIMPLE_IMIX))]
+    srv = Servers(tb, flow.sink, ports)
+    weights = [(max(s - IPV4_UDP, IPERF_MIN_UDP_PAYLOAD) + IPV4_UDP) * n for s, n in SIMPLE_IMIX]
+
+    def run() -> Row:
+        procs = []
+        for (size, _), port, wt in zip(SIMPLE_IMIX, ports, weights):
+            payload = max(size - IPV4_UDP, IPERF_MIN_UDP_PAYLOAD)
+            rate = w.rate_mbit * wt / sum(weights) * 1e6 * payload / (payload + IPV4_UDP)
+            argv = tb.in_ns(
+                flow.source,
+                ["iperf3", "-c", flow.sink_addr, "-J", "-p", str(port), "-u", "-b", f"{rate:.0f}",
+                 "-l", str(payload), "-t", f"{w.seconds:g}"],
+            )  # fmt: skip
+            procs.append(subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+        rows = []
+        for (size, _), p in zip(SIMPLE_IMIX, procs):
+            try:
+                out, _ = p.communicate(timeout=w.seconds + 30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.communicate()
+                raise LabError("an IMIX iperf3 stream did not finish in time") from None
+            end = json.loads(out)["end"]
+            s = end.get("sum_received") or end["sum"]
+            payload = max(size - IPV4_UDP, IPERF_MIN_UDP_PAYLOAD)
+            rows.append((payload + IPV4_UDP, int(s["packets"]), int(s["lost_packets"])))
+        packets = sum(n for _, n, _ in rows)
+        lost = sum(x for _, _, x in rows)
+        ip_bytes = sum(sz * (n - x) for sz, n, x in rows)
+        return {
+            "mix": "simple IMIX 7:4:1 of 44/576/1500 B",
+            "offered_mbps": w.rate_mbit,
+            "sent_packets": packets,
+            "lost_packets": lost,
+            "loss_pct": 100.0 * lost / packets if packets else 100.0,
+            "payload_bytes": sum((sz - IPV4_UDP) * (n - x) for sz, n, x in rows),
+            "seconds": w.seconds,
+            "mbps": ip_bytes * 8 / w.seconds / 1e6,
+        }
+
+    try:
+        return [metered(w.name, run)]
+    finally:
+        srv.close()

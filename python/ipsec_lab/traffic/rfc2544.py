@@ -1,0 +1,91 @@
+"""The RFC 2544 §26.1 throughput test: the highest offered rate at which no frame is lost
+(or no more than a tolerance), found by binary search on the offered rate.
+
+The search itself is pure (`search`), so it is checked without a network; `rfc2544` runs
+it with iperf3 UDP trials of a fixed inner IP packet size.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from ipsec_lab.scenario import Workload
+from ipsec_lab.testbed import Flow
+from ipsec_lab.testbed.build import Testbed
+from ipsec_lab.traffic import Metered, Row
+from ipsec_lab.traffic.iperf import PORT, Servers, udp_trial
+
+
+@dataclass
+class SearchResult:
+    rate_mbps: float  # the highest rate that passed (0.0 if none did)
+    trials: list[Row] = field(default_factory=list)
+    converged: bool = False  # the pass/fail bracket narrowed to the resolution
+    reason: str = ""
+
+
+def search(
+    trial: Callable[[float], Row],
+    max_rate: float,
+    resolution: float,
+    tolerance_pct: float,
+    max_trials: int,
+) -> SearchResult:
+    """Binary search. `trial(rate)` returns a row with `loss_pct`; a trial passes when its
+    loss is at most `tolerance_pct`. The first trial is at `max_rate` (which may pass at
+    once). Stops when the bracket [passed, failed] is narrower than `resolution` or after
+    `max_trials`; every trial is kept, in order, with its verdict."""
+    lo, hi = 0.0, max_rate
+    res = SearchResult(0.0)
+    rate = max_rate
+    while len(res.trials) < max_trials:
+        row = dict(trial(rate))
+        row["passed"] = bool(row["loss_pct"] <= tolerance_pct)
+        res.trials.append(row)
+        if row["passed"]:
+            lo = rate
+            res.rate_mbps = rate
+            if rate >= max_rate:
+                res.converged, res.reason = True, "passed at the highest rate asked for"
+                return res
+        else:
+            hi = rate
+        if hi - lo <= resolution:
+            res.converged, res.reason = True, f"bracket {lo:g}..{hi:g} within {resolution:g}"
+            return res
+        rate = (lo + hi) / 2
+    res.reason = f"stopped after {max_trials} trials, bracket {lo:g}..{hi:g}"
+    return res
+
+
+def rfc2544(tb: Testbed, flow: Flow, w: Workload, metered: Metered, warmup_s: float) -> list[Row]:
+    srv = Servers(tb, flow.sink, [PORT])
+    try:
+        if warmup_s > 0:
+            udp_trial(tb, flow, w.size, min(w.max_rate_mbit, 10.0), max(warmup_s, 1))
+
+        def run() -> Row:
+            r = search(
+                lambda rate: udp_trial(tb, flow, w.size, rate, w.trial_s),
+                w.max_rate_mbit,
+                w.resolution_mbit,
+                w.loss_tolerance_pct,
+                w.max_trials,
+            )
+            passed = [t for t in r.trials if t["passed"]]
+            best = max(passed, key=lambda t: t["offered_mbps"]) if passed else None
+            return {
+                "size": w.size,
+                "mbps": r.rate_mbps,  # the loss-free rate (inner IP packet bits)
+                "converged": r.converged,
+                "search": r.reason,
+                "trials": r.trials,
+                "payload_bytes": sum(int(t["payload_bytes"]) for t in r.trials),
+                "seconds": sum(float(t["seconds"]) for t in r.trials),
+                "best_trial_loss_pct": best["loss_pct"] if best else None,
+            }
+
+        return [metered(w.name, run)]
+    finally:
+        srv.close()
