@@ -169,7 +169,18 @@ class Campaign:
                 fn = apps.http if w.kind == "http" else apps.smtp
                 rows = fn(tb, p.flow, w, metered, self.sc.seed + k.repetition)
             else:
-                rows = WORKLOADS[w.kind](tb, p.flow, w, metered, self.sc.warmup_s)
+                # UDP goes without DF (a per-namespace default, set only for UDP workloads):
+                # a datagram larger than a tunnel's inner MTU is then fragmented by the
+                # gateway, as a DF-less datagram is in the field, instead of being refused
+                # at the sender after an ICMP "fragmentation needed".
+                udp = w.kind != "tcp"
+                if udp:
+                    tb.run(p.flow.source, ["sysctl", "-qw", "net.ipv4.ip_no_pmtu_disc=1"])
+                try:
+                    rows = WORKLOADS[w.kind](tb, p.flow, w, metered, self.sc.warmup_s)
+                finally:
+                    if udp:
+                        tb.run(p.flow.source, ["sysctl", "-qw", "net.ipv4.ip_no_pmtu_disc=0"])
         except LabError as e:
             self._store(p, "failed", started, reason=str(e), version=version)
             raise

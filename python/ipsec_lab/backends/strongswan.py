@@ -30,6 +30,10 @@ PLUGINS = (
 # kernel-libipsec installs into its TUN device (needed for host-to-host tunnels, where the
 # peer's address is itself inside the remote traffic selector).
 FWMARK = "0x4c4142"
+# libipsec's TUN device has a fixed 1400-byte MTU and reads packets into buffers of that
+# size (raising the device MTU afterwards breaks it): TCP finds it by path-MTU discovery,
+# and the lab sends UDP without DF so the gateway fragments larger packets.
+TUN_MTU = 1400
 
 
 def esp_proposal(configuration: str) -> str:
@@ -197,7 +201,6 @@ class StrongSwan:
             mine = [x for x in topo.tunnels if t.left in (x.left, x.right)]
             child = f"c{mine.index(t)}"
             self._swanctl(tb, t.left, "--initiate", "--child", child, "--timeout", "20")
-
     def stop(self, tb: Testbed) -> None:
         for p in self._procs.values():
             tb.stop(p)

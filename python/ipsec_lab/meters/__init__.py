@@ -26,6 +26,7 @@ import psutil
 
 KB = 1024
 SAMPLE_S = 0.5
+MIN_METERED_S = 0.3
 
 
 def _busy(t: Any) -> float:
@@ -128,6 +129,10 @@ def measure(
     c1 = counters()
     wire = delta(c0, c1)
     kb = row["payload_bytes"] / KB
+    if cpu.wall_s < MIN_METERED_S:
+        # /proc/stat counts in 10 ms ticks: a shorter measurement's CPU time is noise.
+        kb = 0
+        row["cpu_note"] = f"shorter than {MIN_METERED_S} s: too short to meter CPU"
     row["cpu_busy_s"] = cpu.busy_s
     row["cpu_wall_s"] = cpu.wall_s
     row["cpu_load"] = cpu.busy_s / (cpu.wall_s * (psutil.cpu_count() or 1))

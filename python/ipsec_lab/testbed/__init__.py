@@ -21,6 +21,7 @@ class Wire:
     b_if: str
     b_addr: str
     shaped: bool = False
+    mtu: int = 1500
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,13 @@ class Topology:
         return out
 
 
+# The outer links carry a whole 1500-byte inner packet plus IPsec's overhead without
+# fragmenting it (1600 > 1500 + the largest ESP-in-UDP or AH+ESP overhead, ~110 B), so the
+# wire counters show IPsec's own overhead and the studies' 1500-byte datagrams go intact.
+OUTER_MTU = 1600
+INNER_MTU = 1500
+
+
 def _addr(cidr: str) -> str:
     return cidr.split("/", 1)[0]
 
@@ -97,7 +105,7 @@ def line() -> Topology:
         nodes=("client", "gwA", "gwB", "server"),
         wires=(
             Wire("client", "eth0", "10.1.0.2/24", "gwA", "lan", "10.1.0.1/24"),
-            Wire("gwA", "wan", "192.0.2.1/24", "gwB", "wan", "192.0.2.2/24", shaped=True),
+            Wire("gwA", "wan", "192.0.2.1/24", "gwB", "wan", "192.0.2.2/24", True, OUTER_MTU),
             Wire("gwB", "lan", "10.2.0.1/24", "server", "eth0", "10.2.0.2/24"),
         ),
         routes=(

@@ -259,7 +259,7 @@ class Testbed:
             )  # fmt: skip
             for node, ifname, addr in ((w.a, w.a_if, w.a_addr), (w.b, w.b_if, w.b_addr)):
                 self.run(node, ["ip", "addr", "add", addr, "dev", ifname])
-                self.run(node, ["ip", "link", "set", ifname, "up"])
+                self.run(node, ["ip", "link", "set", ifname, "mtu", str(w.mtu), "up"])
         for node, dest, via in t.routes:
             self.run(node, ["ip", "route", "add", dest, "via", via])
         for node in t.forwarding:
