@@ -9,7 +9,9 @@ VENV      := .venv
 PY        := $(VENV)/bin/python
 STAMP     := $(VENV)/.installed
 NATIVE    := $(VENV)/.native
-APT_PKGS  := build-essential pkg-config python3 python3-venv python3-dev git ca-certificates
+APT_PKGS  := build-essential pkg-config python3 python3-venv python3-dev git ca-certificates \
+             iproute2 util-linux procps iperf3 curl nginx-light \
+             strongswan-charon strongswan-swanctl libcharon-extra-plugins
 FUZZ_SECONDS ?= 60
 IPCOMP_FUZZ_SECONDS ?= 20
 export PATH := $(HOME)/.cargo/bin:$(PATH)
@@ -39,11 +41,12 @@ rust: apt
 	  cargo install --locked cargo-fuzz; }
 
 venv: $(STAMP)
-$(STAMP): pyproject.toml | apt
+$(STAMP): pyproject.toml Makefile | apt
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q "maturin>=1.5,<2" "rich>=13" "numpy>=1.24" "pytest>=8" "hypothesis>=6.100" \
-	  "scapy>=2.6" "cryptography>=42" "ruff>=0.6" "mypy>=1.10"
+	  "scapy>=2.6" "cryptography>=42" "ruff>=0.6" "mypy>=1.10" "psutil>=5.9" "types-psutil" \
+	  "aiosmtpd>=1.4"
 	touch $@
 
 # The release build of the engine, installed into the venv as ipsec_lab._native.

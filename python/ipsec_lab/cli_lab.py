@@ -94,7 +94,7 @@ def print_summary(summary: list[dict[str, Any]], title: str) -> None:
     t = Table(title=title)
     for col in ("backend", "configuration", "link", "flow", "measurement", "n"):
         t.add_column(col)
-    for col in ("Mbit/s median", "min–max", "× none", "effort µs/kB", "× none", "IPsec µs/kB"):
+    for col in ("Mbit/s median", "min-max", "x none", "effort µs/kB", "x none", "IPsec µs/kB"):
         t.add_column(col, justify="right")
     for r in summary:
         if r.get("skipped") is not None:
@@ -104,7 +104,7 @@ def print_summary(summary: list[dict[str, Any]], title: str) -> None:
         t.add_row(
             r["backend"], r["configuration"], r["link"], r["flow"], r["measurement"], str(r["n"]),
             _fmt(r["mbps_median"], ".4g"),
-            f"{_fmt(r['mbps_min'], '.4g')}–{_fmt(r['mbps_max'], '.4g')}",
+            f"{_fmt(r['mbps_min'], '.4g')}-{_fmt(r['mbps_max'], '.4g')}",
             _fmt(r["mbps_vs_none"], ".2f"), _fmt(r["effort_median"]),
             _fmt(r["effort_vs_none"], ".2f"), _fmt(r["ipsec_effort_median"]),
         )  # fmt: skip
@@ -139,15 +139,15 @@ def _results(args: argparse.Namespace) -> int:
             t.add_row(str(r["id"]), r["name"], r["status"], f"{r['n_done']}/{r['n_runs']}")
         Console().print(t)
         return 0
-    c = store.campaign(args.campaign)
-    if c is None:
+    camp = store.campaign(args.campaign)
+    if camp is None:
         print(f"ipsec-lab results: no campaign {args.campaign} in {db}", file=sys.stderr)
         return 2
     runs = store.runs(args.campaign)
     summary = runner.summarize(runs)
     if args.json:
         json.dump(
-            {"campaign": dict(c) | {"environment": json.loads(c["environment"])},
+            {"campaign": dict(camp) | {"environment": json.loads(camp["environment"])},
              "summary": summary, "runs": runs},
             sys.stdout, indent=1,
         )  # fmt: skip
@@ -155,7 +155,7 @@ def _results(args: argparse.Namespace) -> int:
     elif args.csv:
         _csv(runs)
     else:
-        print_summary(summary, f"campaign {c['id']}: {c['name']} ({c['status']})")
+        print_summary(summary, f"campaign {camp['id']}: {camp['name']} ({camp['status']})")
     return 0
 
 
@@ -212,7 +212,7 @@ def add_parsers(sub: Any) -> None:
         "results",
         help="list campaigns, or print one campaign's table / JSON / CSV",
         description="Without CAMPAIGN: the campaigns in the lab directory. With one: its "
-        "summary (median and min–max over repetitions, ratios to the no-IPsec baseline).",
+        "summary (median and min-max over repetitions, ratios to the no-IPsec baseline).",
     )
     s.add_argument("campaign", nargs="?", type=int, help="campaign id (see the list)")
     s.add_argument("--lab", metavar="DIR", help="lab directory (default: ./lab)")

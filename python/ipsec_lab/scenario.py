@@ -29,10 +29,11 @@ Building the testbed is elsewhere (`testbed`); this module only reads and checks
 
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import tomllib
 
 TOPOLOGIES = ("pair", "line", "clients")
 BACKENDS = ("none", "strongswan", "xfrm", "ours")
@@ -274,6 +275,12 @@ def _workload(r: _Reader, t: Any, where: str) -> Workload:
     return w
 
 
+HADJICHRISTOFI2003 = (
+    "esp:null-md5", "esp:null-sha1", "ah:md5", "ah:sha1",
+    "esp:3des-md5", "esp:3des-sha1", "ah:sha1+esp:3des",
+)  # fmt: skip
+
+
 def configuration_presets() -> dict[str, tuple[str, ...]]:
     """The studies' configuration matrices, as `@name` in a scenario's `configurations`."""
     from ipsec_lab.studies import ferrante2005, tisovsky2013
@@ -284,10 +291,7 @@ def configuration_presets() -> dict[str, tuple[str, ...]]:
         # Study 4's scenarios 2M...7MA mapped to today's names: authentication only with
         # ESP or AH (HMAC-MD5, HMAC-SHA-1), then 3DES with ESP's or AH's authentication.
         # Manual vs IKE keying (M/A) changes no per-packet work, so it maps to one row.
-        "hadjichristofi2003": (
-            "esp:null-md5", "esp:null-sha1", "ah:md5", "ah:sha1",
-            "esp:3des-md5", "esp:3des-sha1", "ah:sha1+esp:3des",
-        ),  # fmt: skip
+        "hadjichristofi2003": HADJICHRISTOFI2003,
     }
 
 
@@ -303,7 +307,8 @@ def _configurations(r: _Reader, names: list[str]) -> tuple[str, ...]:
                 out.extend(presets[name[1:]])
             except KeyError:
                 known = ", ".join("@" + k for k in presets)
-                raise r.fail("configurations", f"unknown preset {name!r} (known: {known})") from None
+                msg = f"unknown preset {name!r} (known: {known})"
+                raise r.fail("configurations", msg) from None
             continue
         try:
             parse_configuration(name)

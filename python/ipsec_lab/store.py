@@ -188,7 +188,10 @@ class Store:
                 )  # fmt: skip
                 self.db.executemany(
                     "INSERT INTO samples VALUES (?, ?, ?, ?, ?, ?)",
-                    [(rid, s["t"], s["user"], s["system"], s["softirq"], s["idle"]) for s in series],
+                    [
+                        (rid, x["t"], x["user"], x["system"], x["softirq"], x["idle"])
+                        for x in series
+                    ],
                 )
         return run_id
 

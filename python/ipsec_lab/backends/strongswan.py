@@ -46,6 +46,14 @@ def esp_proposal(configuration: str) -> str:
         raise Unsupported("strongSwan's kernel-libipsec does ESP only, no AH")
     if c.ipcomp:
         raise Unsupported("strongSwan's kernel-libipsec does no IPComp")
+    assert c.esp is not None
+    cipher, integ = c.esp
+    if cipher.kind == "gmac":
+        # libipsec: "failed to create ESP context: unsupported AEAD algorithm NULL_AES_GMAC"
+        raise Unsupported("strongSwan's kernel-libipsec does not do ESP with AES-GMAC")
+    if cipher.kind == "cbc" and integ.name == "null":
+        # libipsec: "failed to create ESP context: unsupported integrity algorithm UNDEFINED"
+        raise Unsupported("strongSwan's kernel-libipsec cannot do ESP encryption without integrity")
     return configuration.strip().lower().split(":", 1)[1]
 
 
@@ -73,6 +81,7 @@ def _charon_conf(vici: Path, log: Path) -> str:
     lab {{
       path = {log}
       time_format = %s
+      flush_line = yes
       default = 1
     }}
   }}
@@ -81,6 +90,9 @@ def _charon_conf(vici: Path, log: Path) -> str:
       default = -1
     }}
   }}
+}}
+swanctl {{
+  load = pem pkcs1 x509 pubkey openssl random
 }}
 """
 
@@ -151,10 +163,13 @@ class StrongSwan:
             check=False,
         )
         if p.returncode != 0:
+            logs = "".join(
+                f"\n--- charon log tail, {n} ---\n{tail(tb.rundir / 'strongswan' / n / 'charon.log')}"  # noqa: E501
+                for n in tb.topo.ipsec_nodes
+            )
             raise LabError(
                 f"strongswan on {node}: swanctl {' '.join(args)} failed:\n"
-                f"{(p.stdout + p.stderr).strip()[-1500:]}\n--- charon log tail ---\n"
-                f"{tail(d / 'charon.log')}"
+                f"{(p.stdout + p.stderr).strip()[-1500:]}{logs}"
             )
         return p.stdout
 
@@ -175,6 +190,7 @@ class StrongSwan:
             sw.write_text(_swanctl_conf(node, mine, esp, psk))
             sw.chmod(0o600)
             (d / "charon.vici").unlink(missing_ok=True)
+            (d / "charon.log").unlink(missing_ok=True)  # its tail must be this run's
             self._procs[node] = tb.spawn(
                 node,
                 ["unshare", "--mount", "--propagation", "private", "sh", "-c",
@@ -201,6 +217,7 @@ class StrongSwan:
             mine = [x for x in topo.tunnels if t.left in (x.left, x.right)]
             child = f"c{mine.index(t)}"
             self._swanctl(tb, t.left, "--initiate", "--child", child, "--timeout", "20")
+
     def stop(self, tb: Testbed) -> None:
         for p in self._procs.values():
             tb.stop(p)

@@ -150,7 +150,7 @@ class Testbed:
                 capture_output=True,
                 text=True,
                 timeout=timeout,
-                preexec_fn=pre,  # noqa: PLW1509 - only writes "0" to cgroup.procs
+                preexec_fn=pre,
             )
         except subprocess.TimeoutExpired:
             raise LabError(f"timed out after {timeout:g} s: {' '.join(argv)}") from None
@@ -192,7 +192,7 @@ class Testbed:
         full = self.in_ns(node, argv)
         with open(self._log, "a") as log:
             log.write(f"[{name}] " + " ".join(full) + "\n")
-        out = open(self.rundir / f"{name}.log", "wb")  # noqa: SIM115 - owned by the child
+        out = open(self.rundir / f"{name}.log", "wb")
         pre = self.cgroup.join_self if (limited and self.cgroup) else None
         p = subprocess.Popen(
             full,
@@ -201,7 +201,7 @@ class Testbed:
             stdin=subprocess.DEVNULL,
             env={**os.environ, **(env or {})},
             start_new_session=True,
-            preexec_fn=pre,  # noqa: PLW1509 - only writes "0" to cgroup.procs
+            preexec_fn=pre,
         )
         out.close()
         self.procs.append((name, p))
@@ -283,7 +283,8 @@ class Testbed:
                     netem += ["reorder", f"{link.reorder_pct}%"]
                 if link.duplicate_pct:
                     netem += ["duplicate", f"{link.duplicate_pct}%"]
-                self.run(node, ["tc", "qdisc", "add", "dev", ifname, "root", "handle", "1:", *netem])
+                root = ["tc", "qdisc", "add", "dev", ifname, "root", "handle", "1:"]
+                self.run(node, [*root, *netem])
                 parent = ["parent", "1:1"]
             if link.rate_mbit:
                 rate_bps = link.rate_mbit * 1e6 / 8
@@ -356,7 +357,8 @@ def clean() -> list[str]:
         kill_namespace(ns)
     done = [f"namespace {n}" for n in names]
     for g in groups:
-        for pid in (g / "cgroup.procs").read_text().split() if (g / "cgroup.procs").exists() else []:
+        procs = g / "cgroup.procs"
+        for pid in procs.read_text().split() if procs.exists() else []:
             try:
                 os.kill(int(pid), signal.SIGKILL)
             except (ProcessLookupError, ValueError):

@@ -21,7 +21,9 @@ Metered = Callable[[str, Callable[[], Row]], Row]
 IPV4_UDP = 28  # IPv4 (20) + UDP (8) header bytes in front of an iperf3 UDP payload
 
 
-def wait_listening(tb: Testbed, node: str, port: int, proto: str = "t", timeout: float = 10) -> None:
+def wait_listening(
+    tb: Testbed, node: str, port: int, proto: str = "t", timeout: float = 10
+) -> None:
     """Wait until something in `node` listens on `port` (TCP `t` or UDP `u`)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
