@@ -19,11 +19,16 @@ def _lab_dir(args: argparse.Namespace) -> Path:
 
 def _run(args: argparse.Namespace) -> int:
     from ipsec_lab import runner, scenario
-    from ipsec_lab.testbed.build import LabError
+    from ipsec_lab.testbed.build import LabError, require_root
 
     try:
         sc = scenario.load(args.scenario)
     except scenario.ScenarioError as e:
+        print(f"ipsec-lab run: {e}", file=sys.stderr)
+        return 2
+    try:
+        require_root()
+    except LabError as e:
         print(f"ipsec-lab run: {e}", file=sys.stderr)
         return 2
     lab = _lab_dir(args)

@@ -153,7 +153,7 @@ class StrongSwan:
 
     def _swanctl(self, tb: Testbed, node: str, *args: str, timeout: float = 30) -> str:
         d = tb.rundir / "strongswan" / node
-        argv = ["swanctl", *args, "--uri", f"unix://{d / 'charon.vici'}"]
+        argv = ["swanctl", *args, "--uri", f"unix://{tb.sockets / (node + '.vici')}"]
         p = subprocess.run(
             argv,
             capture_output=True,
@@ -184,12 +184,13 @@ class StrongSwan:
             for sub in ("x509", "x509ca", "private", "pubkey", "rsa", "ecdsa", "pkcs8"):
                 (d / sub).mkdir(exist_ok=True)  # swanctl --load-all looks for these
             conf = d / "strongswan.conf"
-            conf.write_text(_charon_conf(d / "charon.vici", d / "charon.log"))
+            vici = tb.sockets / f"{node}.vici"
+            conf.write_text(_charon_conf(vici, d / "charon.log"))
             mine = [t for t in topo.tunnels if node in (t.left, t.right)]
             sw = d / "swanctl.conf"
             sw.write_text(_swanctl_conf(node, mine, esp, psk))
             sw.chmod(0o600)
-            (d / "charon.vici").unlink(missing_ok=True)
+            vici.unlink(missing_ok=True)
             (d / "charon.log").unlink(missing_ok=True)  # its tail must be this run's
             self._procs[node] = tb.spawn(
                 node,
@@ -201,13 +202,14 @@ class StrongSwan:
             )  # fmt: skip
         deadline = time.monotonic() + 15
         for node in topo.ipsec_nodes:
-            vici = tb.rundir / "strongswan" / node / "charon.vici"
+            vici = tb.sockets / f"{node}.vici"
             while not vici.exists():
                 p = self._procs[node]
                 if p.poll() is not None or time.monotonic() > deadline:
                     raise LabError(
-                        f"strongswan: charon on {node} did not start:\n"
-                        f"{tail(tb.rundir / f'charon-{node}.log')}"
+                        f"strongswan: charon on {node} did not start (no VICI socket {vici}):\n"
+                        f"{tail(tb.rundir / f'charon-{node}.log')}\n"
+                        f"{tail(tb.rundir / 'strongswan' / node / 'charon.log')}"
                     )
                 time.sleep(0.05)
         for node in topo.ipsec_nodes:

@@ -132,6 +132,17 @@ class Testbed:
         self.procs: list[tuple[str, subprocess.Popen[bytes]]] = []
         self.made: list[str] = []
         self._log = rundir / "commands.log"
+        self._sockets: Path | None = None
+
+    @property
+    def sockets(self) -> Path:
+        """A short private directory for Unix sockets (a socket path must fit in 108
+        bytes; run directories can be deeper). Removed at teardown."""
+        if self._sockets is None:
+            import tempfile
+
+            self._sockets = Path(tempfile.mkdtemp(prefix=f"{NS_PREFIX}{self.token}-"))
+        return self._sockets
 
     def ns(self, node: str) -> str:
         return f"{NS_PREFIX}{self.token}-{node}"
@@ -324,6 +335,9 @@ class Testbed:
         if self.cgroup:
             self.cgroup.remove()
             self.cgroup = None
+        if self._sockets is not None:
+            shutil.rmtree(self._sockets, ignore_errors=True)
+            self._sockets = None
 
 
 def kill_namespace(ns: str) -> None:

@@ -28,7 +28,10 @@ def _size_label(n: int) -> str:
 
 
 def _nginx_conf(d: Path, addr: str) -> str:
+    # The worker runs as root: the run directory may be one only root can read (a root
+    # home, pytest's tmp); it serves generated files, in a namespace of the lab's own.
     return f"""daemon off;
+user root;
 worker_processes 1;
 pid {d}/nginx.pid;
 error_log {d}/nginx-error.log;

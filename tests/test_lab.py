@@ -1,0 +1,334 @@
+"""The lab's parts that need no namespaces: scenario validation, the RFC 2544 search, the
+results store, the summary, strongSwan's proposal mapping, the SMTP message, the CLI's
+errors."""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from ipsec_lab import runner, scenario
+from ipsec_lab.backends import Unsupported
+from ipsec_lab.backends.strongswan import _swanctl_conf, esp_proposal
+from ipsec_lab.store import RunKey, Store
+from ipsec_lab.testbed import topology
+from ipsec_lab.traffic.apps import mail_message
+from ipsec_lab.traffic.rfc2544 import search
+
+# --- scenarios ---------------------------------------------------------------------------
+
+GOOD = """
+name = "t"
+topology = "line"
+backends = ["none", "strongswan"]
+configurations = ["esp:aes128gcm16", "@ferrante2005"]
+repetitions = 2
+[[links]]
+preset = "ethernet-10"
+[[links]]
+name = "lossy"
+rate_mbit = 20
+loss_pct = 1
+delay_ms = 5
+[[workloads]]
+kind = "tcp"
+bytes = "10M"
+[[workloads]]
+kind = "rfc2544"
+size = 512
+[gateway]
+cpu_quota = 0.5
+"""
+
+
+def test_a_good_scenario_reads_with_presets_expanded() -> None:
+    sc = scenario.parse(GOOD, "good.toml")
+    assert sc.topology == "line"
+    assert sc.backends == ("none", "strongswan")
+    # the preset expands in place and duplicates go
+    assert sc.configurations[0] == "esp:aes128gcm16"
+    assert "ah:sha1+esp:aes128" in sc.configurations
+    assert "ipcomp+esp:aes128-sha1" in sc.configurations
+    assert len(sc.configurations) == len(set(sc.configurations))
+    assert sc.links[0].rate_mbit == 10 and not sc.links[0].needs_netem
+    assert sc.links[1].name == "lossy" and sc.links[1].needs_netem
+    assert sc.workloads[0].bytes == 10 << 20
+    assert sc.workloads[1].name == "rfc2544-512"
+    assert sc.gateway.cpu_quota == 0.5
+
+
+def test_plan_runs_none_once_per_link_workload_and_repetition() -> None:
+    sc = scenario.parse(GOOD, "good.toml")
+    plan = runner.plan(sc)
+    n_cfg = len(sc.configurations)
+    assert len(plan) == 2 * 2 * 2 * (1 + n_cfg)  # links x workloads x reps x (none + cfgs)
+    assert {p.key.configuration for p in plan if p.key.backend == "none"} == {"none"}
+    assert len({p.key for p in plan}) == len(plan)
+
+
+@pytest.mark.parametrize(
+    ("text", "key", "words"),
+    [
+        ("topology = 'ring'", "topology", "pair, line, clients"),
+        ("backends = ['libreswan']", "backends", "unknown backend"),
+        ("configurations = ['esp:aes999']", "configurations", "aes999"),
+        ("configurations = ['@nostudy']", "configurations", "@ferrante2005"),
+        ("speed = 3", "speed", "unknown key"),
+        ("repetitions = 0", "repetitions", "outside"),
+        ("repetitions = 1.5", "repetitions", "whole number"),
+        ("links = ['ethernet-1000']", "links[0].preset", "unknown preset"),
+        ("[[links]]\nrate_mbit = 5", "links[0].name", "needs a name"),
+        ("[[links]]\nname = 'x'\nrate_mbit = -5", "links[0].rate_mbit", "outside"),
+        ("[[links]]\nname = 'x'\nloss_pct = 'lots'", "links[0].loss_pct", "number"),
+        ("[[workloads]]\nkind = 'ftp'", "workloads[0].kind", "tcp, udp"),
+        ("[[workloads]]\nkind = 'tcp'\nbytes = 'many'", "workloads[0].bytes", "byte count"),
+        ("[[workloads]]\nkind = 'udp'\nbytes = 100", "workloads[0].bytes", "only a tcp"),
+        ("[[workloads]]\nkind = 'udp'\nsize = 20", "workloads[0].size", "outside"),
+        ("[[workloads]]\nkind = 'tcp'\n[[workloads]]\nkind = 'tcp'", "workloads", "label"),
+        (
+            "[[workloads]]\nkind = 'rfc2544'\nmax_rate_mbit = 5\nresolution_mbit = 10",
+            "workloads[0].resolution_mbit",
+            "below max_rate_mbit",
+        ),
+        ("[gateway]\ncpus = [99]", "gateway.cpus", "CPU numbers"),
+        ("[gateway]\ncpu_quota = 0", "gateway.cpu_quota", "outside"),
+        ("name = = 3", "(syntax)", ""),
+    ],
+)
+def test_scenario_errors_name_the_file_and_key(text: str, key: str, words: str) -> None:
+    with pytest.raises(scenario.ScenarioError) as e:
+        scenario.parse(text, "bad.toml")
+    assert e.value.key == key
+    assert str(e.value).startswith(f"bad.toml: {key}: ")
+    assert words in str(e.value)
+
+
+def test_a_missing_scenario_file_is_a_scenario_error(tmp_path: Path) -> None:
+    with pytest.raises(scenario.ScenarioError, match="No such file"):
+        scenario.load(tmp_path / "nope.toml")
+
+
+def test_the_example_scenarios_are_valid() -> None:
+    files = sorted(Path(__file__).parent.parent.glob("scenarios/*.toml"))
+    assert len(files) >= 4
+    for f in files:
+        sc = scenario.load(f)
+        assert runner.plan(sc), f
+
+
+# --- RFC 2544 search ------------------------------------------------------------------
+
+
+def _lossy_above(capacity: float, calls: list[float]) -> object:
+    def trial(rate: float) -> dict[str, float]:
+        calls.append(rate)
+        loss = 0.0 if rate <= capacity else 100 * (rate - capacity) / rate
+        return {"offered_mbps": rate, "loss_pct": loss}
+
+    return trial
+
+
+@pytest.mark.parametrize("capacity", [1.0, 17.3, 63.0, 99.9])
+def test_search_brackets_the_loss_free_rate_within_the_resolution(capacity: float) -> None:
+    calls: list[float] = []
+    r = search(_lossy_above(capacity, calls), 100.0, 0.5, 0.0, 30)  # type: ignore[arg-type]
+    assert r.converged
+    assert capacity - 0.5 <= r.rate_mbps <= capacity
+    assert calls[0] == 100.0  # the first trial is at the top rate
+    assert [t["offered_mbps"] for t in r.trials] == calls
+    # every verdict agrees with the loss it saw
+    assert all(t["passed"] == (t["loss_pct"] == 0) for t in r.trials)
+
+
+def test_search_passing_at_the_top_stops_at_once() -> None:
+    calls: list[float] = []
+    r = search(_lossy_above(500, calls), 100.0, 1.0, 0.0, 30)  # type: ignore[arg-type]
+    assert r.converged and r.rate_mbps == 100.0 and calls == [100.0]
+
+
+def test_search_tolerance_and_trial_bound() -> None:
+    calls: list[float] = []
+    # 5 % loss just above 50 Mbit/s: with a 10 % tolerance the search goes higher
+    r = search(_lossy_above(50, calls), 100.0, 0.1, 10.0, 40)  # type: ignore[arg-type]
+    assert r.rate_mbps > 50
+    calls.clear()
+    r = search(_lossy_above(50, calls), 100.0, 0.001, 0.0, 4)  # type: ignore[arg-type]
+    assert not r.converged and len(r.trials) == 4 and "4 trials" in r.reason
+
+
+def test_search_with_nothing_passing_reports_zero() -> None:
+    r = search(lambda rate: {"loss_pct": 100.0}, 10.0, 1.0, 0.0, 20)
+    assert r.rate_mbps == 0.0 and r.converged
+
+
+# --- store ------------------------------------------------------------------------------
+
+
+def _row(mbps: float, effort: float) -> dict[str, object]:
+    return {
+        "mbps": mbps, "seconds": 1.0, "payload_bytes": 1000, "effort_us_per_kb": effort,
+        "trials": [{"offered_mbps": 10.0, "loss_pct": 0.0, "passed": True}],
+        "cpu_series": [{"t": 0.5, "user": 0.1, "system": 0.2, "softirq": 0.0, "idle": 0.7}],
+    }  # fmt: skip
+
+
+def test_store_keeps_finished_runs_and_resumes_the_unfinished_campaign(tmp_path: Path) -> None:
+    db = tmp_path / "lab" / "results.sqlite"
+    s = Store(db)
+    c = s.new_campaign("t", "t.toml", "text-1", {"cpu": "x"})
+    k1 = RunKey("none", "none", "l", "tcp", "f", 1)
+    k2 = RunKey("strongswan", "esp:aes128gcm16", "l", "tcp", "f", 1)
+    k3 = RunKey("strongswan", "ah:sha1", "l", "tcp", "f", 1)
+    s.record(c, k1, "done", time.time(), results=[("tcp", _row(9.5, 5.0))])
+    s.record(c, k2, "failed", time.time(), reason="charon died")
+    s.record(c, k3, "skipped", time.time(), reason="no AH")
+    s.close()
+
+    s = Store(db)  # as a new process would
+    assert s.resumable("text-1") == c
+    assert s.resumable("other text") is None
+    assert s.finished_keys(c) == {k1, k3}  # the failed run is to be retried
+    s.record(c, k2, "done", time.time(), results=[("tcp", _row(9.0, 7.0))])
+    runs = s.runs(c)
+    assert [r["status"] for r in runs] == ["done", "skipped", "done"]  # failed one replaced
+    assert runs[0]["results"][0]["mbps"] == 9.5
+    assert s.trials(runs[0]["id"]) == [{"offered_mbps": 10.0, "loss_pct": 0.0, "passed": True}]
+    n = s.db.execute("SELECT COUNT(*) FROM samples").fetchone()[0]
+    assert n == 2
+    s.set_status(c, "finished")
+    assert s.resumable("text-1") is None
+
+
+def test_summary_medians_spread_and_ratios_to_none() -> None:
+    def run(backend: str, cfg: str, rep: int, mbps: float, eff: float) -> dict[str, object]:
+        return {
+            "backend": backend, "configuration": cfg, "link": "l", "flow": "f",
+            "workload": "tcp", "repetition": rep, "status": "done", "reason": None,
+            "results": [{"label": "tcp", "mbps": mbps, "effort_us_per_kb": eff, "seconds": 1.0}],
+        }  # fmt: skip
+
+    runs = [
+        run("none", "none", 1, 10.0, 2.0),
+        run("none", "none", 2, 12.0, 2.0),
+        run("none", "none", 3, 11.0, 2.0),
+        run("strongswan", "esp:aes128gcm16", 1, 5.0, 8.0),
+        run("strongswan", "esp:aes128gcm16", 2, 6.0, 10.0),
+        run("strongswan", "esp:aes128gcm16", 3, 7.0, 12.0),
+    ]
+    runs.append(
+        {"backend": "strongswan", "configuration": "ah:sha1", "link": "l", "flow": "f",
+         "workload": "tcp", "status": "skipped", "reason": "no AH", "results": []}
+    )  # fmt: skip
+    rows = {r["configuration"]: r for r in runner.summarize(runs)}  # type: ignore[arg-type]
+    none, ss = rows["none"], rows["esp:aes128gcm16"]
+    assert none["mbps_median"] == 11.0 and none["n"] == 3
+    assert (ss["mbps_min"], ss["mbps_median"], ss["mbps_max"]) == (5.0, 6.0, 7.0)
+    assert ss["mbps_vs_none"] == pytest.approx(6 / 11)
+    assert ss["effort_vs_none"] == pytest.approx(5.0)
+    assert ss["mbps_cv"] == pytest.approx(1 / 6)
+    assert rows["ah:sha1"]["skipped"] == "no AH"
+
+
+# --- strongSwan configuration -----------------------------------------------------------
+
+
+def test_strongswan_proposals_and_what_libipsec_cannot_do() -> None:
+    assert esp_proposal("esp:aes128gcm16") == "aes128gcm16"
+    assert esp_proposal("esp:aes256-sha256") == "aes256-sha256"
+    assert esp_proposal("esp:null-sha1") == "null-sha1"
+    assert esp_proposal("esp:3des-md5") == "3des-md5"
+    for cfg, why in [
+        ("ah:sha1", "no AH"),
+        ("ah:sha1+esp:aes128", "no AH"),
+        ("ipcomp+esp:aes128-sha1", "IPComp"),
+        ("esp:aes128", "without integrity"),
+        ("esp:aes128gmac", "GMAC"),
+        ("none", "backend `none`"),
+    ]:
+        with pytest.raises(Unsupported, match=why):
+            esp_proposal(cfg)
+
+
+def test_swanctl_conf_of_the_clients_server_has_both_tunnels() -> None:
+    topo = topology("clients")
+    text = _swanctl_conf("server", list(topo.tunnels), "aes128gcm16", "ab" * 32)
+    assert text.count("esp_proposals = aes128gcm16") == 2
+    assert "local_ts = 192.0.2.1/32" in text and "remote_ts = 192.0.2.2/32" in text
+    assert "local_ts = 198.51.100.1/32" in text and "remote_ts = 198.51.100.2/32" in text
+    assert text.count("secret = 0x" + "ab" * 32) == 2
+
+
+# --- SMTP message ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("n", [1024, 10 * 1024, 1 << 20])
+def test_mail_message_is_about_the_size_asked_and_well_formed(n: int) -> None:
+    import email
+
+    m = mail_message(n, random.Random(1))
+    assert n - 80 <= len(m) <= n
+    assert all(len(line) <= 998 for line in m.split(b"\r\n"))
+    msg = email.message_from_bytes(m)
+    assert msg["Content-Transfer-Encoding"] == "base64"
+    assert len(msg.get_payload(decode=True)) > 0
+
+
+# --- the CLI's errors ------------------------------------------------------------------
+
+
+def _cli(*args: str, **kw: object) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "ipsec_lab.cli", *args],
+        capture_output=True, text=True, timeout=60, **kw,  # type: ignore[call-overload]
+    )  # fmt: skip
+
+
+def test_run_with_a_bad_scenario_names_the_key_and_exits_2(tmp_path: Path) -> None:
+    f = tmp_path / "bad.toml"
+    f.write_text("topology = 'star'\n")
+    p = _cli("run", str(f), "--lab", str(tmp_path / "lab"))
+    assert p.returncode == 2
+    assert f"{f}: topology: must be one of pair, line, clients" in p.stderr
+    assert not (tmp_path / "lab" / "results.sqlite").exists()
+
+
+def test_results_without_a_lab_says_so(tmp_path: Path) -> None:
+    p = _cli("results", "--lab", str(tmp_path / "nolab"))
+    assert p.returncode == 2 and "no results in" in p.stderr
+
+
+def test_results_lists_and_exports_a_campaign(tmp_path: Path) -> None:
+    s = Store(tmp_path / "results.sqlite")
+    c = s.new_campaign("demo", "d.toml", "x", {"cpu": "y"})
+    s.record(c, RunKey("none", "none", "l", "tcp", "f", 1), "done", time.time(),
+             results=[("tcp", _row(9.5, 5.0))])  # fmt: skip
+    s.close()
+    p = _cli("results", "--lab", str(tmp_path), "--json")
+    assert p.returncode == 0 and json.loads(p.stdout)[0]["name"] == "demo"
+    p = _cli("results", str(c), "--lab", str(tmp_path), "--csv")
+    assert p.returncode == 0
+    header, row = p.stdout.strip().splitlines()
+    assert header.startswith("campaign_id,run_id,backend") and ",9.5," in row
+    p = _cli("results", "99", "--lab", str(tmp_path))
+    assert p.returncode == 2 and "no campaign 99" in p.stderr
+
+
+def test_run_refuses_without_root_after_checking_the_scenario(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from ipsec_lab import cli
+
+    f = tmp_path / "s.toml"
+    f.write_text('backends = ["none"]\n')
+    monkeypatch.setattr("os.geteuid", lambda: 1000)  # an ordinary user
+    assert cli.main(["run", str(f), "--lab", str(tmp_path / "lab")]) == 2
+    assert "needs root" in capsys.readouterr().err
+    assert not (tmp_path / "lab").exists()
+    assert cli.main(["clean"]) == 2
+    assert "needs root" in capsys.readouterr().err

@@ -1,0 +1,267 @@
+"""The lab for real: namespaces, veth, tc, iperf3, strongSwan, nginx, aiosmtpd — through
+`ipsec-lab run` itself. Needs root (CI runs as root). Each test checks, after it, that no
+namespace, cgroup or process of the lab is left."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from ipsec_lab.testbed.build import leftovers
+
+pytestmark = pytest.mark.root
+
+
+@pytest.fixture(autouse=True)
+def nothing_left_behind(tmp_path: Path) -> Iterator[None]:
+    if os.geteuid() != 0:
+        pytest.fail("the lab tests need root (as CI runs them)")
+    before = set(leftovers()[0])
+    yield
+    names, groups = leftovers()
+    assert set(names) <= before, f"namespaces left: {set(names) - before}"
+    assert not groups, f"cgroups left: {groups}"
+    mine = [
+        p.info["pid"]
+        for p in psutil.process_iter(["pid", "cmdline"])
+        if any(str(tmp_path) in a for a in (p.info["cmdline"] or []))
+    ]
+    assert not mine, f"processes of this test left: {mine}"
+
+
+def _cli(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "ipsec_lab.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def _campaign(tmp_path: Path, text: str) -> dict[str, Any]:
+    f = tmp_path / "scenario.toml"
+    f.write_text(text)
+    p = _cli("run", str(f), "--lab", str(tmp_path / "lab"), "--json")
+    assert p.returncode == 0, p.stderr[-3000:]
+    data: dict[str, Any] = json.loads(p.stdout)
+    return data
+
+
+def _results(data: dict[str, Any], backend: str, configuration: str) -> list[dict[str, Any]]:
+    return [
+        x
+        for r in data["runs"]
+        if r["backend"] == backend and r["configuration"] == configuration
+        for x in r["results"]
+    ]
+
+
+def test_a_campaign_on_a_10_mbit_link_none_and_strongswan(tmp_path: Path) -> None:
+    data = _campaign(
+        tmp_path,
+        """
+name = "ten"
+topology = "line"
+backends = ["none", "strongswan"]
+configurations = ["esp:aes128gcm16", "ah:sha1"]
+warmup_s = 0.5
+links = ["ethernet-10"]
+[[workloads]]
+kind = "tcp"
+seconds = 4
+""",
+    )
+    plain = _results(data, "none", "none")
+    esp = _results(data, "strongswan", "esp:aes128gcm16")
+    assert len(plain) == 1 and len(esp) == 1
+    for x in plain + esp:
+        # a 10 Mbit/s link carries no more, and TCP fills most of it
+        assert 8.0 < x["mbps"] <= 10.0, x["mbps"]
+        assert x["payload_bytes"] > 0
+    # IPsec costs CPU (strongSwan's user-space ESP) and wire bytes (ESP in UDP)
+    assert esp[0]["effort_us_per_kb"] > plain[0]["effort_us_per_kb"]
+    assert esp[0]["ipsec_cpu_s"] > 0 and esp[0]["ipsec_effort_us_per_kb"] > 0
+    assert plain[0]["ipsec_effort_us_per_kb"] is None
+    per_byte = [x["wire_up_bytes"] / x["payload_bytes"] for x in (plain[0], esp[0])]
+    assert per_byte[1] > per_byte[0] > 1.0
+    # the outer link carried only ESP in UDP (each data packet one outer packet)
+    assert esp[0]["wire"]["gwA/wan"]["tx_packets"] > 0
+    skipped = [r for r in data["runs"] if r["status"] == "skipped"]
+    assert len(skipped) == 1 and "no AH" in skipped[0]["reason"]
+    summary = {r["configuration"]: r for r in data["summary"]}
+    assert summary["esp:aes128gcm16"]["mbps_vs_none"] == pytest.approx(
+        esp[0]["mbps"] / plain[0]["mbps"]
+    )
+    # CPU was sampled through the run (study 1's load-over-time)
+    db = sqlite3.connect(tmp_path / "lab" / "results.sqlite")
+    assert db.execute("SELECT COUNT(*) FROM samples").fetchone()[0] >= 4
+
+
+def test_rfc2544_search_finds_the_rate_of_a_shaped_link(tmp_path: Path) -> None:
+    data = _campaign(
+        tmp_path,
+        """
+topology = "line"
+backends = ["none"]
+warmup_s = 0
+[[links]]
+name = "twenty"
+rate_mbit = 20
+[[workloads]]
+kind = "rfc2544"
+size = 1000
+max_rate_mbit = 40
+resolution_mbit = 1
+trial_s = 2
+""",
+    )
+    (x,) = _results(data, "none", "none")
+    assert x["converged"]
+    # tbf counts Ethernet frames: 20 Mbit/s of 1014-byte frames is 19.72 of 1000-byte
+    # packets. Its queue (50 ms at the rate + a 15,140-byte bucket) hides an excess of at
+    # most queue / trial without a loss, so a 2 s trial may pass up to 0.56 Mbit/s above.
+    capacity = 20 * 1000 / 1014
+    queue_bits = (20e6 / 8 * 0.050 + 15_140) * 8
+    assert capacity - 2.0 <= x["mbps"] <= capacity + queue_bits / 2 / 1e6, x
+    trials = x["trials"] if "trials" in x else None
+    assert trials is None  # trials live in their own table
+    db = sqlite3.connect(tmp_path / "lab" / "results.sqlite")
+    rows = db.execute("SELECT offered_mbps, loss_pct, passed FROM trials").fetchall()
+    assert rows[0][0] == 40 and not rows[0][2]  # the top rate lost packets
+    assert any(p for _, _, p in rows) and len(rows) <= 20
+
+
+def test_http_and_smtp_transfers(tmp_path: Path) -> None:
+    data = _campaign(
+        tmp_path,
+        """
+topology = "line"
+backends = ["none"]
+warmup_s = 0
+[[workloads]]
+kind = "http"
+files = ["1K", "200K"]
+[[workloads]]
+kind = "smtp"
+files = ["1K", "200K"]
+""",
+    )
+    rows = {x["label"]: x for x in _results(data, "none", "none")}
+    assert set(rows) == {"http-1KB", "http-200KB", "smtp-1KB", "smtp-200KB"}
+    for label, x in rows.items():
+        assert x["seconds"] > 0, label
+    # HTTP: the file comes server -> client; SMTP: the mail goes client -> server
+    assert rows["http-200KB"]["wire_down_bytes"] >= 200 * 1024
+    assert rows["http-200KB"]["wire_up_bytes"] < 200 * 1024
+    assert rows["smtp-200KB"]["wire_up_bytes"] >= 190 * 1024
+    assert rows["smtp-200KB"]["wire_down_bytes"] < 100 * 1024
+
+
+def test_the_cpu_quota_bounds_the_ipsec_processes(tmp_path: Path) -> None:
+    data = _campaign(
+        tmp_path,
+        """
+topology = "line"
+backends = ["strongswan"]
+configurations = ["esp:aes256-sha256"]
+warmup_s = 0
+[gateway]
+cpu_quota = 0.1
+[[workloads]]
+kind = "tcp"
+seconds = 3
+""",
+    )
+    (x,) = _results(data, "strongswan", "esp:aes256-sha256")
+    # both charons share one cgroup with a tenth of a CPU: their CPU time stays near it
+    assert 0 < x["ipsec_cpu_s"] <= 0.1 * x["cpu_wall_s"] * 1.3 + 0.05, x
+
+
+def test_ctrl_c_keeps_finished_runs_and_resume_repeats_none(tmp_path: Path) -> None:
+    f = tmp_path / "scenario.toml"
+    f.write_text(
+        """
+topology = "line"
+backends = ["none"]
+repetitions = 5
+warmup_s = 0
+[[workloads]]
+kind = "tcp"
+seconds = 1.5
+"""
+    )
+    lab = tmp_path / "lab"
+    db_path = lab / "results.sqlite"
+    p = subprocess.Popen(
+        [sys.executable, "-m", "ipsec_lab.cli", "run", str(f), "--lab", str(lab)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 60
+    done = 0
+    while time.monotonic() < deadline and done < 2:
+        time.sleep(0.2)
+        if db_path.exists():
+            db = sqlite3.connect(db_path)
+            done = db.execute("SELECT COUNT(*) FROM runs WHERE status = 'done'").fetchone()[0]
+            db.close()
+    assert done >= 2
+    p.send_signal(signal.SIGINT)
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == 130, err
+    assert "--resume" in err
+    assert not [n for n in leftovers()[0] if n]  # the testbed came down on Ctrl-C
+    db = sqlite3.connect(db_path)
+    before = db.execute(
+        "SELECT id, repetition, finished FROM runs WHERE status = 'done'"
+    ).fetchall()
+    assert db.execute("SELECT status FROM campaigns").fetchone()[0] == "interrupted"
+    db.close()
+    assert 2 <= len(before) < 5
+
+    r = _cli("run", str(f), "--lab", str(lab), "--resume", "--json")
+    assert r.returncode == 0, r.stderr
+    db = sqlite3.connect(db_path)
+    after = db.execute("SELECT id, repetition, finished FROM runs WHERE status = 'done'").fetchall()
+    assert db.execute("SELECT COUNT(*) FROM campaigns").fetchone()[0] == 1
+    assert db.execute("SELECT status FROM campaigns").fetchone()[0] == "finished"
+    assert sorted(x[1] for x in after) == [1, 2, 3, 4, 5]
+    assert set(before) <= set(after)  # nothing finished was redone
+
+
+def test_clean_removes_what_a_killed_run_left(tmp_path: Path) -> None:
+    f = tmp_path / "scenario.toml"
+    f.write_text(
+        'topology = "line"\nbackends = ["none"]\n[[workloads]]\nkind = "tcp"\nseconds = 30\n'
+    )
+    before = set(leftovers()[0])
+    p = subprocess.Popen(
+        [sys.executable, "-m", "ipsec_lab.cli", "run", str(f), "--lab", str(tmp_path / "lab")],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and len(set(leftovers()[0]) - before) < 4:
+        time.sleep(0.2)
+    time.sleep(2)  # iperf3 is running by now
+    p.kill()  # no chance to tear down
+    p.wait(10)
+    left = set(leftovers()[0]) - before
+    assert len(left) == 4
+    r = _cli("clean")
+    assert r.returncode == 0
+    for n in left:
+        assert f"namespace {n}" in r.stdout
+    assert not set(leftovers()[0]) - before
