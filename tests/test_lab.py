@@ -332,3 +332,34 @@ def test_run_refuses_without_root_after_checking_the_scenario(
     assert not (tmp_path / "lab").exists()
     assert cli.main(["clean"]) == 2
     assert "needs root" in capsys.readouterr().err
+
+
+def test_the_cpu_soaker_sees_a_busy_cpu() -> None:
+    import multiprocessing as mp
+    import os
+
+    from ipsec_lab.meters.soaker import Soaker
+
+    s = Soaker()
+    s.start(calibrate_s=0.5)
+    try:
+        cpu = s.cpus[0]
+
+        def burn() -> None:
+            os.sched_setaffinity(0, {cpu})
+            end = time.monotonic() + 1.0
+            while time.monotonic() < end:
+                pass
+
+        mark = s.mark()
+        p = mp.get_context("fork").Process(target=burn)
+        p.start()
+        p.join(10)
+        used = s.used_since(mark)
+    finally:
+        s.close()
+    # the busy loop (normal priority) took CPU `cpu` from the idle-priority soaker for
+    # most of the time measured
+    assert used["soaker_per_cpu"][0] > 0.6, used
+    assert all(0.0 <= u <= 1.0 for u in used["soaker_per_cpu"])
+    assert not any(p.is_alive() for p in s.procs)

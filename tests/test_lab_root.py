@@ -72,6 +72,7 @@ def test_a_campaign_on_a_10_mbit_link_none_and_strongswan(tmp_path: Path) -> Non
         tmp_path,
         """
 name = "ten"
+soaker = true
 topology = "line"
 backends = ["none", "strongswan"]
 configurations = ["esp:aes128gcm16", "ah:sha1"]
@@ -93,6 +94,8 @@ seconds = 4
     assert esp[0]["effort_us_per_kb"] > plain[0]["effort_us_per_kb"]
     assert esp[0]["ipsec_cpu_s"] > 0 and esp[0]["ipsec_effort_us_per_kb"] > 0
     assert plain[0]["ipsec_effort_us_per_kb"] is None
+    # study 3's soaker sees it too
+    assert esp[0]["soaker_effort_us_per_kb"] > plain[0]["soaker_effort_us_per_kb"] > 0
     per_byte = [x["wire_up_bytes"] / x["payload_bytes"] for x in (plain[0], esp[0])]
     assert per_byte[1] > per_byte[0] > 1.0
     # the outer link carried only ESP in UDP (each data packet one outer packet)
@@ -265,3 +268,66 @@ def test_clean_removes_what_a_killed_run_left(tmp_path: Path) -> None:
     for n in left:
         assert f"namespace {n}" in r.stdout
     assert not set(leftovers()[0]) - before
+
+
+def test_udp_and_imix_and_strongswan_fragmenting_big_datagrams(tmp_path: Path) -> None:
+    data = _campaign(
+        tmp_path,
+        """
+topology = "line"
+backends = ["none", "strongswan"]
+configurations = ["esp:aes128gcm16"]
+warmup_s = 0
+[[workloads]]
+kind = "udp"
+size = 1420
+rate_mbit = 40
+seconds = 2
+[[workloads]]
+kind = "imix"
+rate_mbit = 10
+seconds = 2
+""",
+    )
+    for backend, cfg in (("none", "none"), ("strongswan", "esp:aes128gcm16")):
+        rows = {x["label"]: x for x in _results(data, backend, cfg)}
+        udp, imix = rows["udp-1420"], rows["imix"]
+        assert udp["size"] == 1420 and udp["sent_packets"] > 0
+        assert udp["mbps"] <= 40 * 1.05
+        assert "7:4:1" in imix["mix"] and imix["sent_packets"] > 0
+        # 7:4:1 by packets: the mix's mean size is (7*44 + 4*576 + 1500) / 12 bytes
+        mean = (
+            imix["mbps"] * 1e6 / 8 * imix["seconds"] / (imix["sent_packets"] - imix["lost_packets"])
+        )
+        assert mean == pytest.approx((7 * 44 + 4 * 576 + 1500) / 12, rel=0.05)
+        if backend == "none":
+            assert udp["loss_pct"] < 1.0
+            assert udp["mbps"] > 40 * 0.9
+        else:
+            # libipsec's TUN takes 1400 bytes: gwA fragments each 1420-byte datagram in two
+            delivered = udp["sent_packets"] - udp["lost_packets"]
+            assert udp["wire_up_packets"] >= 1.9 * delivered
+
+
+@pytest.mark.parametrize("topo", ["pair", "clients"])
+def test_host_to_host_topologies_with_strongswan(tmp_path: Path, topo: str) -> None:
+    data = _campaign(
+        tmp_path,
+        f"""
+topology = "{topo}"
+backends = ["strongswan"]
+configurations = ["esp:chacha20poly1305"]
+warmup_s = 0
+links = ["ethernet-100"]
+[[workloads]]
+kind = "tcp"
+seconds = 2
+""",
+    )
+    flows = {r["flow"]: r for r in data["runs"]}
+    assert set(flows) == ({"hostA-hostB"} if topo == "pair" else {"fast-server", "slow-server"})
+    for r in flows.values():
+        (x,) = r["results"]
+        assert r["status"] == "done" and 1 < x["mbps"] <= 100
+        assert x["ipsec_cpu_s"] > 0
+        assert "strongSwan" in r["backend_version"]

@@ -20,6 +20,7 @@ from typing import Any
 
 from ipsec_lab import backends, environment, meters
 from ipsec_lab.backends import Unsupported
+from ipsec_lab.meters.soaker import Soaker
 from ipsec_lab.scenario import Link, Scenario, Workload
 from ipsec_lab.store import RunKey, Store
 from ipsec_lab.testbed import Flow, topology
@@ -88,8 +89,14 @@ class Campaign:
         else:
             self.id = existing
         self.plan = plan(sc)
+        self.soaker: Soaker | None = None
         self.finished = self.store.finished_keys(self.id)
         self.progress = Progress(total=len(self.plan), done=len(self.finished))
+
+    def _stop_soaker(self) -> None:
+        if self.soaker:
+            self.soaker.close()
+            self.soaker = None
 
     def pending(self) -> list[Planned]:
         return [p for p in self.plan if p.key not in self.finished]
@@ -132,6 +139,10 @@ class Campaign:
         topo = topology(sc.topology)
         with Testbed(topo, rundir, sc.gateway.cpu_quota, sc.gateway.cpus) as tb:
             tb.shape(link)
+            if sc.soaker:
+                self.soaker = Soaker()
+                self.soaker.start()
+                tb.on_teardown(self._stop_soaker)
             for (bname, cfg), runs in _by_backend(runnable):
                 backend = backends.make(bname)
                 self.progress.current = f"{bname} {cfg} | {link.name} | starting"
@@ -159,7 +170,7 @@ class Campaign:
         started = time.time()
 
         def metered(label: str, fn: Callable[[], Row]) -> Row:
-            row = meters.measure(fn, tb.counters, backend.pids, p.flow.wire_end)
+            row = meters.measure(fn, tb.counters, backend.pids, p.flow.wire_end, self.soaker)
             row["label"] = label
             return row
 

@@ -131,11 +131,12 @@ class Scenario:
     warmup_s: float = 1.0
     seed: int = 1
     gateway: Gateway = field(default_factory=Gateway)
+    soaker: bool = False
 
 
 _TOP_KEYS = {
     "name", "topology", "backends", "configurations", "links", "workloads",
-    "repetitions", "warmup_s", "seed", "gateway",
+    "repetitions", "warmup_s", "seed", "gateway", "soaker",
 }  # fmt: skip
 _LINK_KEYS = {
     "name", "preset", "rate_mbit", "delay_ms", "jitter_ms", "loss_pct", "reorder_pct",
@@ -357,6 +358,9 @@ def parse(text: str, source: str = "<scenario>") -> Scenario:
         isinstance(c, int) and not isinstance(c, bool) and 0 <= c < ncpu for c in cpus
     ):
         raise r.fail("gateway.cpus", f"must be a list of CPU numbers 0..{ncpu - 1}, not {cpus!r}")
+    soaker = doc.get("soaker", False)
+    if not isinstance(soaker, bool):
+        raise r.fail("soaker", f"must be true or false, not {soaker!r}")
     name = doc.get("name", Path(source).stem)
     if not isinstance(name, str) or not name:
         raise r.fail("name", "must be a non-empty string")
@@ -376,6 +380,7 @@ def parse(text: str, source: str = "<scenario>") -> Scenario:
             cpu_quota=r.number(gw, "cpu_quota", "gateway.", None, 0.01, ncpu),
             cpus=tuple(cpus),
         ),
+        soaker=soaker,
     )
 
 

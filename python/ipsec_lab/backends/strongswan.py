@@ -151,6 +151,10 @@ class StrongSwan:
         require_tools(CHARON, "swanctl", "unshare")
         esp_proposal(configuration)
 
+    @staticmethod
+    def _log(tb: Testbed, node: str) -> Path:
+        return tb.rundir / "strongswan" / node / "charon.log"
+
     def _swanctl(self, tb: Testbed, node: str, *args: str, timeout: float = 30) -> str:
         d = tb.rundir / "strongswan" / node
         argv = ["swanctl", *args, "--uri", f"unix://{tb.sockets / (node + '.vici')}"]
@@ -164,7 +168,7 @@ class StrongSwan:
         )
         if p.returncode != 0:
             logs = "".join(
-                f"\n--- charon log tail, {n} ---\n{tail(tb.rundir / 'strongswan' / n / 'charon.log')}"  # noqa: E501
+                f"\n--- charon log tail, {n} ---\n{tail(self._log(tb, n))}"
                 for n in tb.topo.ipsec_nodes
             )
             raise LabError(
@@ -209,7 +213,7 @@ class StrongSwan:
                     raise LabError(
                         f"strongswan: charon on {node} did not start (no VICI socket {vici}):\n"
                         f"{tail(tb.rundir / f'charon-{node}.log')}\n"
-                        f"{tail(tb.rundir / 'strongswan' / node / 'charon.log')}"
+                        f"{tail(self._log(tb, node))}"
                     )
                 time.sleep(0.05)
         for node in topo.ipsec_nodes:

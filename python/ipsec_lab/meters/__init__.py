@@ -13,6 +13,8 @@ What each CPU figure includes (all namespaces share one kernel):
   forwarding is softirq time, in the machine-wide figure only).
 - `cpu_series`: per-sample machine-wide user / system / softirq / idle shares, for
   load-over-time plots (study 1, figures 6-7).
+- `soaker_cpu_used`, `soaker_effort_us_per_kb` (scenario `soaker = true`): study 3's CPU
+  soaker (`meters.soaker`): CPUs' worth taken from an idle-priority busy loop on every CPU.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import psutil
+
+from ipsec_lab.meters.soaker import Soaker
 
 KB = 1024
 SAMPLE_S = 0.5
@@ -115,6 +119,7 @@ def measure(
     counters: Callable[[], dict[str, dict[str, int]]],
     ipsec_pids: Callable[[], list[int]],
     source_end: str,
+    soaker: Soaker | None = None,
 ) -> dict[str, Any]:
     """Run `fn` (a traffic measurement returning at least `payload_bytes`) inside the
     meters; return its row with CPU, effort and wire figures added. `source_end` is the
@@ -123,8 +128,10 @@ def measure(
     pids = ipsec_pids()
     c0 = counters()
     p0 = process_cpu_s(pids)
+    mark = soaker.mark() if soaker else None
     with CpuSampler() as cpu:
         row = fn()
+    soaked = soaker.used_since(mark) if soaker and mark else None
     p1 = process_cpu_s(pids)
     c1 = counters()
     wire = delta(c0, c1)
@@ -139,6 +146,10 @@ def measure(
     row["effort_us_per_kb"] = cpu.busy_s * 1e6 / kb if kb else None
     row["ipsec_cpu_s"] = p1 - p0
     row["ipsec_effort_us_per_kb"] = (p1 - p0) * 1e6 / kb if kb and pids else None
+    if soaked is not None:
+        row.update(soaked)
+        used_s = soaked["soaker_cpu_used"] * soaked["soaker_wall_s"]
+        row["soaker_effort_us_per_kb"] = used_s * 1e6 / kb if kb else None
     row["per_cpu"] = cpu.per_cpu()
     row["cpu_series"] = cpu.series
     row["wire"] = wire

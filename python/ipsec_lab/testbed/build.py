@@ -15,7 +15,7 @@ import shutil
 import signal
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
 
@@ -133,6 +133,11 @@ class Testbed:
         self.made: list[str] = []
         self._log = rundir / "commands.log"
         self._sockets: Path | None = None
+        self._cleanups: list[Callable[[], None]] = []
+
+    def on_teardown(self, fn: Callable[[], None]) -> None:
+        """Call `fn` first thing at teardown (for helpers started beside the testbed)."""
+        self._cleanups.append(fn)
 
     @property
     def sockets(self) -> Path:
@@ -326,6 +331,8 @@ class Testbed:
         return out
 
     def teardown(self) -> None:
+        while self._cleanups:
+            self._cleanups.pop()()
         for _, p in reversed(self.procs):
             self.stop(p)
         self.procs.clear()

@@ -65,7 +65,7 @@ def tcp(tb: Testbed, flow: Flow, w: Workload, metered: Metered, warmup_s: float)
             _client(tb, flow, ["-p", str(PORT), "-t", f"{max(warmup_s, 1):g}"], warmup_s)
         if w.bytes:
             args = ["-n", str(w.bytes)]
-            bound = 600.0  # a byte count at the slowest link we shape still fits
+            bound = 60 + w.bytes * 8 / 1e6  # the byte count at no less than 1 Mbit/s
         else:
             args = ["-t", f"{w.seconds:g}"]
             bound = w.seconds
