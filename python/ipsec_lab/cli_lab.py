@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 DEFAULT_LAB = "lab"
+LAB_HELP = f"lab directory holding results.sqlite (default: $IPSEC_LAB_DIR or ./{DEFAULT_LAB})"
 
 
 def _lab_dir(args: argparse.Namespace) -> Path:
@@ -209,8 +210,7 @@ def add_parsers(sub: Any) -> None:
     r.add_argument("scenario", help="scenario file (TOML)")
     r.add_argument("--resume", action="store_true",
                    help="continue the newest unfinished campaign of this scenario")  # fmt: skip
-    r.add_argument("--lab", metavar="DIR",
-                   help=f"lab directory (default: $IPSEC_LAB_DIR or ./{DEFAULT_LAB})")  # fmt: skip
+    r.add_argument("--lab", metavar="DIR", help=LAB_HELP)
     r.add_argument("--json", action="store_true", help="print the runs and summary as JSON")
     r.set_defaults(func=_run)
     s = sub.add_parser(
@@ -220,7 +220,7 @@ def add_parsers(sub: Any) -> None:
         "summary (median and min-max over repetitions, ratios to the no-IPsec baseline).",
     )
     s.add_argument("campaign", nargs="?", type=int, help="campaign id (see the list)")
-    s.add_argument("--lab", metavar="DIR", help="lab directory (default: ./lab)")
+    s.add_argument("--lab", metavar="DIR", help=LAB_HELP)
     g = s.add_mutually_exclusive_group()
     g.add_argument("--json", action="store_true", help="everything, as JSON")
     g.add_argument("--csv", action="store_true", help="one row per measurement, as CSV")

@@ -40,6 +40,23 @@ class Backend(Protocol):
     def version(self) -> str: ...
 
 
+class Processless:
+    """For backends that start no processes of their own (or none yet): `start` only
+    checks, `stop` and `pids` have nothing to do."""
+
+    def check(self, configuration: str) -> None:
+        return None
+
+    def start(self, tb: Testbed, configuration: str) -> None:
+        self.check(configuration)
+
+    def stop(self, tb: Testbed) -> None:
+        return None
+
+    def pids(self) -> list[int]:
+        return []
+
+
 def make(name: str) -> Backend:
     if name == "none":
         from ipsec_lab.backends.none import NoIpsec

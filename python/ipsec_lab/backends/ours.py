@@ -5,8 +5,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from ipsec_lab.backends import Unsupported
-from ipsec_lab.testbed.build import Testbed
+from ipsec_lab.backends import Processless, Unsupported
 
 
 def gateway_binary() -> Path | None:
@@ -18,7 +17,7 @@ def gateway_binary() -> Path | None:
     return Path(found) if found else None
 
 
-class Ours:
+class Ours(Processless):
     name = "ours"
 
     def check(self, configuration: str) -> None:
@@ -28,15 +27,6 @@ class Ours:
                 "use the engine benchmark `ipsec-lab bench` for our engine's costs meanwhile"
             )
         raise Unsupported("driving ipsec-gw from the lab is not wired up yet")
-
-    def start(self, tb: Testbed, configuration: str) -> None:
-        self.check(configuration)
-
-    def stop(self, tb: Testbed) -> None:
-        return None
-
-    def pids(self) -> list[int]:
-        return []
 
     def version(self) -> str:
         return "ipsec-gw (not built)"

@@ -10,8 +10,8 @@ import platform
 import secrets
 import subprocess
 
-from ipsec_lab.backends import Unsupported
-from ipsec_lab.testbed.build import Testbed, kill_namespace
+from ipsec_lab.backends import Processless, Unsupported
+from ipsec_lab.testbed.build import kill_namespace
 
 
 def kernel_has_esp() -> tuple[bool, str]:
@@ -31,7 +31,7 @@ def kernel_has_esp() -> tuple[bool, str]:
         kill_namespace(ns)
 
 
-class Xfrm:
+class Xfrm(Processless):
     name = "xfrm"
     _probe: tuple[bool, str] | None = None
 
@@ -44,15 +44,6 @@ class Xfrm:
         raise Unsupported(
             "the kernel has ESP, but configuring xfrm states from the lab is not built yet"
         )
-
-    def start(self, tb: Testbed, configuration: str) -> None:
-        self.check(configuration)
-
-    def stop(self, tb: Testbed) -> None:
-        return None
-
-    def pids(self) -> list[int]:
-        return []
 
     def version(self) -> str:
         return f"Linux {platform.release()} xfrm"

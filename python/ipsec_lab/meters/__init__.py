@@ -4,7 +4,7 @@ wire end, and the CPU effort derived from them.
 
 What each CPU figure includes (all namespaces share one kernel):
 - `cpu_busy_s`, `effort_us_per_kb`: machine-wide busy CPU time (user + nice + system +
-  irq + softirq + steal; idle and iowait excluded) over the measurement, per kB (1024 B)
+  irq + softirq; idle, iowait and steal excluded) over the measurement, per kB (1024 B)
   of payload delivered — netperf's service demand. It includes the traffic programs at
   both ends, the kernel's forwarding and any user-space IPsec: compare configurations
   with each other and with `none`, as study 1 did, not with other machines.
@@ -34,7 +34,8 @@ MIN_METERED_S = 0.3
 
 
 def _busy(t: Any) -> float:
-    return float(t.user + t.nice + t.system + t.irq + t.softirq + getattr(t, "steal", 0.0))
+    # Steal (time the hypervisor gave to other guests) is not work done here: left out.
+    return float(t.user + t.nice + t.system + t.irq + t.softirq)
 
 
 class CpuSampler:
