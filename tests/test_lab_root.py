@@ -354,3 +354,24 @@ configurations = ["esp:aes128gcm16"]
     assert runs["xfrm"]["status"] == "skipped"
     if not has_esp:  # this project's machines: the kernel has no ESP
         assert "has no ESP" in runs["xfrm"]["reason"] and why in runs["xfrm"]["reason"]
+
+
+def test_the_live_progress_display_on_a_terminal(tmp_path: Path) -> None:
+    """On a terminal `run` shows rich's progress bar, then the summary table."""
+    f = tmp_path / "s.toml"
+    f.write_text('name = "tty"\nbackends = ["none"]\nwarmup_s = 0\n'
+                 '[[workloads]]\nkind = "tcp"\nseconds = 1\n')  # fmt: skip
+    cmd = f"{sys.executable} -m ipsec_lab.cli run {f} --lab {tmp_path / 'lab'}"
+    out = tmp_path / "typescript"
+    p = subprocess.run(
+        ["script", "-qec", cmd, str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "COLUMNS": "160", "TERM": "xterm"},
+    )
+    text = out.read_text(errors="replace")
+    assert p.returncode == 0, text[-2000:]
+    assert "campaign 1: tty" in text  # the summary table's title
+    assert "1/1" in text and "tcp-1x-1s" in text  # the progress line: count and run
+    assert "━" in text  # its bar

@@ -89,7 +89,13 @@ def _run(args: argparse.Namespace) -> int:
     return rc
 
 
-def _fmt(v: Any, spec: str = ".3g") -> str:
+def _rate(v: float | None) -> str:
+    if v is None:
+        return "—"
+    return f"{v:.0f}" if v >= 100 else f"{v:.1f}" if v >= 10 else f"{v:.2f}"
+
+
+def _num(v: float | None, spec: str = ".3g") -> str:
     return "—" if v is None else format(v, spec)
 
 
@@ -98,23 +104,24 @@ def print_summary(summary: list[dict[str, Any]], title: str) -> None:
     from rich.table import Table
 
     t = Table(title=title)
-    for col in ("backend", "configuration", "link", "flow", "measurement", "n"):
-        t.add_column(col)
+    for col in ("backend", "configuration", "link", "flow", "measurement"):
+        t.add_column(col, no_wrap=True)
+    t.add_column("n", justify="right")
     for col in ("Mbit/s median", "min-max", "x none", "effort µs/kB", "x none", "IPsec µs/kB"):
         t.add_column(col, justify="right")
+    t.add_column("note")
     for r in summary:
+        head = (r["backend"], r["configuration"], r["link"], r["flow"], r["measurement"])
         if r.get("skipped") is not None:
-            t.add_row(r["backend"], r["configuration"], r["link"], r["flow"], r["measurement"],
-                      "0", "skipped: " + r["skipped"][:60])  # fmt: skip
+            t.add_row(*head, "0", *[""] * 6, "skipped: " + r["skipped"])
             continue
         t.add_row(
-            r["backend"], r["configuration"], r["link"], r["flow"], r["measurement"], str(r["n"]),
-            _fmt(r["mbps_median"], ".4g"),
-            f"{_fmt(r['mbps_min'], '.4g')}-{_fmt(r['mbps_max'], '.4g')}",
-            _fmt(r["mbps_vs_none"], ".2f"), _fmt(r["effort_median"]),
-            _fmt(r["effort_vs_none"], ".2f"), _fmt(r["ipsec_effort_median"]),
+            *head, str(r["n"]), _rate(r["mbps_median"]),
+            f"{_rate(r['mbps_min'])}-{_rate(r['mbps_max'])}",
+            _num(r["mbps_vs_none"], ".2f"), _num(r["effort_median"]),
+            _num(r["effort_vs_none"], ".2f"), _num(r["ipsec_effort_median"]), "",
         )  # fmt: skip
-    Console(stderr=False).print(t)
+    Console().print(t)
 
 
 def _results(args: argparse.Namespace) -> int:
