@@ -82,21 +82,27 @@ impl Engine {
     /// Build and register an SA. Inbound SAs go into the SAD under (SPI, tunnel
     /// destination if any, ESP or AH); a second inbound SA with the same key is refused.
     pub fn add_sa(&mut self, cfg: &SaConfig) -> Result<SaId, SaError> {
-        let mut sa = Sa::new(cfg)?;
+        self.insert_sa(Sa::new(cfg)?)
+    }
+
+    /// Register a live SA taken from another engine ([`Engine::remove_sa`]), keeping its
+    /// sequence number, replay window and counters — how a gateway reloads its
+    /// configuration without resetting SAs that did not change.
+    pub fn insert_sa(&mut self, mut sa: Sa) -> Result<SaId, SaError> {
         sa.stages.set_clock(self.clock);
         let id = self
             .sas
             .iter()
             .position(Option::is_none)
             .unwrap_or(self.sas.len());
-        if cfg.direction == Direction::In {
+        if sa.direction == Direction::In {
             let key = SadKey {
-                spi: cfg.spi,
-                dst: cfg.tunnel.map(|t| t.dst),
-                protocol: cfg.protocol.number(),
+                spi: sa.spi,
+                dst: sa.tunnel.map(|t| t.dst),
+                protocol: sa.protocol.number(),
             };
             if self.sad.contains(&key) {
-                return Err(SaError::DuplicateSpi(cfg.spi));
+                return Err(SaError::DuplicateSpi(sa.spi));
             }
             self.sad.insert(key, id);
         }

@@ -1,0 +1,527 @@
+//! The gateway's one TOML file: the gateway itself, its SAs and its policies — read and
+//! checked thoroughly. Every error names the file and the key (`sa[1].enc_key`), or the
+//! line for a syntax error, and says what is wrong; keys never appear in an error.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+
+use ipsec::crypto::{SecretBytes, Suite};
+use ipsec::sa::{Direction, Mode, Protocol, SaConfig, TunnelEndpoints};
+use ipsec::spd::{Prefix, Selector};
+use serde::Deserialize;
+
+/// A config that cannot be used: `file: key: what is wrong`.
+#[derive(Debug)]
+pub struct ConfigError {
+    pub file: PathBuf,
+    pub key: String,
+    pub message: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}: {}", self.file.display(), self.key, self.message)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawFile {
+    gateway: RawGateway,
+    #[serde(default)]
+    sa: Vec<RawSa>,
+    #[serde(default)]
+    policy: Vec<RawPolicy>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawGateway {
+    tun: String,
+    #[serde(default = "default_mtu")]
+    mtu: u16,
+    local: String,
+    remote: String,
+    #[serde(default)]
+    routes: Vec<String>,
+    #[serde(default)]
+    udp_encap: bool,
+    #[serde(default)]
+    stats: Option<String>,
+    #[serde(default)]
+    stage_timing: bool,
+    #[serde(default)]
+    workers: Option<u32>,
+}
+
+fn default_mtu() -> u16 {
+    1400
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSa {
+    name: String,
+    direction: String,
+    spi: u32,
+    #[serde(default = "default_esp")]
+    protocol: String,
+    #[serde(default = "default_tunnel")]
+    mode: String,
+    encryption: String,
+    #[serde(default = "default_null")]
+    integrity: String,
+    #[serde(default)]
+    enc_key: String,
+    #[serde(default)]
+    integ_key: String,
+    #[serde(default = "default_window")]
+    replay_window: u32,
+    #[serde(default)]
+    esn: bool,
+    #[serde(default)]
+    legacy: bool,
+    soft_bytes: Option<u64>,
+    hard_bytes: Option<u64>,
+    soft_packets: Option<u64>,
+    hard_packets: Option<u64>,
+}
+
+fn default_esp() -> String {
+    "esp".into()
+}
+fn default_tunnel() -> String {
+    "tunnel".into()
+}
+fn default_null() -> String {
+    "null".into()
+}
+fn default_window() -> u32 {
+    1024
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPolicy {
+    direction: String,
+    #[serde(default)]
+    src: Option<String>,
+    #[serde(default)]
+    dst: Option<String>,
+    #[serde(default)]
+    protocol: Option<u8>,
+    action: String,
+    #[serde(default)]
+    sa: Option<String>,
+}
+
+/// Lifetime limits of an SA (RFC 4301 §4.4.2.1): soft warns, hard stops the SA.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Lifetime {
+    pub soft_bytes: Option<u64>,
+    pub hard_bytes: Option<u64>,
+    pub soft_packets: Option<u64>,
+    pub hard_packets: Option<u64>,
+}
+
+/// One SA as configured. `same_as` says whether a reload may keep the live SA.
+#[derive(Clone, Debug)]
+pub struct SaSpec {
+    pub name: String,
+    pub config: SaConfig,
+    pub lifetime: Lifetime,
+}
+
+impl SaSpec {
+    /// Everything that defines the SA's traffic and keys is unchanged (the name and the
+    /// lifetimes may change without a new SA).
+    pub fn same_as(&self, other: &SaSpec) -> bool {
+        let (a, b) = (&self.config, &other.config);
+        a.spi == b.spi
+            && a.protocol == b.protocol
+            && a.direction == b.direction
+            && a.mode == b.mode
+            && a.suite == b.suite
+            && a.enc_key == b.enc_key
+            && a.integ_key == b.integ_key
+            && a.esn == b.esn
+            && a.replay_window == b.replay_window
+            && a.tunnel == b.tunnel
+            && a.legacy == b.legacy
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PolicyAction {
+    Protect(String),
+    Bypass,
+    Discard,
+}
+
+#[derive(Clone, Debug)]
+pub struct PolicySpec {
+    pub direction: Direction,
+    pub selector: Selector,
+    pub action: PolicyAction,
+}
+
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub file: PathBuf,
+    pub tun: String,
+    pub mtu: u16,
+    pub local: IpAddr,
+    pub remote: IpAddr,
+    pub routes: Vec<Prefix>,
+    pub udp_encap: bool,
+    pub stats: Option<PathBuf>,
+    pub stage_timing: bool,
+    pub sas: Vec<SaSpec>,
+    pub policies: Vec<PolicySpec>,
+    /// Not errors, but worth a line in the log (overlapping policies).
+    pub warnings: Vec<String>,
+}
+
+impl Config {
+    pub fn udp_peer(&self) -> SocketAddr {
+        SocketAddr::new(self.remote, crate::dataplane::NAT_T_PORT)
+    }
+}
+
+struct Ctx<'a> {
+    file: &'a Path,
+}
+
+impl Ctx<'_> {
+    fn err(&self, key: impl Into<String>, message: impl Into<String>) -> ConfigError {
+        ConfigError {
+            file: self.file.to_path_buf(),
+            key: key.into(),
+            message: message.into(),
+        }
+    }
+}
+
+/// Read and check a config file.
+pub fn load(path: &Path) -> Result<Config, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+        file: path.to_path_buf(),
+        key: "(file)".into(),
+        message: e.to_string(),
+    })?;
+    parse(&text, path)
+}
+
+/// Check a config given as text (`path` names it in errors and anchors `@file` keys).
+pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
+    let cx = Ctx { file: path };
+    let raw: RawFile = toml::from_str(text).map_err(|e| {
+        let line = e
+            .span()
+            .map(|s| text[..s.start.min(text.len())].lines().count().max(1));
+        let key = line.map_or("(syntax)".to_string(), |l| format!("line {l}"));
+        cx.err(key, e.message().to_string())
+    })?;
+    let g = &raw.gateway;
+    if g.tun.is_empty() || g.tun.len() > 15 || g.tun.contains('/') {
+        return Err(cx.err(
+            "gateway.tun",
+            "must be an interface name of 1-15 characters",
+        ));
+    }
+    if !(576..=9000).contains(&g.mtu) {
+        return Err(cx.err("gateway.mtu", format!("{} is outside 576..9000", g.mtu)));
+    }
+    let addr = |key: &str, s: &str| -> Result<IpAddr, ConfigError> {
+        s.parse()
+            .map_err(|_| cx.err(key, format!("{s:?} is not an IP address")))
+    };
+    let local = addr("gateway.local", &g.local)?;
+    let remote = addr("gateway.remote", &g.remote)?;
+    if local.is_ipv4() != remote.is_ipv4() {
+        return Err(cx.err(
+            "gateway.remote",
+            "local and remote must both be IPv4 or both IPv6",
+        ));
+    }
+    if local.is_ipv6() {
+        return Err(cx.err(
+            "gateway.local",
+            "IPv6 outer addresses are not supported yet (IPv6 inner traffic is)",
+        ));
+    }
+    let mut routes = Vec::new();
+    for (i, r) in g.routes.iter().enumerate() {
+        routes.push(Prefix::parse(r).map_err(|e| cx.err(format!("gateway.routes[{i}]"), e))?);
+    }
+    if let Some(w) = g.workers {
+        if w == 0 || w > 256 {
+            return Err(cx.err("gateway.workers", format!("{w} is outside 1..256")));
+        }
+    }
+
+    let mut sas: Vec<SaSpec> = Vec::new();
+    let mut seen_spi: HashMap<(u32, &str), usize> = HashMap::new();
+    for (i, s) in raw.sa.iter().enumerate() {
+        let k = |f: &str| format!("sa[{i}].{f}");
+        if s.name.is_empty() {
+            return Err(cx.err(k("name"), "must not be empty"));
+        }
+        if sas.iter().any(|x| x.name == s.name) {
+            return Err(cx.err(k("name"), format!("a second SA named {:?}", s.name)));
+        }
+        let direction = match s.direction.as_str() {
+            "out" => Direction::Out,
+            "in" => Direction::In,
+            d => return Err(cx.err(k("direction"), format!("{d:?}: must be in or out"))),
+        };
+        if s.spi < 256 {
+            return Err(cx.err(
+                k("spi"),
+                format!("{} is reserved (SPIs 0-255, RFC 4303 §2.1)", s.spi),
+            ));
+        }
+        if let Some(j) = seen_spi.insert((s.spi, s.direction.as_str()), i) {
+            return Err(cx.err(
+                k("spi"),
+                format!(
+                    "0x{:x} is already the SPI of sa[{j}] in the same direction",
+                    s.spi
+                ),
+            ));
+        }
+        let protocol = Protocol::from_name(&s.protocol).ok_or_else(|| {
+            cx.err(
+                k("protocol"),
+                format!("{:?}: must be esp or ah", s.protocol),
+            )
+        })?;
+        let mode = Mode::from_name(&s.mode).ok_or_else(|| {
+            cx.err(
+                k("mode"),
+                format!("{:?}: must be tunnel or transport", s.mode),
+            )
+        })?;
+        if mode == Mode::Transport {
+            return Err(cx.err(
+                k("mode"),
+                "transport mode is not supported by the gateway yet (tunnel only)",
+            ));
+        }
+        let suite = Suite::from_names(&s.encryption, &s.integrity).map_err(|e| {
+            let key = if matches!(e, ipsec::crypto::SuiteError::UnknownIntegrity(_)) {
+                k("integrity")
+            } else {
+                k("encryption")
+            };
+            cx.err(key, e.to_string())
+        })?;
+        if protocol == Protocol::Ah && s.encryption != "null" {
+            return Err(cx.err(k("encryption"), "AH does no encryption: set it to null"));
+        }
+        suite
+            .check_legacy(s.legacy)
+            .map_err(|e| cx.err(k("legacy"), format!("{e}; set legacy = true to allow it")))?;
+        let enc_key = key(&cx, path, &k("enc_key"), &s.enc_key)?;
+        let integ_key = key(&cx, path, &k("integ_key"), &s.integ_key)?;
+        let want = suite.encryption.key_len();
+        if enc_key.expose().len() != want {
+            return Err(cx.err(
+                k("enc_key"),
+                format!(
+                    "{} needs {want} key bytes{} ({} hex digits), got {}",
+                    s.encryption,
+                    if suite.encryption.is_aead() {
+                        ", the 4-byte salt included"
+                    } else {
+                        ""
+                    },
+                    want * 2,
+                    enc_key.expose().len()
+                ),
+            ));
+        }
+        let want = suite.integrity.key_len();
+        if integ_key.expose().len() != want {
+            return Err(cx.err(
+                k("integ_key"),
+                format!(
+                    "{} needs {want} key bytes ({} hex digits), got {}",
+                    s.integrity,
+                    want * 2,
+                    integ_key.expose().len()
+                ),
+            ));
+        }
+        if !(32..=65536).contains(&s.replay_window) && s.replay_window != 0 {
+            return Err(cx.err(
+                k("replay_window"),
+                "must be 0 (no anti-replay) or 32..65536",
+            ));
+        }
+        let lifetime = Lifetime {
+            soft_bytes: s.soft_bytes,
+            hard_bytes: s.hard_bytes,
+            soft_packets: s.soft_packets,
+            hard_packets: s.hard_packets,
+        };
+        for (soft, hard, what) in [
+            (lifetime.soft_bytes, lifetime.hard_bytes, "bytes"),
+            (lifetime.soft_packets, lifetime.hard_packets, "packets"),
+        ] {
+            if let (Some(sv), Some(hv)) = (soft, hard) {
+                if sv >= hv {
+                    return Err(cx.err(
+                        k(&format!("soft_{what}")),
+                        format!("must be below hard_{what} ({hv})"),
+                    ));
+                }
+            }
+        }
+        let tunnel = match direction {
+            Direction::Out => TunnelEndpoints {
+                src: local,
+                dst: remote,
+            },
+            Direction::In => TunnelEndpoints {
+                src: remote,
+                dst: local,
+            },
+        };
+        let mut c = SaConfig::new(s.spi, suite, enc_key, integ_key);
+        c.protocol = protocol;
+        c.direction = direction;
+        c.mode = mode;
+        c.esn = s.esn;
+        c.replay_window = (s.replay_window != 0).then_some(s.replay_window);
+        c.tunnel = Some(tunnel);
+        c.legacy = s.legacy;
+        if protocol == Protocol::Ah && g.udp_encap {
+            return Err(cx.err(
+                k("protocol"),
+                "AH cannot cross UDP encapsulation (RFC 3948 carries ESP only)",
+            ));
+        }
+        sas.push(SaSpec {
+            name: s.name.clone(),
+            config: c,
+            lifetime,
+        });
+    }
+
+    let mut policies: Vec<PolicySpec> = Vec::new();
+    let mut warnings = Vec::new();
+    for (i, p) in raw.policy.iter().enumerate() {
+        let k = |f: &str| format!("policy[{i}].{f}");
+        let direction = match p.direction.as_str() {
+            "out" => Direction::Out,
+            "in" => Direction::In,
+            d => return Err(cx.err(k("direction"), format!("{d:?}: must be in or out"))),
+        };
+        let pfx = |f: &str, v: &Option<String>| -> Result<Option<Prefix>, ConfigError> {
+            v.as_deref()
+                .map(Prefix::parse)
+                .transpose()
+                .map_err(|e| cx.err(k(f), e))
+        };
+        let selector = Selector {
+            src: pfx("src", &p.src)?,
+            dst: pfx("dst", &p.dst)?,
+            protocol: p.protocol,
+            ..Selector::default()
+        };
+        let action = match (p.action.as_str(), &p.sa) {
+            ("protect", Some(name)) => {
+                let sa = sas
+                    .iter()
+                    .find(|s| &s.name == name)
+                    .ok_or_else(|| cx.err(k("sa"), format!("no SA named {name:?} in this file")))?;
+                if sa.config.direction != direction {
+                    return Err(cx.err(
+                        k("sa"),
+                        format!(
+                            "SA {name:?} is {}bound, this policy is {}",
+                            if sa.config.direction == Direction::Out {
+                                "out"
+                            } else {
+                                "in"
+                            },
+                            p.direction
+                        ),
+                    ));
+                }
+                PolicyAction::Protect(name.clone())
+            }
+            ("protect", None) => {
+                return Err(cx.err(k("sa"), "a protect policy names the SA to protect with"))
+            }
+            ("bypass", None) => PolicyAction::Bypass,
+            ("discard", None) => PolicyAction::Discard,
+            ("bypass" | "discard", Some(_)) => {
+                return Err(cx.err(k("sa"), format!("a {} policy takes no SA", p.action)))
+            }
+            (a, _) => {
+                return Err(cx.err(
+                    k("action"),
+                    format!("{a:?}: must be protect, bypass or discard"),
+                ))
+            }
+        };
+        for (j, q) in policies.iter().enumerate() {
+            if q.direction == direction && q.selector.overlaps(&selector) {
+                warnings.push(format!(
+                    "{}: policy[{i}] overlaps policy[{j}]: the first one that matches wins \
+                     (RFC 4301 §4.4.1)",
+                    path.display()
+                ));
+            }
+        }
+        policies.push(PolicySpec {
+            direction,
+            selector,
+            action,
+        });
+    }
+    for (i, s) in sas.iter().enumerate() {
+        let used = policies
+            .iter()
+            .any(|p| p.action == PolicyAction::Protect(s.name.clone()));
+        if !used {
+            warnings.push(format!(
+                "{}: sa[{i}] ({}) is used by no policy",
+                path.display(),
+                s.name
+            ));
+        }
+    }
+    Ok(Config {
+        file: path.to_path_buf(),
+        tun: g.tun.clone(),
+        mtu: g.mtu,
+        local,
+        remote,
+        routes,
+        udp_encap: g.udp_encap,
+        stats: g.stats.as_ref().map(PathBuf::from),
+        stage_timing: g.stage_timing,
+        sas,
+        policies,
+        warnings,
+    })
+}
+
+/// A key given as hex, or `@FILE` holding hex (relative to the config's directory).
+fn key(cx: &Ctx<'_>, cfg: &Path, name: &str, v: &str) -> Result<SecretBytes, ConfigError> {
+    if let Some(f) = v.strip_prefix('@') {
+        let p = cfg.parent().unwrap_or(Path::new(".")).join(f);
+        let text = std::fs::read_to_string(&p)
+            .map_err(|e| cx.err(name, format!("cannot read {}: {e}", p.display())))?;
+        return SecretBytes::from_hex(&text)
+            .map_err(|e| cx.err(name, format!("in {}: {e}", p.display())));
+    }
+    SecretBytes::from_hex(v).map_err(|e| cx.err(name, e))
+}

@@ -1,0 +1,491 @@
+//! The data path: the TUN device on the inside, raw IP sockets (and optionally UDP 4500,
+//! RFC 3948) on the outside, the engine between.
+//!
+//! Two workers, one per direction, each owning its own [`Engine`] with that direction's
+//! SAs and policies: the outbound worker (TUN → seal → socket) alone touches outbound
+//! SAs, so sequence numbers stay unique and increasing without a lock; the inbound worker
+//! (socket → open → TUN) alone touches inbound SAs and their replay windows. Each worker
+//! handles packets in the order it reads them, so per-flow order is kept.
+//!
+//! Fails closed: traffic a protect policy matches whose SA is missing or expired is
+//! dropped and counted by the engine (`no_sa`), never sent in clear.
+
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::Receiver;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ipsec::engine::{Inbound, Outbound};
+use ipsec::sa::Direction;
+use ipsec::sad::SaId;
+use ipsec::spd::{Action, SpdRule};
+use ipsec::{DropReason, Engine, PacketBuf, HEADROOM, TAILROOM};
+use socket2::{Domain, Protocol as SockProto, SockAddr, Socket, Type};
+use tun_rs::SyncDevice;
+
+use crate::config::{Config, Lifetime, PolicyAction};
+use crate::stats::{DirStats, Io, SaStats, Shared, StageStat};
+
+/// RFC 3948 §2: ESP in UDP to and from port 4500.
+pub const NAT_T_PORT: u16 = 4500;
+const MAX_PACKET: usize = 65_535;
+const POLL_MS: i32 = 200;
+const PUBLISH_EVERY: Duration = Duration::from_millis(100);
+const IPPROTO_ESP: i32 = 50;
+const IPPROTO_AH: i32 = 51;
+
+fn clock() -> u64 {
+    static START: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    START.get_or_init(Instant::now).elapsed().as_nanos() as u64
+}
+
+/// One direction's engine and what the gateway keeps about each of its SAs.
+pub struct DirEngine {
+    direction: Direction,
+    pub engine: Engine,
+    sas: Vec<SaEntry>,
+}
+
+struct SaEntry {
+    id: SaId,
+    name: String,
+    spec: crate::config::SaSpec,
+    lifetime: Lifetime,
+    soft_logged: bool,
+    expired: bool,
+}
+
+impl DirEngine {
+    /// Build the engine for one direction of `cfg`. SAs of `old` whose definition is
+    /// unchanged move over live (sequence numbers, replay window and counters kept).
+    pub fn build(cfg: &Config, direction: Direction, old: Option<DirEngine>) -> DirEngine {
+        let mut engine = Engine::new();
+        if cfg.stage_timing {
+            engine.set_clock(Some(clock));
+        }
+        let mut old = old;
+        let mut sas = Vec::new();
+        for spec in cfg.sas.iter().filter(|s| s.config.direction == direction) {
+            let kept = old.as_mut().and_then(|o| {
+                let i = o
+                    .sas
+                    .iter()
+                    .position(|e| !e.expired && e.spec.same_as(spec))?;
+                let e = o.sas.remove(i);
+                o.engine.remove_sa(e.id).map(|sa| (sa, e.soft_logged))
+            });
+            let (id, soft_logged) = match kept {
+                Some((sa, soft)) => (engine.insert_sa(sa), soft),
+                None => (engine.add_sa(&spec.config), false),
+            };
+            // The config was validated: SPIs are unique per direction, keys fit.
+            let id = id.expect("validated SA");
+            sas.push(SaEntry {
+                id,
+                name: spec.name.clone(),
+                spec: spec.clone(),
+                lifetime: spec.lifetime,
+                soft_logged,
+                expired: false,
+            });
+        }
+        for p in cfg.policies.iter().filter(|p| p.direction == direction) {
+            let action = match &p.action {
+                PolicyAction::Bypass => Action::Bypass,
+                PolicyAction::Discard => Action::Discard,
+                PolicyAction::Protect(name) => {
+                    let e = sas.iter().find(|e| &e.name == name).expect("validated");
+                    Action::Protect(e.id)
+                }
+            };
+            let rule = SpdRule {
+                selector: p.selector.clone(),
+                action,
+            };
+            match direction {
+                Direction::Out => engine.spd_out.push(rule),
+                Direction::In => engine.spd_in.push(rule),
+            }
+        }
+        DirEngine {
+            direction,
+            engine,
+            sas,
+        }
+    }
+
+    /// After an SA sealed or opened a packet: enforce its lifetimes (RFC 4301 §4.4.2.1).
+    fn after(&mut self, id: SaId) {
+        let Some(e) = self.sas.iter_mut().find(|e| e.id == id && !e.expired) else {
+            return;
+        };
+        let Some(sa) = self.engine.sa(id) else { return };
+        let (bytes, packets) = (sa.counters.bytes, sa.counters.packets);
+        let over = |limit: Option<u64>, v: u64| limit.is_some_and(|l| v >= l);
+        if over(e.lifetime.hard_bytes, bytes) || over(e.lifetime.hard_packets, packets) {
+            eprintln!(
+                "ipsec-gw: SA {} (spi 0x{:x}) reached its hard lifetime after {packets} \
+                 packets, {bytes} bytes: it stops; its traffic is now dropped (no_sa)",
+                e.name, e.spec.config.spi
+            );
+            e.expired = true;
+            self.engine.remove_sa(id);
+        } else if !e.soft_logged
+            && (over(e.lifetime.soft_bytes, bytes) || over(e.lifetime.soft_packets, packets))
+        {
+            eprintln!(
+                "ipsec-gw: SA {} (spi 0x{:x}) reached its soft lifetime after {packets} \
+                 packets, {bytes} bytes",
+                e.name, e.spec.config.spi
+            );
+            e.soft_logged = true;
+        }
+    }
+
+    fn snapshot(&self, io: &Io) -> DirStats {
+        let mut st = DirStats {
+            io: io.clone(),
+            ..DirStats::default()
+        };
+        for (label, n) in self.engine.counters.drops.nonzero() {
+            st.drops.insert(label, n);
+        }
+        for e in &self.sas {
+            let mut s = SaStats {
+                name: e.name.clone(),
+                spi: format!("0x{:08x}", e.spec.config.spi),
+                protocol: e.spec.config.protocol.name(),
+                suite: e.spec.config.suite.name(),
+                state: if e.expired { "expired" } else { "active" },
+                soft_lifetime_reached: e.soft_logged,
+                ..SaStats::default()
+            };
+            if let Some(sa) = self.engine.sa(e.id) {
+                s.packets = sa.counters.packets;
+                s.bytes = sa.counters.bytes;
+                for (label, n) in sa.counters.drops.nonzero() {
+                    s.drops.insert(label, n);
+                }
+                for (label, ns, calls) in sa.stages.nonzero() {
+                    s.stages.insert(label, StageStat { ns, calls });
+                }
+            }
+            st.sas.push(s);
+        }
+        st
+    }
+
+    fn publish(&self, io: &Io, shared: &Shared) {
+        let snap = self.snapshot(io);
+        let slot = match self.direction {
+            Direction::Out => &shared.outbound,
+            Direction::In => &shared.inbound,
+        };
+        *slot.lock().expect("stats lock") = snap;
+    }
+}
+
+/// The outside: where sealed packets go and protected packets come from.
+pub struct Outside {
+    raw_send: Socket,
+    esp_recv: Socket,
+    ah_recv: Socket,
+    udp: Option<UdpSocket>,
+    peer: SocketAddr,
+    local: Ipv4Addr,
+    remote: Ipv4Addr,
+}
+
+impl Outside {
+    pub fn open(cfg: &Config) -> io::Result<Outside> {
+        let (IpAddr::V4(local), IpAddr::V4(remote)) = (cfg.local, cfg.remote) else {
+            return Err(io::Error::other(
+                "IPv6 outer addresses are not supported yet",
+            ));
+        };
+        // IPPROTO_RAW: we write whole IPv4 packets (IP_HDRINCL implied), the engine's
+        // outer header included; the kernel fills the header checksum.
+        let raw_send = Socket::new(
+            Domain::IPV4,
+            Type::RAW,
+            Some(SockProto::from(libc::IPPROTO_RAW)),
+        )?;
+        let esp_recv = Socket::new(Domain::IPV4, Type::RAW, Some(SockProto::from(IPPROTO_ESP)))?;
+        let ah_recv = Socket::new(Domain::IPV4, Type::RAW, Some(SockProto::from(IPPROTO_AH)))?;
+        let udp = if cfg.udp_encap {
+            Some(UdpSocket::bind(SocketAddrV4::new(local, NAT_T_PORT))?)
+        } else {
+            None
+        };
+        Ok(Outside {
+            raw_send,
+            esp_recv,
+            ah_recv,
+            udp,
+            peer: cfg.udp_peer(),
+            local,
+            remote,
+        })
+    }
+
+    /// Send one outer IPv4 packet: raw, or (ESP with UDP encapsulation) its ESP part in a
+    /// UDP datagram to the peer's port 4500 (RFC 3948 §2.1).
+    fn send(&self, pkt: &[u8], io: &mut Io) {
+        let res = match (&self.udp, pkt.get(9)) {
+            (Some(udp), Some(&50)) => {
+                let ihl = usize::from(pkt[0] & 0x0f) * 4;
+                udp.send_to(&pkt[ihl..], self.peer)
+            }
+            _ => {
+                let dst = Ipv4Addr::new(pkt[16], pkt[17], pkt[18], pkt[19]);
+                self.raw_send
+                    .send_to(pkt, &SockAddr::from(SocketAddrV4::new(dst, 0)))
+            }
+        };
+        match res {
+            Ok(_) => {
+                io.tx_packets += 1;
+                io.tx_bytes += pkt.len() as u64;
+            }
+            Err(_) => io.send_errors += 1,
+        }
+    }
+}
+
+/// Wait up to POLL_MS for any of `fds` to be readable; which ones are.
+fn poll_readable(fds: &[RawFd], ready: &mut [bool]) -> io::Result<bool> {
+    let mut pfds: Vec<libc::pollfd> = fds
+        .iter()
+        .map(|&fd| libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        })
+        .collect();
+    // SAFETY: `pfds` is a valid, exclusively borrowed array of `pfds.len()` pollfd.
+    let n = unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, POLL_MS) };
+    if n < 0 {
+        let e = io::Error::last_os_error();
+        return if e.kind() == io::ErrorKind::Interrupted {
+            Ok(false)
+        } else {
+            Err(e)
+        };
+    }
+    for (r, p) in ready.iter_mut().zip(&pfds) {
+        *r = p.revents & libc::POLLIN != 0;
+    }
+    Ok(n > 0)
+}
+
+/// recv(2) on a raw socket into `buf`, without blocking.
+fn recv_raw(fd: RawFd, buf: &mut [u8]) -> io::Result<usize> {
+    // SAFETY: `buf` is valid for writes of `buf.len()` bytes for the call's duration.
+    let n = unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT) };
+    if n < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(n as usize)
+    }
+}
+
+pub struct Worker {
+    pub tun: Arc<SyncDevice>,
+    pub outside: Arc<Outside>,
+    pub shared: Arc<Shared>,
+    pub stop: Arc<AtomicBool>,
+    pub reload: Receiver<Arc<Config>>,
+    pub engine: DirEngine,
+}
+
+/// TUN → SPD → seal → outside.
+pub fn run_outbound(mut w: Worker) {
+    let mut buf = vec![0u8; HEADROOM + MAX_PACKET + TAILROOM];
+    let mut io = Io::default();
+    let mut last = Instant::now();
+    let fd = w.tun.as_raw_fd();
+    let mut ready = [false];
+    while !w.stop.load(Ordering::Relaxed) {
+        if let Ok(cfg) = w.reload.try_recv() {
+            w.engine = DirEngine::build(&cfg, Direction::Out, Some(w.engine));
+        }
+        if last.elapsed() >= PUBLISH_EVERY {
+            w.engine.publish(&io, &w.shared);
+            last = Instant::now();
+        }
+        match poll_readable(&[fd], &mut ready) {
+            Ok(true) => {}
+            Ok(false) => continue,
+            Err(e) => {
+                eprintln!("ipsec-gw: poll on the TUN device failed: {e}");
+                break;
+            }
+        }
+        let n = match w.tun.recv(&mut buf[HEADROOM..HEADROOM + MAX_PACKET]) {
+            Ok(n) => n,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+                ) =>
+            {
+                continue
+            }
+            Err(e) => {
+                eprintln!("ipsec-gw: reading the TUN device failed: {e}");
+                break;
+            }
+        };
+        io.rx_packets += 1;
+        io.rx_bytes += n as u64;
+        let Ok(mut pkt) = PacketBuf::new(&mut buf, HEADROOM, n) else {
+            continue;
+        };
+        match w.engine.engine.outbound(&mut pkt) {
+            Ok(Outbound::Sealed { sa }) => {
+                w.outside.send(pkt.data(), &mut io);
+                w.engine.after(sa);
+            }
+            Ok(Outbound::SealedBundle { .. }) => w.outside.send(pkt.data(), &mut io),
+            Ok(Outbound::Bypass) => {
+                io.bypassed += 1;
+                w.outside.send(pkt.data(), &mut io);
+            }
+            Err(_) => {} // a named drop, counted by the engine
+        }
+    }
+    w.engine.publish(&io, &w.shared);
+}
+
+/// Outside → SAD → open → inner policy → TUN.
+pub fn run_inbound(mut w: Worker) {
+    let mut buf = vec![0u8; HEADROOM + MAX_PACKET + TAILROOM];
+    let mut io = Io::default();
+    let mut last = Instant::now();
+    let mut fds = vec![
+        w.outside.esp_recv.as_raw_fd(),
+        w.outside.ah_recv.as_raw_fd(),
+    ];
+    if let Some(u) = &w.outside.udp {
+        fds.push(u.as_raw_fd());
+    }
+    let mut ready = vec![false; fds.len()];
+    while !w.stop.load(Ordering::Relaxed) {
+        if let Ok(cfg) = w.reload.try_recv() {
+            w.engine = DirEngine::build(&cfg, Direction::In, Some(w.engine));
+        }
+        if last.elapsed() >= PUBLISH_EVERY {
+            w.engine.publish(&io, &w.shared);
+            last = Instant::now();
+        }
+        match poll_readable(&fds, &mut ready) {
+            Ok(true) => {}
+            Ok(false) => continue,
+            Err(e) => {
+                eprintln!("ipsec-gw: poll on the outer sockets failed: {e}");
+                break;
+            }
+        }
+        for (i, &fd) in fds.iter().enumerate() {
+            if !ready[i] {
+                continue;
+            }
+            // Drain what is queued on this socket, a bounded batch at a time.
+            for _ in 0..64 {
+                let udp = i == 2;
+                // UDP gives the ESP part only: room is left to put an IPv4 header before it.
+                let at = HEADROOM;
+                let n = match recv_raw(fd, &mut buf[at..at + MAX_PACKET]) {
+                    Ok(n) => n,
+                    Err(_) => break, // EAGAIN: drained
+                };
+                io.rx_packets += 1;
+                io.rx_bytes += n as u64;
+                let (head, len) = if udp {
+                    // RFC 3948 §2.2: a zero "SPI" is IKE's non-ESP marker; one 0xFF byte
+                    // is a NAT keepalive. Neither is ours to open.
+                    if n < 8 || buf[at..at + 4] == [0, 0, 0, 0] {
+                        io.not_esp += 1;
+                        continue;
+                    }
+                    let h = HEADROOM - 20;
+                    write_ipv4_header(&mut buf[h..h + 20], n, w.outside.remote, w.outside.local);
+                    (h, n + 20)
+                } else {
+                    (at, n)
+                };
+                let Ok(mut pkt) = PacketBuf::new(&mut buf, head, len) else {
+                    continue;
+                };
+                match w.engine.engine.inbound(&mut pkt) {
+                    Ok(Inbound::Opened { sa, .. }) => {
+                        match w.tun.send(pkt.data()) {
+                            Ok(_) => {
+                                io.tx_packets += 1;
+                                io.tx_bytes += pkt.len() as u64;
+                            }
+                            Err(_) => io.send_errors += 1,
+                        }
+                        w.engine.after(sa);
+                    }
+                    Ok(Inbound::Bypass) => io.bypassed += 1, // not expected on these sockets
+                    Err(DropReason::Truncated) | Err(_) => {} // counted by the engine
+                }
+            }
+        }
+    }
+    w.engine.publish(&io, &w.shared);
+}
+
+/// An IPv4 header (RFC 791) for an ESP payload that arrived in UDP, so the engine sees
+/// the packet as if it had come raw: protocol 50, the peer as source.
+fn write_ipv4_header(h: &mut [u8], payload: usize, src: Ipv4Addr, dst: Ipv4Addr) {
+    let total = (payload + 20) as u16;
+    h[0] = 0x45;
+    h[1] = 0;
+    h[2..4].copy_from_slice(&total.to_be_bytes());
+    h[4..8].copy_from_slice(&[0, 0, 0x40, 0]); // id 0, DF
+    h[8] = 64;
+    h[9] = 50;
+    h[10..12].copy_from_slice(&[0, 0]);
+    h[12..16].copy_from_slice(&src.octets());
+    h[16..20].copy_from_slice(&dst.octets());
+    let mut sum: u32 = 0;
+    for w in h[..20].chunks_exact(2) {
+        sum += u32::from(u16::from_be_bytes([w[0], w[1]]));
+    }
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    h[10..12].copy_from_slice(&(!(sum as u16)).to_be_bytes());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_synthesised_header_checksums_to_zero() {
+        // RFC 1071: the one's-complement sum over a header with its checksum is 0xffff.
+        let mut h = [0u8; 20];
+        write_ipv4_header(
+            &mut h,
+            100,
+            Ipv4Addr::new(192, 0, 2, 2),
+            Ipv4Addr::new(192, 0, 2, 1),
+        );
+        let mut sum: u32 = h
+            .chunks_exact(2)
+            .map(|w| u32::from(u16::from_be_bytes([w[0], w[1]])))
+            .sum();
+        while sum > 0xffff {
+            sum = (sum & 0xffff) + (sum >> 16);
+        }
+        assert_eq!(sum, 0xffff);
+        assert_eq!(u16::from_be_bytes([h[2], h[3]]), 120);
+        assert_eq!(h[9], 50);
+    }
+}

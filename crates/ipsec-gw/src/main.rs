@@ -1,0 +1,277 @@
+//! `ipsec-gw`: the ipsec-lab gateway. The engine (`crates/ipsec`) between a TUN device
+//! (the inside: routes to the remote subnets point into it) and raw IP sockets for ESP
+//! and AH (the outside), optionally ESP in UDP on port 4500 (RFC 3948). Foreground; logs
+//! to stderr; SIGHUP reloads the config, SIGTERM/SIGINT stop it (the TUN device goes).
+
+mod config;
+mod dataplane;
+mod stats;
+
+use std::path::PathBuf;
+use std::process::{Command, ExitCode};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::sync::Arc;
+
+use clap::{Parser, Subcommand};
+use ipsec::sa::Direction;
+use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+use signal_hook::iterator::Signals;
+
+#[derive(Parser)]
+#[command(
+    name = "ipsec-gw",
+    version,
+    about = "The ipsec-lab gateway: ESP/AH tunnels in user space, between a TUN device and raw IP sockets",
+    long_about = "Runs in the foreground; logs to stderr; needs CAP_NET_ADMIN and CAP_NET_RAW \
+                  (root). SIGHUP reloads the config (unchanged SAs keep their sequence numbers \
+                  and replay windows; a config that fails its checks is refused and the \
+                  running one stays); SIGTERM or SIGINT stop it and remove the TUN device."
+)]
+struct Cli {
+    /// The gateway's config file (TOML; see the README for the format).
+    #[arg(long, short)]
+    config: Option<PathBuf>,
+    /// Check the config and exit: 0 if it is usable (warnings on stderr), 2 if not.
+    #[arg(long)]
+    check: bool,
+    #[command(subcommand)]
+    command: Option<Cmd>,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Print a running gateway's counters (from its stats socket).
+    Stats {
+        /// The stats socket (`gateway.stats` in its config).
+        #[arg(long)]
+        socket: PathBuf,
+        /// Print JSON (for scripts).
+        #[arg(long, conflicts_with = "prometheus")]
+        json: bool,
+        /// Print Prometheus text.
+        #[arg(long)]
+        prometheus: bool,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    if let Some(Cmd::Stats {
+        socket,
+        json,
+        prometheus,
+    }) = cli.command
+    {
+        return print_stats(&socket, json, prometheus);
+    }
+    let Some(path) = cli.config else {
+        eprintln!("ipsec-gw: --config FILE is needed (see --help)");
+        return ExitCode::from(2);
+    };
+    let cfg = match config::load(&path) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("ipsec-gw: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    for w in &cfg.warnings {
+        eprintln!("ipsec-gw: warning: {w}");
+    }
+    if cli.check {
+        eprintln!(
+            "ipsec-gw: {}: usable ({} SAs, {} policies)",
+            path.display(),
+            cfg.sas.len(),
+            cfg.policies.len()
+        );
+        return ExitCode::SUCCESS;
+    }
+    match run(cfg) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("ipsec-gw: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn print_stats(socket: &std::path::Path, json: bool, prometheus: bool) -> ExitCode {
+    let format = if prometheus { "prometheus" } else { "json" };
+    let text = match stats::fetch(socket, format) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("ipsec-gw stats: cannot read {}: {e}", socket.display());
+            return ExitCode::from(1);
+        }
+    };
+    if json || prometheus {
+        print!("{text}");
+        return ExitCode::SUCCESS;
+    }
+    let v: serde_json::Value = match serde_json::from_str(&text) {
+        Ok(v) => v,
+        Err(e) => {
+            eprintln!("ipsec-gw stats: not the gateway's JSON: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    println!(
+        "up {:.0} s, {} reloads ({} refused)",
+        v["uptime_s"].as_f64().unwrap_or(0.0),
+        v["reloads"],
+        v["reloads_refused"]
+    );
+    for dir in ["outbound", "inbound"] {
+        let d = &v[dir];
+        println!(
+            "{dir}: {} packets in, {} out, {} send errors, drops {}",
+            d["io"]["rx_packets"], d["io"]["tx_packets"], d["io"]["send_errors"], d["drops"]
+        );
+        for sa in d["sas"].as_array().into_iter().flatten() {
+            println!(
+                "  SA {} spi {} {} {}: {} packets, {} bytes, {}, drops {}",
+                sa["name"].as_str().unwrap_or("?"),
+                sa["spi"].as_str().unwrap_or("?"),
+                sa["protocol"].as_str().unwrap_or("?"),
+                sa["suite"].as_str().unwrap_or("?"),
+                sa["packets"],
+                sa["bytes"],
+                sa["state"].as_str().unwrap_or("?"),
+                sa["drops"]
+            );
+        }
+    }
+    ExitCode::SUCCESS
+}
+
+/// `ip ...` for the TUN device's link and routes (iproute2: what a user would type).
+fn ip(args: &[&str]) -> Result<(), String> {
+    let out = Command::new("ip")
+        .args(args)
+        .output()
+        .map_err(|e| format!("cannot run ip: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "ip {} failed: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    Ok(())
+}
+
+fn run(cfg: config::Config) -> Result<(), String> {
+    let tun = tun_rs::DeviceBuilder::new()
+        .name(&cfg.tun)
+        .mtu(cfg.mtu)
+        .build_sync()
+        .map_err(|e| format!("cannot create TUN device {}: {e}", cfg.tun))?;
+    let tun = Arc::new(tun);
+    ip(&["link", "set", "dev", &cfg.tun, "up"])?;
+    for r in &cfg.routes {
+        let dst = format!("{}/{}", r.addr, r.len);
+        ip(&["route", "replace", &dst, "dev", &cfg.tun])?;
+    }
+    let outside = Arc::new(
+        dataplane::Outside::open(&cfg)
+            .map_err(|e| format!("cannot open the outer sockets: {e}"))?,
+    );
+    let shared = Arc::new(stats::Shared::new());
+    if let Some(p) = &cfg.stats {
+        stats::serve(p, shared.clone())
+            .map_err(|e| format!("cannot serve stats on {}: {e}", p.display()))?;
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let (out_tx, out_rx) = mpsc::channel();
+    let (in_tx, in_rx) = mpsc::channel();
+    let worker = |dir: Direction, rx| dataplane::Worker {
+        tun: tun.clone(),
+        outside: outside.clone(),
+        shared: shared.clone(),
+        stop: stop.clone(),
+        reload: rx,
+        engine: dataplane::DirEngine::build(&cfg, dir, None),
+    };
+    let wo = worker(Direction::Out, out_rx);
+    let wi = worker(Direction::In, in_rx);
+    let t_out = std::thread::Builder::new()
+        .name("outbound".into())
+        .spawn(move || dataplane::run_outbound(wo))
+        .map_err(|e| e.to_string())?;
+    let t_in = std::thread::Builder::new()
+        .name("inbound".into())
+        .spawn(move || dataplane::run_inbound(wi))
+        .map_err(|e| e.to_string())?;
+    eprintln!(
+        "ipsec-gw: up: TUN {} (MTU {}), {} -> {}{}, {} SAs, {} policies",
+        cfg.tun,
+        cfg.mtu,
+        cfg.local,
+        cfg.remote,
+        if cfg.udp_encap {
+            " (ESP in UDP 4500)"
+        } else {
+            ""
+        },
+        cfg.sas.len(),
+        cfg.policies.len()
+    );
+    let mut signals =
+        Signals::new([SIGHUP, SIGTERM, SIGINT]).map_err(|e| format!("signals: {e}"))?;
+    let mut current = cfg;
+    for sig in signals.forever() {
+        if sig != SIGHUP {
+            eprintln!("ipsec-gw: stopping");
+            break;
+        }
+        match config::load(&current.file) {
+            Ok(new)
+                if new.tun != current.tun
+                    || new.local != current.local
+                    || new.remote != current.remote
+                    || new.udp_encap != current.udp_encap =>
+            {
+                shared.reloads_refused.fetch_add(1, Ordering::Relaxed);
+                eprintln!(
+                    "ipsec-gw: reload refused: the TUN device, outer addresses and UDP \
+                     encapsulation change only with a restart; the running config stays"
+                );
+            }
+            Ok(new) => {
+                for w in &new.warnings {
+                    eprintln!("ipsec-gw: warning: {w}");
+                }
+                for r in &new.routes {
+                    let dst = format!("{}/{}", r.addr, r.len);
+                    if let Err(e) = ip(&["route", "replace", &dst, "dev", &new.tun]) {
+                        eprintln!("ipsec-gw: {e}");
+                    }
+                }
+                let new = Arc::new(new);
+                let _ = out_tx.send(new.clone());
+                let _ = in_tx.send(new.clone());
+                shared.reloads.fetch_add(1, Ordering::Relaxed);
+                eprintln!(
+                    "ipsec-gw: reloaded {} ({} SAs, {} policies)",
+                    new.file.display(),
+                    new.sas.len(),
+                    new.policies.len()
+                );
+                current = (*new).clone();
+            }
+            Err(e) => {
+                shared.reloads_refused.fetch_add(1, Ordering::Relaxed);
+                eprintln!("ipsec-gw: reload refused, the running config stays: {e}");
+            }
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    let _ = t_out.join();
+    let _ = t_in.join();
+    if let Some(p) = &current.stats {
+        let _ = std::fs::remove_file(p);
+    }
+    Ok(())
+}

@@ -1,0 +1,207 @@
+//! Counters the workers publish and the stats endpoint serves: per SA packets, bytes,
+//! drops by reason and (when on) nanoseconds per stage; per direction the I/O counters.
+//! Served on a Unix socket as JSON or Prometheus text; keys never appear here.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::Path;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct StageStat {
+    pub ns: u64,
+    pub calls: u64,
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct SaStats {
+    pub name: String,
+    pub spi: String,
+    pub protocol: &'static str,
+    pub suite: String,
+    pub packets: u64,
+    pub bytes: u64,
+    pub drops: BTreeMap<&'static str, u64>,
+    pub stages: BTreeMap<&'static str, StageStat>,
+    /// "active", or "expired" once its hard lifetime is reached (it then protects nothing).
+    pub state: &'static str,
+    pub soft_lifetime_reached: bool,
+}
+
+/// What crossed one direction's sockets (outside the engine's own counters).
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Io {
+    pub rx_packets: u64,
+    pub rx_bytes: u64,
+    pub tx_packets: u64,
+    pub tx_bytes: u64,
+    pub send_errors: u64,
+    /// Packets sent or delivered in clear because a bypass policy said so.
+    pub bypassed: u64,
+    /// UDP-encapsulation datagrams that were not ESP (IKE's non-ESP marker, keepalives).
+    pub not_esp: u64,
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct DirStats {
+    pub sas: Vec<SaStats>,
+    /// Drops before an SA was known (no SA, unknown SPI, malformed, policy).
+    pub drops: BTreeMap<&'static str, u64>,
+    pub io: Io,
+}
+
+/// Shared between the workers (writers) and the stats endpoint (reader).
+pub struct Shared {
+    pub outbound: Mutex<DirStats>,
+    pub inbound: Mutex<DirStats>,
+    pub started: Instant,
+    pub reloads: std::sync::atomic::AtomicU64,
+    pub reloads_refused: std::sync::atomic::AtomicU64,
+}
+
+impl Shared {
+    pub fn new() -> Self {
+        Shared {
+            outbound: Mutex::new(DirStats::default()),
+            inbound: Mutex::new(DirStats::default()),
+            started: Instant::now(),
+            reloads: Default::default(),
+            reloads_refused: Default::default(),
+        }
+    }
+
+    pub fn json(&self) -> String {
+        use std::sync::atomic::Ordering::Relaxed;
+        #[derive(Serialize)]
+        struct All {
+            uptime_s: f64,
+            reloads: u64,
+            reloads_refused: u64,
+            outbound: DirStats,
+            inbound: DirStats,
+        }
+        let all = All {
+            uptime_s: self.started.elapsed().as_secs_f64(),
+            reloads: self.reloads.load(Relaxed),
+            reloads_refused: self.reloads_refused.load(Relaxed),
+            outbound: self.outbound.lock().expect("stats lock").clone(),
+            inbound: self.inbound.lock().expect("stats lock").clone(),
+        };
+        serde_json::to_string_pretty(&all).expect("stats serialise")
+    }
+
+    /// Prometheus text exposition format (version 0.0.4).
+    pub fn prometheus(&self) -> String {
+        let mut s = String::new();
+        let mut family = |name: &str, help: &str, kind: &str| {
+            let _ = writeln!(s, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        };
+        family(
+            "ipsec_gw_sa_packets_total",
+            "Packets sealed or opened by the SA.",
+            "counter",
+        );
+        family(
+            "ipsec_gw_sa_bytes_total",
+            "Protected payload bytes of the SA.",
+            "counter",
+        );
+        family(
+            "ipsec_gw_sa_drops_total",
+            "Packets the SA refused, by reason.",
+            "counter",
+        );
+        family(
+            "ipsec_gw_sa_stage_ns_total",
+            "Nanoseconds spent per stage.",
+            "counter",
+        );
+        family(
+            "ipsec_gw_drops_total",
+            "Packets refused before an SA was known.",
+            "counter",
+        );
+        family(
+            "ipsec_gw_io_packets_total",
+            "Packets read or written on a side.",
+            "counter",
+        );
+        for (dir, st) in [
+            ("out", self.outbound.lock().expect("stats lock").clone()),
+            ("in", self.inbound.lock().expect("stats lock").clone()),
+        ] {
+            for sa in &st.sas {
+                let l = format!("sa=\"{}\",spi=\"{}\",direction=\"{dir}\"", sa.name, sa.spi);
+                let _ = writeln!(s, "ipsec_gw_sa_packets_total{{{l}}} {}", sa.packets);
+                let _ = writeln!(s, "ipsec_gw_sa_bytes_total{{{l}}} {}", sa.bytes);
+                for (r, n) in &sa.drops {
+                    let _ = writeln!(s, "ipsec_gw_sa_drops_total{{{l},reason=\"{r}\"}} {n}");
+                }
+                for (stage, v) in &sa.stages {
+                    let _ = writeln!(
+                        s,
+                        "ipsec_gw_sa_stage_ns_total{{{l},stage=\"{stage}\"}} {}",
+                        v.ns
+                    );
+                }
+            }
+            for (r, n) in &st.drops {
+                let _ = writeln!(
+                    s,
+                    "ipsec_gw_drops_total{{direction=\"{dir}\",reason=\"{r}\"}} {n}"
+                );
+            }
+            let _ = writeln!(
+                s,
+                "ipsec_gw_io_packets_total{{direction=\"{dir}\",io=\"rx\"}} {}\n\
+                 ipsec_gw_io_packets_total{{direction=\"{dir}\",io=\"tx\"}} {}",
+                st.io.rx_packets, st.io.tx_packets
+            );
+        }
+        s
+    }
+}
+
+/// Serve `shared` on a Unix socket: a client writes one line, `json` (the default) or
+/// `prometheus`, and reads the answer until the socket closes.
+pub fn serve(path: &Path, shared: std::sync::Arc<Shared>) -> std::io::Result<()> {
+    let _ = std::fs::remove_file(path);
+    let listener = UnixListener::bind(path)?;
+    std::thread::Builder::new()
+        .name("stats".into())
+        .spawn(move || {
+            for stream in listener.incoming().flatten() {
+                let _ = answer(stream, &shared);
+            }
+        })?;
+    Ok(())
+}
+
+fn answer(stream: UnixStream, shared: &Shared) -> std::io::Result<()> {
+    stream.set_read_timeout(Some(Duration::from_secs(2)))?;
+    let mut line = String::new();
+    BufReader::new(&stream).read_line(&mut line)?;
+    let body = if line.trim() == "prometheus" {
+        shared.prometheus()
+    } else {
+        shared.json()
+    };
+    (&stream).write_all(body.as_bytes())
+}
+
+/// The client side (`ipsec-gw stats`).
+pub fn fetch(path: &Path, format: &str) -> std::io::Result<String> {
+    use std::io::Read;
+    let mut s = UnixStream::connect(path)?;
+    s.set_read_timeout(Some(Duration::from_secs(5)))?;
+    s.write_all(format.as_bytes())?;
+    s.write_all(b"\n")?;
+    let mut out = String::new();
+    s.read_to_string(&mut out)?;
+    Ok(out)
+}
