@@ -10,13 +10,13 @@ PY        := $(VENV)/bin/python
 STAMP     := $(VENV)/.installed
 NATIVE    := $(VENV)/.native
 APT_PKGS  := build-essential pkg-config python3 python3-venv python3-dev git ca-certificates \
-             iproute2 util-linux procps iperf3 curl nginx-light \
+             iproute2 util-linux procps iperf3 curl nginx-light tcpdump \
              strongswan-charon strongswan-swanctl libcharon-extra-plugins
 FUZZ_SECONDS ?= 60
 IPCOMP_FUZZ_SECONDS ?= 20
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 
-.PHONY: run test deps apt rust venv native lint cargo-test pytest fuzz bench-json clean
+.PHONY: run test deps apt rust venv native gateway lint cargo-test pytest fuzz bench-json clean
 
 run: native
 	$(VENV)/bin/ipsec-lab bench
@@ -53,6 +53,10 @@ $(STAMP): pyproject.toml Makefile | apt
 native: rust venv
 	VIRTUAL_ENV=$(CURDIR)/$(VENV) $(VENV)/bin/maturin develop --release -q
 
+# The gateway daemon, target/release/ipsec-gw (the lab's `ours` backend runs it).
+gateway: rust
+	cargo build --release -q -p ipsec-gw
+
 lint: rust venv
 	cargo fmt --all -- --check
 	cargo clippy --workspace --all-targets -q -- -D warnings
@@ -63,7 +67,7 @@ lint: rust venv
 cargo-test: rust
 	cargo test --workspace --release -q
 
-pytest: native
+pytest: native gateway
 	$(VENV)/bin/pytest -q
 
 # Bounded coverage-guided fuzzing of the inbound path (libFuzzer via cargo-fuzz on the

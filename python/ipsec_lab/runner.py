@@ -24,7 +24,13 @@ from ipsec_lab.meters.soaker import Soaker
 from ipsec_lab.scenario import Link, Scenario, Workload
 from ipsec_lab.store import RunKey, Store
 from ipsec_lab.testbed import Flow, topology
-from ipsec_lab.testbed.build import LabError, Testbed, require_root, require_tools
+from ipsec_lab.testbed.build import (
+    LabError,
+    Testbed,
+    netem_available,
+    require_root,
+    require_tools,
+)
 from ipsec_lab.traffic import Row, apps, iperf, rfc2544
 
 
@@ -119,6 +125,16 @@ class Campaign:
     def _link(self, link: Link, group: list[Planned]) -> None:
         sc = self.sc
         # Skips are decided before building anything (cheap, and no testbed for nothing).
+        if link.needs_netem:
+            ok, why = netem_available()
+            if not ok:
+                reason = (
+                    f"link {link.name} needs netem (delay/jitter/loss/reorder/duplication) "
+                    f"and this kernel has none: {why}"
+                )
+                for p in group:
+                    self._store(p, "skipped", time.time(), reason=reason)
+                return
         runnable: list[Planned] = []
         checked: dict[tuple[str, str], str | None] = {}
         for p in group:

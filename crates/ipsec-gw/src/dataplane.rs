@@ -56,6 +56,8 @@ struct SaEntry {
     lifetime: Lifetime,
     soft_logged: bool,
     expired: bool,
+    /// The SA after its hard lifetime: out of the engine, kept for its final counters.
+    retired: Option<ipsec::Sa>,
 }
 
 impl DirEngine {
@@ -90,6 +92,7 @@ impl DirEngine {
                 lifetime: spec.lifetime,
                 soft_logged,
                 expired: false,
+                retired: None,
             });
         }
         for p in cfg.policies.iter().filter(|p| p.direction == direction) {
@@ -132,7 +135,7 @@ impl DirEngine {
                 e.name, e.spec.config.spi
             );
             e.expired = true;
-            self.engine.remove_sa(id);
+            e.retired = self.engine.remove_sa(id);
         } else if !e.soft_logged
             && (over(e.lifetime.soft_bytes, bytes) || over(e.lifetime.soft_packets, packets))
         {
@@ -163,7 +166,12 @@ impl DirEngine {
                 soft_lifetime_reached: e.soft_logged,
                 ..SaStats::default()
             };
-            if let Some(sa) = self.engine.sa(e.id) {
+            let live = if e.expired {
+                None
+            } else {
+                self.engine.sa(e.id)
+            };
+            if let Some(sa) = live.or(e.retired.as_ref()) {
                 s.packets = sa.counters.packets;
                 s.bytes = sa.counters.bytes;
                 for (label, n) in sa.counters.drops.nonzero() {
@@ -216,10 +224,15 @@ impl Outside {
         let esp_recv = Socket::new(Domain::IPV4, Type::RAW, Some(SockProto::from(IPPROTO_ESP)))?;
         let ah_recv = Socket::new(Domain::IPV4, Type::RAW, Some(SockProto::from(IPPROTO_AH)))?;
         let udp = if cfg.udp_encap {
-            Some(UdpSocket::bind(SocketAddrV4::new(local, NAT_T_PORT))?)
+            let u = UdpSocket::bind(SocketAddrV4::new(local, NAT_T_PORT))?;
+            big_buffers(u.as_raw_fd());
+            Some(u)
         } else {
             None
         };
+        for s in [&raw_send, &esp_recv, &ah_recv] {
+            big_buffers(s.as_raw_fd());
+        }
         Ok(Outside {
             raw_send,
             esp_recv,
@@ -251,6 +264,31 @@ impl Outside {
                 io.tx_bytes += pkt.len() as u64;
             }
             Err(_) => io.send_errors += 1,
+        }
+    }
+}
+
+/// Socket buffers of SOCKET_BUFFER bytes (beyond net.core.[rw]mem_max: we run as root):
+/// a burst must wait in the socket, not be dropped before the worker reads it.
+const SOCKET_BUFFER: libc::c_int = 4 << 20;
+
+fn big_buffers(fd: RawFd) {
+    for opt in [libc::SO_RCVBUFFORCE, libc::SO_SNDBUFFORCE] {
+        // SAFETY: a valid fd and a pointer to a c_int of the size passed.
+        let rc = unsafe {
+            libc::setsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                opt,
+                (&SOCKET_BUFFER as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        if rc != 0 {
+            eprintln!(
+                "ipsec-gw: warning: cannot enlarge a socket buffer: {}",
+                io::Error::last_os_error()
+            );
         }
     }
 }

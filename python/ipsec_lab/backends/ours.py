@@ -9,6 +9,7 @@ import secrets
 import shutil
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -123,9 +124,18 @@ def stats(socket: Path, timeout: float = 5) -> dict[str, Any]:
 class Ours:
     name = "ours"
 
-    def __init__(self, udp_encap: bool = False, stage_timing: bool = False) -> None:
+    def __init__(
+        self,
+        udp_encap: bool = False,
+        stage_timing: bool = False,
+        edit: Callable[[str, str], str] | None = None,
+    ) -> None:
+        """`edit(node, toml)` may change each generated config before it is used (tests
+        use it for mismatched keys, lifetimes, extra policies)."""
         self.udp_encap = udp_encap
         self.stage_timing = stage_timing
+        self.edit = edit
+        self.configs: dict[str, Path] = {}
         self._procs: dict[str, subprocess.Popen[bytes]] = {}
         self.sockets: dict[str, Path] = {}
 
@@ -150,9 +160,11 @@ class Ours:
                 d.mkdir(parents=True, exist_ok=True)
                 sock = tb.sockets / f"gw-{node}.sock"
                 conf = d / f"{node}.toml"
-                conf.write_text(
-                    gateway_config(node, t, fields, keys, sock, self.udp_encap, self.stage_timing)
+                text = gateway_config(
+                    node, t, fields, keys, sock, self.udp_encap, self.stage_timing
                 )
+                conf.write_text(self.edit(node, text) if self.edit else text)
+                self.configs[node] = conf
                 conf.chmod(0o600)  # it holds keys
                 self.sockets[node] = sock
                 self._procs[node] = tb.spawn(
@@ -180,6 +192,9 @@ class Ours:
 
     def pids(self) -> list[int]:
         return [p.pid for p in self._procs.values() if p.poll() is None]
+
+    def process(self, node: str) -> subprocess.Popen[bytes]:
+        return self._procs[node]
 
     def version(self) -> str:
         binary = gateway_binary()

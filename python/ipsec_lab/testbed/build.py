@@ -115,6 +115,8 @@ class Testbed:
         tb.run("client", ["iperf3", "-c", ...])
     """
 
+    __test__ = False  # not a pytest test class, whatever its name
+
     def __init__(
         self,
         topo: Topology,
@@ -356,6 +358,34 @@ def kill_namespace(ns: str) -> None:
         except (ProcessLookupError, ValueError):
             pass
     subprocess.run(["ip", "netns", "del", ns], capture_output=True, check=False)
+
+
+_NETEM: tuple[bool, str] | None = None
+
+
+def netem_available() -> tuple[bool, str]:
+    """Whether this kernel has netem (sch_netem), probed once on a veth pair in a scratch
+    namespace; with the kernel's answer when it has not."""
+    global _NETEM
+    if _NETEM is None:
+        ns = f"{NS_PREFIX}{secrets.token_hex(3)}-netemprobe"
+        try:
+            subprocess.run(["ip", "netns", "add", ns], check=True, capture_output=True)
+            subprocess.run(
+                ["ip", "-n", ns, "link", "add", "p0", "type", "veth", "peer", "name", "p1"],
+                check=True, capture_output=True,
+            )  # fmt: skip
+            p = subprocess.run(
+                ["ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", "p0", "root", "netem",
+                 "delay", "1ms"],
+                capture_output=True, text=True, check=False,
+            )  # fmt: skip
+            _NETEM = (p.returncode == 0, p.stderr.strip())
+        except (OSError, subprocess.CalledProcessError) as e:
+            _NETEM = (False, str(e))
+        finally:
+            kill_namespace(ns)
+    return _NETEM
 
 
 def leftovers() -> tuple[list[str], list[Path]]:

@@ -1,0 +1,394 @@
+"""The gateway daemon `ipsec-gw` with real traffic: client - gwA - gwB - server in
+namespaces (the lab's testbed), iperf3 through the tunnel, tcpdump on the gateways' link,
+scapy replaying what it saw. Needs root (CI runs as root); each test removes its
+namespaces and processes, also on failure."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ipsec_lab.backends.ours import Ours, gateway_binary, stats
+from ipsec_lab.scenario import Link, Workload
+from ipsec_lab.testbed import topology
+from ipsec_lab.testbed.build import Testbed, leftovers
+from ipsec_lab.traffic import iperf
+
+pytestmark = pytest.mark.root
+
+MARKER = b"IPSEC-LAB-PLANTED-MARKER-0123456789-"
+
+
+@pytest.fixture(autouse=True)
+def root_and_tidy() -> Iterator[None]:
+    if os.geteuid() != 0:
+        pytest.fail("the gateway tests need root (as CI runs them)")
+    if gateway_binary() is None:
+        pytest.fail("ipsec-gw is not built (make gateway)")
+    before = set(leftovers()[0])
+    yield
+    assert set(leftovers()[0]) <= before, "a namespace was left behind"
+
+
+@contextmanager
+def tunnel(
+    tmp_path: Path,
+    configuration: str = "esp:aes128gcm16",
+    link: Link | None = None,
+    udp_encap: bool = False,
+    edit: Callable[[str, str], str] | None = None,
+) -> Iterator[tuple[Testbed, Ours]]:
+    with Testbed(topology("line"), tmp_path / "run") as tb:
+        if link:
+            tb.shape(link)
+        gw = Ours(udp_encap=udp_encap, edit=edit)
+        gw.start(tb, configuration)
+        try:
+            yield tb, gw
+        finally:
+            gw.stop(tb)
+
+
+def _flow(tb: Testbed) -> Any:
+    return tb.topo.flows[0]
+
+
+def _plain(label: str, fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    return fn()
+
+
+def tcp(tb: Testbed, seconds: float = 2) -> dict[str, Any]:
+    (row,) = iperf.tcp(tb, _flow(tb), Workload("tcp", seconds=seconds), _plain, 0)
+    return row
+
+
+def udp(tb: Testbed, size: int = 1000, rate: float = 50, seconds: float = 2) -> dict[str, Any]:
+    w = Workload("udp", size=size, rate_mbit=rate, seconds=seconds)
+    (row,) = iperf.udp(tb, _flow(tb), w, _plain, 0)
+    return row
+
+
+def blast(tb: Testbed, n: int, size: int = 200) -> None:
+    """Send `n` UDP datagrams client -> server (no handshake needed, unlike iperf3's)."""
+    script = (
+        "import socket, sys; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); "
+        "[s.sendto(b'x' * int(sys.argv[2]), ('10.2.0.2', 9)) for _ in range(int(sys.argv[1]))]"
+    )
+    tb.run("client", [sys.executable, "-c", script, str(n), str(size)], timeout=30)
+
+
+def sa(st: dict[str, Any], direction: str, name: str) -> dict[str, Any]:
+    (x,) = [s for s in st[direction]["sas"] if s["name"] == name]
+    return x
+
+
+def settle(gw: Ours, node: str) -> dict[str, Any]:
+    time.sleep(0.3)  # the workers publish their counters every 100 ms
+    return stats(gw.sockets[node])
+
+
+@contextmanager
+def capture(tb: Testbed, node: str, iface: str, name: str) -> Iterator[Path]:
+    pcap = tb.rundir / f"{name}.pcap"
+    argv = ["tcpdump", "-i", iface, "-U", "--immediate-mode", "-B", "32768", "-n", "-w", str(pcap)]
+    argv.append("ip")
+    p = tb.spawn(node, argv, name)
+    log = tb.rundir / f"{name}.log"
+    deadline = time.monotonic() + 10
+    while b"listening on" not in (log.read_bytes() if log.exists() else b""):
+        assert time.monotonic() < deadline and p.poll() is None, log.read_text()
+        time.sleep(0.05)
+    try:
+        yield pcap
+    finally:
+        time.sleep(0.2)
+        tb.stop(p)
+
+
+@pytest.mark.parametrize(
+    "configuration",
+    ["esp:aes128gcm16", "esp:aes256-sha256", "esp:chacha20poly1305", "esp:null-sha1", "ah:sha1"],
+)
+def test_tcp_and_udp_through_the_tunnel(tmp_path: Path, configuration: str) -> None:
+    with tunnel(tmp_path, configuration) as (tb, gw):
+        t = tcp(tb)
+        u = udp(tb)
+        a, b = settle(gw, "gwA"), settle(gw, "gwB")
+    assert t["mbps"] > 10, t
+    assert u["loss_pct"] < 2.0 and u["mbps"] > 40, u
+    # every packet went through the SAs, and none was refused
+    assert sa(a, "outbound", "out")["packets"] > 1000
+    assert sa(b, "inbound", "in")["packets"] > 1000
+    for st in (a, b):
+        for d in ("outbound", "inbound"):
+            for s in st[d]["sas"]:
+                assert s["drops"] == {}, (d, s)
+
+
+def test_the_wire_carries_only_esp_and_never_the_payload(tmp_path: Path) -> None:
+    with tunnel(tmp_path) as (tb, _gw):
+        data = tb.rundir / "planted.bin"
+        data.write_bytes(MARKER * (2 * 1024 * 1024 // len(MARKER)))
+        flow = _flow(tb)
+        srv = iperf.Servers(tb, flow.sink, [iperf.PORT])
+        try:
+            with capture(tb, "gwA", "wan", "wan") as pcap:
+                tb.run(
+                    flow.source,
+                    ["iperf3", "-c", flow.sink_addr, "-p", str(iperf.PORT), "-F", str(data),
+                     "-n", str(data.stat().st_size)],
+                    timeout=60,
+                )  # fmt: skip
+        finally:
+            srv.close()
+    from scapy.all import IP, rdpcap
+
+    pkts = [p for p in rdpcap(str(pcap)) if IP in p]
+    assert len(pkts) > 1000
+    assert {p[IP].proto for p in pkts} == {50}  # ESP, nothing else between the gateways
+    raw = b"".join(bytes(p) for p in pkts)
+    assert MARKER[:16] not in raw and b"PLANTED" not in raw
+    assert data.read_bytes().count(MARKER) > 1000  # it was there to be seen
+
+
+def test_udp_encapsulation_carries_esp_in_udp_4500(tmp_path: Path) -> None:
+    with tunnel(tmp_path, udp_encap=True) as (tb, gw):
+        with capture(tb, "gwA", "wan", "wan") as pcap:
+            t = tcp(tb)
+        a = settle(gw, "gwA")
+    assert t["mbps"] > 10
+    from scapy.all import IP, UDP, rdpcap
+
+    pkts = [p for p in rdpcap(str(pcap)) if IP in p]
+    assert pkts and all(UDP in p and p[UDP].sport == p[UDP].dport == 4500 for p in pkts)
+    assert sa(a, "outbound", "out")["packets"] > 100
+    assert a["inbound"]["io"]["not_esp"] == 0
+
+
+def test_mismatched_keys_are_icv_failures_and_nothing_passes(tmp_path: Path) -> None:
+    def other_key(node: str, text: str) -> str:
+        if node != "gwB":
+            return text
+        # gwB's inbound SA gets a different key than gwA's outbound one
+        return re.sub(r'(name = "in".*?enc_key = ")([0-9a-f]{2})',
+                      lambda m: m.group(1) + ("00" if m.group(2) != "00" else "11"),
+                      text, count=1, flags=re.S)  # fmt: skip
+
+    with tunnel(tmp_path, edit=other_key) as (tb, gw):
+        blast(tb, 500)
+        a, b = settle(gw, "gwA"), settle(gw, "gwB")
+    assert sa(a, "outbound", "out")["packets"] >= 500
+    got = sa(b, "inbound", "in")
+    assert got["packets"] == 0  # not one delivered
+    received = b["inbound"]["io"]["rx_packets"]
+    assert received > 0.9 * 500
+    assert got["drops"].get("icv_failure", 0) == received
+
+
+def test_replayed_packets_are_counted_replay_drops(tmp_path: Path) -> None:
+    with tunnel(tmp_path) as (tb, gw):
+        with capture(tb, "gwA", "wan", "wan") as pcap:
+            udp(tb, rate=5, seconds=1)
+        b0 = settle(gw, "gwB")
+        before, before_io = sa(b0, "inbound", "in"), b0["inbound"]["io"]
+        script = (
+            "import sys; from scapy.all import rdpcap, sendp; "
+            "from scapy.layers.inet import IP; "
+            "ps = [p for p in rdpcap(sys.argv[1]) if IP in p and p[IP].proto == 50]; "
+            "sendp(ps, iface='wan', verbose=False); print(len(ps))"
+        )
+        sent = int(tb.run("gwA", [sys.executable, "-c", script, str(pcap)], timeout=60))
+        b1 = settle(gw, "gwB")
+        after, after_io = sa(b1, "inbound", "in"), b1["inbound"]["io"]
+    assert sent > 100
+    replays = after["drops"].get("replay", 0) + after["drops"].get("replay_too_old", 0)
+    received = after_io["rx_packets"] - before_io["rx_packets"]
+    assert received > 0.9 * sent  # (a few may be lost on the way; none is let in)
+    assert replays == received
+    assert after["packets"] == before["packets"]  # not one replayed packet delivered
+
+
+def test_reordering_within_the_window_drops_nothing_and_loss_does_not_stall(
+    tmp_path: Path,
+) -> None:
+    """ESP sealed here with gwA's outbound key (read from its config), sent to gwB from
+    gwA's namespace out of order and with gaps: this kernel has no netem to reorder or
+    drop on the link, and a crafted sequence is exact about what arrives when."""
+    import random
+
+    from scapy.all import IP, UDP, Raw
+
+    from ipsec_lab import _native
+
+    with tunnel(tmp_path) as (tb, gw):
+        conf = gw.configs["gwA"].read_text()
+        key = re.search(r'name = "out".*?enc_key = "([0-9a-f]+)"', conf, re.S)
+        assert key
+        sa_out = _native.SecurityAssociation(
+            0x1001, "aes128gcm16", enc_key=bytes.fromhex(key.group(1)),
+            tunnel_src="192.0.2.1", tunnel_dst="192.0.2.2",
+        )  # fmt: skip
+
+        def sealed(seqs: list[int]) -> list[bytes]:
+            inner = bytes(IP(src="10.1.0.2", dst="10.2.0.2") / UDP(dport=9) / Raw(b"r" * 100))
+            return [sa_out.seal(inner, seq=q) for q in seqs]
+
+        def send(pkts: list[bytes]) -> None:
+            f = tb.rundir / "esp.bin"
+            f.write_bytes(b"".join(len(p).to_bytes(2, "big") + p for p in pkts))
+            script = (
+                "import socket, sys, time; d = open(sys.argv[1], 'rb').read(); "
+                "s = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_RAW); i = 0\n"
+                "while i < len(d):\n n = int.from_bytes(d[i:i+2], 'big')\n"
+                " s.sendto(d[i+2:i+2+n], ('192.0.2.2', 0)); i += 2 + n; time.sleep(0.0005)"
+            )
+            tb.run("gwA", [sys.executable, "-c", script, str(f)], timeout=60)
+
+        rng = random.Random(7)
+        # 1..256, shuffled within blocks of 64: reordered by up to 63 places (window 1024)
+        seqs = list(range(1, 257))
+        for i in range(0, 256, 64):
+            block = seqs[i : i + 64]
+            rng.shuffle(block)
+            seqs[i : i + 64] = block
+        send(sealed(seqs))
+        first = sa(settle(gw, "gwB"), "inbound", "in")
+        # then 257..512 with every fourth lost, then 513..520: no stall after the gaps
+        send(sealed([q for q in range(257, 513) if q % 4]))
+        send(sealed(list(range(513, 521))))
+        second = sa(settle(gw, "gwB"), "inbound", "in")
+        send(sealed([301]))  # one already seen: a replay
+        third = sa(settle(gw, "gwB"), "inbound", "in")
+    assert first["packets"] == 256 and first["drops"] == {}
+    assert second["packets"] == 256 + 192 + 8 and second["drops"] == {}
+    assert third["packets"] == second["packets"] and third["drops"] == {"replay": 1}
+
+
+def test_an_expired_sa_sends_nothing_in_clear(tmp_path: Path) -> None:
+    def hard_limit(node: str, text: str) -> str:
+        # gwA's outbound SA stops after 200 packets (its hard lifetime)
+        if node != "gwA":
+            return text
+        return text.replace('name = "out"', 'name = "out"\nhard_packets = 200', 1)
+
+    with tunnel(tmp_path, edit=hard_limit) as (tb, gw):
+        with capture(tb, "gwA", "wan", "wan") as pcap:
+            blast(tb, 500)
+        a = settle(gw, "gwA")
+    out = sa(a, "outbound", "out")
+    assert out["state"] == "expired" and out["packets"] == 200
+    # the other 300 were refused by policy: no SA to protect them, so nothing went out
+    assert a["outbound"]["drops"]["no_sa"] == 300
+    from scapy.all import IP, rdpcap
+
+    pkts = [p for p in rdpcap(str(pcap)) if IP in p and p[IP].src == "192.0.2.1"]
+    assert {p[IP].proto for p in pkts} == {50} and len(pkts) == 200
+
+
+def test_sighup_reload_keeps_the_sas_and_a_bad_config_is_refused(tmp_path: Path) -> None:
+    with tunnel(tmp_path) as (tb, gw):
+        tcp(tb, seconds=1)
+        before = sa(settle(gw, "gwA"), "outbound", "out")
+        p = gw.process("gwA")
+        os.kill(p.pid, signal.SIGHUP)
+        time.sleep(0.5)
+        tcp(tb, seconds=1)
+        mid = settle(gw, "gwA")
+        assert mid["reloads"] == 1 and mid["reloads_refused"] == 0
+        after = sa(mid, "outbound", "out")
+        assert after["packets"] > before["packets"] > 0  # the same SA went on counting
+        conf = gw.configs["gwA"]
+        good = conf.read_text()
+        conf.write_text(good.replace('encryption = "aes128gcm16"', 'encryption = "aes999"', 1))
+        os.kill(p.pid, signal.SIGHUP)
+        time.sleep(0.5)
+        t = tcp(tb, seconds=1)  # the running config still carries traffic
+        end = settle(gw, "gwA")
+        assert end["reloads"] == 1 and end["reloads_refused"] == 1
+        assert t["mbps"] > 10
+        log = (tb.rundir / "ipsec-gw-gwA.log").read_text()
+        assert "reload refused" in log and "aes999" in log
+    assert "stopping" in (tmp_path / "run" / "ipsec-gw-gwA.log").read_text()
+
+
+def test_ipv6_inner_traffic_over_ipv4_outer(tmp_path: Path) -> None:
+    def with_v6(node: str, text: str) -> str:
+        mine, theirs = ("fd00:1::/64", "fd00:2::/64")
+        if node == "gwB":
+            mine, theirs = theirs, mine
+        text = text.replace("routes = [", f'routes = ["{theirs}", ', 1)
+        return text + (
+            f'\n[[policy]]\ndirection = "out"\nsrc = "{mine}"\ndst = "{theirs}"\n'
+            f'action = "protect"\nsa = "out"\n'
+            f'\n[[policy]]\ndirection = "in"\nsrc = "{theirs}"\ndst = "{mine}"\n'
+            f'action = "protect"\nsa = "in"\n'
+        )
+
+    with Testbed(topology("line"), tmp_path / "run") as tb:
+        for node, dev, addr in (
+            ("client", "eth0", "fd00:1::2/64"), ("gwA", "lan", "fd00:1::1/64"),
+            ("gwB", "lan", "fd00:2::1/64"), ("server", "eth0", "fd00:2::2/64"),
+        ):  # fmt: skip
+            tb.run(node, ["ip", "-6", "addr", "add", addr, "dev", dev, "nodad"])
+        tb.run("client", ["ip", "-6", "route", "add", "default", "via", "fd00:1::1"])
+        tb.run("server", ["ip", "-6", "route", "add", "default", "via", "fd00:2::1"])
+        for gw_node in ("gwA", "gwB"):
+            tb.run(gw_node, ["sysctl", "-qw", "net.ipv6.conf.all.forwarding=1"])
+        gw = Ours(edit=with_v6)
+        gw.start(tb, "esp:aes128gcm16")
+        try:
+            srv = iperf.Servers(tb, "server", [iperf.PORT])
+            try:
+                out = tb.run(
+                    "client",
+                    ["iperf3", "-c", "fd00:2::2", "-p", str(iperf.PORT), "-t", "2", "-J"],
+                    timeout=40,
+                )
+            finally:
+                srv.close()
+            a = settle(gw, "gwA")
+        finally:
+            gw.stop(tb)
+    import json
+
+    assert json.loads(out)["end"]["sum_received"]["bits_per_second"] > 10e6
+    assert sa(a, "outbound", "out")["packets"] > 1000
+
+
+def test_check_and_stats_commands(tmp_path: Path) -> None:
+    binary = str(gateway_binary())
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[gateway]\ntun = "ipsec0"\nlocal = "192.0.2.1"\nremote = "x"\n')
+    p = subprocess.run([binary, "--config", str(bad), "--check"], capture_output=True, text=True)
+    assert p.returncode == 2
+    assert f"{bad}: gateway.remote: " in p.stderr and "not an IP address" in p.stderr
+    p = subprocess.run(
+        [binary, "stats", "--socket", str(tmp_path / "none.sock")], capture_output=True, text=True
+    )
+    assert p.returncode == 1 and "cannot read" in p.stderr
+    with tunnel(tmp_path) as (tb, gw):
+        tcp(tb, seconds=1)
+        time.sleep(0.3)
+        sock = str(gw.sockets["gwA"])
+        human = subprocess.run([binary, "stats", "--socket", sock], capture_output=True, text=True)
+        prom = subprocess.run(
+            [binary, "stats", "--socket", sock, "--prometheus"], capture_output=True, text=True
+        )
+        conf = gw.configs["gwA"].read_text()
+    assert "SA out spi 0x00001001 esp aes128gcm16" in human.stdout
+    assert re.search(r'ipsec_gw_sa_packets_total\{sa="out",spi="0x00001001",direction="out"\} \d+',
+                     prom.stdout)  # fmt: skip
+    key = re.search(r'enc_key = "([0-9a-f]+)"', conf)
+    assert key and key.group(1) not in human.stdout + prom.stdout
+    log = (tmp_path / "run" / "ipsec-gw-gwA.log").read_text()
+    assert key.group(1) not in log
