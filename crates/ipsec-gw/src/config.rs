@@ -54,8 +54,18 @@ struct RawGateway {
     stats: Option<String>,
     #[serde(default)]
     stage_timing: bool,
-    #[serde(default)]
-    workers: Option<u32>,
+    #[serde(default = "default_table")]
+    table: u32,
+    #[serde(default = "default_fwmark")]
+    fwmark: u32,
+}
+
+fn default_table() -> u32 {
+    220
+}
+/// "LAB" in ASCII: the mark on the gateway's own outer packets.
+fn default_fwmark() -> u32 {
+    0x004c_4142
 }
 
 fn default_mtu() -> u16 {
@@ -180,6 +190,10 @@ pub struct Config {
     pub udp_encap: bool,
     pub stats: Option<PathBuf>,
     pub stage_timing: bool,
+    /// Routing table for `routes`, consulted by all traffic but the gateway's own
+    /// (marked `fwmark`): so a route may cover the peer's own address (host-to-host).
+    pub table: u32,
+    pub fwmark: u32,
     pub sas: Vec<SaSpec>,
     pub policies: Vec<PolicySpec>,
     /// Not errors, but worth a line in the log (overlapping policies).
@@ -258,10 +272,14 @@ pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
     for (i, r) in g.routes.iter().enumerate() {
         routes.push(Prefix::parse(r).map_err(|e| cx.err(format!("gateway.routes[{i}]"), e))?);
     }
-    if let Some(w) = g.workers {
-        if w == 0 || w > 256 {
-            return Err(cx.err("gateway.workers", format!("{w} is outside 1..256")));
-        }
+    if g.table == 0 || g.table >= 253 && g.table <= 255 {
+        return Err(cx.err(
+            "gateway.table",
+            format!("{} is a reserved routing table (0, 253-255)", g.table),
+        ));
+    }
+    if g.fwmark == 0 {
+        return Err(cx.err("gateway.fwmark", "must not be 0 (unmarked)"));
     }
 
     let mut sas: Vec<SaSpec> = Vec::new();
@@ -306,12 +324,6 @@ pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
                 format!("{:?}: must be tunnel or transport", s.mode),
             )
         })?;
-        if mode == Mode::Transport {
-            return Err(cx.err(
-                k("mode"),
-                "transport mode is not supported by the gateway yet (tunnel only)",
-            ));
-        }
         let suite = Suite::from_names(&s.encryption, &s.integrity).map_err(|e| {
             let key = if matches!(e, ipsec::crypto::SuiteError::UnknownIntegrity(_)) {
                 k("integrity")
@@ -398,7 +410,8 @@ pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
         c.mode = mode;
         c.esn = s.esn;
         c.replay_window = (s.replay_window != 0).then_some(s.replay_window);
-        c.tunnel = Some(tunnel);
+        // Transport mode keeps the packet's own addresses (RFC 4303 §3.1.1): host-to-host.
+        c.tunnel = (mode == Mode::Tunnel).then_some(tunnel);
         c.legacy = s.legacy;
         if protocol == Protocol::Ah && g.udp_encap {
             return Err(cx.err(
@@ -508,6 +521,8 @@ pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
         udp_encap: g.udp_encap,
         stats: g.stats.as_ref().map(PathBuf::from),
         stage_timing: g.stage_timing,
+        table: g.table,
+        fwmark: g.fwmark,
         sas,
         policies,
         warnings,

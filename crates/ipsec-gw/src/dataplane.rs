@@ -33,6 +33,8 @@ use crate::stats::{DirStats, Io, SaStats, Shared, StageStat};
 pub const NAT_T_PORT: u16 = 4500;
 const MAX_PACKET: usize = 65_535;
 const POLL_MS: i32 = 200;
+/// Packets handled per wakeup before the worker looks at its stop flag and reloads.
+const BATCH: usize = 64;
 const PUBLISH_EVERY: Duration = Duration::from_millis(100);
 const IPPROTO_ESP: i32 = 50;
 const IPPROTO_AH: i32 = 51;
@@ -233,6 +235,17 @@ impl Outside {
         for s in [&raw_send, &esp_recv, &ah_recv] {
             big_buffers(s.as_raw_fd());
         }
+        // Our own outer packets carry the mark and so skip the table that routes into
+        // the TUN device (which may hold the peer's address: host-to-host).
+        raw_send.set_mark(cfg.fwmark)?;
+        if let Some(u) = &udp {
+            socket2::SockRef::from(u).set_mark(cfg.fwmark)?;
+        }
+        // Only what is addressed to this gateway's outer address (several gateways may
+        // share a host, each with its own address).
+        let here = SockAddr::from(SocketAddrV4::new(local, 0));
+        esp_recv.bind(&here)?;
+        ah_recv.bind(&here)?;
         Ok(Outside {
             raw_send,
             esp_recv,
@@ -293,16 +306,21 @@ fn big_buffers(fd: RawFd) {
     }
 }
 
-/// Wait up to POLL_MS for any of `fds` to be readable; which ones are.
-fn poll_readable(fds: &[RawFd], ready: &mut [bool]) -> io::Result<bool> {
-    let mut pfds: Vec<libc::pollfd> = fds
-        .iter()
+fn pollfds(fds: &[RawFd]) -> Vec<libc::pollfd> {
+    fds.iter()
         .map(|&fd| libc::pollfd {
             fd,
             events: libc::POLLIN,
             revents: 0,
         })
-        .collect();
+        .collect()
+}
+
+/// Wait up to POLL_MS for any of `pfds` to be readable; `ready[i]` says which.
+fn poll_readable(pfds: &mut [libc::pollfd], ready: &mut [bool]) -> io::Result<bool> {
+    for p in pfds.iter_mut() {
+        p.revents = 0;
+    }
     // SAFETY: `pfds` is a valid, exclusively borrowed array of `pfds.len()` pollfd.
     let n = unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, POLL_MS) };
     if n < 0 {
@@ -313,7 +331,7 @@ fn poll_readable(fds: &[RawFd], ready: &mut [bool]) -> io::Result<bool> {
             Err(e)
         };
     }
-    for (r, p) in ready.iter_mut().zip(&pfds) {
+    for (r, p) in ready.iter_mut().zip(pfds.iter()) {
         *r = p.revents & libc::POLLIN != 0;
     }
     Ok(n > 0)
@@ -339,14 +357,19 @@ pub struct Worker {
     pub engine: DirEngine,
 }
 
-/// TUN → SPD → seal → outside.
+/// TUN → SPD → seal → outside. The TUN device is non-blocking: the worker drains up
+/// to BATCH packets per wakeup and polls only when it is empty.
 pub fn run_outbound(mut w: Worker) {
     let mut buf = vec![0u8; HEADROOM + MAX_PACKET + TAILROOM];
     let mut io = Io::default();
     let mut last = Instant::now();
-    let fd = w.tun.as_raw_fd();
+    let mut pfds = pollfds(&[w.tun.as_raw_fd()]);
     let mut ready = [false];
-    while !w.stop.load(Ordering::Relaxed) {
+    if let Err(e) = w.tun.set_nonblocking(true) {
+        eprintln!("ipsec-gw: cannot make the TUN device non-blocking: {e}");
+        return;
+    }
+    'run: while !w.stop.load(Ordering::Relaxed) {
         if let Ok(cfg) = w.reload.try_recv() {
             w.engine = DirEngine::build(&cfg, Direction::Out, Some(w.engine));
         }
@@ -354,7 +377,7 @@ pub fn run_outbound(mut w: Worker) {
             w.engine.publish(&io, &w.shared);
             last = Instant::now();
         }
-        match poll_readable(&[fd], &mut ready) {
+        match poll_readable(&mut pfds, &mut ready) {
             Ok(true) => {}
             Ok(false) => continue,
             Err(e) => {
@@ -362,37 +385,33 @@ pub fn run_outbound(mut w: Worker) {
                 break;
             }
         }
-        let n = match w.tun.recv(&mut buf[HEADROOM..HEADROOM + MAX_PACKET]) {
-            Ok(n) => n,
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
-                ) =>
-            {
-                continue
+        for _ in 0..BATCH {
+            let n = match w.tun.recv(&mut buf[HEADROOM..HEADROOM + MAX_PACKET]) {
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    eprintln!("ipsec-gw: reading the TUN device failed: {e}");
+                    break 'run;
+                }
+            };
+            io.rx_packets += 1;
+            io.rx_bytes += n as u64;
+            let Ok(mut pkt) = PacketBuf::new(&mut buf, HEADROOM, n) else {
+                continue;
+            };
+            match w.engine.engine.outbound(&mut pkt) {
+                Ok(Outbound::Sealed { sa }) => {
+                    w.outside.send(pkt.data(), &mut io);
+                    w.engine.after(sa);
+                }
+                Ok(Outbound::SealedBundle { .. }) => w.outside.send(pkt.data(), &mut io),
+                Ok(Outbound::Bypass) => {
+                    io.bypassed += 1;
+                    w.outside.send(pkt.data(), &mut io);
+                }
+                Err(_) => {} // a named drop, counted by the engine
             }
-            Err(e) => {
-                eprintln!("ipsec-gw: reading the TUN device failed: {e}");
-                break;
-            }
-        };
-        io.rx_packets += 1;
-        io.rx_bytes += n as u64;
-        let Ok(mut pkt) = PacketBuf::new(&mut buf, HEADROOM, n) else {
-            continue;
-        };
-        match w.engine.engine.outbound(&mut pkt) {
-            Ok(Outbound::Sealed { sa }) => {
-                w.outside.send(pkt.data(), &mut io);
-                w.engine.after(sa);
-            }
-            Ok(Outbound::SealedBundle { .. }) => w.outside.send(pkt.data(), &mut io),
-            Ok(Outbound::Bypass) => {
-                io.bypassed += 1;
-                w.outside.send(pkt.data(), &mut io);
-            }
-            Err(_) => {} // a named drop, counted by the engine
         }
     }
     w.engine.publish(&io, &w.shared);
@@ -411,6 +430,7 @@ pub fn run_inbound(mut w: Worker) {
         fds.push(u.as_raw_fd());
     }
     let mut ready = vec![false; fds.len()];
+    let mut pfds = pollfds(&fds);
     while !w.stop.load(Ordering::Relaxed) {
         if let Ok(cfg) = w.reload.try_recv() {
             w.engine = DirEngine::build(&cfg, Direction::In, Some(w.engine));
@@ -419,7 +439,7 @@ pub fn run_inbound(mut w: Worker) {
             w.engine.publish(&io, &w.shared);
             last = Instant::now();
         }
-        match poll_readable(&fds, &mut ready) {
+        match poll_readable(&mut pfds, &mut ready) {
             Ok(true) => {}
             Ok(false) => continue,
             Err(e) => {
@@ -432,7 +452,7 @@ pub fn run_inbound(mut w: Worker) {
                 continue;
             }
             // Drain what is queued on this socket, a bounded batch at a time.
-            for _ in 0..64 {
+            for _ in 0..BATCH {
                 let udp = i == 2;
                 // UDP gives the ESP part only: room is left to put an IPv4 header before it.
                 let at = HEADROOM;

@@ -170,10 +170,11 @@ fn run(cfg: config::Config) -> Result<(), String> {
         .map_err(|e| format!("cannot create TUN device {}: {e}", cfg.tun))?;
     let tun = Arc::new(tun);
     ip(&["link", "set", "dev", &cfg.tun, "up"])?;
-    for r in &cfg.routes {
-        let dst = format!("{}/{}", r.addr, r.len);
-        ip(&["route", "replace", &dst, "dev", &cfg.tun])?;
-    }
+    // Loose reverse-path filtering on the TUN device: a host-to-host peer's packets come
+    // out of it with a source whose route is the outer interface.
+    let rp = format!("net.ipv4.conf.{}.rp_filter=2", cfg.tun);
+    let _ = Command::new("sysctl").args(["-qw", &rp]).status();
+    let routing = Routing::install(&cfg)?;
     let outside = Arc::new(
         dataplane::Outside::open(&cfg)
             .map_err(|e| format!("cannot open the outer sockets: {e}"))?,
@@ -235,19 +236,17 @@ fn run(cfg: config::Config) -> Result<(), String> {
             {
                 shared.reloads_refused.fetch_add(1, Ordering::Relaxed);
                 eprintln!(
-                    "ipsec-gw: reload refused: the TUN device, outer addresses and UDP \
-                     encapsulation change only with a restart; the running config stays"
+                    "ipsec-gw: reload refused: the TUN device, outer addresses, UDP \
+                     encapsulation, table and fwmark change only with a restart; the \
+                     running config stays"
                 );
             }
             Ok(new) => {
                 for w in &new.warnings {
                     eprintln!("ipsec-gw: warning: {w}");
                 }
-                for r in &new.routes {
-                    let dst = format!("{}/{}", r.addr, r.len);
-                    if let Err(e) = ip(&["route", "replace", &dst, "dev", &new.tun]) {
-                        eprintln!("ipsec-gw: {e}");
-                    }
+                if let Err(e) = Routing::routes(&new) {
+                    eprintln!("ipsec-gw: {e}");
                 }
                 let new = Arc::new(new);
                 let _ = out_tx.send(new.clone());
@@ -273,5 +272,56 @@ fn run(cfg: config::Config) -> Result<(), String> {
     if let Some(p) = &current.stats {
         let _ = std::fs::remove_file(p);
     }
+    drop(routing);
     Ok(())
+}
+
+/// The routes into the TUN device live in their own table, looked up by every packet
+/// but the gateway's own (policy routing, as strongSwan's table 220): a route may then
+/// cover the peer's outer address, as a host-to-host tunnel needs. Removed on drop.
+struct Routing {
+    rule: Vec<String>,
+}
+
+impl Routing {
+    fn install(cfg: &config::Config) -> Result<Routing, String> {
+        Routing::routes(cfg)?;
+        let rule: Vec<String> = [
+            "not",
+            "fwmark",
+            &format!("0x{:x}", cfg.fwmark),
+            "lookup",
+            &cfg.table.to_string(),
+            "priority",
+            &cfg.table.to_string(),
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        for family in ["-4", "-6"] {
+            let mut args = vec![family, "rule", "add"];
+            args.extend(rule.iter().map(String::as_str));
+            ip(&args)?;
+        }
+        Ok(Routing { rule })
+    }
+
+    fn routes(cfg: &config::Config) -> Result<(), String> {
+        let table = cfg.table.to_string();
+        for r in &cfg.routes {
+            let dst = format!("{}/{}", r.addr, r.len);
+            ip(&["route", "replace", &dst, "dev", &cfg.tun, "table", &table])?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Routing {
+    fn drop(&mut self) {
+        for family in ["-4", "-6"] {
+            let mut args = vec![family, "rule", "del"];
+            args.extend(self.rule.iter().map(String::as_str));
+            let _ = ip(&args);
+        }
+    }
 }

@@ -25,7 +25,9 @@ ENC_KEY = {
     "3des": 24, "des": 8,
 }  # fmt: skip
 INTEG_KEY = {"null": 0, "md5": 16, "sha1": 20, "sha256": 32, "sha384": 48, "sha512": 64}
-TUN_MTU = 1400
+# The lab's outer links have an MTU of 1600, room for a whole 1500-byte inner packet plus
+# ESP's overhead: the gateways' TUN takes 1500-byte packets and nothing is fragmented.
+TUN_MTU = 1500
 
 
 def gateway_binary() -> Path | None:
@@ -67,6 +69,10 @@ def gateway_config(
     stats: Path,
     udp_encap: bool = False,
     stage_timing: bool = False,
+    tun: str = "ipsec0",
+    table: int = 220,
+    mtu: int = TUN_MTU,
+    mode: str = "tunnel",
 ) -> str:
     """One gateway's TOML. `keys[direction]` = (enc, integ) hex of the left->right ("lr")
     and right->left ("rl") SAs; SPIs 0x1001 (left to right) and 0x2002 (back)."""
@@ -82,13 +88,15 @@ def gateway_config(
         enc, integ = keys[d]
         return (
             f'[[sa]]\nname = "{name}"\ndirection = "{direction}"\nspi = {spi[d]}\n'
-            f'protocol = "{fields["protocol"]}"\nencryption = "{fields["encryption"]}"\n'
+            f'protocol = "{fields["protocol"]}"\nmode = "{mode}"\n'
+            f'encryption = "{fields["encryption"]}"\n'
             f'integrity = "{fields["integrity"]}"\nenc_key = "{enc}"\ninteg_key = "{integ}"\n'
             f"legacy = {str(fields['legacy']).lower()}\n"
         )
 
     return (
-        f'[gateway]\ntun = "ipsec0"\nmtu = {TUN_MTU}\nlocal = "{me}"\nremote = "{peer}"\n'
+        f'[gateway]\ntun = "{tun}"\nmtu = {mtu}\ntable = {table}\n'
+        f'local = "{me}"\nremote = "{peer}"\n'
         f'routes = ["{theirs}"]\nstats = "{stats}"\nudp_encap = {str(udp_encap).lower()}\n'
         f"stage_timing = {str(stage_timing).lower()}\n\n"
         + sa("out", "out", out_d)
@@ -129,9 +137,12 @@ class Ours:
         udp_encap: bool = False,
         stage_timing: bool = False,
         edit: Callable[[str, str], str] | None = None,
+        mode: str = "transport",
     ) -> None:
-        """`edit(node, toml)` may change each generated config before it is used (tests
-        use it for mismatched keys, lifetimes, extra policies)."""
+        """`edit(key, toml)` may change each generated config before it is used (tests
+        use it for mismatched keys, lifetimes, extra policies). `mode`: of host-to-host
+        tunnels (gateways always use tunnel mode)."""
+        self.mode = mode
         self.udp_encap = udp_encap
         self.stage_timing = stage_timing
         self.edit = edit
@@ -145,42 +156,49 @@ class Ours:
         sa_fields(configuration)
 
     def start(self, tb: Testbed, configuration: str) -> None:
+        """One ipsec-gw per tunnel end: a node in several tunnels (the clients topology's
+        server) runs one per tunnel, each with its own TUN device, routing table and outer
+        address. Processes, configs and sockets are keyed by node, or `node-tN` then."""
         self.check(configuration)
-        if any(t.left_ts.endswith("/32") for t in tb.topo.tunnels):
-            raise Unsupported(
-                "ipsec-gw does not do host-to-host yet (the gateway topology `line` only)"
-            )
         fields = sa_fields(configuration)
         binary = gateway_binary()
         assert binary is not None
-        keys = fresh_keys(fields)
-        for t in tb.topo.tunnels:
+        d = tb.rundir / "ipsec-gw"
+        d.mkdir(parents=True, exist_ok=True)
+        ends = [(n, t) for t in tb.topo.tunnels for n in (t.left, t.right)]
+        for i, t in enumerate(tb.topo.tunnels):
+            keys = fresh_keys(fields)
+            host_to_host = t.left_ts.endswith("/32")
             for node in (t.left, t.right):
-                d = tb.rundir / "ipsec-gw"
-                d.mkdir(parents=True, exist_ok=True)
-                sock = tb.sockets / f"gw-{node}.sock"
-                conf = d / f"{node}.toml"
+                mine = [x for n, x in ends if n == node]
+                k = mine.index(t)
+                key = node if len(mine) == 1 else f"{node}-t{i}"
+                sock = tb.sockets / f"gw-{key}.sock"
+                conf = d / f"{key}.toml"
                 text = gateway_config(
-                    node, t, fields, keys, sock, self.udp_encap, self.stage_timing
-                )
-                conf.write_text(self.edit(node, text) if self.edit else text)
-                self.configs[node] = conf
+                    node, t, fields, keys, sock, self.udp_encap, self.stage_timing,
+                    tun=f"ipsec{k}", table=220 + k,
+                    # host-to-host: the link is both sides, 1500 bytes; leave room for ESP
+                    mtu=1400 if host_to_host else TUN_MTU,
+                    mode=self.mode if host_to_host else "tunnel",
+                )  # fmt: skip
+                conf.write_text(self.edit(key, text) if self.edit else text)
                 conf.chmod(0o600)  # it holds keys
-                self.sockets[node] = sock
-                self._procs[node] = tb.spawn(
+                self.configs[key] = conf
+                self.sockets[key] = sock
+                self._procs[key] = tb.spawn(
                     node,
                     [str(binary), "--config", str(conf)],
-                    f"ipsec-gw-{node}",
+                    f"ipsec-gw-{key}",
                     limited=node in tb.topo.limited_nodes,
                 )
         deadline = time.monotonic() + 10
-        for node, sock in self.sockets.items():
+        for key, sock in self.sockets.items():
             while not sock.exists():
-                p = self._procs[node]
+                p = self._procs[key]
                 if p.poll() is not None or time.monotonic() > deadline:
                     raise LabError(
-                        f"ipsec-gw on {node} did not start:\n"
-                        f"{tail(tb.rundir / f'ipsec-gw-{node}.log')}"
+                        f"ipsec-gw {key} did not start:\n{tail(tb.rundir / f'ipsec-gw-{key}.log')}"
                     )
                 time.sleep(0.05)
 

@@ -11,6 +11,8 @@ What each CPU figure includes (all namespaces share one kernel):
 - `ipsec_cpu_s`, `ipsec_effort_us_per_kb`: CPU time of the backend's processes alone
   (charon with kernel-libipsec, or ipsec-gw), user + system; zero for `none` (kernel
   forwarding is softirq time, in the machine-wide figure only).
+- `ipsec_rss_start_bytes`, `ipsec_rss_end_bytes`: the backend processes' resident memory
+  before and after the measurement (a leak shows as growth over a long run).
 - `cpu_series`: per-sample machine-wide user / system / softirq / idle shares, for
   load-over-time plots (study 1, figures 6-7).
 - `soaker_cpu_used`, `soaker_effort_us_per_kb` (scenario `soaker = true`): study 3's CPU
@@ -109,6 +111,17 @@ def process_cpu_s(pids: Sequence[int]) -> float:
     return total
 
 
+def rss_bytes(pids: Sequence[int]) -> int:
+    """Resident memory of these processes, summed."""
+    total = 0
+    for pid in pids:
+        try:
+            total += psutil.Process(pid).memory_info().rss
+        except psutil.Error:
+            continue
+    return total
+
+
 def delta(
     before: dict[str, dict[str, int]], after: dict[str, dict[str, int]]
 ) -> dict[str, dict[str, int]]:
@@ -129,6 +142,7 @@ def measure(
     pids = ipsec_pids()
     c0 = counters()
     p0 = process_cpu_s(pids)
+    rss0 = rss_bytes(pids)
     mark = soaker.mark() if soaker else None
     with CpuSampler() as cpu:
         row = fn()
@@ -146,6 +160,8 @@ def measure(
     row["cpu_load"] = cpu.busy_s / (cpu.wall_s * (psutil.cpu_count() or 1))
     row["effort_us_per_kb"] = cpu.busy_s * 1e6 / kb if kb else None
     row["ipsec_cpu_s"] = p1 - p0
+    if pids:
+        row["ipsec_rss_start_bytes"], row["ipsec_rss_end_bytes"] = rss0, rss_bytes(pids)
     row["ipsec_effort_us_per_kb"] = (p1 - p0) * 1e6 / kb if kb and pids else None
     if soaked is not None:
         row.update(soaked)

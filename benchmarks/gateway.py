@@ -1,0 +1,108 @@
+"""The gateway benchmark: ipsec-gw against plain forwarding, in one run, on one testbed
+(client - gwA - gwB - server, unshaped), as a lab campaign. Prints JSON.
+
+    sudo .venv/bin/python benchmarks/gateway.py [--repetitions 3] [--soak-s 300]
+        [--configuration esp:aes128gcm16] [--lab DIR]
+
+Per workload (iperf3 TCP with 1 and 4 streams, UDP at 64, 512 and 1420 bytes): the median
+Mbit/s of each backend over the repetitions and their ratio (ours / none, measured in the
+same run), the gateways' CPU seconds per GB moved (from /proc/PID/stat), and the spread.
+Then a soak: TCP saturating the tunnel for --soak-s seconds, with the gateways' resident
+memory before and after (it must stay flat). Not a test: nothing here asserts a time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from ipsec_lab import environment, runner, scenario
+
+UDP_RATE_MBIT = 5000  # above what iperf3 can send: the sender's ceiling, not ours
+
+
+def _scenario(cfg: str, reps: int, soak_s: float) -> str:
+    udp = "".join(
+        f'\n[[workloads]]\nkind = "udp"\nsize = {n}\nrate_mbit = {UDP_RATE_MBIT}\nseconds = 5\n'
+        for n in (64, 512, 1420)
+    )
+    text = f"""
+name = "gateway-bench"
+topology = "line"
+backends = ["none", "ours"]
+configurations = ["{cfg}"]
+repetitions = {reps}
+warmup_s = 1
+[[workloads]]
+kind = "tcp"
+seconds = 10
+[[workloads]]
+kind = "tcp"
+streams = 4
+seconds = 10
+{udp}"""
+    if soak_s:
+        text += f'\n[[workloads]]\nkind = "tcp"\nlabel = "soak"\nseconds = {soak_s:g}\n'
+    return text
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--repetitions", type=int, default=3)
+    ap.add_argument("--soak-s", type=float, default=300.0)
+    ap.add_argument("--configuration", default="esp:aes128gcm16")
+    ap.add_argument("--lab", type=Path)
+    args = ap.parse_args()
+    lab = args.lab or Path(tempfile.mkdtemp(prefix="ipsec-gw-bench-"))
+    sc = scenario.parse(_scenario(args.configuration, args.repetitions, args.soak_s), "bench")
+    c = runner.Campaign(sc, lab)
+    c.on_progress = lambda p: print(f"{p.done}/{p.total} {p.current}", file=sys.stderr)
+    c.run()
+    runs = c.store.runs(c.id)
+    rows: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for r in runs:
+        for x in r["results"]:
+            rows.setdefault((x["label"], r["backend"]), []).append(x)
+    out: dict[str, Any] = {"configuration": args.configuration, "workloads": {}}
+    for label in dict.fromkeys(lbl for lbl, _ in rows):
+        plain, ours = rows.get((label, "none"), []), rows.get((label, "ours"), [])
+        if not plain or not ours:
+            continue
+        m_plain = statistics.median(x["mbps"] for x in plain)
+        m_ours = statistics.median(x["mbps"] for x in ours)
+        # ipsec_effort is µs per kB (1024 B): x 1,048,576 kB per GiB / 1e6 = s per GiB
+        cpu_s_per_gb = [
+            x["ipsec_effort_us_per_kb"] * 1.048576 for x in ours if x["ipsec_effort_us_per_kb"]
+        ]
+        entry: dict[str, Any] = {
+            "none_mbps_median": m_plain,
+            "ours_mbps_median": m_ours,
+            "ratio_ours_to_none": m_ours / m_plain if m_plain else None,
+            "ours_mbps_all": [x["mbps"] for x in ours],
+            "none_mbps_all": [x["mbps"] for x in plain],
+            "gateway_cpu_s_per_gib_median": statistics.median(cpu_s_per_gb)
+            if cpu_s_per_gb
+            else None,
+            "machine_effort_us_per_kb": {
+                "none": statistics.median(x["effort_us_per_kb"] for x in plain),
+                "ours": statistics.median(x["effort_us_per_kb"] for x in ours),
+            },
+        }
+        if label == "soak":
+            entry["rss_start_bytes"] = [x.get("ipsec_rss_start_bytes") for x in ours]
+            entry["rss_end_bytes"] = [x.get("ipsec_rss_end_bytes") for x in ours]
+        out["workloads"][label] = entry
+    out["environment"] = environment.describe()
+    out["lab"] = str(lab)
+    json.dump(out, sys.stdout, indent=1)
+    print()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
