@@ -417,3 +417,41 @@ def test_host_to_host_protects_the_hosts_own_traffic(tmp_path: Path, mode: str) 
     # + ESP 8 + IV 8 + (1400 + 2 trailer, padded to 4) + ICV 16 = 1456. Transport keeps
     # the packet's own header in front: 20 + 8 + 8 + (1380 + 2 -> 1384) + 16 = 1436.
     assert max(p[IP].len for p in pkts) == (1456 if mode == "tunnel" else 1436)
+
+
+def test_bundles_ah_over_esp_and_ipcomp_inside_esp(tmp_path: Path) -> None:
+    """Study 1's "AH + ESP" and "IPComp + ESP" through the gateways: the wire shows the
+    outer layer, each layer's SA counts, and compressible data shrinks."""
+    with tunnel(tmp_path / "ah", "ah:sha1+esp:aes128") as (tb, gw):
+        with capture(tb, "gwA", "wan", "wan") as pcap:
+            t = tcp(tb)
+        a, b = settle(gw, "gwA"), settle(gw, "gwB")
+    assert t["mbps"] > 10
+    from scapy.all import IP, rdpcap
+
+    assert {p[IP].proto for p in rdpcap(str(pcap)) if IP in p} == {51}  # AH outside
+    for name in ("esp-out", "ah-out"):
+        assert sa(a, "outbound", name)["packets"] > 1000
+    for name in ("esp-in", "ah-in"):
+        assert sa(b, "inbound", name)["packets"] > 1000 and sa(b, "inbound", name)["drops"] == {}
+
+    text = tmp_path / "text.txt"
+    words = b"the gateway compresses English text before it encrypts it, as study one did. "
+    text.write_bytes(words * (4 * 1024 * 1024 // len(words)))
+    with tunnel(tmp_path / "ipcomp", "ipcomp+esp:aes128-sha1") as (tb, gw):
+        flow = _flow(tb)
+        srv = iperf.Servers(tb, flow.sink, [iperf.PORT])
+        try:
+            tb.run(
+                flow.source,
+                ["iperf3", "-c", flow.sink_addr, "-p", str(iperf.PORT), "-F", str(text),
+                 "-n", str(text.stat().st_size)],
+                timeout=60,
+            )  # fmt: skip
+        finally:
+            srv.close()
+        a, b = settle(gw, "gwA"), settle(gw, "gwB")
+    (out,) = a["outbound"]["ipcomp"]
+    (inb,) = b["inbound"]["ipcomp"]
+    assert out["compressed"] > 1000 and out["bytes_out"] < out["bytes_in"] / 2
+    assert inb["decompressed"] >= out["compressed"] * 0.99 and inb["drops"] == {}

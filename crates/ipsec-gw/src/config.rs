@@ -35,7 +35,21 @@ struct RawFile {
     #[serde(default)]
     sa: Vec<RawSa>,
     #[serde(default)]
+    bundle: Vec<RawBundle>,
+    #[serde(default)]
     policy: Vec<RawPolicy>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawBundle {
+    name: String,
+    direction: String,
+    esp: String,
+    #[serde(default)]
+    ah: Option<String>,
+    #[serde(default)]
+    ipcomp_cpi: Option<u16>,
 }
 
 #[derive(Deserialize)]
@@ -127,6 +141,8 @@ struct RawPolicy {
     action: String,
     #[serde(default)]
     sa: Option<String>,
+    #[serde(default)]
+    bundle: Option<String>,
 }
 
 /// Lifetime limits of an SA (RFC 4301 §4.4.2.1): soft warns, hard stops the SA.
@@ -168,8 +184,21 @@ impl SaSpec {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum PolicyAction {
     Protect(String),
+    ProtectBundle(String),
     Bypass,
     Discard,
+}
+
+/// An SA bundle (RFC 4301 §4.5): applied outbound IPComp -> ESP -> AH, undone inbound in
+/// reverse, each layer its own SA.
+#[derive(Clone, Debug)]
+pub struct BundleSpec {
+    pub name: String,
+    pub direction: Direction,
+    pub esp: String,
+    pub ah: Option<String>,
+    /// IPComp (RFC 3173, DEFLATE) inside ESP, with this CPI.
+    pub ipcomp_cpi: Option<u16>,
 }
 
 #[derive(Clone, Debug)]
@@ -195,6 +224,7 @@ pub struct Config {
     pub table: u32,
     pub fwmark: u32,
     pub sas: Vec<SaSpec>,
+    pub bundles: Vec<BundleSpec>,
     pub policies: Vec<PolicySpec>,
     /// Not errors, but worth a line in the log (overlapping policies).
     pub warnings: Vec<String>,
@@ -426,6 +456,60 @@ pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
         });
     }
 
+    let mut bundles: Vec<BundleSpec> = Vec::new();
+    for (i, b) in raw.bundle.iter().enumerate() {
+        let k = |f: &str| format!("bundle[{i}].{f}");
+        if bundles.iter().any(|x| x.name == b.name) || b.name.is_empty() {
+            return Err(cx.err(k("name"), format!("{:?}: empty or used twice", b.name)));
+        }
+        let direction = match b.direction.as_str() {
+            "out" => Direction::Out,
+            "in" => Direction::In,
+            d => return Err(cx.err(k("direction"), format!("{d:?}: must be in or out"))),
+        };
+        let layer = |f: &str, name: &str, want: Protocol| -> Result<(), ConfigError> {
+            let sa = sas
+                .iter()
+                .find(|s| s.name == name)
+                .ok_or_else(|| cx.err(k(f), format!("no SA named {name:?} in this file")))?;
+            if sa.config.protocol != want {
+                return Err(cx.err(k(f), format!("SA {name:?} is not {}", want.name())));
+            }
+            if sa.config.direction != direction {
+                return Err(cx.err(k(f), format!("SA {name:?} is of the other direction")));
+            }
+            if want == Protocol::Esp && sa.config.mode != Mode::Tunnel {
+                return Err(cx.err(
+                    k(f),
+                    "a bundle's ESP SA is tunnel mode (it builds the outer header)",
+                ));
+            }
+            let taken = bundles
+                .iter()
+                .any(|x| x.esp == name || x.ah.as_deref() == Some(name));
+            if taken {
+                return Err(cx.err(k(f), format!("SA {name:?} is already in a bundle")));
+            }
+            Ok(())
+        };
+        layer("esp", &b.esp, Protocol::Esp)?;
+        if let Some(ah) = &b.ah {
+            layer("ah", ah, Protocol::Ah)?;
+        }
+        if let Some(cpi) = b.ipcomp_cpi {
+            ipsec::IpcompConfig::new(cpi)
+                .check()
+                .map_err(|e| cx.err(k("ipcomp_cpi"), e))?;
+        }
+        bundles.push(BundleSpec {
+            name: b.name.clone(),
+            direction,
+            esp: b.esp.clone(),
+            ah: b.ah.clone(),
+            ipcomp_cpi: b.ipcomp_cpi,
+        });
+    }
+
     let mut policies: Vec<PolicySpec> = Vec::new();
     let mut warnings = Vec::new();
     for (i, p) in raw.policy.iter().enumerate() {
@@ -447,7 +531,37 @@ pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
             protocol: p.protocol,
             ..Selector::default()
         };
+        let in_bundle = |name: &str| {
+            bundles
+                .iter()
+                .any(|b| b.esp == name || b.ah.as_deref() == Some(name))
+        };
         let action = match (p.action.as_str(), &p.sa) {
+            ("protect", None) if p.bundle.is_some() => {
+                let name = p.bundle.as_deref().unwrap_or_default();
+                let b = bundles.iter().find(|b| b.name == name).ok_or_else(|| {
+                    cx.err(
+                        k("bundle"),
+                        format!("no bundle named {name:?} in this file"),
+                    )
+                })?;
+                if b.direction != direction {
+                    return Err(cx.err(
+                        k("bundle"),
+                        format!("bundle {name:?} is of the other direction"),
+                    ));
+                }
+                PolicyAction::ProtectBundle(name.to_string())
+            }
+            (_, Some(_)) if p.bundle.is_some() => {
+                return Err(cx.err(k("bundle"), "a policy names an SA or a bundle, not both"))
+            }
+            ("protect", Some(name)) if in_bundle(name) => {
+                return Err(cx.err(
+                    k("sa"),
+                    format!("SA {name:?} is in a bundle: protect with the bundle"),
+                ))
+            }
             ("protect", Some(name)) => {
                 let sa = sas
                     .iter()
@@ -470,7 +584,10 @@ pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
                 PolicyAction::Protect(name.clone())
             }
             ("protect", None) => {
-                return Err(cx.err(k("sa"), "a protect policy names the SA to protect with"))
+                return Err(cx.err(
+                    k("sa"),
+                    "a protect policy names the SA (or `bundle`) to protect with",
+                ))
             }
             ("bypass", None) => PolicyAction::Bypass,
             ("discard", None) => PolicyAction::Discard,
@@ -500,9 +617,16 @@ pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
         });
     }
     for (i, s) in sas.iter().enumerate() {
-        let used = policies
-            .iter()
-            .any(|p| p.action == PolicyAction::Protect(s.name.clone()));
+        let in_used_bundle = bundles.iter().any(|b| {
+            (b.esp == s.name || b.ah.as_deref() == Some(&s.name))
+                && policies
+                    .iter()
+                    .any(|p| p.action == PolicyAction::ProtectBundle(b.name.clone()))
+        });
+        let used = in_used_bundle
+            || policies
+                .iter()
+                .any(|p| p.action == PolicyAction::Protect(s.name.clone()));
         if !used {
             warnings.push(format!(
                 "{}: sa[{i}] ({}) is used by no policy",
@@ -524,6 +648,7 @@ pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
         table: g.table,
         fwmark: g.fwmark,
         sas,
+        bundles,
         policies,
         warnings,
     })
@@ -776,5 +901,39 @@ sa = "in"
         .unwrap();
         assert!(!a.sas[0].same_as(&rekeyed.sas[0]));
         assert!(a.sas[1].same_as(&rekeyed.sas[1]));
+    }
+
+    #[test]
+    fn bundles_are_checked() {
+        let ah =
+            "\n[[sa]]\nname = \"ah-out\"\ndirection = \"out\"\nspi = 0x1101\nprotocol = \"ah\"\n\
+                  encryption = \"null\"\nintegrity = \"sha1\"\n\
+                  integ_key = \"000102030405060708090a0b0c0d0e0f10111213\"\n";
+        let bundle = |esp: &str, ahn: &str| {
+            format!(
+                "{GOOD}{ah}\n[[bundle]]\nname = \"b\"\ndirection = \"out\"\nesp = \"{esp}\"\n\
+                 ah = \"{ahn}\"\nipcomp_cpi = 2\n"
+            )
+        };
+        // a good bundle, used by a policy in place of the ESP SA
+        let good = bundle("out", "ah-out").replacen("sa = \"out\"", "bundle = \"b\"", 1);
+        let c = parse(&good, Path::new("gw.toml")).unwrap();
+        assert_eq!(c.bundles.len(), 1);
+        assert!(c.warnings.is_empty(), "{:?}", c.warnings);
+        // an SA in a bundle cannot also protect alone
+        let e = err(&bundle("out", "ah-out"));
+        assert_eq!(e.key, "policy[0].sa");
+        assert!(e.message.contains("is in a bundle"), "{e}");
+        // layers of the wrong protocol or direction, or missing
+        let e = err(&bundle("ah-out", "out"));
+        assert_eq!(e.key, "bundle[0].esp");
+        let e = err(&bundle("in", "ah-out"));
+        assert!(e.message.contains("other direction"), "{e}");
+        let e = err(&bundle("out", "nope"));
+        assert_eq!(e.key, "bundle[0].ah");
+        let e = err(&good.replace("ipcomp_cpi = 2", "ipcomp_cpi = 100"));
+        assert_eq!(e.key, "bundle[0].ipcomp_cpi");
+        let e = err(&good.replacen("bundle = \"b\"", "bundle = \"b\"\nsa = \"in\"", 1));
+        assert_eq!(e.key, "policy[0].bundle");
     }
 }

@@ -27,7 +27,7 @@ use socket2::{Domain, Protocol as SockProto, SockAddr, Socket, Type};
 use tun_rs::SyncDevice;
 
 use crate::config::{Config, Lifetime, PolicyAction};
-use crate::stats::{DirStats, Io, SaStats, Shared, StageStat};
+use crate::stats::{DirStats, Io, IpcompStats, SaStats, Shared, StageStat};
 
 /// RFC 3948 §2: ESP in UDP to and from port 4500.
 pub const NAT_T_PORT: u16 = 4500;
@@ -49,6 +49,8 @@ pub struct DirEngine {
     direction: Direction,
     pub engine: Engine,
     sas: Vec<SaEntry>,
+    /// (bundle name, IPComp association id) of bundles with IPComp.
+    ipcomps: Vec<(String, usize)>,
 }
 
 struct SaEntry {
@@ -97,13 +99,33 @@ impl DirEngine {
                 retired: None,
             });
         }
+        let id_of = |name: &str| sas.iter().find(|e| e.name == name).expect("validated").id;
+        let mut bundles = Vec::new();
+        for b in cfg.bundles.iter().filter(|b| b.direction == direction) {
+            let ipcomp = b.ipcomp_cpi.map(|cpi| {
+                engine
+                    .add_ipcomp(ipsec::IpcompConfig::new(cpi))
+                    .expect("validated CPI")
+            });
+            let bundle = ipsec::Bundle {
+                ipcomp,
+                esp: id_of(&b.esp),
+                ah: b.ah.as_deref().map(id_of),
+            };
+            let id = engine.add_bundle(bundle).expect("validated bundle");
+            bundles.push((b.name.clone(), id, ipcomp));
+        }
         for p in cfg.policies.iter().filter(|p| p.direction == direction) {
             let action = match &p.action {
                 PolicyAction::Bypass => Action::Bypass,
                 PolicyAction::Discard => Action::Discard,
-                PolicyAction::Protect(name) => {
-                    let e = sas.iter().find(|e| &e.name == name).expect("validated");
-                    Action::Protect(e.id)
+                PolicyAction::Protect(name) => Action::Protect(id_of(name)),
+                PolicyAction::ProtectBundle(name) => {
+                    let (_, id, _) = bundles
+                        .iter()
+                        .find(|(n, _, _)| n == name)
+                        .expect("validated");
+                    Action::ProtectBundle(*id)
                 }
             };
             let rule = SpdRule {
@@ -115,10 +137,15 @@ impl DirEngine {
                 Direction::In => engine.spd_in.push(rule),
             }
         }
+        let ipcomps = bundles
+            .iter()
+            .filter_map(|(n, _, c)| c.map(|c| (n.clone(), c)))
+            .collect();
         DirEngine {
             direction,
             engine,
             sas,
+            ipcomps,
         }
     }
 
@@ -184,6 +211,22 @@ impl DirEngine {
                 }
             }
             st.sas.push(s);
+        }
+        for (bundle, id) in &self.ipcomps {
+            if let Some(c) = self.engine.ipcomp(*id) {
+                let n = &c.counters;
+                st.ipcomp.push(IpcompStats {
+                    bundle: bundle.clone(),
+                    cpi: c.config().cpi,
+                    compressed: n.compressed,
+                    incompressible: n.incompressible,
+                    too_small: n.too_small,
+                    bytes_in: n.bytes_in,
+                    bytes_out: n.bytes_out,
+                    decompressed: n.decompressed,
+                    drops: n.drops.nonzero().collect(),
+                });
+            }
         }
         st
     }

@@ -47,9 +47,24 @@ pub struct Io {
     pub not_esp: u64,
 }
 
+/// An IPComp association's counters (RFC 3173), by the bundle it is in.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct IpcompStats {
+    pub bundle: String,
+    pub cpi: u16,
+    pub compressed: u64,
+    pub incompressible: u64,
+    pub too_small: u64,
+    pub bytes_in: u64,
+    pub bytes_out: u64,
+    pub decompressed: u64,
+    pub drops: BTreeMap<&'static str, u64>,
+}
+
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct DirStats {
     pub sas: Vec<SaStats>,
+    pub ipcomp: Vec<IpcompStats>,
     /// Drops before an SA was known (no SA, unknown SPI, malformed, policy).
     pub drops: BTreeMap<&'static str, u64>,
     pub io: Io,

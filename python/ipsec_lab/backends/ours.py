@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -39,33 +40,67 @@ def gateway_binary() -> Path | None:
     return Path(found) if found else None
 
 
-def sa_fields(configuration: str) -> dict[str, Any]:
-    """The [[sa]] keys a configuration needs (without spi, direction and keys)."""
+@dataclass(frozen=True)
+class Layer:
+    """One SA of a configuration: its protocol and algorithms."""
+
+    protocol: str  # esp | ah
+    encryption: str
+    integrity: str
+    legacy: bool
+
+
+@dataclass(frozen=True)
+class Layers:
+    """What a configuration asks of ipsec-gw: one SA, or a bundle (RFC 4301 §4.5)."""
+
+    esp: Layer | None
+    ah: Layer | None
+    ipcomp: bool
+
+    @property
+    def bundle(self) -> bool:
+        return self.ipcomp or (self.esp is not None and self.ah is not None)
+
+    def sas(self) -> list[Layer]:
+        return [x for x in (self.esp, self.ah) if x]
+
+
+# SPIs: left-to-right 0x1001 (ESP) / 0x1101 (AH), back 0x2002 / 0x2102.
+SPI = {("esp", "lr"): 0x1001, ("esp", "rl"): 0x2002, ("ah", "lr"): 0x1101, ("ah", "rl"): 0x2102}
+IPCOMP_CPI = 2  # DEFLATE's well-known CPI (RFC 3173 §3.3)
+
+
+def layers(configuration: str) -> Layers:
     c = parse_configuration(configuration)
     if c.is_none:
         raise Unsupported("ours runs an IPsec configuration; use backend `none` for none")
-    if c.ipcomp or (c.ah and c.esp):
-        raise Unsupported("ipsec-gw does not take bundles or IPComp in its config yet")
-    if c.esp:
-        enc, integ = c.esp[0].name, c.esp[1].name
-        proto = "esp"
-    else:
-        assert c.ah is not None
-        enc, integ = "null", c.ah.name
-        proto = "ah"
+    esp = Layer("esp", c.esp[0].name, c.esp[1].name, c.legacy) if c.esp else None
+    ah = Layer("ah", "null", c.ah.name, c.legacy) if c.ah else None
+    if c.ipcomp and not esp:
+        raise Unsupported("ipsec-gw carries IPComp inside ESP only (a bundle needs ESP)")
+    return Layers(esp, ah, c.ipcomp)
+
+
+Keys = dict[tuple[str, str], tuple[str, str]]  # (protocol, "lr"|"rl") -> (enc, integ) hex
+
+
+def fresh_keys(ls: Layers) -> Keys:
     return {
-        "protocol": proto,
-        "encryption": enc,
-        "integrity": integ,
-        "legacy": c.legacy,
+        (x.protocol, d): (
+            secrets.token_hex(ENC_KEY[x.encryption]),
+            secrets.token_hex(INTEG_KEY[x.integrity]),
+        )
+        for x in ls.sas()
+        for d in ("lr", "rl")
     }
 
 
 def gateway_config(
     node: str,
     tunnel: Tunnel,
-    fields: dict[str, Any],
-    keys: dict[str, tuple[str, str]],
+    ls: Layers,
+    keys: Keys,
     stats: Path,
     udp_encap: bool = False,
     stage_timing: bool = False,
@@ -74,44 +109,52 @@ def gateway_config(
     mtu: int = TUN_MTU,
     mode: str = "tunnel",
 ) -> str:
-    """One gateway's TOML. `keys[direction]` = (enc, integ) hex of the left->right ("lr")
-    and right->left ("rl") SAs; SPIs 0x1001 (left to right) and 0x2002 (back)."""
+    """One gateway's TOML. A single SA is named `out` / `in`; a bundle's SAs `esp-out`,
+    `ah-out`, … and the bundles `out` / `in` (IPComp inside ESP, AH outside it)."""
     left = tunnel.left == node
     me, peer = (
         (tunnel.left_outer, tunnel.right_outer) if left else (tunnel.right_outer, tunnel.left_outer)
     )
     mine, theirs = (tunnel.left_ts, tunnel.right_ts) if left else (tunnel.right_ts, tunnel.left_ts)
-    out_d, in_d = ("lr", "rl") if left else ("rl", "lr")
-    spi = {"lr": 0x1001, "rl": 0x2002}
+    way = {"out": "lr" if left else "rl", "in": "rl" if left else "lr"}
+    if ls.bundle:
+        mode = "tunnel"  # a bundle's ESP builds the outer header
 
-    def sa(name: str, direction: str, d: str) -> str:
-        enc, integ = keys[d]
+    def sa(x: Layer, direction: str) -> str:
+        name = f"{x.protocol}-{direction}" if ls.bundle else direction
+        enc, integ = keys[(x.protocol, way[direction])]
         return (
-            f'[[sa]]\nname = "{name}"\ndirection = "{direction}"\nspi = {spi[d]}\n'
-            f'protocol = "{fields["protocol"]}"\nmode = "{mode}"\n'
-            f'encryption = "{fields["encryption"]}"\n'
-            f'integrity = "{fields["integrity"]}"\nenc_key = "{enc}"\ninteg_key = "{integ}"\n'
-            f"legacy = {str(fields['legacy']).lower()}\n"
+            f'[[sa]]\nname = "{name}"\ndirection = "{direction}"\n'
+            f"spi = {SPI[(x.protocol, way[direction])]}\n"
+            f'protocol = "{x.protocol}"\nmode = "{mode}"\nencryption = "{x.encryption}"\n'
+            f'integrity = "{x.integrity}"\nenc_key = "{enc}"\ninteg_key = "{integ}"\n'
+            f"legacy = {str(x.legacy).lower()}\n\n"
         )
 
-    return (
+    text = (
         f'[gateway]\ntun = "{tun}"\nmtu = {mtu}\ntable = {table}\n'
         f'local = "{me}"\nremote = "{peer}"\n'
         f'routes = ["{theirs}"]\nstats = "{stats}"\nudp_encap = {str(udp_encap).lower()}\n'
         f"stage_timing = {str(stage_timing).lower()}\n\n"
-        + sa("out", "out", out_d)
-        + "\n"
-        + sa("in", "in", in_d)
-        + f'\n[[policy]]\ndirection = "out"\nsrc = "{mine}"\ndst = "{theirs}"\n'
-        f'action = "protect"\nsa = "out"\n'
-        f'\n[[policy]]\ndirection = "in"\nsrc = "{theirs}"\ndst = "{mine}"\n'
-        f'action = "protect"\nsa = "in"\n'
     )
-
-
-def fresh_keys(fields: dict[str, Any]) -> dict[str, tuple[str, str]]:
-    e, i = ENC_KEY[fields["encryption"]], INTEG_KEY[fields["integrity"]]
-    return {d: (secrets.token_hex(e), secrets.token_hex(i)) for d in ("lr", "rl")}
+    for direction in ("out", "in"):
+        text += "".join(sa(x, direction) for x in ls.sas())
+        if ls.bundle:
+            assert ls.esp is not None
+            text += f'[[bundle]]\nname = "{direction}"\ndirection = "{direction}"\n'
+            text += f'esp = "esp-{direction}"\n'
+            if ls.ah:
+                text += f'ah = "ah-{direction}"\n'
+            if ls.ipcomp:
+                text += f"ipcomp_cpi = {IPCOMP_CPI}\n"
+            text += "\n"
+    ref = "bundle" if ls.bundle else "sa"
+    return text + (
+        f'[[policy]]\ndirection = "out"\nsrc = "{mine}"\ndst = "{theirs}"\n'
+        f'action = "protect"\n{ref} = "out"\n'
+        f'\n[[policy]]\ndirection = "in"\nsrc = "{theirs}"\ndst = "{mine}"\n'
+        f'action = "protect"\n{ref} = "in"\n'
+    )
 
 
 def stats(socket: Path, timeout: float = 5) -> dict[str, Any]:
@@ -153,21 +196,21 @@ class Ours:
     def check(self, configuration: str) -> None:
         if gateway_binary() is None:
             raise Unsupported("ipsec-gw is not built (`make native` builds it)")
-        sa_fields(configuration)
+        layers(configuration)
 
     def start(self, tb: Testbed, configuration: str) -> None:
         """One ipsec-gw per tunnel end: a node in several tunnels (the clients topology's
         server) runs one per tunnel, each with its own TUN device, routing table and outer
         address. Processes, configs and sockets are keyed by node, or `node-tN` then."""
         self.check(configuration)
-        fields = sa_fields(configuration)
+        ls = layers(configuration)
         binary = gateway_binary()
         assert binary is not None
         d = tb.rundir / "ipsec-gw"
         d.mkdir(parents=True, exist_ok=True)
         ends = [(n, t) for t in tb.topo.tunnels for n in (t.left, t.right)]
         for i, t in enumerate(tb.topo.tunnels):
-            keys = fresh_keys(fields)
+            keys = fresh_keys(ls)
             host_to_host = t.left_ts.endswith("/32")
             for node in (t.left, t.right):
                 mine = [x for n, x in ends if n == node]
@@ -176,7 +219,7 @@ class Ours:
                 sock = tb.sockets / f"gw-{key}.sock"
                 conf = d / f"{key}.toml"
                 text = gateway_config(
-                    node, t, fields, keys, sock, self.udp_encap, self.stage_timing,
+                    node, t, ls, keys, sock, self.udp_encap, self.stage_timing,
                     tun=f"ipsec{k}", table=220 + k,
                     # host-to-host: the link is both sides, 1500 bytes; leave room for ESP
                     mtu=1400 if host_to_host else TUN_MTU,
