@@ -60,8 +60,8 @@ gateway: rust
 lint: rust venv
 	cargo fmt --all -- --check
 	cargo clippy --workspace --all-targets -q -- -D warnings
-	$(VENV)/bin/ruff check python tests
-	$(VENV)/bin/ruff format --check python tests
+	$(VENV)/bin/ruff check python tests benchmarks
+	$(VENV)/bin/ruff format --check python tests benchmarks
 	$(VENV)/bin/mypy
 
 cargo-test: rust
