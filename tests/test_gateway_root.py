@@ -455,3 +455,42 @@ def test_bundles_ah_over_esp_and_ipcomp_inside_esp(tmp_path: Path) -> None:
     (inb,) = b["inbound"]["ipcomp"]
     assert out["compressed"] > 1000 and out["bytes_out"] < out["bytes_in"] / 2
     assert inb["decompressed"] >= out["compressed"] * 0.99 and inb["drops"] == {}
+
+
+@pytest.mark.parametrize("udp_encap", [False, True])
+def test_ipv4_inner_traffic_over_ipv6_outer(tmp_path: Path, udp_encap: bool) -> None:
+    def outer_v6(key: str, text: str) -> str:
+        me, peer = (
+            ("2001:db8::1", "2001:db8::2") if key == "gwA" else ("2001:db8::2", "2001:db8::1")
+        )
+        text = re.sub(r'local = "[^"]+"', f'local = "{me}"', text, count=1)
+        return re.sub(r'remote = "[^"]+"', f'remote = "{peer}"', text, count=1)
+
+    with Testbed(topology("line"), tmp_path / "run") as tb:
+        tb.run("gwA", ["ip", "-6", "addr", "add", "2001:db8::1/64", "dev", "wan", "nodad"])
+        tb.run("gwB", ["ip", "-6", "addr", "add", "2001:db8::2/64", "dev", "wan", "nodad"])
+        gw = Ours(edit=outer_v6, udp_encap=udp_encap)
+        gw.start(tb, "esp:aes128gcm16")
+        try:
+            pcap = tb.rundir / "wan6.pcap"
+            argv = ["tcpdump", "-i", "wan", "-U", "--immediate-mode", "-B", "32768", "-n"]
+            flt = "ip6 and src host 2001:db8::1 and dst host 2001:db8::2"
+            p = tb.spawn("gwA", [*argv, "-w", str(pcap), flt], "tcpdump6")
+            time.sleep(1)
+            t = tcp(tb, seconds=2)
+            time.sleep(0.3)
+            tb.stop(p)
+            a, b = settle(gw, "gwA"), settle(gw, "gwB")
+        finally:
+            gw.stop(tb)
+    assert t["mbps"] > 10
+    assert sa(a, "outbound", "out")["packets"] > 1000
+    assert sa(b, "inbound", "in")["packets"] > 1000 and sa(b, "inbound", "in")["drops"] == {}
+    from scapy.all import UDP, IPv6, rdpcap
+
+    pkts = [x for x in rdpcap(str(pcap)) if IPv6 in x]
+    assert len(pkts) > 1000
+    if udp_encap:
+        assert all(UDP in x and x[UDP].dport == 4500 for x in pkts)
+    else:
+        assert {x[IPv6].nh for x in pkts} == {50}

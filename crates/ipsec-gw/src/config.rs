@@ -292,12 +292,6 @@ pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
             "local and remote must both be IPv4 or both IPv6",
         ));
     }
-    if local.is_ipv6() {
-        return Err(cx.err(
-            "gateway.local",
-            "IPv6 outer addresses are not supported yet (IPv6 inner traffic is)",
-        ));
-    }
     let mut routes = Vec::new();
     for (i, r) in g.routes.iter().enumerate() {
         routes.push(Prefix::parse(r).map_err(|e| cx.err(format!("gateway.routes[{i}]"), e))?);

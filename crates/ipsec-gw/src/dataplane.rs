@@ -11,7 +11,7 @@
 //! dropped and counted by the engine (`no_sa`), never sent in clear.
 
 use std::io;
-use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, UdpSocket};
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::Receiver;
@@ -248,28 +248,26 @@ pub struct Outside {
     ah_recv: Socket,
     udp: Option<UdpSocket>,
     peer: SocketAddr,
-    local: Ipv4Addr,
-    remote: Ipv4Addr,
+    local: IpAddr,
+    remote: IpAddr,
 }
 
 impl Outside {
     pub fn open(cfg: &Config) -> io::Result<Outside> {
-        let (IpAddr::V4(local), IpAddr::V4(remote)) = (cfg.local, cfg.remote) else {
-            return Err(io::Error::other(
-                "IPv6 outer addresses are not supported yet",
-            ));
+        let (local, remote) = (cfg.local, cfg.remote);
+        let domain = if local.is_ipv4() {
+            Domain::IPV4
+        } else {
+            Domain::IPV6
         };
-        // IPPROTO_RAW: we write whole IPv4 packets (IP_HDRINCL implied), the engine's
-        // outer header included; the kernel fills the header checksum.
-        let raw_send = Socket::new(
-            Domain::IPV4,
-            Type::RAW,
-            Some(SockProto::from(libc::IPPROTO_RAW)),
-        )?;
-        let esp_recv = Socket::new(Domain::IPV4, Type::RAW, Some(SockProto::from(IPPROTO_ESP)))?;
-        let ah_recv = Socket::new(Domain::IPV4, Type::RAW, Some(SockProto::from(IPPROTO_AH)))?;
+        // IPPROTO_RAW: we write whole packets, the engine's outer header included
+        // (IP_HDRINCL, and its IPv6 equivalent, are implied); the kernel fills the IPv4
+        // header checksum.
+        let raw_send = Socket::new(domain, Type::RAW, Some(SockProto::from(libc::IPPROTO_RAW)))?;
+        let esp_recv = Socket::new(domain, Type::RAW, Some(SockProto::from(IPPROTO_ESP)))?;
+        let ah_recv = Socket::new(domain, Type::RAW, Some(SockProto::from(IPPROTO_AH)))?;
         let udp = if cfg.udp_encap {
-            let u = UdpSocket::bind(SocketAddrV4::new(local, NAT_T_PORT))?;
+            let u = UdpSocket::bind(SocketAddr::new(local, NAT_T_PORT))?;
             big_buffers(u.as_raw_fd());
             Some(u)
         } else {
@@ -286,7 +284,7 @@ impl Outside {
         }
         // Only what is addressed to this gateway's outer address (several gateways may
         // share a host, each with its own address).
-        let here = SockAddr::from(SocketAddrV4::new(local, 0));
+        let here = SockAddr::from(SocketAddr::new(local, 0));
         esp_recv.bind(&here)?;
         ah_recv.bind(&here)?;
         Ok(Outside {
@@ -300,19 +298,33 @@ impl Outside {
         })
     }
 
-    /// Send one outer IPv4 packet: raw, or (ESP with UDP encapsulation) its ESP part in a
-    /// UDP datagram to the peer's port 4500 (RFC 3948 §2.1).
+    /// Send one outer packet (IPv4 or IPv6, as the engine built it): raw, or — ESP with
+    /// UDP encapsulation — its ESP part in a UDP datagram to the peer's port 4500
+    /// (RFC 3948 §2.1).
     fn send(&self, pkt: &[u8], io: &mut Io) {
-        let res = match (&self.udp, pkt.get(9)) {
-            (Some(udp), Some(&50)) => {
-                let ihl = usize::from(pkt[0] & 0x0f) * 4;
-                udp.send_to(&pkt[ihl..], self.peer)
+        let v6 = pkt.first().is_some_and(|b| b >> 4 == 6);
+        let (header, protocol) = if v6 {
+            (40, pkt.get(6))
+        } else {
+            (
+                pkt.first().map_or(0, |b| usize::from(b & 0x0f) * 4),
+                pkt.get(9),
+            )
+        };
+        let res = match (&self.udp, protocol) {
+            (Some(udp), Some(&50)) if pkt.len() > header => udp.send_to(&pkt[header..], self.peer),
+            _ if v6 && pkt.len() >= 40 => {
+                let mut a = [0u8; 16];
+                a.copy_from_slice(&pkt[24..40]);
+                let dst = SocketAddr::new(IpAddr::from(a), 0);
+                self.raw_send.send_to(pkt, &SockAddr::from(dst))
             }
-            _ => {
+            _ if pkt.len() >= 20 => {
                 let dst = Ipv4Addr::new(pkt[16], pkt[17], pkt[18], pkt[19]);
                 self.raw_send
                     .send_to(pkt, &SockAddr::from(SocketAddrV4::new(dst, 0)))
             }
+            _ => Err(io::Error::other("runt packet")),
         };
         match res {
             Ok(_) => {
@@ -380,15 +392,42 @@ fn poll_readable(pfds: &mut [libc::pollfd], ready: &mut [bool]) -> io::Result<bo
     Ok(n > 0)
 }
 
-/// recv(2) on a raw socket into `buf`, without blocking.
-fn recv_raw(fd: RawFd, buf: &mut [u8]) -> io::Result<usize> {
-    // SAFETY: `buf` is valid for writes of `buf.len()` bytes for the call's duration.
-    let n = unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT) };
+/// recvfrom(2) on a socket into `buf`, without blocking: the length and the sender.
+fn recv_from(fd: RawFd, buf: &mut [u8]) -> io::Result<(usize, Option<IpAddr>)> {
+    // SAFETY: zeroed sockaddr_storage is a valid value of the type.
+    let mut from: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+    // SAFETY: `buf` is valid for writes of `buf.len()` bytes, `from` for `len` bytes,
+    // both for the call's duration.
+    let n = unsafe {
+        libc::recvfrom(
+            fd,
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+            libc::MSG_DONTWAIT,
+            (&mut from as *mut libc::sockaddr_storage).cast(),
+            &mut len,
+        )
+    };
     if n < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(n as usize)
+        return Err(io::Error::last_os_error());
     }
+    let src = match i32::from(from.ss_family) {
+        libc::AF_INET => {
+            // SAFETY: the kernel wrote a sockaddr_in (family AF_INET) into `from`.
+            let a =
+                unsafe { &*(&from as *const libc::sockaddr_storage).cast::<libc::sockaddr_in>() };
+            Some(IpAddr::from(a.sin_addr.s_addr.to_ne_bytes()))
+        }
+        libc::AF_INET6 => {
+            // SAFETY: the kernel wrote a sockaddr_in6 (family AF_INET6) into `from`.
+            let a =
+                unsafe { &*(&from as *const libc::sockaddr_storage).cast::<libc::sockaddr_in6>() };
+            Some(IpAddr::from(a.sin6_addr.s6_addr))
+        }
+        _ => None,
+    };
+    Ok((n as usize, src))
 }
 
 pub struct Worker {
@@ -497,26 +536,37 @@ pub fn run_inbound(mut w: Worker) {
             // Drain what is queued on this socket, a bounded batch at a time.
             for _ in 0..BATCH {
                 let udp = i == 2;
-                // UDP gives the ESP part only: room is left to put an IPv4 header before it.
+                // UDP, and raw IPv6 sockets, give what follows the IP header only: room
+                // is left to put a header before it, so the engine sees a whole packet.
                 let at = HEADROOM;
-                let n = match recv_raw(fd, &mut buf[at..at + MAX_PACKET]) {
-                    Ok(n) => n,
+                let (n, from) = match recv_from(fd, &mut buf[at..at + MAX_PACKET]) {
+                    Ok(r) => r,
                     Err(_) => break, // EAGAIN: drained
                 };
                 io.rx_packets += 1;
                 io.rx_bytes += n as u64;
-                let (head, len) = if udp {
-                    // RFC 3948 §2.2: a zero "SPI" is IKE's non-ESP marker; one 0xFF byte
-                    // is a NAT keepalive. Neither is ours to open.
-                    if n < 8 || buf[at..at + 4] == [0, 0, 0, 0] {
-                        io.not_esp += 1;
-                        continue;
+                // RFC 3948 §2.2: a zero "SPI" is IKE's non-ESP marker; one 0xFF byte is a
+                // NAT keepalive. Neither is ours to open.
+                if udp && (n < 8 || buf[at..at + 4] == [0, 0, 0, 0]) {
+                    io.not_esp += 1;
+                    continue;
+                }
+                let src = from.unwrap_or(w.outside.remote);
+                let next = if i == 1 { 51 } else { 50 };
+                let (head, len) = match w.outside.local {
+                    IpAddr::V4(dst) if udp => {
+                        let IpAddr::V4(s4) = src else { continue };
+                        let h = HEADROOM - 20;
+                        write_ipv4_header(&mut buf[h..h + 20], n, s4, dst);
+                        (h, n + 20)
                     }
-                    let h = HEADROOM - 20;
-                    write_ipv4_header(&mut buf[h..h + 20], n, w.outside.remote, w.outside.local);
-                    (h, n + 20)
-                } else {
-                    (at, n)
+                    IpAddr::V6(dst) => {
+                        let IpAddr::V6(s6) = src else { continue };
+                        let h = HEADROOM - 40;
+                        write_ipv6_header(&mut buf[h..h + 40], n, next, s6, dst);
+                        (h, n + 40)
+                    }
+                    IpAddr::V4(_) => (at, n), // raw IPv4: the header came with the packet
                 };
                 let Ok(mut pkt) = PacketBuf::new(&mut buf, head, len) else {
                     continue;
@@ -539,6 +589,18 @@ pub fn run_inbound(mut w: Worker) {
         }
     }
     w.engine.publish(&io, &w.shared);
+}
+
+/// An IPv6 header (RFC 8200 §3) for an ESP or AH payload that arrived on a raw IPv6 or a
+/// UDP socket (neither passes the header up): traffic class and flow label 0 — AH's ICV
+/// treats them as zero anyway (RFC 4302 §3.3.3.1.2) — hop limit 64.
+fn write_ipv6_header(h: &mut [u8], payload: usize, next: u8, src: Ipv6Addr, dst: Ipv6Addr) {
+    h[0..4].copy_from_slice(&[0x60, 0, 0, 0]);
+    h[4..6].copy_from_slice(&(payload as u16).to_be_bytes());
+    h[6] = next;
+    h[7] = 64;
+    h[8..24].copy_from_slice(&src.octets());
+    h[24..40].copy_from_slice(&dst.octets());
 }
 
 /// An IPv4 header (RFC 791) for an ESP payload that arrived in UDP, so the engine sees
