@@ -68,10 +68,16 @@ struct RawGateway {
     stats: Option<String>,
     #[serde(default)]
     stage_timing: bool,
+    #[serde(default = "default_true")]
+    offload: bool,
     #[serde(default = "default_table")]
     table: u32,
     #[serde(default = "default_fwmark")]
     fwmark: u32,
+}
+
+fn default_true() -> bool {
+    true
 }
 
 fn default_table() -> u32 {
@@ -223,6 +229,8 @@ pub struct Config {
     /// (marked `fwmark`): so a route may cover the peer's own address (host-to-host).
     pub table: u32,
     pub fwmark: u32,
+    /// TUN offloads (IFF_VNET_HDR: TSO/USO in, GRO out) when the kernel offers them.
+    pub offload: bool,
     pub sas: Vec<SaSpec>,
     pub bundles: Vec<BundleSpec>,
     pub policies: Vec<PolicySpec>,
@@ -641,6 +649,7 @@ pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
         stage_timing: g.stage_timing,
         table: g.table,
         fwmark: g.fwmark,
+        offload: g.offload,
         sas,
         bundles,
         policies,

@@ -432,6 +432,7 @@ fn recv_from(fd: RawFd, buf: &mut [u8]) -> io::Result<(usize, Option<IpAddr>)> {
 
 pub struct Worker {
     pub tun: Arc<SyncDevice>,
+    pub mtu: u16,
     pub outside: Arc<Outside>,
     pub shared: Arc<Shared>,
     pub stop: Arc<AtomicBool>,
@@ -439,10 +440,16 @@ pub struct Worker {
     pub engine: DirEngine,
 }
 
-/// TUN → SPD → seal → outside. The TUN device is non-blocking: the worker drains up
-/// to BATCH packets per wakeup and polls only when it is empty.
+/// TUN → SPD → seal → outside. The TUN device is non-blocking: the worker drains it per
+/// wakeup and polls only when it is empty. With offloads (IFF_VNET_HDR), one read may
+/// bring a TCP or UDP super-packet of up to 64 KiB, which tun-rs splits into MTU-sized
+/// packets (as the kernel would have before handing them over one read each).
 pub fn run_outbound(mut w: Worker) {
-    let mut buf = vec![0u8; HEADROOM + MAX_PACKET + TAILROOM];
+    let slots = tun_rs::IDEAL_BATCH_SIZE;
+    let mut original = vec![0u8; tun_rs::VIRTIO_NET_HDR_LEN + MAX_PACKET];
+    let size = HEADROOM + usize::from(w.mtu) + TAILROOM + 64;
+    let mut bufs: Vec<Vec<u8>> = (0..slots).map(|_| vec![0u8; size]).collect();
+    let mut sizes = vec![0usize; slots];
     let mut io = Io::default();
     let mut last = Instant::now();
     let mut pfds = pollfds(&[w.tun.as_raw_fd()]);
@@ -468,7 +475,10 @@ pub fn run_outbound(mut w: Worker) {
             }
         }
         for _ in 0..BATCH {
-            let n = match w.tun.recv(&mut buf[HEADROOM..HEADROOM + MAX_PACKET]) {
+            let n = match w
+                .tun
+                .recv_multiple(&mut original, &mut bufs, &mut sizes, HEADROOM)
+            {
                 Ok(n) => n,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -477,22 +487,24 @@ pub fn run_outbound(mut w: Worker) {
                     break 'run;
                 }
             };
-            io.rx_packets += 1;
-            io.rx_bytes += n as u64;
-            let Ok(mut pkt) = PacketBuf::new(&mut buf, HEADROOM, n) else {
-                continue;
-            };
-            match w.engine.engine.outbound(&mut pkt) {
-                Ok(Outbound::Sealed { sa }) => {
-                    w.outside.send(pkt.data(), &mut io);
-                    w.engine.after(sa);
+            for (buf, &len) in bufs.iter_mut().zip(&sizes).take(n) {
+                io.rx_packets += 1;
+                io.rx_bytes += len as u64;
+                let Ok(mut pkt) = PacketBuf::new(buf, HEADROOM, len) else {
+                    continue;
+                };
+                match w.engine.engine.outbound(&mut pkt) {
+                    Ok(Outbound::Sealed { sa }) => {
+                        w.outside.send(pkt.data(), &mut io);
+                        w.engine.after(sa);
+                    }
+                    Ok(Outbound::SealedBundle { .. }) => w.outside.send(pkt.data(), &mut io),
+                    Ok(Outbound::Bypass) => {
+                        io.bypassed += 1;
+                        w.outside.send(pkt.data(), &mut io);
+                    }
+                    Err(_) => {} // a named drop, counted by the engine
                 }
-                Ok(Outbound::SealedBundle { .. }) => w.outside.send(pkt.data(), &mut io),
-                Ok(Outbound::Bypass) => {
-                    io.bypassed += 1;
-                    w.outside.send(pkt.data(), &mut io);
-                }
-                Err(_) => {} // a named drop, counted by the engine
             }
         }
     }
@@ -513,6 +525,15 @@ pub fn run_inbound(mut w: Worker) {
     }
     let mut ready = vec![false; fds.len()];
     let mut pfds = pollfds(&fds);
+    // Opened packets wait here (after room for the virtio header) to be written to the TUN
+    // device together: with offloads, tun-rs coalesces TCP/UDP segments (GRO) into fewer,
+    // larger writes.
+    let hdr = tun_rs::VIRTIO_NET_HDR_LEN;
+    let mut out: Vec<Vec<u8>> = (0..BATCH)
+        .map(|_| Vec::with_capacity(hdr + usize::from(w.mtu) + 64))
+        .collect();
+    let mut pending = 0usize;
+    let mut gro = tun_rs::GROTable::default();
     while !w.stop.load(Ordering::Relaxed) {
         if let Ok(cfg) = w.reload.try_recv() {
             w.engine = DirEngine::build(&cfg, Direction::In, Some(w.engine));
@@ -573,22 +594,40 @@ pub fn run_inbound(mut w: Worker) {
                 };
                 match w.engine.engine.inbound(&mut pkt) {
                     Ok(Inbound::Opened { sa, .. }) => {
-                        match w.tun.send(pkt.data()) {
-                            Ok(_) => {
-                                io.tx_packets += 1;
-                                io.tx_bytes += pkt.len() as u64;
-                            }
-                            Err(_) => io.send_errors += 1,
-                        }
+                        let o = &mut out[pending];
+                        o.clear();
+                        o.resize(hdr, 0);
+                        o.extend_from_slice(pkt.data());
+                        pending += 1;
+                        io.tx_packets += 1;
+                        io.tx_bytes += pkt.len() as u64;
                         w.engine.after(sa);
+                        if pending == out.len() {
+                            flush(&w.tun, &mut gro, &mut out[..pending], &mut io);
+                            pending = 0;
+                        }
                     }
                     Ok(Inbound::Bypass) => io.bypassed += 1, // not expected on these sockets
                     Err(DropReason::Truncated) | Err(_) => {} // counted by the engine
                 }
             }
         }
+        if pending > 0 {
+            flush(&w.tun, &mut gro, &mut out[..pending], &mut io);
+            pending = 0;
+        }
     }
     w.engine.publish(&io, &w.shared);
+}
+
+/// Write the opened packets to the TUN device, coalesced where offloads allow.
+fn flush(tun: &SyncDevice, gro: &mut tun_rs::GROTable, bufs: &mut [Vec<u8>], io: &mut Io) {
+    if tun
+        .send_multiple(gro, bufs, tun_rs::VIRTIO_NET_HDR_LEN)
+        .is_err()
+    {
+        io.send_errors += 1;
+    }
 }
 
 /// An IPv6 header (RFC 8200 §3) for an ESP or AH payload that arrived on a raw IPv6 or a

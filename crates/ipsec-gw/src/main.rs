@@ -166,6 +166,7 @@ fn run(cfg: config::Config) -> Result<(), String> {
     let tun = tun_rs::DeviceBuilder::new()
         .name(&cfg.tun)
         .mtu(cfg.mtu)
+        .offload(cfg.offload)
         .build_sync()
         .map_err(|e| format!("cannot create TUN device {}: {e}", cfg.tun))?;
     let tun = Arc::new(tun);
@@ -189,6 +190,7 @@ fn run(cfg: config::Config) -> Result<(), String> {
     let (in_tx, in_rx) = mpsc::channel();
     let worker = |dir: Direction, rx| dataplane::Worker {
         tun: tun.clone(),
+        mtu: cfg.mtu,
         outside: outside.clone(),
         shared: shared.clone(),
         stop: stop.clone(),
@@ -206,9 +208,11 @@ fn run(cfg: config::Config) -> Result<(), String> {
         .spawn(move || dataplane::run_inbound(wi))
         .map_err(|e| e.to_string())?;
     eprintln!(
-        "ipsec-gw: up: TUN {} (MTU {}), {} -> {}{}, {} SAs, {} policies",
+        "ipsec-gw: up: TUN {} (MTU {}, offloads: TCP {}, UDP {}), {} -> {}{}, {} SAs, {} policies",
         cfg.tun,
         cfg.mtu,
+        if tun.tcp_gso() { "on" } else { "off" },
+        if tun.udp_gso() { "on" } else { "off" },
         cfg.local,
         cfg.remote,
         if cfg.udp_encap {
