@@ -494,3 +494,19 @@ def test_ipv4_inner_traffic_over_ipv6_outer(tmp_path: Path, udp_encap: bool) -> 
         assert all(UDP in x and x[UDP].dport == 4500 for x in pkts)
     else:
         assert {x[IPv6].nh for x in pkts} == {50}
+
+
+def test_without_tun_offloads_every_packet_is_one_read_and_write(tmp_path: Path) -> None:
+    """`offload = false`: the plain TUN path (no virtio header) carries traffic too."""
+
+    def no_offload(key: str, text: str) -> str:
+        return text.replace("[gateway]\n", "[gateway]\noffload = false\n", 1)
+
+    with tunnel(tmp_path, edit=no_offload) as (tb, gw):
+        t = tcp(tb)
+        u = udp(tb)
+        a = settle(gw, "gwA")
+    assert t["mbps"] > 10 and u["loss_pct"] < 2.0
+    assert sa(a, "outbound", "out")["packets"] > 1000 and sa(a, "outbound", "out")["drops"] == {}
+    log = (tmp_path / "run" / "ipsec-gw-gwA.log").read_text()
+    assert "offloads: TCP off, UDP off" in log
