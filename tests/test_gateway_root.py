@@ -78,6 +78,21 @@ def udp(tb: Testbed, size: int = 1000, rate: float = 50, seconds: float = 2) -> 
     return row
 
 
+def send_file(tb: Testbed, path: Path) -> None:
+    """Send the bytes of `path` client -> server over TCP (iperf3 -F)."""
+    flow = _flow(tb)
+    srv = iperf.Servers(tb, flow.sink, [iperf.PORT])
+    try:
+        tb.run(
+            flow.source,
+            ["iperf3", "-c", flow.sink_addr, "-p", str(iperf.PORT), "-F", str(path),
+             "-n", str(path.stat().st_size)],
+            timeout=60,
+        )  # fmt: skip
+    finally:
+        srv.close()
+
+
 def blast(tb: Testbed, n: int, size: int = 200) -> None:
     """Send `n` UDP datagrams client -> server (no handshake needed, unlike iperf3's)."""
     script = (
@@ -139,18 +154,8 @@ def test_the_wire_carries_only_esp_and_never_the_payload(tmp_path: Path) -> None
     with tunnel(tmp_path) as (tb, _gw):
         data = tb.rundir / "planted.bin"
         data.write_bytes(MARKER * (2 * 1024 * 1024 // len(MARKER)))
-        flow = _flow(tb)
-        srv = iperf.Servers(tb, flow.sink, [iperf.PORT])
-        try:
-            with capture(tb, "gwA", "wan", "wan") as pcap:
-                tb.run(
-                    flow.source,
-                    ["iperf3", "-c", flow.sink_addr, "-p", str(iperf.PORT), "-F", str(data),
-                     "-n", str(data.stat().st_size)],
-                    timeout=60,
-                )  # fmt: skip
-        finally:
-            srv.close()
+        with capture(tb, "gwA", "wan", "wan") as pcap:
+            send_file(tb, data)
     from scapy.all import IP, rdpcap
 
     pkts = [p for p in rdpcap(str(pcap)) if IP in p]
@@ -439,17 +444,7 @@ def test_bundles_ah_over_esp_and_ipcomp_inside_esp(tmp_path: Path) -> None:
     words = b"the gateway compresses English text before it encrypts it, as study one did. "
     text.write_bytes(words * (4 * 1024 * 1024 // len(words)))
     with tunnel(tmp_path / "ipcomp", "ipcomp+esp:aes128-sha1") as (tb, gw):
-        flow = _flow(tb)
-        srv = iperf.Servers(tb, flow.sink, [iperf.PORT])
-        try:
-            tb.run(
-                flow.source,
-                ["iperf3", "-c", flow.sink_addr, "-p", str(iperf.PORT), "-F", str(text),
-                 "-n", str(text.stat().st_size)],
-                timeout=60,
-            )  # fmt: skip
-        finally:
-            srv.close()
+        send_file(tb, text)
         a, b = settle(gw, "gwA"), settle(gw, "gwB")
     (out,) = a["outbound"]["ipcomp"]
     (inb,) = b["inbound"]["ipcomp"]

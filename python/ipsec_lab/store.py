@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -151,7 +152,7 @@ class Store:
         started: float,
         reason: str | None = None,
         version: str | None = None,
-        results: list[tuple[str, dict[str, Any]]] = (),  # type: ignore[assignment]
+        results: Sequence[tuple[str, dict[str, Any]]] = (),
     ) -> int:
         """Write one run and its results in one transaction, committed at once."""
         with self.db:

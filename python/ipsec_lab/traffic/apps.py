@@ -6,6 +6,7 @@ metered on its own (transfer time, wire bytes and packets each way, CPU)."""
 from __future__ import annotations
 
 import base64
+import functools
 import random
 import sys
 from pathlib import Path
@@ -90,7 +91,7 @@ def http(tb: Testbed, flow: Flow, w: Workload, metered: Metered, seed: int) -> l
                     "mbps": n * 8 / secs / 1e6 if secs else 0.0}  # fmt: skip
 
         return [
-            metered(f"{w.name}-{_size_label(n)}", lambda n=n: fetch(n))  # type: ignore[misc]
+            metered(f"{w.name}-{_size_label(n)}", functools.partial(fetch, n))
             for n in w.files
         ]
     finally:
@@ -142,7 +143,7 @@ def smtp(tb: Testbed, flow: Flow, w: Workload, metered: Metered, seed: int) -> l
 
         send(w.files[0])  # warm-up
         return [
-            metered(f"{w.name}-{_size_label(n)}", lambda n=n: send(n))  # type: ignore[misc]
+            metered(f"{w.name}-{_size_label(n)}", functools.partial(send, n))
             for n in w.files
         ]
     finally:
