@@ -149,6 +149,16 @@ impl DirEngine {
         }
     }
 
+    /// An engine with nothing in it (a placeholder while a reload builds the next one).
+    fn empty(direction: Direction) -> DirEngine {
+        DirEngine {
+            direction,
+            engine: Engine::new(),
+            sas: Vec::new(),
+            ipcomps: Vec::new(),
+        }
+    }
+
     /// After an SA sealed or opened a packet: enforce its lifetimes (RFC 4301 §4.4.2.1).
     fn after(&mut self, id: SaId) {
         let Some(e) = self.sas.iter_mut().find(|e| e.id == id && !e.expired) else {
@@ -440,6 +450,30 @@ pub struct Worker {
     pub engine: DirEngine,
 }
 
+impl Worker {
+    /// The start of every wakeup, either direction: take a new config if one came,
+    /// publish the counters when due, then wait (bounded) for input. `Ok(false)`: none
+    /// yet — look at the stop flag again.
+    fn wake(
+        &mut self,
+        io: &Io,
+        last: &mut Instant,
+        pfds: &mut [libc::pollfd],
+        ready: &mut [bool],
+    ) -> io::Result<bool> {
+        if let Ok(cfg) = self.reload.try_recv() {
+            let dir = self.engine.direction;
+            let old = std::mem::replace(&mut self.engine, DirEngine::empty(dir));
+            self.engine = DirEngine::build(&cfg, dir, Some(old));
+        }
+        if last.elapsed() >= PUBLISH_EVERY {
+            self.engine.publish(io, &self.shared);
+            *last = Instant::now();
+        }
+        poll_readable(pfds, ready)
+    }
+}
+
 /// TUN → SPD → seal → outside. The TUN device is non-blocking: the worker drains it per
 /// wakeup and polls only when it is empty. With offloads (IFF_VNET_HDR), one read may
 /// bring a TCP or UDP super-packet of up to 64 KiB, which tun-rs splits into MTU-sized
@@ -459,14 +493,7 @@ pub fn run_outbound(mut w: Worker) {
         return;
     }
     'run: while !w.stop.load(Ordering::Relaxed) {
-        if let Ok(cfg) = w.reload.try_recv() {
-            w.engine = DirEngine::build(&cfg, Direction::Out, Some(w.engine));
-        }
-        if last.elapsed() >= PUBLISH_EVERY {
-            w.engine.publish(&io, &w.shared);
-            last = Instant::now();
-        }
-        match poll_readable(&mut pfds, &mut ready) {
+        match w.wake(&io, &mut last, &mut pfds, &mut ready) {
             Ok(true) => {}
             Ok(false) => continue,
             Err(e) => {
@@ -535,14 +562,7 @@ pub fn run_inbound(mut w: Worker) {
     let mut pending = 0usize;
     let mut gro = tun_rs::GROTable::default();
     while !w.stop.load(Ordering::Relaxed) {
-        if let Ok(cfg) = w.reload.try_recv() {
-            w.engine = DirEngine::build(&cfg, Direction::In, Some(w.engine));
-        }
-        if last.elapsed() >= PUBLISH_EVERY {
-            w.engine.publish(&io, &w.shared);
-            last = Instant::now();
-        }
-        match poll_readable(&mut pfds, &mut ready) {
+        match w.wake(&io, &mut last, &mut pfds, &mut ready) {
             Ok(true) => {}
             Ok(false) => continue,
             Err(e) => {
