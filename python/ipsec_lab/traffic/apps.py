@@ -90,10 +90,7 @@ def http(tb: Testbed, flow: Flow, w: Workload, metered: Metered, seed: int) -> l
             return {"file_bytes": n, "payload_bytes": n, "seconds": secs,
                     "mbps": n * 8 / secs / 1e6 if secs else 0.0}  # fmt: skip
 
-        return [
-            metered(f"{w.name}-{_size_label(n)}", functools.partial(fetch, n))
-            for n in w.files
-        ]
+        return [metered(f"{w.name}-{_size_label(n)}", functools.partial(fetch, n)) for n in w.files]
     finally:
         tb.stop(p)
 
@@ -142,9 +139,6 @@ def smtp(tb: Testbed, flow: Flow, w: Workload, metered: Metered, seed: int) -> l
                     "mbps": size * 8 / secs / 1e6 if secs else 0.0}  # fmt: skip
 
         send(w.files[0])  # warm-up
-        return [
-            metered(f"{w.name}-{_size_label(n)}", functools.partial(send, n))
-            for n in w.files
-        ]
+        return [metered(f"{w.name}-{_size_label(n)}", functools.partial(send, n)) for n in w.files]
     finally:
         tb.stop(p)
