@@ -8,7 +8,6 @@ import json
 import secrets
 import shutil
 import subprocess
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +16,7 @@ from typing import Any
 from ipsec_lab.backends import Unsupported
 from ipsec_lab.model.transforms import parse_configuration
 from ipsec_lab.testbed import Tunnel
-from ipsec_lab.testbed.build import LabError, Testbed, tail
+from ipsec_lab.testbed.build import LabError, Testbed, tail, wait_for_path
 
 # Key material bytes per algorithm (the engine's; salts of the combined modes included).
 ENC_KEY = {
@@ -235,15 +234,11 @@ class Ours:
                     f"ipsec-gw-{key}",
                     limited=node in tb.topo.limited_nodes,
                 )
-        deadline = time.monotonic() + 10
         for key, sock in self.sockets.items():
-            while not sock.exists():
-                p = self._procs[key]
-                if p.poll() is not None or time.monotonic() > deadline:
-                    raise LabError(
-                        f"ipsec-gw {key} did not start:\n{tail(tb.rundir / f'ipsec-gw-{key}.log')}"
-                    )
-                time.sleep(0.05)
+            if not wait_for_path(sock, self._procs[key], timeout=10):
+                raise LabError(
+                    f"ipsec-gw {key} did not start:\n{tail(tb.rundir / f'ipsec-gw-{key}.log')}"
+                )
 
     def stop(self, tb: Testbed) -> None:
         for p in self._procs.values():

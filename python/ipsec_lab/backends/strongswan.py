@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import secrets
 import subprocess
-import time
 from pathlib import Path
 
 from ipsec_lab.backends import Unsupported
 from ipsec_lab.model.transforms import parse_configuration
 from ipsec_lab.testbed import Tunnel
-from ipsec_lab.testbed.build import LabError, Testbed, require_tools, tail
+from ipsec_lab.testbed.build import LabError, Testbed, require_tools, tail, wait_for_path
 
 CHARON = "/usr/lib/ipsec/charon"
 PLUGINS = (
@@ -204,18 +203,14 @@ class StrongSwan:
                 env={"STRONGSWAN_CONF": str(conf)},
                 limited=node in topo.limited_nodes,
             )  # fmt: skip
-        deadline = time.monotonic() + 15
         for node in topo.ipsec_nodes:
             vici = tb.sockets / f"{node}.vici"
-            while not vici.exists():
-                p = self._procs[node]
-                if p.poll() is not None or time.monotonic() > deadline:
-                    raise LabError(
-                        f"strongswan: charon on {node} did not start (no VICI socket {vici}):\n"
-                        f"{tail(tb.rundir / f'charon-{node}.log')}\n"
-                        f"{tail(self._log(tb, node))}"
-                    )
-                time.sleep(0.05)
+            if not wait_for_path(vici, self._procs[node], timeout=15):
+                raise LabError(
+                    f"strongswan: charon on {node} did not start (no VICI socket {vici}):\n"
+                    f"{tail(tb.rundir / f'charon-{node}.log')}\n"
+                    f"{tail(self._log(tb, node))}"
+                )
         for node in topo.ipsec_nodes:
             d = tb.rundir / "strongswan" / node
             self._swanctl(tb, node, "--load-all", "--file", str(d / "swanctl.conf"))

@@ -9,6 +9,7 @@ goes through iproute2's own `ip` and `tc` commands, each logged to the run direc
 
 from __future__ import annotations
 
+import functools
 import os
 import secrets
 import shutil
@@ -360,32 +361,45 @@ def kill_namespace(ns: str) -> None:
     subprocess.run(["ip", "netns", "del", ns], capture_output=True, check=False)
 
 
-_NETEM: tuple[bool, str] | None = None
+def probe(name: str, setup: Sequence[Sequence[str]], test: Sequence[str]) -> tuple[bool, str]:
+    """Whether the kernel can do something: in a scratch namespace of ours, run the
+    `setup` commands (`{ns}` stands for its name), then `test` inside it; (succeeded,
+    what it said on stderr). The namespace goes, whatever happens."""
+    ns = f"{NS_PREFIX}{secrets.token_hex(3)}-{name}"
+    try:
+        subprocess.run(["ip", "netns", "add", ns], check=True, capture_output=True)
+        for argv in setup:
+            subprocess.run([a.format(ns=ns) for a in argv], check=True, capture_output=True)
+        p = subprocess.run(
+            ["ip", "netns", "exec", ns, *test], capture_output=True, text=True, check=False
+        )
+        return p.returncode == 0, p.stderr.strip()
+    except (OSError, subprocess.CalledProcessError) as e:
+        return False, str(e)
+    finally:
+        kill_namespace(ns)
 
 
+@functools.cache
 def netem_available() -> tuple[bool, str]:
-    """Whether this kernel has netem (sch_netem), probed once on a veth pair in a scratch
-    namespace; with the kernel's answer when it has not."""
-    global _NETEM
-    if _NETEM is None:
-        ns = f"{NS_PREFIX}{secrets.token_hex(3)}-netemprobe"
-        try:
-            subprocess.run(["ip", "netns", "add", ns], check=True, capture_output=True)
-            subprocess.run(
-                ["ip", "-n", ns, "link", "add", "p0", "type", "veth", "peer", "name", "p1"],
-                check=True, capture_output=True,
-            )  # fmt: skip
-            p = subprocess.run(
-                ["ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", "p0", "root", "netem",
-                 "delay", "1ms"],
-                capture_output=True, text=True, check=False,
-            )  # fmt: skip
-            _NETEM = (p.returncode == 0, p.stderr.strip())
-        except (OSError, subprocess.CalledProcessError) as e:
-            _NETEM = (False, str(e))
-        finally:
-            kill_namespace(ns)
-    return _NETEM
+    """Whether this kernel has netem (sch_netem), probed once on a veth pair; with the
+    kernel's answer when it has not."""
+    return probe(
+        "netemprobe",
+        [["ip", "-n", "{ns}", "link", "add", "p0", "type", "veth", "peer", "name", "p1"]],
+        ["tc", "qdisc", "add", "dev", "p0", "root", "netem", "delay", "1ms"],
+    )
+
+
+def wait_for_path(path: Path, proc: subprocess.Popen[bytes], timeout: float) -> bool:
+    """Wait until `path` exists (a daemon's socket: it is up); False if `proc` exits or
+    `timeout` seconds pass first."""
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
 
 
 def leftovers() -> tuple[list[str], list[Path]]:
