@@ -79,18 +79,28 @@ def udp(tb: Testbed, size: int = 1000, rate: float = 50, seconds: float = 2) -> 
 
 
 def send_file(tb: Testbed, path: Path) -> None:
-    """Send the bytes of `path` client -> server over TCP (iperf3 -F)."""
-    flow = _flow(tb)
-    srv = iperf.Servers(tb, flow.sink, [iperf.PORT])
+    """Send the bytes of `path` client -> server over one TCP connection, and check that
+    the server received every one of them."""
+    got = tb.rundir / f"{path.name}.received"
+    receiver = (
+        "import socket, sys; s = socket.socket(); "
+        "s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(('0.0.0.0', 5301)); "
+        "s.listen(1); c, _ = s.accept(); n = 0\n"
+        "while (b := c.recv(1 << 16)):\n n += len(b)\n"
+        "open(sys.argv[1], 'w').write(str(n))"
+    )
+    p = tb.spawn(_flow(tb).sink, [sys.executable, "-c", receiver, str(got)], "receiver")
     try:
-        tb.run(
-            flow.source,
-            ["iperf3", "-c", flow.sink_addr, "-p", str(iperf.PORT), "-F", str(path),
-             "-n", str(path.stat().st_size)],
-            timeout=60,
-        )  # fmt: skip
+        iperf.wait_listening(tb, _flow(tb).sink, 5301)
+        sender = (
+            "import socket, sys; s = socket.create_connection((sys.argv[1], 5301), timeout=30); "
+            "s.sendall(open(sys.argv[2], 'rb').read()); s.close()"
+        )
+        tb.run(_flow(tb).source, [sys.executable, "-c", sender, _flow(tb).sink_addr, str(path)])
+        p.wait(30)
     finally:
-        srv.close()
+        tb.stop(p)
+    assert int(got.read_text()) == path.stat().st_size
 
 
 def blast(tb: Testbed, n: int, size: int = 200) -> None:
