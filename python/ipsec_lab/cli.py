@@ -8,7 +8,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from ipsec_lab import _native, cli_lab, cli_model
+from ipsec_lab import _native, cli_lab, cli_model, cli_reproduce
 
 
 def _bench(args: argparse.Namespace) -> int:
@@ -336,6 +336,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.set_defaults(func=_bench)
     cli_model.add_parsers(sub)
     cli_lab.add_parsers(sub)
+    cli_reproduce.add_parsers(sub)
     return p
 
 
@@ -346,7 +347,7 @@ def main(argv: Sequence[str] | None = None) -> int:
               file=sys.stderr)  # fmt: skip
         return 2
     try:
-        if args.command in ("bench", "run", "results", "clean"):
+        if args.command in ("bench", "run", "results", "clean", "reproduce", "report"):
             rc: int = args.func(args)
         else:
             sub = getattr(args, "model_command", None) or getattr(args, "advise_command", None)

@@ -49,25 +49,7 @@ def _run(args: argparse.Namespace) -> int:
         )
     rc = 0
     try:
-        if quiet:
-            campaign.on_progress = lambda p: None
-            campaign.run()
-        else:
-            from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
-
-            with Progress(
-                TextColumn("{task.completed}/{task.total}"),
-                BarColumn(),
-                TimeRemainingColumn(),
-                TextColumn("{task.description}"),
-                transient=True,
-            ) as prog:
-                task = prog.add_task("", total=campaign.progress.total)
-                campaign.on_progress = lambda p: prog.update(
-                    task, completed=p.done, description=p.current
-                )
-                campaign.on_progress(campaign.progress)
-                campaign.run()
+        run_with_progress(campaign, quiet)
     except KeyboardInterrupt:
         print(
             f"ipsec-lab run: interrupted; finished runs are kept — continue with "
@@ -87,6 +69,30 @@ def _run(args: argparse.Namespace) -> int:
     else:
         print_summary(summary, f"campaign {campaign.id}: {sc.name}")
     return rc
+
+
+def run_with_progress(campaign: Any, quiet: bool, title: str = "") -> None:
+    """Run a campaign, with a live rich progress bar (count, ETA, current run) on stderr
+    unless `quiet`."""
+    if quiet:
+        campaign.on_progress = lambda p: None
+        campaign.run()
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
+    with Progress(
+        TextColumn(title + "{task.completed}/{task.total}"),
+        BarColumn(),
+        TimeRemainingColumn(),
+        TextColumn("{task.description}"),
+        transient=True,
+        console=Console(stderr=True),
+    ) as prog:
+        task = prog.add_task("", total=campaign.progress.total)
+        campaign.on_progress = lambda p: prog.update(task, completed=p.done, description=p.current)
+        campaign.on_progress(campaign.progress)
+        campaign.run()
 
 
 def _rate(v: float | None) -> str:

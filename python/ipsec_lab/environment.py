@@ -18,6 +18,24 @@ def cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
+def cpu_mhz() -> float | None:
+    """This CPU's clock (the first core's, from /proc/cpuinfo or cpufreq), for turning CPU
+    time into cycles (study 3's cycles per byte)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("cpu MHz"):
+                return float(line.split(":", 1)[1])
+    except (OSError, ValueError):
+        pass
+    try:
+        import psutil
+
+        f = psutil.cpu_freq()
+        return float(f.current) if f and f.current else None
+    except (ImportError, AttributeError, NotImplementedError):
+        return None
+
+
 def git_revision() -> str | None:
     here = Path(__file__).resolve().parent
     try:
@@ -38,6 +56,7 @@ def describe() -> dict[str, object]:
 
     return {
         "cpu": cpu_model(),
+        "cpu_mhz": cpu_mhz(),
         "cpus": os.cpu_count(),
         "kernel": platform.release(),
         "machine": platform.machine(),

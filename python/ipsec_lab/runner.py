@@ -160,7 +160,7 @@ class Campaign:
                 self.soaker.start()
                 tb.on_teardown(self._stop_soaker)
             for (bname, cfg), runs in _by_backend(runnable):
-                backend = backends.make(bname)
+                backend = backends.make(bname, stage_timing=sc.stage_timing)
                 self.progress.current = f"{bname} {cfg} | {link.name} | starting"
                 self.on_progress(self.progress)
                 started = time.time()
@@ -185,8 +185,14 @@ class Campaign:
         self.on_progress(self.progress)
         started = time.time()
 
+        stages = getattr(backend, "stage_ns", None) if self.sc.stage_timing else None
+
         def metered(label: str, fn: Callable[[], Row]) -> Row:
+            s0 = stages() if stages else None
             row = meters.measure(fn, tb.counters, backend.pids, p.flow.wire_end, self.soaker)
+            if stages and s0 is not None:
+                s1 = stages()
+                row["stage_ns"] = {k: v - s0.get(k, 0) for k, v in s1.items()}
             row["label"] = label
             return row
 

@@ -19,6 +19,7 @@
     [[workloads]]
     kind = "tcp"                      # tcp | udp | rfc2544 | imix | http | smtp
     seconds = 5
+    data = "text"                     # tcp: iperf (default) | text | random
 
     [gateway]
     cpu_quota = 0.5                   # share of one CPU for the IPsec processes
@@ -38,6 +39,7 @@ import tomllib
 TOPOLOGIES = ("pair", "line", "clients")
 BACKENDS = ("none", "strongswan", "xfrm", "ours")
 WORKLOAD_KINDS = ("tcp", "udp", "rfc2544", "imix", "http", "smtp")
+TCP_DATA = ("iperf", "text", "random")
 
 
 class ScenarioError(ValueError):
@@ -98,6 +100,10 @@ class Workload:
     max_trials: int = 20
     files: tuple[int, ...] = (1024, 10 * 1024, 1024 * 1024, 10 * 1024 * 1024)  # http/smtp
     label: str = ""
+    # tcp: "iperf" (iperf3's own random payload), or a plain sender of "text" (English
+    # prose: DEFLATE shrinks it by about half, as study 1's compressible data) or "random"
+    # (urandom: incompressible); the two are sent alike, so only the bytes differ.
+    data: str = "iperf"
 
     @property
     def name(self) -> str:
@@ -105,7 +111,8 @@ class Workload:
             return self.label
         if self.kind == "tcp":
             extra = f"{self.bytes}B" if self.bytes else f"{self.seconds:g}s"
-            return f"tcp-{self.streams}x-{extra}"
+            data = "" if self.data == "iperf" else f"-{self.data}"
+            return f"tcp-{self.streams}x-{extra}{data}"
         if self.kind in ("udp", "rfc2544"):
             return f"{self.kind}-{self.size}"
         return self.kind
@@ -132,11 +139,12 @@ class Scenario:
     seed: int = 1
     gateway: Gateway = field(default_factory=Gateway)
     soaker: bool = False
+    stage_timing: bool = False  # ours: per-stage ns of the gateways in every row
 
 
 _TOP_KEYS = {
     "name", "topology", "backends", "configurations", "links", "workloads",
-    "repetitions", "warmup_s", "seed", "gateway", "soaker",
+    "repetitions", "warmup_s", "seed", "gateway", "soaker", "stage_timing",
 }  # fmt: skip
 _LINK_KEYS = {
     "name", "preset", "rate_mbit", "delay_ms", "jitter_ms", "loss_pct", "reorder_pct",
@@ -145,6 +153,7 @@ _LINK_KEYS = {
 _WORKLOAD_KEYS = {
     "kind", "seconds", "bytes", "streams", "size", "rate_mbit", "trial_s",
     "loss_tolerance_pct", "resolution_mbit", "max_rate_mbit", "max_trials", "files", "label",
+    "data",
 }  # fmt: skip
 
 
@@ -254,6 +263,11 @@ def _workload(r: _Reader, t: Any, where: str) -> Workload:
     label = t.get("label", "")
     if not isinstance(label, str):
         raise r.fail(f"{where}label", "must be a string")
+    data = t.get("data", d.data)
+    if data not in TCP_DATA:
+        raise r.fail(f"{where}data", f"must be one of {', '.join(TCP_DATA)}, not {data!r}")
+    if "data" in t and kind != "tcp":
+        raise r.fail(f"{where}data", "only a tcp workload chooses its data")
     w = Workload(
         kind=kind,
         seconds=n(t, "seconds", where, d.seconds, 0.5, 3600),
@@ -268,7 +282,10 @@ def _workload(r: _Reader, t: Any, where: str) -> Workload:
         max_trials=n(t, "max_trials", where, d.max_trials, 1, 100, integer=True),
         files=files,
         label=label,
+        data=data,
     )
+    if w.data != "iperf" and (w.streams != 1 or w.bytes is not None):
+        raise r.fail(f"{where}data", f"a {w.data} transfer is one stream sent for `seconds`")
     if w.bytes is not None and kind != "tcp":
         raise r.fail(f"{where}bytes", "only a tcp workload sends a byte count")
     if kind == "rfc2544" and w.resolution_mbit >= w.max_rate_mbit:
@@ -361,6 +378,9 @@ def parse(text: str, source: str = "<scenario>") -> Scenario:
     soaker = doc.get("soaker", False)
     if not isinstance(soaker, bool):
         raise r.fail("soaker", f"must be true or false, not {soaker!r}")
+    stage_timing = doc.get("stage_timing", False)
+    if not isinstance(stage_timing, bool):
+        raise r.fail("stage_timing", f"must be true or false, not {stage_timing!r}")
     name = doc.get("name", Path(source).stem)
     if not isinstance(name, str) or not name:
         raise r.fail("name", "must be a non-empty string")
@@ -381,6 +401,7 @@ def parse(text: str, source: str = "<scenario>") -> Scenario:
             cpus=tuple(cpus),
         ),
         soaker=soaker,
+        stage_timing=stage_timing,
     )
 
 

@@ -196,19 +196,29 @@ class Store:
                 )
         return run_id
 
-    def runs(self, campaign: int) -> list[dict[str, Any]]:
-        """Every run of a campaign with its results (metrics decoded), in run order."""
+    def runs(self, campaign: int, samples: bool = False) -> list[dict[str, Any]]:
+        """Every run of a campaign with its results (metrics decoded), in run order;
+        with `samples`, each result's CPU time series as `cpu_series` too."""
         out = []
         for r in self.db.execute(
             "SELECT * FROM runs WHERE campaign_id = ? ORDER BY id", (campaign,)
         ).fetchall():
             d = dict(r)
-            d["results"] = [
-                {"label": x["label"], **json.loads(x["metrics"])}
-                for x in self.db.execute(
-                    "SELECT label, metrics FROM results WHERE run_id = ? ORDER BY id", (r["id"],)
-                )
-            ]
+            d["results"] = []
+            for x in self.db.execute(
+                "SELECT id, label, metrics FROM results WHERE run_id = ? ORDER BY id", (r["id"],)
+            ).fetchall():
+                res = {"label": x["label"], **json.loads(x["metrics"])}
+                if samples:
+                    res["cpu_series"] = [
+                        dict(s)
+                        for s in self.db.execute(
+                            "SELECT t, user, system, softirq, idle FROM samples"
+                            " WHERE result_id = ? ORDER BY t",
+                            (x["id"],),
+                        )
+                    ]
+                d["results"].append(res)
             out.append(d)
         return out
 

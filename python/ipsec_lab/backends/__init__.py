@@ -57,7 +57,9 @@ class Processless:
         return []
 
 
-def make(name: str) -> Backend:
+def make(name: str, stage_timing: bool = False) -> Backend:
+    """The backend `name`; `stage_timing` switches on ours' per-stage counters (the
+    others have none: the lab then records no per-stage split for them)."""
     if name == "none":
         from ipsec_lab.backends.none import NoIpsec
 
@@ -73,5 +75,5 @@ def make(name: str) -> Backend:
     if name == "ours":
         from ipsec_lab.backends.ours import Ours
 
-        return Ours()
+        return Ours(stage_timing=stage_timing)
     raise ValueError(f"unknown backend {name!r}")

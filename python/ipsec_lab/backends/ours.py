@@ -249,6 +249,16 @@ class Ours:
     def pids(self) -> list[int]:
         return [p.pid for p in self._procs.values() if p.poll() is None]
 
+    def stage_ns(self) -> dict[str, int]:
+        """Nanoseconds per stage summed over every running gateway and SA (all zero
+        unless the backend was made with `stage_timing`)."""
+        out: dict[str, int] = {}
+        for sock in self.sockets.values():
+            for sa in stats(sock).get("sas", []):
+                for stage, v in (sa.get("stages") or {}).items():
+                    out[stage] = out.get(stage, 0) + int(v["ns"])
+        return out
+
     def process(self, node: str) -> subprocess.Popen[bytes]:
         return self._procs[node]
 

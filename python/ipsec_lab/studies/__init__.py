@@ -1,2 +1,181 @@
 """The seed studies: each one's published figures as data (with the paper's table or
-figure number) and, as the lab grows, its experiment. See docs/seed-studies.md."""
+figure number), its experiment as lab scenarios, and the analysis that puts the two side
+by side. See docs/seed-studies.md; `ipsec-lab reproduce` runs them, `ipsec-lab report`
+renders their analyses.
+
+A study module has:
+- `NAME`, `TITLE`, `SOURCE` (the paper, with what the figures come from);
+- `roles(quick, backends)`: the campaigns it runs, in order (e.g. study 1's "today" and
+  "limited-ours", whose CPU quota is computed from "today");
+- `scenario(role, quick, backends, done)`: that campaign's scenario (TOML text), or a
+  `Skip` with the reason; `done` holds the finished campaigns' runs by role;
+- `analyse(done)`: an `Analysis` — tables, plot data and findings, published beside ours.
+
+Analyses are plain data (JSON-able): the report draws them; tests check them without a
+browser or a plotting library.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import asdict, dataclass, field
+from types import ModuleType
+from typing import Any
+
+NAMES = ("ferrante2005", "tisovsky2013", "freeswan", "hadjichristofi2003")
+
+Runs = list[dict[str, Any]]  # a campaign's runs as `Store.runs` gives them
+
+
+@dataclass(frozen=True)
+class Skip:
+    """A campaign a study cannot run here, and why."""
+
+    reason: str
+
+
+@dataclass
+class Table:
+    title: str
+    columns: list[str]
+    rows: list[list[Any]]
+    note: str = ""
+
+
+@dataclass
+class Plot:
+    """What to draw. kind: `bars` (categories x series), `lines` (series of (x, y), with
+    `points` drawn as markers), `area` (stacked shares over time)."""
+
+    kind: str
+    title: str
+    xlabel: str
+    ylabel: str
+    categories: list[str] = field(default_factory=list)
+    series: dict[str, list[float | None]] = field(default_factory=dict)
+    lines: dict[str, tuple[list[float], list[float]]] = field(default_factory=dict)
+    points: dict[str, tuple[list[float], list[float]]] = field(default_factory=dict)
+    logy: bool = False
+    note: str = ""
+
+
+@dataclass
+class Finding:
+    """One published finding and what this machine shows. verdict: `holds`, `changed`
+    or `not measured` (with why in `ours`)."""
+
+    claim: str
+    published: str
+    ours: str
+    verdict: str
+
+
+@dataclass
+class Analysis:
+    study: str
+    title: str
+    source: str
+    tables: list[Table] = field(default_factory=list)
+    plots: list[Plot] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
+    cause: str = ""  # what the model / the per-stage split says drives the cost
+    campaigns: dict[str, int] = field(default_factory=dict)  # role -> campaign id
+    quick: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def module(name: str) -> ModuleType:
+    """The study module `name` (one of `NAMES`)."""
+    import importlib
+
+    if name not in NAMES:
+        raise ValueError(f"unknown study {name!r} (known: {', '.join(NAMES)})")
+    return importlib.import_module(f"ipsec_lab.studies.{name}")
+
+
+# --- helpers the studies share ----------------------------------------------------------
+
+
+def ratio_verdict(ours: float | None, published: float, tolerance: float = 1.25) -> str:
+    """`holds` when ours is within a factor `tolerance` of the published ratio."""
+    if ours is None or not math.isfinite(ours) or ours <= 0:
+        return "not measured"
+    return "holds" if abs(math.log(ours / published)) <= math.log(tolerance) else "changed"
+
+
+def fmt(v: float | None, digits: int = 3) -> str:
+    if v is None or not math.isfinite(v):
+        return "—"
+    if abs(v) >= 100:
+        return f"{v:.0f}"
+    return f"{v:.{digits}g}"
+
+
+def ipsec_backends(backends: tuple[str, ...]) -> list[str]:
+    return [b for b in backends if b != "none"]
+
+
+def backends_toml(backends: tuple[str, ...], with_none: bool = True) -> str:
+    names = (["none"] if with_none else []) + ipsec_backends(backends)
+    return "[" + ", ".join(f'"{b}"' for b in names) + "]"
+
+
+def rows_by(
+    runs: Runs,
+) -> dict[tuple[str, str, str, str, str], list[dict[str, Any]]]:
+    """Measurements grouped by (backend, configuration, link, flow, label)."""
+    out: dict[tuple[str, str, str, str, str], list[dict[str, Any]]] = {}
+    for r in runs:
+        if r["status"] != "done":
+            continue
+        for x in r["results"]:
+            key = (r["backend"], r["configuration"], r["link"], r["flow"], x["label"])
+            out.setdefault(key, []).append(x)
+    return out
+
+
+def median(xs: list[dict[str, Any]], field_: str) -> float | None:
+    vals = [float(x[field_]) for x in xs if x.get(field_) is not None]
+    return statistics.median(vals) if vals else None
+
+
+def skipped(runs: Runs) -> dict[tuple[str, str], str]:
+    """(backend, configuration) -> why it was skipped."""
+    return {
+        (r["backend"], r["configuration"]): r["reason"] or ""
+        for r in runs
+        if r["status"] == "skipped"
+    }
+
+
+def user_share(xs: list[dict[str, Any]]) -> tuple[float | None, float | None]:
+    """Mean user and system+softirq shares of the busy CPU over a measurement's series."""
+    us, ss = [], []
+    for x in xs:
+        for s in x.get("cpu_series") or []:
+            busy = s["user"] + s["system"] + s["softirq"]
+            if busy > 0:
+                us.append(s["user"])
+                ss.append(s["system"] + s["softirq"])
+    if not us:
+        return None, None
+    return statistics.mean(us), statistics.mean(ss)
+
+
+def stage_split(xs: list[dict[str, Any]]) -> tuple[float, float] | None:
+    """(per-packet ns, per-byte ns) summed over measurements' per-stage counters: the
+    model's t_fix stages and its L_alg / R_alg stages (see crates/ipsec/src/stage.rs)."""
+    per_byte_stages = {"cipher", "mac", "compress", "decompress"}
+    fixed = byte = 0
+    seen = False
+    for x in xs:
+        for stage, ns in (x.get("stage_ns") or {}).items():
+            seen = True
+            if stage in per_byte_stages:
+                byte += ns
+            else:
+                fixed += ns
+    return (fixed, byte) if seen and fixed + byte > 0 else None

@@ -7,7 +7,25 @@ kB (kB = 1024 B).
 
 from __future__ import annotations
 
+from typing import Any
+
 from ipsec_lab.model.ipcomp import Costs
+from ipsec_lab.studies import (
+    Analysis,
+    Finding,
+    Plot,
+    Skip,
+    Table,
+    backends_toml,
+    fmt,
+    ipsec_backends,
+    median,
+    ratio_verdict,
+    rows_by,
+    skipped,
+    stage_split,
+    user_share,
+)  # fmt: skip
 
 PACKET_SIZE = 1500
 
@@ -82,3 +100,331 @@ PUBLISHED_EFFORT_VS_ENC_SHA1: dict[str, float] = {
     "IPComp, compressible": IPCOMP_COMPRESSIBLE_EFFORT / _ENC_SHA1_EFFORT,
     "IPComp, incompressible": IPCOMP_INCOMPRESSIBLE_EFFORT / _ENC_SHA1_EFFORT,
 }
+
+
+# --- the experiment ------------------------------------------------------------------------
+
+NAME = "ferrante2005"
+TITLE = "Study 1 — Ferrante, Piuri, Owen: IPsec hardware resource requirements (2005)"
+SOURCE = (
+    "Ferrante, Piuri, Owen, 'IPSec Hardware Resource Requirements Evaluation' (2005): "
+    "figs. 3-4 and 8-9 (throughput, CPU effort), 6-7 (CPU load over time), section on "
+    "IPComp; two Pentium III 500 MHz PCs, FreeS/WAN 1.99, 1500-byte datagrams"
+)
+
+# Published figures at 100 Mbit/s: label -> (Mbit/s, CPU effort µs/kB, how we have it).
+# Effort is CPU time per kB sent: load x 8192 / Mbit/s where the paper gives the load.
+PUBLISHED_100: dict[str, tuple[float, float, str]] = {
+    "no IPsec": (NO_IPSEC_MBPS_100, _effort(NO_IPSEC_MBPS_100, NO_IPSEC_CPU_100),
+                 "implied by the ratios; CPU < 20 %"),
+    "auth only": (NO_IPSEC_MBPS_100, 0.97 * _effort(NO_IPSEC_MBPS_100),
+                  "'close to no IPsec', CPU 97 %"),
+    "enc only": (NO_IPSEC_MBPS_100 * 0.83, 1.17 * 0.97 * _effort(NO_IPSEC_MBPS_100),
+                 "-17 %; effort 1.17 x auth only"),
+    "enc + SHA-1": (ENC_SHA1_MBPS_100, _effort(ENC_SHA1_MBPS_100), "CPU ~100 %"),
+    "enc + SHA-2": (ENC_SHA2_MBPS_100, _effort(ENC_SHA2_MBPS_100), "CPU ~100 %"),
+    "AH + ESP": (ENC_SHA1_MBPS_100, _effort(ENC_SHA1_MBPS_100), "'similar to enc + SHA-1'"),
+    "IPComp, compressible": (IPCOMP_COMPRESSIBLE_MBPS_100, IPCOMP_COMPRESSIBLE_EFFORT, ""),
+    "IPComp, incompressible": (IPCOMP_INCOMPRESSIBLE_MBPS_100, IPCOMP_INCOMPRESSIBLE_EFFORT, ""),
+}  # fmt: skip
+PUBLISHED_10: dict[str, float] = {
+    "no IPsec": NO_IPSEC_MBPS_10,
+    "IPComp, compressible": IPCOMP_COMPRESSIBLE_MBPS_10,
+}
+
+# The limited series: the gateways' CPU quota is set so that our enc + SHA-1 would run at
+# the paper's 53.8 Mbit/s — quota (CPUs) = our measured IPsec effort (µs/kB of the IPsec
+# processes) x the paper's enc + SHA-1 rate in kB/s. A CFS quota scales CPU time
+# linearly, so every configuration then runs as if on a CPU that many times slower for
+# IPsec work, and the paper's CPU-bound regime at 100 Mbit/s returns.
+TARGET_KBPS = ENC_SHA1_MBPS_100 * 1e6 / 8 / KB
+CALIBRATION = "esp:aes128-sha1"
+LIMITED_QUICK = ("esp:null-sha1", "esp:aes128-sha1", "ipcomp+esp:aes128-sha1")
+
+
+def roles(quick: bool, backends: tuple[str, ...]) -> list[str]:
+    return ["today"] + [f"limited-{b}" for b in ipsec_backends(backends)]
+
+
+def quota_for(effort_us_per_kb: float) -> float:
+    return round(min(max(effort_us_per_kb * TARGET_KBPS / 1e6, 0.02), 1.0), 4)
+
+
+def _today_effort(runs: list[dict[str, Any]], backend: str) -> float | None:
+    for (b, cfg, link, _, label), xs in rows_by(runs).items():
+        if (b, cfg, link) == (backend, CALIBRATION, "ethernet-100") and label.endswith("text"):
+            return median(xs, "ipsec_effort_us_per_kb")
+    return None
+
+
+def scenario(
+    role: str, quick: bool, backends: tuple[str, ...], done: dict[str, list[dict[str, Any]]]
+) -> str | Skip:
+    secs = 2 if quick else 8
+    workloads = (
+        f'[[workloads]]\nkind = "tcp"\ndata = "text"\nseconds = {secs}\n\n'
+        f'[[workloads]]\nkind = "tcp"\ndata = "random"\nseconds = {secs}\n'
+    )
+    if role == "today":
+        links = '[[links]]\npreset = "ethernet-100"\n\n' + (
+            "" if quick else '[[links]]\npreset = "ethernet-10"\n\n'
+        )
+        return (
+            f'name = "{NAME}:today{":quick" if quick else ""}"\ntopology = "pair"\n'
+            f'backends = {backends_toml(backends)}\nconfigurations = ["@ferrante2005"]\n'
+            f"repetitions = 1\nwarmup_s = 0.5\nstage_timing = true\n\n{links}{workloads}"
+        )
+    backend = role.removeprefix("limited-")
+    effort = _today_effort(done.get("today", []), backend)
+    if effort is None:
+        return Skip(f"no enc + SHA-1 effort of {backend} at 100 Mbit/s to set the quota from")
+    q = quota_for(effort)
+    cfgs = LIMITED_QUICK if quick else tuple(c for _, c, _ in CONFIGURATIONS if c)
+    cfg_list = ", ".join(f'"{c}"' for c in dict.fromkeys(cfgs))
+    wl = workloads if not quick else workloads.split("\n\n")[0] + "\n"
+    return (
+        f"# gateway quota {q} CPU = {effort:.2f} µs/kB (our enc + SHA-1) x "
+        f"{TARGET_KBPS:.0f} kB/s (the paper's 53.8 Mbit/s)\n"
+        f'name = "{NAME}:{role}{":quick" if quick else ""}"\ntopology = "pair"\n'
+        f"backends = {backends_toml((backend,), with_none=not quick)}\n"
+        f"configurations = [{cfg_list}]\nrepetitions = 1\nwarmup_s = 0.5\n\n"
+        f"[gateway]\ncpu_quota = {q}\n\n"
+        f'[[links]]\npreset = "ethernet-100"\n\n{wl}'
+    )
+
+
+def _cells(runs: list[dict[str, Any]], backend: str, link: str) -> dict[str, dict[str, Any]]:
+    """label (the paper's configuration name) -> our medians for it on `link`."""
+    by = rows_by(runs)
+    out: dict[str, dict[str, Any]] = {}
+    for label, cfg, data in CONFIGURATIONS:
+        b, c = ("none", "none") if cfg is None else (backend, cfg)
+        want = "random" if data == "random" else "text"
+        xs = [x for (bb, cc, ll, _, lab), v in by.items() if (bb, cc, ll) == (b, c, link)
+              and lab.endswith(want) for x in v]  # fmt: skip
+        if not xs:
+            continue
+        wire = median(xs, "wire_up_bytes")
+        payload = median(xs, "payload_bytes")
+        user, system = user_share(xs)
+        out[label] = {
+            "mbps": median(xs, "mbps"),
+            "effort": median(xs, "effort_us_per_kb"),
+            "ipsec_effort": median(xs, "ipsec_effort_us_per_kb"),
+            "wire_per_payload": wire / payload if wire and payload else None,
+            "user": user,
+            "system": system,
+            "stages": stage_split(xs),
+            "series": (xs[0].get("cpu_series") or []),
+        }
+    return out
+
+
+def analyse(done: dict[str, list[dict[str, Any]]]) -> Analysis:
+    an = Analysis(NAME, TITLE, SOURCE)
+    today = done.get("today", [])
+    backends = sorted({r["backend"] for r in today if r["backend"] != "none"})
+    labels = [label for label, _, _ in CONFIGURATIONS]
+    for b in backends:
+        t100 = _cells(today, b, "ethernet-100")
+        t10 = _cells(today, b, "ethernet-10")
+        lim = _cells(done.get(f"limited-{b}", []), b, "ethernet-100")
+        quota = _quota_of(done.get(f"limited-{b}", []))
+        rows = []
+        skips = skipped(today)
+        for label, cfg, _ in CONFIGURATIONS:
+            pm, pe, how = PUBLISHED_100[label]
+            c, lc = t100.get(label, {}), lim.get(label, {})
+            note = how
+            if cfg and (b, cfg) in skips:
+                note = "skipped: " + skips[(b, cfg)]
+            rows.append([
+                label, fmt(pm), fmt(c.get("mbps")), fmt(lc.get("mbps")), fmt(pe),
+                fmt(c.get("effort")), fmt(c.get("ipsec_effort")), fmt(lc.get("ipsec_effort")),
+                fmt(c.get("wire_per_payload"), 4), fmt(t10.get(label, {}).get("mbps")), note,
+            ])  # fmt: skip
+        an.tables.append(Table(
+            f"Throughput, CPU effort and wire bytes at 100 Mbit/s ({b}), beside figs. 3-4 and 8-9",
+            ["configuration", "paper Mbit/s", "ours Mbit/s", "ours, CPU limited Mbit/s",
+             "paper effort µs/kB", "ours effort µs/kB (machine)", "ours IPsec µs/kB",
+             "limited IPsec µs/kB", "wire bytes / payload byte", "ours at 10 Mbit/s", "note"],
+            rows,
+            note=(f"CPU limited: the IPsec processes under a CFS quota of {quota} CPU, set "
+                  "from our enc + SHA-1 effort so that it would run at the paper's 53.8 "
+                  "Mbit/s. Machine effort counts every CPU (both hosts' senders and stacks "
+                  "too); IPsec effort only the IPsec processes." if quota else
+                  "No CPU-limited series in this campaign."),
+        ))  # fmt: skip
+        an.plots.append(Plot(
+            "bars", f"Throughput at 100 Mbit/s ({b}) — paper fig. 3 beside ours", "",
+            "Mbit/s", labels,
+            {"paper (PIII 500 MHz)": [PUBLISHED_100[x][0] for x in labels],
+             "ours, this CPU": [t100.get(x, {}).get("mbps") for x in labels],
+             "ours, CPU limited": [lim.get(x, {}).get("mbps") for x in labels]},
+        ))  # fmt: skip
+        an.plots.append(Plot(
+            "bars", f"CPU effort ({b}) — paper fig. 8 beside ours", "", "µs per kB (log)",
+            labels,
+            {"paper": [PUBLISHED_100[x][1] for x in labels],
+             "ours, machine": [t100.get(x, {}).get("effort") for x in labels],
+             "ours, IPsec processes": [t100.get(x, {}).get("ipsec_effort") for x in labels],
+             "ours, IPsec, CPU limited": [lim.get(x, {}).get("ipsec_effort") for x in labels]},
+            logy=True,
+        ))  # fmt: skip
+        for label in ("no IPsec", "enc + SHA-1", "IPComp, compressible"):
+            s = (lim.get(label) or t100.get(label) or {}).get("series") or []
+            if s:
+                an.plots.append(Plot(
+                    "area", f"CPU load over time, {label} ({b}) — as figs. 6-7", "s",
+                    "share of all CPUs",
+                    lines={k: ([x["t"] for x in s], [x[k] for x in s])
+                           for k in ("user", "system", "softirq")},
+                ))  # fmt: skip
+        an.findings += _findings(b, t100, t10, lim)
+        an.cause = _cause(t100)
+    return an
+
+
+def _quota_of(runs: list[dict[str, Any]]) -> float | None:
+    return None if not runs else runs[0].get("cpu_quota")
+
+
+Cells = dict[str, dict[str, Any]]
+
+
+def _findings(b: str, t100: Cells, t10: Cells, lim: Cells) -> list[Finding]:
+    out: list[Finding] = []
+
+    def get(cells: dict[str, Any], label: str, k: str) -> float | None:
+        v = cells.get(label, {}).get(k)
+        return float(v) if v is not None else None
+
+    none, es1 = get(t100, "no IPsec", "mbps"), get(t100, "enc + SHA-1", "mbps")
+    r = es1 / none if es1 and none else None
+    out.append(Finding(
+        f"At 100 Mbit/s the CPU, not the link, limits ESP enc + SHA-1 ({b})",
+        f"53.8 of ~89 Mbit/s ({ENC_SHA1_MBPS_100 / NO_IPSEC_MBPS_100:.2f} x no IPsec)",
+        f"{fmt(es1)} of {fmt(none)} Mbit/s ({fmt(r)} x)" if r else "not measured",
+        "not measured" if r is None else ("holds" if r < 0.9 else "changed"),
+    ))  # fmt: skip
+    les1, lnone = get(lim, "enc + SHA-1", "mbps"), get(lim, "no IPsec", "mbps")
+    if les1:
+        out.append(Finding(
+            "With the gateway CPU cut to the paper's enc + SHA-1 rate, the order of the "
+            "configurations' throughput returns",
+            "auth only ~89 > enc only ~74 > enc + SHA-1 53.8 > IPComp incompressible 27.4 > "
+            "IPComp compressible 11.7 Mbit/s",
+            ", ".join(f"{k} {fmt(get(lim, k, 'mbps'))}" for k in
+                      ("auth only", "enc only", "enc + SHA-1", "IPComp, incompressible",
+                       "IPComp, compressible") if get(lim, k, "mbps")),
+            _order_verdict([get(lim, k, "mbps") for k in
+                            ("auth only", "enc + SHA-1", "IPComp, compressible")], reverse=True),
+        ))  # fmt: skip
+    del lnone
+    eff = {
+        k: get(t100, k, "ipsec_effort")
+        for k in ("auth only", "enc only", "enc + SHA-1", "enc + SHA-2", "IPComp, compressible")
+    }
+    out.append(Finding(
+        "CPU effort grows: auth only < enc only < enc + SHA-1 < enc + SHA-2 < IPComp "
+        "(compressible)",
+        "89 < 105 < 152 < 235 < 666 µs/kB",
+        " < ".join(f"{fmt(v)}" for v in eff.values()) + " µs/kB (IPsec processes)",
+        _order_verdict(list(eff.values())),
+    ))  # fmt: skip
+    ea, ee = eff["auth only"], eff["enc + SHA-1"]
+    r = ee / ea if ea and ee else None
+    out.append(
+        Finding(
+            "Encryption + authentication costs 1.66 x authentication alone",
+            "1.66 x",
+            f"{fmt(r)} x" if r else "not measured",
+            ratio_verdict(r, 1.66),
+        )
+    )
+    ec = eff["IPComp, compressible"]
+    r = ec / ee if ec and ee else None
+    out.append(
+        Finding(
+            "IPComp on compressible data is by far the costliest configuration",
+            f"{IPCOMP_COMPRESSIBLE_EFFORT / _effort(ENC_SHA1_MBPS_100):.1f} x enc + SHA-1's effort",
+            f"{fmt(r)} x" if r else "not measured",
+            ratio_verdict(r, 4.37, 1.5),
+        )
+    )
+    wc, we = (
+        get(t100, "IPComp, compressible", "wire_per_payload"),
+        get(t100, "enc + SHA-1", "wire_per_payload"),
+    )
+    red = 1 - wc / we if wc and we else None
+    out.append(
+        Finding(
+            "IPComp shrinks compressible traffic on the wire",
+            "by 46 % (100 Mbit/s), 43 % (10 Mbit/s)",
+            f"by {100 * red:.0f} %" if red is not None else "not measured",
+            "not measured" if red is None else ("holds" if abs(red - 0.46) <= 0.12 else "changed"),
+        )
+    )
+    wi, ei = (
+        get(t100, "IPComp, incompressible", "wire_per_payload"),
+        get(t100, "IPComp, incompressible", "ipsec_effort"),
+    )
+    ok = wi is not None and we is not None and ei is not None and ee is not None
+    out.append(Finding(
+        "On incompressible data IPComp saves no bytes and still costs CPU",
+        f"27.44 Mbit/s, effort {IPCOMP_INCOMPRESSIBLE_EFFORT} µs/kB "
+        f"({IPCOMP_INCOMPRESSIBLE_EFFORT / _effort(ENC_SHA1_MBPS_100):.2f} x enc + SHA-1)",
+        (f"wire {fmt(wi, 4)} vs enc + SHA-1's {fmt(we, 4)} bytes per payload byte; effort "
+         f"{fmt(ei / ee)} x enc + SHA-1" if ok and ee else "not measured"),  # type: ignore[operator]
+        "not measured" if not ok else
+        ("holds" if wi >= 0.98 * we and ei > ee else "changed"),  # type: ignore[operator]
+    ))  # fmt: skip
+    n10, c10 = get(t10, "no IPsec", "mbps"), get(t10, "IPComp, compressible", "mbps")
+    r = c10 / n10 if c10 and n10 else None
+    out.append(Finding(
+        "At 10 Mbit/s IPComp on compressible data beats the link's no-IPsec rate",
+        f"{IPCOMP_COMPRESSIBLE_MBPS_10} vs {NO_IPSEC_MBPS_10} Mbit/s "
+        f"({IPCOMP_COMPRESSIBLE_MBPS_10 / NO_IPSEC_MBPS_10:.2f} x; 1.8 x with enough CPU)",
+        f"{fmt(c10)} vs {fmt(n10)} Mbit/s ({fmt(r)} x)" if r else "not measured (--quick runs "
+        "100 Mbit/s only)",
+        "not measured" if r is None else ("holds" if r > 1.05 else "changed"),
+    ))  # fmt: skip
+    un, sn = get(t100, "no IPsec", "user"), get(t100, "no IPsec", "system")
+    ue, se = get(t100, "enc + SHA-1", "user"), get(t100, "enc + SHA-1", "system")
+    if None not in (un, sn, ue, se):
+        out.append(Finding(
+            "Only system (kernel) CPU time grows with IPsec",
+            "FreeS/WAN runs in the kernel: user time flat",
+            f"user share {100 * un:.0f} % -> {100 * ue:.0f} %, system+softirq "  # type: ignore[operator]
+            f"{100 * sn:.0f} % -> {100 * se:.0f} % of busy CPU",  # type: ignore[operator]
+            "holds" if ue <= un * 1.1 else  # type: ignore[operator]
+            "changed (by design: this IPsec runs in user space)",
+        ))  # fmt: skip
+    return out
+
+
+def _order_verdict(vals: list[float | None], reverse: bool = False) -> str:
+    if any(v is None for v in vals):
+        return "not measured"
+    xs = [float(v) for v in vals if v is not None]
+    ordered = all((a >= b) if reverse else (a <= b) for a, b in zip(xs, xs[1:]))
+    return "holds" if ordered else "changed"
+
+
+def _cause(t100: dict[str, dict[str, Any]]) -> str:
+    parts = []
+    for label in ("auth only", "enc + SHA-1", "enc + SHA-2", "IPComp, compressible"):
+        s = t100.get(label, {}).get("stages")
+        if s:
+            fixed, byte = s
+            parts.append(f"{label}: {100 * byte / (fixed + byte):.0f} %")
+    if not parts:
+        return ""
+    return (
+        "Share of the engine's time in the per-byte stages (cipher, MAC, DEFLATE — the "
+        "model's L_alg / R_alg) rather than the per-packet ones (lookups, headers, "
+        "padding, copies — its t_fix), at 1500-byte packets: " + "; ".join(parts) + ". "
+        "The configurations differ by their per-byte work, as in 2005; what a packet costs "
+        "outside the engine (TUN and socket system calls) is in the IPsec effort but in "
+        "neither stage."
+    )

@@ -59,6 +59,10 @@ def _tcp_row(data: dict[str, Any]) -> Row:
 
 
 def tcp(tb: Testbed, flow: Flow, w: Workload, metered: Metered, warmup_s: float) -> list[Row]:
+    if w.data != "iperf":
+        from ipsec_lab.traffic import bulk
+
+        return bulk.tcp(tb, flow, w, metered, warmup_s)
     srv = Servers(tb, flow.sink, [PORT])
     try:
         if warmup_s > 0:

@@ -1,0 +1,199 @@
+"""`ipsec-lab reproduce STUDY|all` and `ipsec-lab report`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from ipsec_lab.cli_lab import LAB_HELP, _lab_dir
+
+STUDY_HELP = {
+    "ferrante2005": "study 1: eight configurations at 100 and 10 Mbit/s, today's CPU and "
+    "one limited to the paper's regime (throughput, CPU effort and load, wire bytes)",
+    "tisovsky2013": "study 2: loss-free rates at 128/1280 B, the model fitted, checked at "
+    "64/512/1420 B, t_fix and R_alg beside the Cisco 1841's",
+    "freeswan": "study 3: cycles per byte (forwarding, IPsec without crypto, "
+    "authentication, 3DES) and the MHz-per-Mbit/s table",
+    "hadjichristofi2003": "study 4: HTTP and SMTP transfers, slow and fast client, % "
+    "increase in load, transactions and time",
+}
+TIMES = "full: about 8 / 9 / 2 / 6 minutes; --quick: about 1 / 0.7 / 0.3 / 0.7"
+
+
+def _backends(args: argparse.Namespace) -> tuple[str, ...] | str:
+    from ipsec_lab.scenario import BACKENDS
+
+    names = args.compare.split(",") if args.compare else [args.backend]
+    names = [n.strip() for n in names if n.strip()]
+    for n in names:
+        if n not in BACKENDS or n == "none":
+            known = ", ".join(b for b in BACKENDS if b != "none")
+            flag = "--compare" if args.compare else "--backend"
+            return f"{flag}: unknown IPsec backend {n!r} (known: {known})"
+    if not names:
+        return "--compare: give backends separated by commas, e.g. ours,strongswan"
+    return tuple(dict.fromkeys(names))
+
+
+def _reproduce(args: argparse.Namespace) -> int:
+    from ipsec_lab import reproduce, studies
+    from ipsec_lab.cli_lab import run_with_progress
+    from ipsec_lab.testbed.build import LabError, require_root
+
+    which = list(studies.NAMES) if args.study == "all" else [args.study]
+    backends = _backends(args)
+    if isinstance(backends, str):
+        print(f"ipsec-lab reproduce: {backends}", file=sys.stderr)
+        return 2
+    try:
+        require_root()
+    except LabError as e:
+        print(f"ipsec-lab reproduce: {e}", file=sys.stderr)
+        return 2
+    lab = _lab_dir(args)
+    quiet = args.json or not sys.stderr.isatty()
+    results: list[reproduce.StudyRun] = []
+    rc = 0
+
+    def announce(study: str, role: str, c: Any) -> None:
+        if not args.json:
+            todo = len(c.pending())
+            print(f"{study} ({role}): campaign {c.id}, {todo} runs", file=sys.stderr)
+
+    t0 = time.monotonic()
+    for name in which:
+
+        def run(c: Any, n: str = name) -> None:
+            run_with_progress(c, quiet, f"{n} ")
+
+        try:
+            results.append(
+                reproduce.run_study(name, lab, args.quick, backends, args.resume, run, announce)
+            )
+        except KeyboardInterrupt:
+            print("ipsec-lab reproduce: interrupted; finished runs are kept — continue with "
+                  "the same command and --resume", file=sys.stderr)  # fmt: skip
+            return 130
+        except LabError as e:
+            print(f"ipsec-lab reproduce: {name}: {e}", file=sys.stderr)
+            print("(continue later with the same command and --resume)", file=sys.stderr)
+            rc = 1
+            break
+        r = results[-1]
+        if not args.json:
+            skipped = "".join(f"; {k} skipped: {v}" for k, v in r.skipped.items())
+            print(f"{name}: done in {r.seconds:.0f} s{skipped}", file=sys.stderr)
+    page = None
+    if not args.no_report and results:
+        page = _write_report(lab, None, Path(args.out) if args.out else lab / "report")
+    out = {
+        "lab": str(lab),
+        "seconds": round(time.monotonic() - t0, 1),
+        "studies": [
+            {
+                "study": r.study,
+                "campaigns": r.campaigns,
+                "skipped": r.skipped,
+                "seconds": round(r.seconds, 1),
+            }
+            for r in results
+        ],
+        "report": str(page) if page else None,
+    }
+    if args.json:
+        json.dump(out, sys.stdout, indent=1)
+        print()
+    elif page:
+        print(f"report: {page}")
+    return rc
+
+
+def _write_report(lab: Path, ids: list[int] | None, out: Path) -> Path:
+    from ipsec_lab import report, reproduce
+    from ipsec_lab.store import Store
+
+    store = Store(lab / "results.sqlite")
+    try:
+        chosen = reproduce.latest_campaigns(store, ids)
+        if not chosen:
+            raise ValueError(f"no study campaigns in {store.path}: run `ipsec-lab reproduce` first")
+        analyses = reproduce.analyse(store, chosen)
+        newest = max(c for roles in chosen.values() for c in roles.values())
+        camp = store.campaign(newest)
+        env = json.loads(camp["environment"]) if camp else {}
+    finally:
+        store.close()
+    return report.write(analyses, env, lab, out)
+
+
+def _report(args: argparse.Namespace) -> int:
+    lab = _lab_dir(args)
+    if not (lab / "results.sqlite").exists():
+        print(f"ipsec-lab report: no results in {lab / 'results.sqlite'} (run "
+              "`ipsec-lab reproduce` first)", file=sys.stderr)  # fmt: skip
+        return 2
+    try:
+        page = _write_report(
+            lab, args.campaign or None, Path(args.out) if args.out else lab / "report"
+        )
+    except ValueError as e:
+        print(f"ipsec-lab report: {e}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(page.with_name("report.json").read_text())
+    else:
+        print(f"report: {page}")
+        print(f"tables: {page.parent / 'tables'} (CSV), analyses: {page.with_name('report.json')}")
+    return 0
+
+
+def add_parsers(sub: Any) -> None:
+    from ipsec_lab import studies
+
+    r = sub.add_parser(
+        "reproduce",
+        help="run a seed study (or all) on this machine and write the report",
+        description=(
+            "Run a seed study's experiment on real testbeds (as `ipsec-lab run` does: "
+            "namespaces, shaped links, our gateway or another IPsec, every result in "
+            "LAB/results.sqlite), then write the report beside the paper's figures. Needs "
+            "root. Studies:\n"
+            + "\n".join(f"  {k}: {v}" for k, v in STUDY_HELP.items())
+            + f"\nTime on a 2-core machine, in study order — {TIMES}."
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    r.add_argument("study", choices=[*studies.NAMES, "all"], help="which study, or all")
+    r.add_argument("--quick", action="store_true",
+                   help="a reduced run for a first look (fewer configurations, sizes and "
+                   "seconds; all four studies in about 3 minutes)")  # fmt: skip
+    g = r.add_mutually_exclusive_group()
+    g.add_argument("--backend", default="ours", metavar="B",
+                   help="the IPsec under test: ours (default), strongswan, xfrm")  # fmt: skip
+    g.add_argument("--compare", metavar="B1,B2",
+                   help="run the same study on several backends side by side, e.g. "
+                   "ours,strongswan")  # fmt: skip
+    r.add_argument("--lab", metavar="DIR", help=LAB_HELP)
+    r.add_argument("--resume", action="store_true",
+                   help="continue unfinished campaigns instead of starting anew")  # fmt: skip
+    r.add_argument("--out", metavar="DIR", help="where the report goes (default LAB/report)")
+    r.add_argument("--no-report", action="store_true", help="only run; write no report")
+    r.add_argument("--json", action="store_true",
+                   help="print the campaigns, timings and report path as JSON")  # fmt: skip
+    r.set_defaults(func=_reproduce)
+    p = sub.add_parser(
+        "report",
+        help="write the HTML report (and CSV/JSON) from study campaigns",
+        description="Without CAMPAIGN: the newest campaign of each study and role in the "
+        "lab. Writes OUT/report.html (self-contained: plots inline, opens offline), "
+        "OUT/report.json and OUT/tables/*.csv.",
+    )
+    p.add_argument("campaign", nargs="*", type=int, help="campaign ids (see `ipsec-lab results`)")
+    p.add_argument("--lab", metavar="DIR", help=LAB_HELP)
+    p.add_argument("--out", metavar="DIR", help="output directory (default LAB/report)")
+    p.add_argument("--json", action="store_true", help="print report.json to stdout as well")
+    p.set_defaults(func=_report)

@@ -1,0 +1,234 @@
+"""The report: one self-contained HTML file (plots as inline SVG drawn by matplotlib, no
+external resource: it opens offline), and the same tables as CSV and the analyses as
+JSON, beside it.
+
+    OUT/report.html     the studies' published figures beside ours, plots, the reading
+    OUT/report.json     every analysis (tables, plot data, findings), for scripts
+    OUT/tables/*.csv    each table
+"""
+
+from __future__ import annotations
+
+import csv
+import html
+import io
+import json
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+from ipsec_lab import environment
+from ipsec_lab.studies import Analysis, Plot, Table
+
+VERDICT_CLASS = {"holds": "ok", "changed": "chg", "not measured": "na"}
+
+CSS = """
+body { font: 15px/1.45 system-ui, sans-serif; margin: 2em auto; max-width: 72em;
+       color: #222; padding: 0 1em; }
+h1 { font-size: 1.6em; } h2 { margin-top: 2.2em; border-bottom: 2px solid #ccd; }
+h3 { font-size: 1.05em; margin-top: 1.6em; }
+table { border-collapse: collapse; margin: .6em 0; font-size: .88em; }
+th, td { border: 1px solid #ccd; padding: .25em .5em; text-align: left; vertical-align: top; }
+th { background: #eef; } td.num { text-align: right; }
+.ok { color: #075; font-weight: 600; } .chg { color: #b40; font-weight: 600; }
+.na { color: #777; } .note { color: #555; font-size: .88em; }
+figure.plot { margin: 1em 0; } figure.plot svg { max-width: 100%; height: auto; }
+figcaption { font-size: .88em; color: #444; }
+code, pre { background: #f4f4f8; padding: .1em .3em; }
+"""
+
+# Runs in the browser: checks that every plot drew (an <svg> with a non-empty box and
+# marks in it) and records the outcome on <body> for the headless-browser test.
+CHECK_JS = """
+window.__errors = [];
+window.addEventListener('error', e => { window.__errors.push(String(e.message)); });
+window.addEventListener('load', () => {
+  const figs = document.querySelectorAll('figure.plot');
+  let ok = 0;
+  figs.forEach(f => {
+    const svg = f.querySelector('svg');
+    if (!svg) { console.error('plot without svg: ' + f.id); return; }
+    const box = svg.getBoundingClientRect();
+    const marks = svg.querySelectorAll('path, rect, use, polyline, line').length;
+    if (box.width > 50 && box.height > 50 && marks > 5) { ok += 1; }
+    else { console.error('plot did not render: ' + f.id); }
+  });
+  document.body.dataset.plotsTotal = String(figs.length);
+  document.body.dataset.plotsOk = String(ok);
+  document.body.dataset.errors = String(window.__errors.length);
+});
+"""
+
+
+def _svg(p: Plot) -> str:
+    import matplotlib
+
+    matplotlib.rcParams["svg.hashsalt"] = "ipsec-lab"  # stable ids: same data, same file
+    matplotlib.rcParams["svg.fonttype"] = "none"  # text stays text: small, searchable
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(9, 4.2), layout="constrained")
+    ax = fig.add_subplot()
+    if p.kind == "bars":
+        n = max(len(p.series), 1)
+        width = 0.8 / n
+        xs = range(len(p.categories))
+        for i, (name, vals) in enumerate(p.series.items()):
+            ys = [math.nan if v is None else float(v) for v in vals]
+            ax.bar([x + (i - (n - 1) / 2) * width for x in xs], ys, width, label=name)
+        ax.set_xticks(list(xs), p.categories, rotation=20, ha="right", fontsize=8)
+    elif p.kind == "lines":
+        colors: dict[str, Any] = {}
+        for name, (x, y) in p.lines.items():
+            (line,) = ax.plot(x, y, label=name, linewidth=1.2)
+            colors[name] = line.get_color()
+        for name, (x, y) in p.points.items():
+            ax.plot(x, y, "o", color=colors.get(name), markersize=5,
+                    label=None if name in colors else name)  # fmt: skip
+    elif p.kind == "area":
+        names = list(p.lines)
+        x = p.lines[names[0]][0]
+        ax.stackplot(x, *[p.lines[k][1] for k in names], labels=names, alpha=0.8)
+        ax.set_ylim(0, 1)
+    else:
+        raise ValueError(f"plot kind {p.kind!r}")
+    if p.logy:
+        ax.set_yscale("log")
+    ax.set_title(p.title, fontsize=10)
+    ax.set_xlabel(p.xlabel)
+    ax.set_ylabel(p.ylabel)
+    ax.grid(alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7, ncols=2 if len(ax.get_legend_handles_labels()[0]) > 4 else 1)
+    buf = io.StringIO()
+    fig.savefig(buf, format="svg")
+    text = buf.getvalue()
+    return text[text.index("<svg") :]  # drop the XML prolog and doctype: inline SVG
+
+
+def _cell(v: Any) -> str:
+    s = html.escape(str(v))
+    return (
+        f'<td class="num">{s}</td>'
+        if re.fullmatch(r"[-+]?[\d.,]+( %)?", str(v))
+        else f"<td>{s}</td>"
+    )
+
+
+def _table(t: Table) -> str:
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in t.columns)
+    body = "".join("<tr>" + "".join(_cell(v) for v in r) + "</tr>" for r in t.rows)
+    note = f'<p class="note">{html.escape(t.note)}</p>' if t.note else ""
+    empty = '<p class="na">(no rows: nothing measured)</p>' if not t.rows else ""
+    return (f"<h3>{html.escape(t.title)}</h3><table><tr>{head}</tr>{body}</table>"
+            f"{empty}{note}")  # fmt: skip
+
+
+def reading(analyses: list[Analysis]) -> list[str]:
+    """The report's summary sentences, one per study, from its findings."""
+    out = []
+    for an in analyses:
+        holds = [f.claim for f in an.findings if f.verdict == "holds"]
+        changed = [f for f in an.findings if f.verdict == "changed"]
+        na = [f for f in an.findings if f.verdict == "not measured"]
+        s = f"{an.title.split(' — ')[0]}: {len(holds)} of {len(an.findings)} findings hold"
+        if changed:
+            s += "; changed: " + "; ".join(f"{f.claim} (paper {f.published}; here {f.ours})"
+                                           for f in changed)  # fmt: skip
+        if na:
+            s += f"; {len(na)} not measured in this run"
+        out.append(s + ".")
+    return out
+
+
+def _slug(s: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", s.lower()).strip("-")[:80]
+
+
+def render(analyses: list[Analysis], env: dict[str, Any], lab: Path) -> str:
+    gen = environment.describe()
+    parts = [
+        "<!doctype html><html lang=en><head><meta charset=utf-8>",
+        "<title>ipsec-lab: the seed studies, reproduced</title>",
+        f"<style>{CSS}</style><script>{CHECK_JS}</script></head><body>",
+        "<h1>ipsec-lab: the seed studies, reproduced on this machine</h1>",
+        "<p>Each study's published figures beside today's measurement, with the findings "
+        "that still hold and those that changed. Ratios and medians are what to compare: "
+        "absolute figures depend on this machine and its neighbours.</p>",
+        "<h2 id=reading>Reading</h2><ul>",
+        *(f"<li>{html.escape(s)}</li>" for s in reading(analyses)),
+        "</ul>",
+    ]
+    if any(an.quick for an in analyses):
+        parts.append('<p class="note">Some studies ran with <code>--quick</code>: fewer '
+                     "configurations, sizes and seconds — a first look, not the full "
+                     "experiment.</p>")  # fmt: skip
+    n = 0
+    for an in analyses:
+        parts.append(f"<h2 id={an.study}>{html.escape(an.title)}</h2>")
+        parts.append(f'<p class="note">{html.escape(an.source)}. Campaigns: ' + ", ".join(
+            f"{html.escape(r)} = {c}" for r, c in an.campaigns.items()) + "</p>")  # fmt: skip
+        parts.append("<h3>Findings</h3><table><tr><th>finding</th><th>published</th>"
+                     "<th>this machine</th><th>verdict</th></tr>")  # fmt: skip
+        for f in an.findings:
+            cls = VERDICT_CLASS.get(f.verdict.split(" ")[0], "na")
+            if f.verdict == "not measured":
+                cls = "na"
+            parts.append(
+                f"<tr><td>{html.escape(f.claim)}</td><td>{html.escape(f.published)}</td>"
+                f"<td>{html.escape(f.ours)}</td><td class={cls}>{html.escape(f.verdict)}</td></tr>"
+            )
+        parts.append("</table>")
+        if an.cause:
+            parts.append(f"<p><b>Why (the model's terms):</b> {html.escape(an.cause)}</p>")
+        for p in an.plots:
+            n += 1
+            note = " — " + html.escape(p.note) if p.note else ""
+            parts.append(
+                f"<figure class=plot id=plot-{n}>{_svg(p)}"
+                f"<figcaption>{html.escape(p.title)}{note}</figcaption></figure>"
+            )
+        parts += [_table(t) for t in an.tables]
+    parts.append("<h2 id=environment>Environment and how to re-run</h2><table>")
+    for k, v in {**env, "report written by": gen.get("ipsec_lab"),
+                 "git revision (report)": gen.get("git")}.items():  # fmt: skip
+        parts.append(f"<tr><th>{html.escape(str(k))}</th><td>{html.escape(str(v))}</td></tr>")
+    parts.append("</table>")
+    parts.append(
+        f"<p>Re-run: <code>ipsec-lab reproduce all --lab {html.escape(str(lab))}</code> "
+        "(as root; add <code>--quick</code> for a first look, <code>--compare "
+        "ours,strongswan</code> for another implementation beside ours), then "
+        f"<code>ipsec-lab report --lab {html.escape(str(lab))}</code>. The campaigns above "
+        "are in the lab's <code>results.sqlite</code> (<code>ipsec-lab results ID</code>).</p>"
+    )
+    parts.append("</body></html>")
+    return "\n".join(parts)
+
+
+def write(analyses: list[Analysis], env: dict[str, Any], lab: Path, out: Path) -> Path:
+    """Write report.html, report.json and tables/*.csv into `out`; return the HTML path."""
+    out.mkdir(parents=True, exist_ok=True)
+    page = out / "report.html"
+    page.write_text(render(analyses, env, lab))
+    (out / "report.json").write_text(
+        json.dumps(
+            {
+                "environment": env,
+                "reading": reading(analyses),
+                "studies": [a.to_json() for a in analyses],
+            },
+            indent=1,
+        )
+    )
+    tables = out / "tables"
+    tables.mkdir(exist_ok=True)
+    for old in tables.glob("*.csv"):
+        old.unlink()
+    for an in analyses:
+        for i, t in enumerate(an.tables, 1):
+            with open(tables / f"{an.study}-{i:02d}-{_slug(t.title)}.csv", "w", newline="") as f:
+                w = csv.writer(f)
+                w.writerow(t.columns)
+                w.writerows(t.rows)
+    return page
