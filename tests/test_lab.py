@@ -363,3 +363,23 @@ def test_the_cpu_soaker_sees_a_busy_cpu() -> None:
     assert used["soaker_per_cpu"][0] > 0.6, used
     assert all(0.0 <= u <= 1.0 for u in used["soaker_per_cpu"])
     assert not any(p.is_alive() for p in s.procs)
+
+
+@pytest.mark.parametrize("capacity", [0.8, 4.2, 37.0])
+def test_search_narrows_to_the_rate_an_overloaded_device_delivered(capacity: float) -> None:
+    """Trials that report what they delivered (at most the capacity) cut the bracket:
+    the same answer as plain halving, in fewer trials."""
+    calls: list[float] = []
+
+    def trial(rate: float) -> dict[str, float]:
+        calls.append(rate)
+        loss = 0.0 if rate <= capacity else 100 * (rate - capacity) / rate
+        return {"offered_mbps": rate, "loss_pct": loss, "mbps": min(rate, capacity)}
+
+    r = search(trial, 100.0, 0.05, 0.0, 30)  # type: ignore[arg-type]
+    plain: list[float] = []
+    p = search(_lossy_above(capacity, plain), 100.0, 0.05, 0.0, 30)  # type: ignore[arg-type]
+    assert r.converged and capacity - 0.05 <= r.rate_mbps <= capacity
+    assert p.converged and abs(p.rate_mbps - r.rate_mbps) <= 0.05
+    assert len(calls) < len(plain)
+    assert calls[1] <= 1.1 * capacity  # the second trial already sits near the capacity

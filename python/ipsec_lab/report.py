@@ -130,12 +130,11 @@ def reading(analyses: list[Analysis]) -> list[str]:
     out = []
     for an in analyses:
         holds = [f.claim for f in an.findings if f.verdict == "holds"]
-        changed = [f for f in an.findings if f.verdict == "changed"]
+        changed = [f for f in an.findings if f.verdict.startswith("changed")]
         na = [f for f in an.findings if f.verdict == "not measured"]
         s = f"{an.title.split(' — ')[0]}: {len(holds)} of {len(an.findings)} findings hold"
         if changed:
-            s += "; changed: " + "; ".join(f"{f.claim} (paper {f.published}; here {f.ours})"
-                                           for f in changed)  # fmt: skip
+            s += "; changed: " + "; ".join(f"{f.claim} (here {f.ours})" for f in changed)
         if na:
             s += f"; {len(na)} not measured in this run"
         out.append(s + ".")

@@ -254,9 +254,11 @@ class Ours:
         unless the backend was made with `stage_timing`)."""
         out: dict[str, int] = {}
         for sock in self.sockets.values():
-            for sa in stats(sock).get("sas", []):
-                for stage, v in (sa.get("stages") or {}).items():
-                    out[stage] = out.get(stage, 0) + int(v["ns"])
+            st = stats(sock)
+            for direction in ("outbound", "inbound"):
+                for sa in st[direction]["sas"]:
+                    for stage, v in (sa.get("stages") or {}).items():
+                        out[stage] = out.get(stage, 0) + int(v["ns"])
         return out
 
     def process(self, node: str) -> subprocess.Popen[bytes]:

@@ -100,10 +100,10 @@ def scenario(
     transforms = QUICK_TRANSFORMS if quick else tuple(CONFIGURATION)
     sizes = FIT_SIZES + (QUICK_CHECK if quick else CHECK_SIZES)
     cfgs = ", ".join(f'"{CONFIGURATION[t]}"' for t in transforms)
-    trial_s, trials = (1, 5) if quick else (1, 7)
+    trial_s, trials = (1, 6) if quick else (2, 9)
     wl = "".join(
         f'[[workloads]]\nkind = "rfc2544"\nsize = {s}\nmax_rate_mbit = {MAX_RATE[s]}\n'
-        f"resolution_mbit = {MAX_RATE[s] / 2**trials:g}\ntrial_s = {trial_s}\n"
+        f"resolution_mbit = {MAX_RATE[s] / 500:g}\ntrial_s = {trial_s}\n"
         f"max_trials = {trials}\nloss_tolerance_pct = {LOSS_TOLERANCE_PCT}\n\n"
         for s in sizes
     )

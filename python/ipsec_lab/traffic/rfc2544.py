@@ -7,12 +7,13 @@ it with iperf3 UDP trials of a fixed inner IP packet size.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ipsec_lab.scenario import Workload
 from ipsec_lab.testbed import Flow
-from ipsec_lab.testbed.build import Testbed
+from ipsec_lab.testbed.build import LabError, Testbed
 from ipsec_lab.traffic import Metered, Row
 from ipsec_lab.traffic.iperf import PORT, Servers, udp_trial
 
@@ -35,7 +36,12 @@ def search(
     """Binary search. `trial(rate)` returns a row with `loss_pct`; a trial passes when its
     loss is at most `tolerance_pct`. The first trial is at `max_rate` (which may pass at
     once). Stops when the bracket [passed, failed] is narrower than `resolution` or after
-    `max_trials`; every trial is kept, in order, with its verdict."""
+    `max_trials`; every trial is kept, in order, with its verdict.
+
+    A failed trial that reports the rate it delivered (`mbps`) also lowers the top of the
+    bracket to 1.1 x that rate: what a device forwards while overloaded is close to its
+    capacity, and no loss-free rate is far above it. A search from a generous ceiling
+    then needs a few trials, not one per halving of the whole range."""
     lo, hi = 0.0, max_rate
     res = SearchResult(0.0)
     rate = max_rate
@@ -51,12 +57,30 @@ def search(
                 return res
         else:
             hi = rate
+            delivered = row.get("mbps")
+            if delivered is not None and lo < 1.1 * float(delivered) < hi:
+                hi = 1.1 * float(delivered)
         if hi - lo <= resolution:
             res.converged, res.reason = True, f"bracket {lo:g}..{hi:g} within {resolution:g}"
             return res
         rate = (lo + hi) / 2
     res.reason = f"stopped after {max_trials} trials, bracket {lo:g}..{hi:g}"
     return res
+
+
+def _trial(tb: Testbed, flow: Flow, size: int, rate: float, seconds: float) -> Row:
+    """One trial; an iperf3 whose control connection broke (it shares the overloaded
+    path with the flood) is tried once more, then counted as a failed trial."""
+    for attempt in (1, 2):
+        try:
+            return udp_trial(tb, flow, size, rate, seconds)
+        except LabError as e:
+            if attempt == 2:
+                return {"size": size, "offered_mbps": rate, "loss_pct": 100.0,
+                        "payload_bytes": 0, "seconds": seconds, "mbps": 0.0,
+                        "error": str(e)}  # fmt: skip
+            time.sleep(1)
+    raise AssertionError("unreachable")
 
 
 def rfc2544(tb: Testbed, flow: Flow, w: Workload, metered: Metered, warmup_s: float) -> list[Row]:
@@ -67,7 +91,7 @@ def rfc2544(tb: Testbed, flow: Flow, w: Workload, metered: Metered, warmup_s: fl
 
         def run() -> Row:
             r = search(
-                lambda rate: udp_trial(tb, flow, w.size, rate, w.trial_s),
+                lambda rate: _trial(tb, flow, w.size, rate, w.trial_s),
                 w.max_rate_mbit,
                 w.resolution_mbit,
                 w.loss_tolerance_pct,

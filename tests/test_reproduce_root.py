@@ -1,0 +1,219 @@
+"""`ipsec-lab reproduce all --quick` for real (namespaces, our gateway, iperf3, nginx,
+aiosmtpd), then the report it wrote, opened in headless Chromium. Needs root (CI runs as
+root). The checks are of structure and plausibility — what must be true of any honest
+run on any machine — not of tuned numbers.
+
+The screenshot of the report is kept in `artifacts/report.png` (or
+$IPSEC_LAB_ARTIFACTS), an artifact of the run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ipsec_lab import reproduce, runner
+from ipsec_lab.store import Store
+from ipsec_lab.testbed.build import leftovers
+
+pytestmark = pytest.mark.root
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict[str, Any]]]:
+    if os.geteuid() != 0:
+        pytest.fail("the reproduction tests need root (as CI runs them)")
+    before = set(leftovers()[0])
+    d = tmp_path_factory.mktemp("reproduce") / "lab"
+    p = subprocess.run(
+        [sys.executable, "-m", "ipsec_lab.cli", "reproduce", "all", "--quick", "--lab", str(d),
+         "--json"],
+        capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    assert p.returncode == 0, p.stderr[-4000:]
+    out: dict[str, Any] = json.loads(p.stdout)
+    yield d, out
+    names, groups = leftovers()
+    assert set(names) <= before, f"namespaces left: {set(names) - before}"
+    assert not groups, f"cgroups left: {groups}"
+
+
+def _summary(lab: Path, study: str, role: str) -> list[dict[str, Any]]:
+    store = Store(lab / "results.sqlite")
+    try:
+        cid = reproduce.latest_campaigns(store)[study][role]
+        return runner.summarize(store.runs(cid))
+    finally:
+        store.close()
+
+
+def _row(rows: list[dict[str, Any]], **want: Any) -> dict[str, Any]:
+    found = [r for r in rows if all(r.get(k) == v for k, v in want.items()) and "skipped" not in r]
+    assert len(found) == 1, (want, found)
+    return found[0]
+
+
+def _per_payload(r: dict[str, Any]) -> float:
+    """Wire bytes (source -> sink) per payload byte of a summary row."""
+    payload_bytes = r["mbps_median"] * 1e6 / 8 * r["seconds_median"]
+    return float(r["wire_up_bytes_median"]) / payload_bytes
+
+
+def _report(lab: Path) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((lab / "report" / "report.json").read_text())
+    return data
+
+
+def test_every_study_ran_its_campaigns_and_said_how_long(lab: tuple[Path, dict[str, Any]]) -> None:
+    _, out = lab
+    studies = {s["study"]: s for s in out["studies"]}
+    assert set(studies) == {"ferrante2005", "tisovsky2013", "freeswan", "hadjichristofi2003"}
+    assert set(studies["ferrante2005"]["campaigns"]) == {"today", "calibrate-ours", "limited-ours"}
+    for s in studies.values():
+        assert s["seconds"] > 0 and not s["skipped"]
+    assert out["report"] and Path(out["report"]).exists()
+
+
+def test_study1_shapes_hold_on_a_100_mbit_link(lab: tuple[Path, dict[str, Any]]) -> None:
+    d, _ = lab
+    rows = _summary(d, "ferrante2005", "today")
+    text = [r for r in rows if str(r["measurement"]).endswith("text")]
+    none = _row(text, backend="none")
+    # Plain TCP over a 100 Mbit/s tbf link: close to the link, never above it.
+    assert 50 < none["mbps_median"] <= 100
+    for cfg in ("esp:null-sha1", "esp:aes128-sha1", "ah:sha1+esp:aes128"):
+        r = _row(text, backend="ours", configuration=cfg)
+        assert 0 < r["mbps_median"] <= none["mbps_median"] * 1.02  # IPsec adds bytes
+        assert r["ipsec_effort_median"] > 0  # the gateway did the work
+        # ESP/AH overhead: more wire bytes per payload byte than plain forwarding
+        assert _per_payload(r) > _per_payload(none)
+    comp = _row(text, backend="ours", configuration="ipcomp+esp:aes128-sha1")
+    rand = [r for r in rows if str(r["measurement"]).endswith("random")]
+    incomp = _row(rand, backend="ours", configuration="ipcomp+esp:aes128-sha1")
+    plain = _row(text, backend="ours", configuration="esp:aes128-sha1")
+    # DEFLATE on English text: fewer bytes on the wire than ESP alone sends for the same
+    # payload; on random bytes: none saved (each packet goes uncompressed).
+    assert _per_payload(comp) < 0.8 * _per_payload(plain)
+    assert _per_payload(incomp) >= 0.98 * _per_payload(plain)
+    lim = _summary(d, "ferrante2005", "limited-ours")
+    lim_es1 = _row(lim, backend="ours", configuration="esp:aes128-sha1")
+    # The CPU quota bites: enc + SHA-1 slower than on the whole CPU.
+    assert lim_es1["mbps_median"] < plain["mbps_median"]
+
+
+def test_study2_fits_a_model_with_positive_terms(lab: tuple[Path, dict[str, Any]]) -> None:
+    d, _ = lab
+    rows = _summary(d, "tisovsky2013", "loss-free")
+    for cfg in ("esp:aes128", "esp:3des"):
+        small = _row(rows, configuration=cfg, measurement="rfc2544-128")["mbps_median"]
+        big = _row(rows, configuration=cfg, measurement="rfc2544-1280")["mbps_median"]
+        assert 0 < small < big  # bit/s grows with size...
+        assert big / 1280 < small / 128  # ...packets/s falls
+    an = next(s for s in _report(d)["studies"] if s["study"] == "tisovsky2013")
+    params = an["tables"][0]["rows"]
+    assert {r[0] for r in params} == {"ESP-aes128", "ESP-3des"}
+    for r in params:
+        t_fix, r_alg = float(r[3]), float(r[4])
+        assert t_fix > 0 and r_alg > 0, r
+    assert an["plots"] and an["plots"][0]["lines"]
+
+
+def test_study3_cycles_per_byte_rank_3des_above_authentication(
+    lab: tuple[Path, dict[str, Any]],
+) -> None:
+    d, _ = lab
+    an = next(s for s in _report(d)["studies"] if s["study"] == "freeswan")
+    rows = {r[0]: r for r in an["tables"][0]["rows"]}
+    sha1 = float(rows["IPsec + HMAC-SHA-1 (added per gateway)"][2])
+    tdes = float(rows["IPsec + 3DES + HMAC (added per gateway)"][2])
+    assert 0 < sha1 < tdes
+    mhz = an["tables"][1]["rows"]
+    # The MHz table scales with the link rate.
+    assert [r[0] for r in mhz] == sorted(r[0] for r in mhz)
+    assert float(mhz[-1][4]) > float(mhz[0][4])
+
+
+def test_study4_ipsec_adds_load_and_time_for_both_clients(
+    lab: tuple[Path, dict[str, Any]],
+) -> None:
+    d, _ = lab
+    rows = _summary(d, "hadjichristofi2003", "transfers")
+    for flow in ("fast-server", "slow-server"):
+        for app in ("http", "smtp"):
+            base = _row(
+                rows, backend="none", flow=flow, measurement=f"{app}-1KB", link="ethernet-10"
+            )
+            sec = _row(rows, backend="ours", configuration="esp:3des-sha1", flow=flow,
+                       measurement=f"{app}-1KB", link="ethernet-10")  # fmt: skip
+            up = sec["wire_up_bytes_median"] + sec["wire_down_bytes_median"]
+            b = base["wire_up_bytes_median"] + base["wire_down_bytes_median"]
+            assert up > b  # ESP headers, padding and ICVs are bytes on the wire
+    an = next(s for s in _report(d)["studies"] if s["study"] == "hadjichristofi2003")
+    titles = " ".join(t["title"] for t in an["tables"])
+    for what in ("network load", "transactions", "transfer time"):
+        assert what in titles
+
+
+def test_the_report_renders_in_chromium_with_every_plot_and_no_error(
+    lab: tuple[Path, dict[str, Any]],
+) -> None:
+    d, _ = lab
+    page = d / "report" / "report.html"
+    html = page.read_text()
+    # Self-contained: nothing fetched from elsewhere.
+    assert not re.search(r"""(src|href)=["']?(https?:|//)""", html)
+    assert html.count("<figure class=plot") >= 8
+    assert list((d / "report" / "tables").glob("*.csv"))
+    chromium = shutil.which("chromium")
+    assert chromium, "Debian's chromium is not installed (the Makefile installs it)"
+    flags = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+             "--enable-logging=stderr", "--v=0"]  # fmt: skip
+    p = subprocess.run(
+        [*flags, "--virtual-time-budget=10000", "--dump-dom", page.as_uri()],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    body = re.search(r"<body[^>]*>", p.stdout)
+    assert body, p.stderr[-2000:]
+    attrs = dict(re.findall(r'data-([a-z-]+)="([^"]*)"', body.group(0)))
+    assert int(attrs["plots-total"]) == html.count("<figure class=plot")
+    assert attrs["plots-ok"] == attrs["plots-total"]
+    assert attrs["errors"] == "0"
+    console = [ln for ln in p.stderr.splitlines() if "CONSOLE" in ln]
+    assert not console, console
+    artifacts = Path(os.environ.get("IPSEC_LAB_ARTIFACTS", ROOT / "artifacts"))
+    artifacts.mkdir(parents=True, exist_ok=True)
+    shot = artifacts / "report.png"
+    shot.unlink(missing_ok=True)
+    subprocess.run(
+        [*flags, "--window-size=1280,4000", f"--screenshot={shot}", page.as_uri()],
+        capture_output=True, text=True, timeout=120, check=True,
+    )  # fmt: skip
+    assert shot.stat().st_size > 50_000  # a page of text and plots, not a blank image
+    print(f"report screenshot: {shot}")
+
+
+def test_report_command_rewrites_the_report_from_chosen_campaigns(
+    lab: tuple[Path, dict[str, Any]],
+    tmp_path: Path,
+) -> None:
+    d, out = lab
+    ids = [str(c) for c in next(s for s in out["studies"] if s["study"] == "freeswan")[
+        "campaigns"].values()]  # fmt: skip
+    p = subprocess.run(
+        [sys.executable, "-m", "ipsec_lab.cli", "report", *ids, "--lab", str(d), "--out",
+         str(tmp_path / "r")],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    data = json.loads((tmp_path / "r" / "report.json").read_text())
+    assert [s["study"] for s in data["studies"]] == ["freeswan"]
