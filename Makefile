@@ -1,5 +1,6 @@
 # ipsec-lab — set-up and checks. Every target installs what it needs, idempotently.
-#   make run    install, build, run the main job (the engine benchmark)
+#   make run    install, build, reproduce the four seed studies (--quick, ~3 min, as root)
+#               and write the report; prints its path
 #   make test   install, build, then every check: lints, cargo test, pytest, bounded fuzz
 
 SHELL := /bin/bash
@@ -11,15 +12,17 @@ STAMP     := $(VENV)/.installed
 NATIVE    := $(VENV)/.native
 APT_PKGS  := build-essential pkg-config python3 python3-venv python3-dev git ca-certificates \
              iproute2 util-linux procps iperf3 curl nginx-light tcpdump \
-             strongswan-charon strongswan-swanctl libcharon-extra-plugins
+             strongswan-charon strongswan-swanctl libcharon-extra-plugins chromium
 FUZZ_SECONDS ?= 60
 IPCOMP_FUZZ_SECONDS ?= 20
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 
 .PHONY: run test deps apt rust venv native gateway lint cargo-test pytest fuzz bench-json clean
 
-run: native
-	$(VENV)/bin/ipsec-lab bench
+LAB ?= lab
+
+run: native gateway
+	$(VENV)/bin/ipsec-lab reproduce all --quick --lab $(LAB)
 
 test: native lint cargo-test fuzz pytest
 
@@ -46,7 +49,7 @@ $(STAMP): pyproject.toml Makefile | apt
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q "maturin>=1.5,<2" "rich>=13" "numpy>=1.24" "pytest>=8" "hypothesis>=6.100" \
 	  "scapy>=2.6" "cryptography>=42" "ruff>=0.6" "mypy>=1.10" "psutil>=5.9" "types-psutil" \
-	  "aiosmtpd>=1.4"
+	  "aiosmtpd>=1.4" "matplotlib>=3.7"
 	touch $@
 
 # The release build of the engine, installed into the venv as ipsec_lab._native.

@@ -1,0 +1,304 @@
+"""The studies' analyses and the report, on runs made up with known answers (no
+namespaces, no root): the fitted parameters, ratios and verdicts must come out as the
+numbers put in say, and the report must carry every table and plot."""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ipsec_lab import report, reproduce, scenario, studies
+from ipsec_lab.model.throughput import SyncModel
+from ipsec_lab.model.transforms import parse_lalg
+from ipsec_lab.store import RunKey, Store
+from ipsec_lab.studies import ferrante2005, freeswan, hadjichristofi2003, tisovsky2013
+
+
+def run(backend: str, cfg: str, link: str, flow: str, *results: dict[str, Any],
+        **extra: Any) -> dict[str, Any]:  # fmt: skip
+    return {"status": "done", "backend": backend, "configuration": cfg, "link": link,
+            "flow": flow, "workload": results[0]["label"], "reason": None,
+            "results": list(results), **extra}  # fmt: skip
+
+
+# --- every study's scenarios are valid lab scenarios ------------------------------------
+
+
+@pytest.mark.parametrize("name", studies.NAMES)
+@pytest.mark.parametrize("quick", [True, False])
+def test_every_scenario_a_study_writes_parses(name: str, quick: bool) -> None:
+    mod = studies.module(name)
+    backends = ("ours", "strongswan")
+    done: dict[str, list[dict[str, Any]]] = {}
+    calib = run("ours", "esp:aes128-sha1", "unshaped", "hostA-hostB",
+                {"label": "tcp-1x-3s-text", "ipsec_effort_us_per_kb": 12.0})  # fmt: skip
+    for b in backends:
+        done[f"calibrate-{b}"] = [{**calib, "backend": b}]
+    roles = mod.roles(quick, backends)
+    assert roles
+    for role in roles:
+        text = mod.scenario(role, quick, backends, done)
+        assert not isinstance(text, studies.Skip), text
+        sc = scenario.parse(text, f"{name}:{role}")
+        parsed = reproduce.parse_name(sc.name)
+        assert parsed == (name, role, quick)
+        assert "ours" in sc.backends or "strongswan" in sc.backends
+
+
+def test_study1_quota_is_the_effort_times_the_papers_rate() -> None:
+    # 12 µs/kB x (53.8 Mbit/s = 6567 kB/s) = 0.0788 CPU
+    q = ferrante2005.quota_for(12.0)
+    assert q == pytest.approx(12.0 * 53.8e6 / 8 / 1024 / 1e6, rel=1e-3)
+    text = ferrante2005.scenario("limited-ours", False, ("ours",), {"calibrate-ours": [
+        run("ours", "esp:aes128-sha1", "unshaped", "f", {"label": "t",
+            "ipsec_effort_us_per_kb": 12.0})]})  # fmt: skip
+    assert isinstance(text, str)
+    assert scenario.parse(text).gateway.cpu_quota == q
+    missing = ferrante2005.scenario("limited-ours", False, ("ours",), {})
+    assert isinstance(missing, studies.Skip) and "calibration" in missing.reason
+
+
+def test_unknown_study_is_named() -> None:
+    with pytest.raises(ValueError, match=r"unknown study 'nope'.*ferrante2005"):
+        studies.module("nope")
+
+
+# --- study 2: the fit recovers the model the rates were made from ------------------------
+
+
+def _study2_runs(truth: dict[str, SyncModel], quota: float) -> list[dict[str, Any]]:
+    out = []
+    for tr, m in truth.items():
+        cfg = tisovsky2013.CONFIGURATION[tr]
+        for size in (64, 128, 512, 1280, 1420):
+            out.append(run("ours", cfg, "unshaped", "client-server",
+                           {"label": f"rfc2544-{size}", "size": size,
+                            "mbps": m.throughput_mbps(size)}, cpu_quota=quota))  # fmt: skip
+    return out
+
+
+def test_study2_analysis_recovers_t_fix_and_r_alg() -> None:
+    truth = {
+        "ESP-aes128": SyncModel(0.05, 300.0, parse_lalg("esp:aes128")),
+        "ESP-3des": SyncModel(0.04, 5.0, parse_lalg("esp:3des")),
+    }
+    an = tisovsky2013.analyse({"loss-free": _study2_runs(truth, 0.1)})
+    params = {r[0]: r for r in an.tables[0].rows}
+    for tr, m in truth.items():
+        assert float(params[tr][3]) == pytest.approx(m.t_fix_ms, rel=1e-3)
+        assert float(params[tr][4]) == pytest.approx(m.r_alg_mbps, rel=1e-3)
+        # scaled to one whole CPU by the quota: t_fix x 0.1 (in µs), R_alg / 0.1
+        assert float(params[tr][5]) == pytest.approx(m.t_fix_ms * 0.1 * 1000, rel=1e-3)
+        assert float(params[tr][6]) == pytest.approx(m.r_alg_mbps / 0.1, rel=1e-3)
+    # checks at 64/512/1420: exact, so the model "holds"
+    assert all(r[6] in ("+0.0 %", "-0.0 %") for r in an.tables[1].rows)
+    verdicts = {f.claim.removesuffix(" (ours)"): f.verdict for f in an.findings}
+    assert (
+        verdicts["The sync model (eq. 3), fitted at 128 and 1280 B, predicts other sizes"]
+        == "holds"
+    )
+    assert verdicts["AES-128 outruns 3DES at 1280 B"] == "holds"
+    assert "t_fix is" in an.cause
+
+
+def test_study2_a_check_size_off_the_model_is_a_changed_finding() -> None:
+    truth = {"ESP-aes128": SyncModel(0.05, 300.0, parse_lalg("esp:aes128"))}
+    runs = _study2_runs(truth, 0.1)
+    for r in runs:
+        if r["results"][0]["size"] == 512:
+            r["results"][0]["mbps"] *= 0.8  # 20 % below the model
+    an = tisovsky2013.analyse({"loss-free": runs})
+    f = next(f for f in an.findings if f.claim.startswith("The sync model"))
+    assert f.verdict == "changed" and "20.0 %" in f.ours
+
+
+# --- study 1: ratios and wire reductions from known numbers -------------------------------
+
+
+def _study1_runs(comp_wire: float) -> list[dict[str, Any]]:
+    out = []
+    effort = {"esp:null-sha1": 10.0, "esp:aes128": 12.0, "esp:aes128-sha1": 16.6,
+              "esp:aes128-sha256": 20.0, "ah:sha1+esp:aes128": 18.0,
+              "ipcomp+esp:aes128-sha1": 70.0}  # fmt: skip
+    for link in ("ethernet-100", "ethernet-10"):
+        out.append(run("none", "none", link, "hostA-hostB",
+                       {"label": "tcp-1x-8s-text", "mbps": 94.0, "effort_us_per_kb": 5.0,
+                        "payload_bytes": 1000, "wire_up_bytes": 1030}))  # fmt: skip
+        for cfg, e in effort.items():
+            for data in ("text", "random"):
+                wire = comp_wire if (cfg.startswith("ipcomp") and data == "text") else 1100
+                mbps = 150.0 if wire < 1000 else 90.0
+                out.append(run("ours", cfg, link, "hostA-hostB",
+                               {"label": f"tcp-1x-8s-{data}", "mbps": mbps,
+                                "effort_us_per_kb": e + 5, "ipsec_effort_us_per_kb":
+                                e * (1.3 if data == "random" and "ipcomp" in cfg else 1),
+                                "payload_bytes": 1000, "wire_up_bytes": wire}))  # fmt: skip
+    return out
+
+
+def test_study1_findings_follow_the_numbers() -> None:
+    an = ferrante2005.analyse({"today": _study1_runs(comp_wire=594)})
+    f = {x.claim: x for x in an.findings}
+    link = f["At 100 Mbit/s the CPU, not the link, limits ESP enc + SHA-1 (ours)"]
+    assert link.verdict == "changed" and "0.957 x" in link.ours  # 90 / 94
+    assert f["CPU effort grows: auth only < enc only < enc + SHA-1 < enc + SHA-2 < IPComp "
+             "(compressible)"].verdict == "holds"  # fmt: skip
+    ratio = f["Encryption + authentication costs 1.66 x authentication alone"]
+    assert ratio.ours == "1.66 x" and ratio.verdict == "holds"
+    shrink = f["IPComp shrinks compressible traffic on the wire"]
+    assert shrink.ours == "by 46 %" and shrink.verdict == "holds"  # 1 - 594/1100
+    beat = f["At 10 Mbit/s IPComp on compressible data beats the link's no-IPsec rate"]
+    assert beat.verdict == "holds"  # 150 vs 94
+    assert len(an.tables[0].rows) == 8
+    assert {p.kind for p in an.plots} >= {"bars"}
+
+
+def test_study1_ipcomp_that_saves_nothing_is_a_changed_finding() -> None:
+    an = ferrante2005.analyse({"today": _study1_runs(comp_wire=1100)})
+    shrink = next(x for x in an.findings if x.claim.startswith("IPComp shrinks"))
+    assert shrink.ours == "by 0 %" and shrink.verdict == "changed"
+
+
+# --- study 3: cycles from CPU time and the clock ------------------------------------------
+
+
+def test_study3_cycles_per_byte_and_the_mhz_table() -> None:
+    mhz = 2048.0  # µs/kB x MHz / 1024 = cycles per byte: 1 µs/kB -> 2 c/B
+    runs = [run("none", "none", "unshaped", "client-server",
+                {"label": "tcp-1x-5s", "effort_us_per_kb": 1.0}, cpu_mhz=mhz)]  # fmt: skip
+    for cfg, eff in (("esp:null-sha1", 11.0), ("esp:3des-sha1", 101.0),
+                     ("esp:aes128gcm16", 6.0)):  # fmt: skip
+        runs.append(run("ours", cfg, "unshaped", "client-server",
+                        {"label": "tcp-1x-5s", "effort_us_per_kb": eff, "payload_bytes": 1e9,
+                         "ipsec_cpu_s": 1.0,
+                         "stage_ns": {"cipher": 0, "mac": 2e8, "header": 1e8}},
+                        cpu_mhz=mhz))  # fmt: skip
+    an = freeswan.analyse({"cycles": runs})
+    rows = {r[0]: r for r in an.tables[0].rows}
+    assert rows["IP forwarding alone"][2] == "2"
+    # (11 - 1) µs/kB x 2 c/B per µs/kB / 2 gateways = 10 c/B added per gateway
+    assert rows["IPsec + HMAC-SHA-1 (added per gateway)"][2] == "10"
+    assert rows["IPsec + 3DES + HMAC (added per gateway)"][2] == "100"
+    # crypto: 2e8 ns per 1e9 B = 0.2 ns/B x 2.048 GHz / 2 gateways = 0.2048 c/B
+    assert float(rows["IPsec without crypto (added per gateway)"][2]) == pytest.approx(
+        10 - 0.2048, abs=0.01)  # fmt: skip
+    mhz_rows = {r[0]: r for r in an.tables[1].rows}
+    # 3DES: (100 + 2 / 2) c/B x 100 Mbit/s / 8 = 1262.5 MHz
+    assert mhz_rows[100][4] == "1262"
+    assert mhz_rows[100][1] == "2500"  # the rule of thumb, 25 x
+
+
+# --- study 4: percentage increases over no IPsec ------------------------------------------
+
+
+def _study4_runs(slow_time: float) -> list[dict[str, Any]]:
+    out = []
+    for b, cfg in (("none", "none"), ("ours", "esp:3des-sha1")):
+        for client in ("fast", "slow"):
+            for app in ("http", "smtp"):
+                for size, (wire, secs) in {"1KB": (1000, 0.01), "10MB": (1e7, 8.0)}.items():
+                    f = 1.0
+                    if b == "ours":
+                        f = 1.25 if size == "1KB" else 1.05
+                    t = secs * (slow_time if client == "slow" and b == "ours" else f)
+                    pk = 10 * (
+                        1.3 if client == "slow" and b == "ours" else 1.1 if b == "ours" else 1
+                    )
+                    out.append(run(b, cfg, "ethernet-10", f"{client}-server",
+                                   {"label": f"{app}-{size}", "seconds": t,
+                                    "wire_up_bytes": wire * f * 0.1,
+                                    "wire_down_bytes": wire * f * 0.9,
+                                    "wire_up_packets": pk, "wire_down_packets": pk}))  # fmt: skip
+    out.append({"status": "skipped", "backend": "ours", "configuration": "esp:3des-sha1",
+                "link": "wifi-2mbit", "flow": "fast-server", "workload": "http",
+                "reason": "needs netem", "results": []})  # fmt: skip
+    return out
+
+
+def test_study4_increases_and_findings() -> None:
+    an = hadjichristofi2003.analyse({"transfers": _study4_runs(slow_time=2.0)})
+    load = next(t for t in an.tables if "network load" in t.title)
+    row = next(r for r in load.rows if r[1] == "fast" and r[2] == "HTTP")
+    assert row[3:] == ["+25 %", "+5 %"]
+    f = {x.claim: x for x in an.findings}
+    assert f["IPsec's share of the HTTP network load falls as files grow"].verdict == "holds"
+    slow = f["IPsec lengthens transfers more for the slow client (HTTP, 1 KB)"]
+    assert slow.verdict == "holds" and "slow +100 to +100 %" in slow.ours
+    assert f["The slow client makes more transactions (HTTP)"].verdict == "holds"
+    wifi = next(x for x in an.findings if "802.11" in x.claim)
+    assert wifi.verdict == "not measured" and "netem" in wifi.ours
+
+
+def test_study4_slow_client_not_slower_is_changed() -> None:
+    an = hadjichristofi2003.analyse({"transfers": _study4_runs(slow_time=1.0)})
+    slow = next(x for x in an.findings if x.claim.startswith("IPsec lengthens"))
+    assert slow.verdict == "changed"
+
+
+# --- the report -----------------------------------------------------------------------------
+
+
+def test_report_carries_every_table_and_plot_and_nothing_external(tmp_path: Path) -> None:
+    ans = [
+        ferrante2005.analyse({"today": _study1_runs(comp_wire=594)}),
+        hadjichristofi2003.analyse({"transfers": _study4_runs(2.0)}),
+    ]
+    page = report.write(ans, {"cpu": "test CPU", "kernel": "6.1"}, tmp_path, tmp_path / "out")
+    html = page.read_text()
+    n_plots = sum(len(a.plots) for a in ans)
+    assert html.count("<figure class=plot") == n_plots == html.count("<svg")
+    assert not re.search(r"""(src|href)=["']?(https?:|//)""", html)
+    for a in ans:
+        for t in a.tables:
+            assert t.title.replace("'", "&#x27;") in html
+    assert "test CPU" in html and "ipsec-lab reproduce all" in html
+    csvs = sorted((tmp_path / "out" / "tables").glob("*.csv"))
+    assert len(csvs) == sum(len(a.tables) for a in ans)
+    with open(csvs[0]) as f:
+        assert next(csv.reader(f)) == ans[0].tables[0].columns
+    data = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert [s["study"] for s in data["studies"]] == ["ferrante2005", "hadjichristofi2003"]
+    assert len(data["reading"]) == 2 and "findings hold" in data["reading"][0]
+
+
+# --- choosing campaigns and the CLI's errors ------------------------------------------------
+
+
+def test_latest_campaigns_picks_the_newest_per_role_and_checks_ids(tmp_path: Path) -> None:
+    store = Store(tmp_path / "results.sqlite")
+    ids = []
+    for name in ("freeswan:cycles:quick", "freeswan:cycles", "my own scenario"):
+        cid = store.new_campaign(name, "x", f'name = "{name}"', {})
+        store.record(cid, RunKey("none", "none", "l", "w", "f", 1), "done", 0.0)
+        ids.append(cid)
+    assert reproduce.latest_campaigns(store) == {"freeswan": {"cycles": ids[1]}}
+    assert reproduce.latest_campaigns(store, [ids[0]]) == {"freeswan": {"cycles": ids[0]}}
+    with pytest.raises(ValueError, match="not a study reproduction"):
+        reproduce.latest_campaigns(store, [ids[2]])
+    with pytest.raises(ValueError, match="no campaign 99"):
+        reproduce.latest_campaigns(store, [99])
+    assert reproduce.parse_name("freeswan:cycles:slow") is None
+    store.close()
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "ipsec_lab.cli", *args],
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+
+
+def test_cli_errors_name_what_is_wrong(tmp_path: Path) -> None:
+    p = _cli("reproduce", "all", "--compare", "ours,ipsec-tools", "--lab", str(tmp_path))
+    assert p.returncode == 2 and "unknown IPsec backend 'ipsec-tools'" in p.stderr
+    p = _cli("reproduce", "nope")
+    assert p.returncode == 2 and "invalid choice: 'nope'" in p.stderr
+    p = _cli("report", "--lab", str(tmp_path / "empty"))
+    assert p.returncode == 2 and "no results" in p.stderr
+    p = _cli("reproduce", "--help")
+    assert p.returncode == 0 and "--quick" in p.stdout and "hadjichristofi2003" in p.stdout
