@@ -139,8 +139,8 @@ def test_study3_cycles_per_byte_rank_3des_above_authentication(
     assert 0 < sha1 < tdes
     mhz = an["tables"][1]["rows"]
     # The MHz table scales with the link rate.
-    assert [r[0] for r in mhz] == sorted(r[0] for r in mhz)
-    assert float(mhz[-1][4]) > float(mhz[0][4])
+    assert [r[1] for r in mhz] == sorted(r[1] for r in mhz)
+    assert float(mhz[-1][5]) > float(mhz[0][5])
 
 
 def test_study4_ipsec_adds_load_and_time_for_both_clients(

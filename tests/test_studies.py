@@ -191,8 +191,8 @@ def test_study3_cycles_per_byte_and_the_mhz_table() -> None:
         10 - 0.2048, abs=0.01)  # fmt: skip
     mhz_rows = {r[0]: r for r in an.tables[1].rows}
     # 3DES: (100 + 2 / 2) c/B x 100 Mbit/s / 8 = 1262.5 MHz
-    assert mhz_rows[100][4] == "1262"
-    assert mhz_rows[100][1] == "2500"  # the rule of thumb, 25 x
+    assert mhz_rows["Fast Ethernet"][5] == "1262"
+    assert mhz_rows["Fast Ethernet"][2] == "2500"  # the rule of thumb, 25 x
 
 
 # --- study 4: percentage increases over no IPsec ------------------------------------------

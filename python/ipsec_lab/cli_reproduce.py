@@ -60,9 +60,7 @@ def _reproduce(args: argparse.Namespace) -> int:
     rc = 0
 
     def announce(study: str, role: str, c: Any) -> None:
-        if not args.json:
-            todo = len(c.pending())
-            print(f"{study} ({role}): campaign {c.id}, {todo} runs", file=sys.stderr)
+        print(f"{study} ({role}): campaign {c.id}, {len(c.pending())} runs", file=sys.stderr)
 
     t0 = time.monotonic()
     for name in which:
@@ -84,9 +82,8 @@ def _reproduce(args: argparse.Namespace) -> int:
             rc = 1
             break
         r = results[-1]
-        if not args.json:
-            skipped = "".join(f"; {k} skipped: {v}" for k, v in r.skipped.items())
-            print(f"{name}: done in {r.seconds:.0f} s{skipped}", file=sys.stderr)
+        skipped = "".join(f"; {k} skipped: {v}" for k, v in r.skipped.items())
+        print(f"{name}: done in {r.seconds:.0f} s{skipped}", file=sys.stderr)
     page = None
     if not args.no_report and results:
         page = _write_report(lab, None, Path(args.out) if args.out else lab / "report")

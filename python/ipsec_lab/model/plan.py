@@ -11,7 +11,6 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from ipsec_lab.model.throughput import SyncModel
@@ -43,13 +42,9 @@ LINKS: tuple[tuple[str, float], ...] = (
 
 def cpu_mhz_here() -> float | None:
     """The clock /proc/cpuinfo reports (nominal on most VMs; turbo may run faster)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("cpu MHz"):
-                return float(line.split(":", 1)[1])
-    except (OSError, ValueError):
-        pass
-    return None
+    from ipsec_lab.environment import cpu_mhz
+
+    return cpu_mhz()
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ipsec_lab.model.plan import FREESWAN_CYCLES_PER_BYTE, FREESWAN_MHZ_PER_MBPS, LINKS
 from ipsec_lab.studies import (
     Analysis,
     Finding,
@@ -29,15 +30,10 @@ SOURCE = (
     "cycles-per-byte figures and the rule 'MHz needed ~ 25 x link Mbit/s'"
 )
 
-# Published cycles per byte (Pentium II).
-CYCLES_PER_BYTE: dict[str, float] = {
-    "IP forwarding alone": 5,
-    "IPsec without crypto": 11,
-    "IPsec + HMAC-SHA-1": 24,
-    "IPsec + 3DES + HMAC": 140,
-}
-RULE_MHZ_PER_MBPS = 25.0
-LINK_RATES = (2, 10, 45, 100, 1000, 10_000)
+# Published cycles per byte (Pentium II) and the rule: with the planner's (model.plan).
+CYCLES_PER_BYTE = FREESWAN_CYCLES_PER_BYTE
+RULE_MHZ_PER_MBPS = FREESWAN_MHZ_PER_MBPS
+FWD = CYCLES_PER_BYTE["Linux IP stack alone"]
 # What each row runs here. "Without crypto" is not a configuration (RFC 4303 §3.2 forbids
 # ESP with neither encryption nor integrity): it is HMAC-SHA-1's row with the time of the
 # engine's cipher and MAC stages (its per-stage counters) taken out.
@@ -104,13 +100,16 @@ def analyse(done: dict[str, list[dict[str, Any]]]) -> Analysis:
         ca = crypto[AUTH]
         without = a - ca if a is not None and ca is not None else None
         rows: list[list[Any]] = [
-            ["IP forwarding alone", 5, fmt(base),
+            ["IP forwarding alone", FWD, fmt(base),
              "whole path without IPsec (sender, two forwarding hops, receiver): an upper "
              "bound"],
-            ["IPsec without crypto (added per gateway)", 11 - 5, fmt(without),
+            ["IPsec without crypto (added per gateway)",
+             CYCLES_PER_BYTE["IPsec without crypto"] - FWD, fmt(without),
              f"{AUTH} minus its cipher and MAC stages"],
-            ["IPsec + HMAC-SHA-1 (added per gateway)", 24 - 5, fmt(a), AUTH],
-            ["IPsec + 3DES + HMAC (added per gateway)", 140 - 5, fmt(t), TDES],
+            ["IPsec + HMAC-SHA-1 (added per gateway)",
+             CYCLES_PER_BYTE["IPsec, HMAC-SHA-1 only"] - FWD, fmt(a), AUTH],
+            ["IPsec + 3DES + HMAC (added per gateway)",
+             CYCLES_PER_BYTE["IPsec, 3DES + HMAC"] - FWD, fmt(t), TDES],
             ["IPsec + AES-128-GCM (added per gateway)", "—", fmt(m), f"{MODERN} (today's)"],
         ]  # fmt: skip
         an.tables.append(Table(
@@ -126,15 +125,16 @@ def analyse(done: dict[str, list[dict[str, Any]]]) -> Analysis:
         per_mbps: dict[str, float | None] = {}
         for cfg, v in (("auth", a), ("3des", t), ("gcm", m)):
             per_mbps[cfg] = (v + fwd) / 8 if v is not None and fwd is not None else None
-        for r in LINK_RATES:
+        tdes_cpb = CYCLES_PER_BYTE["IPsec, 3DES + HMAC"]
+        for link, r in LINKS:
             mrow.append([
-                r, fmt(RULE_MHZ_PER_MBPS * r), fmt(140 / 8 * r),
+                link, r, fmt(RULE_MHZ_PER_MBPS * r), fmt(tdes_cpb / 8 * r),
                 *(fmt(per_mbps[k] * r) if per_mbps[k] is not None else "—"  # type: ignore[operator]
                   for k in ("auth", "3des", "gcm")),
             ])  # fmt: skip
         an.tables.append(Table(
             f"MHz needed per gateway by link rate ({b}), beside the rule of thumb",
-            ["link Mbit/s", "FreeS/WAN rule (25 x)", "from 140 c/B", "ours HMAC-SHA-1 only",
+            ["link", "Mbit/s", "FreeS/WAN rule (25 x)", "from 140 c/B", "ours HMAC-SHA-1 only",
              "ours 3DES + HMAC", "ours AES-128-GCM"],
             mrow,
             note="MHz = cycles per byte x link Mbit/s / 8. Ours: the IPsec added per gateway "
