@@ -22,7 +22,7 @@ from ipsec_lab import backends, environment, meters
 from ipsec_lab.backends import Unsupported
 from ipsec_lab.meters.soaker import Soaker
 from ipsec_lab.scenario import Link, Scenario, Workload
-from ipsec_lab.store import RunKey, Store
+from ipsec_lab.store import RunKey, Store, group_results
 from ipsec_lab.testbed import Flow, topology
 from ipsec_lab.testbed.build import (
     LabError,
@@ -259,16 +259,13 @@ def _by_backend(plan_: list[Planned]) -> Iterator[tuple[tuple[str, str], list[Pl
 def summarize(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Median and min-max per (backend, configuration, link, flow, measurement) over the
     repetitions, with ratios to the `none` baseline of the same link/flow/measurement."""
-    groups: dict[tuple[str, str, str, str, str], list[dict[str, Any]]] = {}
+    groups = group_results(runs)
     skipped: dict[tuple[str, str, str, str, str], str] = {}
     for r in runs:
         if r["status"] == "skipped":
             skipped[(r["backend"], r["configuration"], r["link"], r["flow"], r["workload"])] = (
                 r["reason"] or ""
             )
-        for x in r["results"]:
-            key = (r["backend"], r["configuration"], r["link"], r["flow"], x["label"])
-            groups.setdefault(key, []).append(x)
     out: list[dict[str, Any]] = []
     for key, xs in groups.items():
         mbps = [float(x["mbps"]) for x in xs]

@@ -233,5 +233,21 @@ class Store:
         ]
 
 
+ResultKey = tuple[str, str, str, str, str]  # backend, configuration, link, flow, label
+
+
+def group_results(runs: list[dict[str, Any]]) -> dict[ResultKey, list[dict[str, Any]]]:
+    """The measurements of finished runs (as `Store.runs` gives them), grouped by
+    (backend, configuration, link, flow, label): a group's members are repetitions."""
+    out: dict[ResultKey, list[dict[str, Any]]] = {}
+    for r in runs:
+        if r["status"] != "done":
+            continue
+        for x in r["results"]:
+            key = (r["backend"], r["configuration"], r["link"], r["flow"], x["label"])
+            out.setdefault(key, []).append(x)
+    return out
+
+
 def _key(k: RunKey) -> tuple[str, str, str, str, str, int]:
     return (k.backend, k.configuration, k.link, k.workload, k.flow, k.repetition)

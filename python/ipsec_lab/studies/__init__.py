@@ -123,20 +123,6 @@ def backends_toml(backends: tuple[str, ...], with_none: bool = True) -> str:
     return "[" + ", ".join(f'"{b}"' for b in names) + "]"
 
 
-def rows_by(
-    runs: Runs,
-) -> dict[tuple[str, str, str, str, str], list[dict[str, Any]]]:
-    """Measurements grouped by (backend, configuration, link, flow, label)."""
-    out: dict[tuple[str, str, str, str, str], list[dict[str, Any]]] = {}
-    for r in runs:
-        if r["status"] != "done":
-            continue
-        for x in r["results"]:
-            key = (r["backend"], r["configuration"], r["link"], r["flow"], x["label"])
-            out.setdefault(key, []).append(x)
-    return out
-
-
 def median(xs: list[dict[str, Any]], field_: str) -> float | None:
     vals = [float(x[field_]) for x in xs if x.get(field_) is not None]
     return statistics.median(vals) if vals else None

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from ipsec_lab.model.ipcomp import Costs
+from ipsec_lab.store import group_results
 from ipsec_lab.studies import (
     Analysis,
     Finding,
@@ -21,7 +22,6 @@ from ipsec_lab.studies import (
     ipsec_backends,
     median,
     ratio_verdict,
-    rows_by,
     skipped,
     stage_split,
     user_share,
@@ -155,7 +155,7 @@ def quota_for(effort_us_per_kb: float) -> float:
 
 
 def _calibrated_effort(runs: list[dict[str, Any]], backend: str) -> float | None:
-    for (b, cfg, _, _, _), xs in rows_by(runs).items():
+    for (b, cfg, _, _, _), xs in group_results(runs).items():
         if (b, cfg) == (backend, CALIBRATION):
             return median(xs, "ipsec_effort_us_per_kb")
     return None
@@ -207,7 +207,7 @@ def scenario(
 
 def _cells(runs: list[dict[str, Any]], backend: str, link: str) -> dict[str, dict[str, Any]]:
     """label (the paper's configuration name) -> our medians for it on `link`."""
-    by = rows_by(runs)
+    by = group_results(runs)
     out: dict[str, dict[str, Any]] = {}
     for label, cfg, data in CONFIGURATIONS:
         b, c = ("none", "none") if cfg is None else (backend, cfg)

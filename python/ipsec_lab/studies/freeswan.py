@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from ipsec_lab.model.plan import FREESWAN_CYCLES_PER_BYTE, FREESWAN_MHZ_PER_MBPS, LINKS
+from ipsec_lab.store import group_results
 from ipsec_lab.studies import (
     Analysis,
     Finding,
@@ -20,7 +21,6 @@ from ipsec_lab.studies import (
     fmt,
     median,
     ratio_verdict,
-    rows_by,
 )  # fmt: skip
 
 NAME = "freeswan"
@@ -66,7 +66,7 @@ def analyse(done: dict[str, list[dict[str, Any]]]) -> Analysis:
     if not runs:
         return an
     mhz = float(runs[0].get("cpu_mhz") or 0) or None
-    by = rows_by(runs)
+    by = group_results(runs)
     xs_of: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for (b, cfg, _, _, _), xs in by.items():
         xs_of.setdefault((b, cfg), []).extend(xs)

@@ -15,7 +15,8 @@ import statistics
 from typing import Any
 
 from ipsec_lab.scenario import HADJICHRISTOFI2003
-from ipsec_lab.studies import Analysis, Finding, Table, backends_toml, median, rows_by
+from ipsec_lab.store import group_results
+from ipsec_lab.studies import Analysis, Finding, Table, backends_toml, median
 
 NAME = "hadjichristofi2003"
 TITLE = "Study 4 — Hadjichristofi, Davis, Midkiff: IPsec overhead for web and email (2003)"
@@ -76,7 +77,7 @@ def _pct(v: float | None, b: float | None) -> float | None:
 def analyse(done: dict[str, list[dict[str, Any]]]) -> Analysis:
     an = Analysis(NAME, TITLE, SOURCE)
     runs = done.get("transfers", [])
-    by = rows_by(runs)
+    by = group_results(runs)
     # (backend, cfg, link, client, app, file) -> metrics
     cells: dict[tuple[str, str, str, str, str, str], dict[str, float | None]] = {}
     for (b, cfg, link, flow, label), xs in by.items():

@@ -11,7 +11,8 @@ from typing import Any
 
 from ipsec_lab.model.throughput import FitError, Point, SyncModel, two_point
 from ipsec_lab.model.transforms import parse_lalg
-from ipsec_lab.studies import Analysis, Finding, Plot, Table, backends_toml, fmt, rows_by
+from ipsec_lab.store import group_results
+from ipsec_lab.studies import Analysis, Finding, Plot, Table, backends_toml, fmt
 
 # Secured-length form per transform: eq. 5 (AH, 64-byte hash blocks) and eq. 6 (ESP with
 # the cipher's block: 8 for DES/3DES, 16 for AES).
@@ -125,7 +126,7 @@ def analyse(done: dict[str, list[dict[str, Any]]]) -> Analysis:
     an = Analysis(NAME, TITLE, SOURCE)
     runs = done.get("loss-free", [])
     quota = runs[0].get("cpu_quota") if runs else None
-    by = rows_by(runs)
+    by = group_results(runs)
     backends = sorted({k[0] for k in by})
     name_of = {v: k for k, v in CONFIGURATION.items()}
     sizes = sorted({int(x["size"]) for xs in by.values() for x in xs if x.get("size")})
