@@ -83,6 +83,11 @@ class Analysis:
     campaigns: dict[str, int] = field(default_factory=dict)  # role -> campaign id
     quick: bool = False
 
+    def add_cause(self, backend: str, text: str) -> None:
+        """Add one backend's reading of the cause (several with --compare)."""
+        if text:
+            self.cause = f"{self.cause} {backend}: {text}".strip()
+
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 

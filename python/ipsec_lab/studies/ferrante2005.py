@@ -293,7 +293,7 @@ def analyse(done: dict[str, list[dict[str, Any]]]) -> Analysis:
                            for k in ("user", "system", "softirq")},
                 ))  # fmt: skip
         an.findings += _findings(b, t100, t10, lim)
-        an.cause = _cause(t100)
+        an.add_cause(b, _cause(t100))
     return an
 
 

@@ -171,10 +171,11 @@ def analyse(done: dict[str, list[dict[str, Any]]]) -> Analysis:
             ("holds" if p3 >= RULE_MHZ_PER_MBPS / 2 else "changed"),
         ))  # fmt: skip
         if without is not None and a:
-            an.cause = (
+            an.add_cause(
+                b,
                 f"Per gateway, HMAC-SHA-1 IPsec adds {fmt(a)} cycles per byte of which "
                 f"{fmt(without)} is outside the crypto stages (the model's t_fix spread over "
                 "the bytes of a full-size packet: TUN and socket system calls, lookups, "
-                "headers); FreeS/WAN's split was 6 of 19."
+                "headers); FreeS/WAN's split was 6 of 19.",
             )
     return an

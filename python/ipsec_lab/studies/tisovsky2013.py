@@ -203,12 +203,12 @@ def analyse(done: dict[str, list[dict[str, Any]]]) -> Analysis:
         ))  # fmt: skip
         an.findings += _findings(b, fits, points, cause)
         if cause:
-            an.cause = "; ".join(
+            an.add_cause(b, "; ".join(
                 f"{tr}: t_fix is {100 * sh[0]:.0f} % of a 128-byte packet's time and "
                 f"{100 * sh[1]:.0f} % of a 1420-byte one's (Cisco: {100 * c[0]:.0f} % and "
                 f"{100 * c[1]:.0f} %)" for tr, sh, c in cause
             ) + (". Where t_fix dominates, a faster cipher buys little: the per-packet "
-                 "work (system calls, lookups, headers) sets the rate.")  # fmt: skip
+                 "work (system calls, lookups, headers) sets the rate."))  # fmt: skip
     if sizes:
         an.plots.append(Plot(
             "lines", "R(L) of the Cisco 1841 from Table 1 (paper fig. 7)",
