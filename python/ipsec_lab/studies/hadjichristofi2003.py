@@ -158,7 +158,10 @@ def _findings(
     out.append(Finding(
         "IPsec lengthens transfers more for the slow client (HTTP, 1 KB)",
         "slow +56-116 %, fast +18-52 %",
-        f"slow {span(slow)}, fast {span(fast)}" if slow and fast else "not measured",
+        f"slow {span(slow)}, fast {span(fast)} (the slow client's CPU quota runs it in "
+        "bursts every few ms: a sub-millisecond transfer that waits for one costs many "
+        "times itself, more than a uniformly slow CPU would)"
+        if slow and fast else "not measured",
         "not measured" if not (slow and fast) else
         ("holds" if statistics.mean(slow) > statistics.mean(fast) else "changed"),
     ))  # fmt: skip
