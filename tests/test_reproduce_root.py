@@ -217,3 +217,27 @@ def test_report_command_rewrites_the_report_from_chosen_campaigns(
     assert p.returncode == 0, p.stderr
     data = json.loads((tmp_path / "r" / "report.json").read_text())
     assert [s["study"] for s in data["studies"]] == ["freeswan"]
+
+
+def test_compare_puts_strongswan_beside_ours(tmp_path: Path) -> None:
+    """`--compare ours,strongswan`: the same study on both, each with its own tables and
+    plot, in one report."""
+    before = set(leftovers()[0])
+    lab = tmp_path / "lab"
+    p = subprocess.run(
+        [sys.executable, "-m", "ipsec_lab.cli", "reproduce", "freeswan", "--quick",
+         "--compare", "ours,strongswan", "--lab", str(lab), "--json"],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert p.returncode == 0, p.stderr[-4000:]
+    an = _report(lab)["studies"][0]
+    titles = [t["title"] for t in an["tables"]]
+    assert any("(ours)" in t for t in titles) and any("(strongswan)" in t for t in titles)
+    by = {t["title"]: t for t in an["tables"]}
+    for b in ("ours", "strongswan"):
+        rows = {
+            r[0]: r for r in by[f"Cycles per byte ({b}), beside NAI's Pentium II figures"]["rows"]
+        }
+        assert float(rows["IPsec + HMAC-SHA-1 (added per gateway)"][2]) > 0
+    assert "ours:" in an["cause"] or "strongswan:" in an["cause"]
+    assert set(leftovers()[0]) <= before

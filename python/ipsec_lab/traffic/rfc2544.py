@@ -38,11 +38,14 @@ def search(
     once). Stops when the bracket [passed, failed] is narrower than `resolution` or after
     `max_trials`; every trial is kept, in order, with its verdict.
 
-    A failed trial that reports the rate it delivered (`mbps`) also lowers the top of the
-    bracket to 1.1 x that rate: what a device forwards while overloaded is close to its
-    capacity, and no loss-free rate is far above it. A search from a generous ceiling
-    then needs a few trials, not one per halving of the whole range."""
+    A failed trial that reports the rate it delivered (`mbps`) also gives a hint: a
+    device forwards about its capacity while overloaded, so the search bisects below
+    1.5 x that rate first. The hint is only a hint: when the bisection reaches it, the
+    hinted top is tried itself, and if it passes the search goes on above it (a device in
+    receive livelock delivers far below its loss-free rate). A search from a generous
+    ceiling then needs a few trials, not one per halving of the whole range."""
     lo, hi = 0.0, max_rate
+    hint = max_rate  # an untested top suggested by what failed trials delivered
     res = SearchResult(0.0)
     rate = max_rate
     while len(res.trials) < max_trials:
@@ -58,12 +61,13 @@ def search(
         else:
             hi = rate
             delivered = row.get("mbps")
-            if delivered is not None and lo < 1.1 * float(delivered) < hi:
-                hi = 1.1 * float(delivered)
+            if delivered is not None:
+                hint = min(hint, 1.5 * float(delivered))
         if hi - lo <= resolution:
             res.converged, res.reason = True, f"bracket {lo:g}..{hi:g} within {resolution:g}"
             return res
-        rate = (lo + hi) / 2
+        top = hint if lo < hint < hi else hi
+        rate = top if top - lo <= resolution else (lo + top) / 2
     res.reason = f"stopped after {max_trials} trials, bracket {lo:g}..{hi:g}"
     return res
 
