@@ -11,7 +11,7 @@ PY        := $(VENV)/bin/python
 STAMP     := $(VENV)/.installed
 NATIVE    := $(VENV)/.native
 APT_PKGS  := build-essential pkg-config python3 python3-venv python3-dev git ca-certificates \
-             iproute2 util-linux procps iperf3 curl nginx-light tcpdump \
+             iproute2 util-linux procps ethtool iperf3 curl nginx-light tcpdump \
              strongswan-charon strongswan-swanctl libcharon-extra-plugins chromium
 FUZZ_SECONDS ?= 60
 IPCOMP_FUZZ_SECONDS ?= 20

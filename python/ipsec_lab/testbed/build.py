@@ -48,6 +48,7 @@ def require_root() -> None:
 PACKAGES = {
     "ip": "iproute2",
     "tc": "iproute2",
+    "ethtool": "ethtool",
     "iperf3": "iperf3",
     "nginx": "nginx-light",
     "curl": "curl",
@@ -290,8 +291,18 @@ class Testbed:
 
     def shape(self, link: Link) -> None:
         """Put the link profile on both ends of every shaped wire (egress): netem for
-        delay/jitter/loss/reorder/duplication, tbf below it for the rate."""
+        delay/jitter/loss/reorder/duplication, tbf below it for the rate.
+
+        A link with a rate also loses veth's segmentation offloads (TSO, GSO, GRO): a real
+        link carries frames of at most its MTU, and the wire counters then count those
+        frames and their headers — not 64 KB super-packets with one set of headers, which
+        would hide most of a transfer's packets and header bytes (study 4's transactions
+        and network load, study 1's output traffic). Unshaped links keep them (speed)."""
+        if link.rate_mbit:
+            require_tools("ethtool")
         for node, ifname in self.topo.shaped_ends():
+            if link.rate_mbit:
+                self.run(node, ["ethtool", "-K", ifname, "tso", "off", "gso", "off", "gro", "off"])
             self.run(node, ["tc", "qdisc", "del", "dev", ifname, "root"], check=False)
             parent = ["root"]
             if link.needs_netem:
