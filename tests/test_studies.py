@@ -315,3 +315,24 @@ def test_cli_errors_name_what_is_wrong(tmp_path: Path) -> None:
     assert p.returncode == 2 and "no results" in p.stderr
     p = _cli("reproduce", "--help")
     assert p.returncode == 0 and "--quick" in p.stdout and "hadjichristofi2003" in p.stdout
+
+
+def test_resume_keeps_finished_campaigns_and_runs_only_the_rest(tmp_path: Path) -> None:
+    """`reproduce --resume`: a study whose campaigns finished is not run again; without
+    --resume it is. (The runs are faked here: this checks the bookkeeping, not a testbed.)"""
+    ran: list[int] = []
+
+    def fake(c: Any) -> None:
+        ran.append(c.id)
+        c.store.set_status(c.id, "finished")
+
+    first = reproduce.run_study("freeswan", tmp_path, True, ("ours",), False, fake)
+    assert len(ran) == 1 and first.reused == []
+
+    def must_not_run(c: Any) -> None:
+        raise AssertionError(f"campaign {c.id} ran again")
+
+    again = reproduce.run_study("freeswan", tmp_path, True, ("ours",), True, must_not_run)
+    assert again.reused == ["cycles"] and again.campaigns == first.campaigns
+    fresh = reproduce.run_study("freeswan", tmp_path, True, ("ours",), False, fake)
+    assert len(ran) == 2 and fresh.campaigns != first.campaigns

@@ -83,6 +83,7 @@ def _reproduce(args: argparse.Namespace) -> int:
             break
         r = results[-1]
         skipped = "".join(f"; {k} skipped: {v}" for k, v in r.skipped.items())
+        skipped += "".join(f"; {k}: finished campaign kept" for k in r.reused)
         print(f"{name}: done in {r.seconds:.0f} s{skipped}", file=sys.stderr)
     page = None
     if not args.no_report and results:
@@ -175,8 +176,11 @@ def add_parsers(sub: Any) -> None:
                    help="run the same study on several backends side by side, e.g. "
                    "ours,strongswan")  # fmt: skip
     r.add_argument("--lab", metavar="DIR", help=LAB_HELP)
-    r.add_argument("--resume", action="store_true",
-                   help="continue unfinished campaigns instead of starting anew")  # fmt: skip
+    r.add_argument(
+        "--resume",
+        action="store_true",
+        help="keep finished campaigns, continue unfinished ones, run the rest",
+    )
     r.add_argument("--out", metavar="DIR", help="where the report goes (default LAB/report)")
     r.add_argument("--no-report", action="store_true", help="only run; write no report")
     r.add_argument("--json", action="store_true",

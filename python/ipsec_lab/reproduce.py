@@ -24,6 +24,7 @@ class StudyRun:
     study: str
     campaigns: dict[str, int] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)  # role -> why
+    reused: list[str] = field(default_factory=list)  # roles whose finished campaign --resume kept
     seconds: float = 0.0
 
 
@@ -72,6 +73,19 @@ def run_study(
         if isinstance(text, studies.Skip):
             out.skipped[role] = text.reason
             continue
+        if resume:
+            # --resume: a campaign of this very scenario that already finished is used
+            # as it is; only unfinished or new ones run.
+            store = Store(lab / "results.sqlite")
+            try:
+                finished = store.finished_with(text)
+                if finished is not None:
+                    out.campaigns[role] = finished
+                    out.reused.append(role)
+                    done[role] = load_runs(store, finished)
+                    continue
+            finally:
+                store.close()
         sc = scenario.parse(text, f"ipsec-lab reproduce {name} ({role})")
         campaign = Campaign(sc, lab, resume=resume)
         on_start(name, role, campaign)

@@ -114,6 +114,15 @@ class Store:
         ).fetchone()
         return int(row["id"]) if row else None
 
+    def finished_with(self, text: str) -> int | None:
+        """The newest finished campaign of exactly this scenario text, if any."""
+        row = self.db.execute(
+            "SELECT id FROM campaigns WHERE scenario_text = ? AND status = 'finished'"
+            " ORDER BY id DESC LIMIT 1",
+            (text,),
+        ).fetchone()
+        return int(row["id"]) if row else None
+
     def set_status(self, campaign: int, status: str) -> None:
         self.db.execute(
             "UPDATE campaigns SET status = ?, finished = ? WHERE id = ?",
