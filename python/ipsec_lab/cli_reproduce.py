@@ -21,7 +21,7 @@ STUDY_HELP = {
     "hadjichristofi2003": "study 4: HTTP and SMTP transfers, slow and fast client, % "
     "increase in load, transactions and time",
 }
-TIMES = "full: about 8 / 9 / 2 / 6 minutes; --quick: about 1 / 0.7 / 0.3 / 0.7"
+TIMES = "full: about 7 / 11 / 1.5 / 6 minutes (25 in all); --quick: about 60 / 50 / 15 / 20 s"
 
 
 def _backends(args: argparse.Namespace) -> tuple[str, ...] | str:
