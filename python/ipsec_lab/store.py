@@ -107,19 +107,18 @@ class Store:
         return cur.lastrowid
 
     def resumable(self, text: str) -> int | None:
-        row = self.db.execute(
-            "SELECT id FROM campaigns WHERE scenario_text = ? AND status != 'finished'"
-            " ORDER BY id DESC LIMIT 1",
-            (text,),
-        ).fetchone()
-        return int(row["id"]) if row else None
+        """The newest unfinished campaign of exactly this scenario text, if any."""
+        return self._newest(text, finished=False)
 
     def finished_with(self, text: str) -> int | None:
         """The newest finished campaign of exactly this scenario text, if any."""
+        return self._newest(text, finished=True)
+
+    def _newest(self, text: str, finished: bool) -> int | None:
         row = self.db.execute(
-            "SELECT id FROM campaigns WHERE scenario_text = ? AND status = 'finished'"
+            "SELECT id FROM campaigns WHERE scenario_text = ? AND (status = 'finished') = ?"
             " ORDER BY id DESC LIMIT 1",
-            (text,),
+            (text, finished),
         ).fetchone()
         return int(row["id"]) if row else None
 
