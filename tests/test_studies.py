@@ -336,3 +336,17 @@ def test_resume_keeps_finished_campaigns_and_runs_only_the_rest(tmp_path: Path) 
     assert again.reused == ["cycles"] and again.campaigns == first.campaigns
     fresh = reproduce.run_study("freeswan", tmp_path, True, ("ours",), False, fake)
     assert len(ran) == 2 and fresh.campaigns != first.campaigns
+
+
+def test_study4_compares_per_transfer_when_small_files_were_sent_several_times() -> None:
+    runs = _study4_runs(slow_time=2.0)
+    for r in runs:
+        if r["backend"] == "ours" and r["results"] and r["results"][0]["label"].endswith("1KB"):
+            x = r["results"][0]
+            x["transfers"] = 7
+            for k in ("wire_up_bytes", "wire_down_bytes", "wire_up_packets", "wire_down_packets"):
+                x[k] *= 7
+    an = hadjichristofi2003.analyse({"transfers": runs})
+    load = next(t for t in an.tables if "network load" in t.title)
+    row = next(r for r in load.rows if r[1] == "fast" and r[2] == "HTTP")
+    assert row[3:] == ["+25 %", "+5 %"]  # as if each had been sent once

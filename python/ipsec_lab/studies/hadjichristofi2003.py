@@ -60,9 +60,15 @@ def scenario(
     )
 
 
+WIRE = ("wire_up_bytes", "wire_down_bytes", "wire_up_packets", "wire_down_packets")
+
+
 def _metrics(xs: list[dict[str, Any]]) -> dict[str, float | None]:
-    up, down = median(xs, "wire_up_bytes"), median(xs, "wire_down_bytes")
-    pu, pd = median(xs, "wire_up_packets"), median(xs, "wire_down_packets")
+    """Per transfer: a small file's measurement covers several (`transfers`)."""
+    per = [{**x, **{k: x[k] / x.get("transfers", 1) for k in WIRE if x.get(k) is not None}}
+           for x in xs]  # fmt: skip
+    up, down = median(per, "wire_up_bytes"), median(per, "wire_down_bytes")
+    pu, pd = median(per, "wire_up_packets"), median(per, "wire_down_packets")
     return {
         "load": up + down if up is not None and down is not None else None,
         "packets": pu + pd if pu is not None and pd is not None else None,
