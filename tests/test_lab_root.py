@@ -222,6 +222,10 @@ seconds = 1.5
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # A job started in the background of a non-interactive shell inherits SIGINT
+        # ignored, and Python then installs no KeyboardInterrupt handler: give the child
+        # the default back, as a terminal would.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     deadline = time.monotonic() + 60
     done = 0
