@@ -308,10 +308,10 @@ impl Outside {
         })
     }
 
-    /// Send one outer packet (IPv4 or IPv6, as the engine built it): raw, or — ESP with
-    /// UDP encapsulation — its ESP part in a UDP datagram to the peer's port 4500
-    /// (RFC 3948 §2.1).
-    fn send(&self, pkt: &[u8], io: &mut Io) {
+    /// Where one outer packet (IPv4 or IPv6, as the engine built it) goes: raw, or — ESP
+    /// with UDP encapsulation — its ESP part in a UDP datagram to the peer's port 4500
+    /// (RFC 3948 §2.1). `None`: too short to be an IP packet.
+    fn route(&self, pkt: &[u8]) -> Option<(bool, usize, SockAddr)> {
         let v6 = pkt.first().is_some_and(|b| b >> 4 == 6);
         let (header, protocol) = if v6 {
             (40, pkt.get(6))
@@ -321,28 +321,127 @@ impl Outside {
                 pkt.get(9),
             )
         };
-        let res = match (&self.udp, protocol) {
-            (Some(udp), Some(&50)) if pkt.len() > header => udp.send_to(&pkt[header..], self.peer),
+        match (&self.udp, protocol) {
+            (Some(_), Some(&50)) if pkt.len() > header => {
+                Some((true, header, SockAddr::from(self.peer)))
+            }
             _ if v6 && pkt.len() >= 40 => {
                 let mut a = [0u8; 16];
                 a.copy_from_slice(&pkt[24..40]);
-                let dst = SocketAddr::new(IpAddr::from(a), 0);
-                self.raw_send.send_to(pkt, &SockAddr::from(dst))
+                Some((
+                    false,
+                    0,
+                    SockAddr::from(SocketAddr::new(IpAddr::from(a), 0)),
+                ))
             }
-            _ if pkt.len() >= 20 => {
+            _ if !v6 && pkt.len() >= 20 => {
                 let dst = Ipv4Addr::new(pkt[16], pkt[17], pkt[18], pkt[19]);
-                self.raw_send
-                    .send_to(pkt, &SockAddr::from(SocketAddrV4::new(dst, 0)))
+                Some((false, 0, SockAddr::from(SocketAddrV4::new(dst, 0))))
             }
-            _ => Err(io::Error::other("runt packet")),
-        };
-        match res {
-            Ok(_) => {
-                io.tx_packets += 1;
-                io.tx_bytes += pkt.len() as u64;
-            }
-            Err(_) => io.send_errors += 1,
+            _ => None,
         }
+    }
+
+    /// Send a wakeup's outer packets — `(buffer, head, len)` of each, in order — with one
+    /// sendmmsg(2) per socket (UDP 4500 and raw) rather than a system call each. A
+    /// packet the kernel refuses is counted (`send_errors`) and the rest still go.
+    fn send_batch(&self, batch: &mut SendBatch, bufs: &[Vec<u8>], io: &mut Io) {
+        batch.udp.clear();
+        batch.raw.clear();
+        for &(b, head, len) in &batch.pkts {
+            let pkt = &bufs[b][head..head + len];
+            let Some((udp, skip, addr)) = self.route(pkt) else {
+                io.send_errors += 1;
+                continue;
+            };
+            let to = if udp { &mut batch.udp } else { &mut batch.raw };
+            to.push(addr, &pkt[skip..]);
+        }
+        if let Some(u) = &self.udp {
+            batch.udp.send(u.as_raw_fd(), io);
+        }
+        batch.raw.send(self.raw_send.as_raw_fd(), io);
+        batch.pkts.clear();
+    }
+}
+
+/// A wakeup's outer packets, and the sendmmsg(2) arrays for each socket, kept between
+/// wakeups (no allocation per packet or per batch once they have grown to its size).
+#[derive(Default)]
+struct SendBatch {
+    pkts: Vec<(usize, usize, usize)>,
+    udp: Messages,
+    raw: Messages,
+}
+
+#[derive(Default)]
+struct Messages {
+    addrs: Vec<SockAddr>,
+    iovs: Vec<libc::iovec>,
+    hdrs: Vec<libc::mmsghdr>,
+}
+
+impl Messages {
+    fn clear(&mut self) {
+        self.addrs.clear();
+        self.iovs.clear();
+        self.hdrs.clear();
+    }
+
+    /// One datagram: `data` to `addr`. `data` must stay put until `send` (it does: it is
+    /// in the worker's buffers, untouched until the batch has gone).
+    fn push(&mut self, addr: SockAddr, data: &[u8]) {
+        self.addrs.push(addr);
+        self.iovs.push(libc::iovec {
+            iov_base: data.as_ptr() as *mut libc::c_void,
+            iov_len: data.len(),
+        });
+    }
+
+    fn send(&mut self, fd: RawFd, io: &mut Io) {
+        sendmmsg_all(fd, &self.addrs, &mut self.iovs, &mut self.hdrs, io);
+    }
+}
+
+/// sendmmsg(2) until every message has gone or been refused; counts both.
+fn sendmmsg_all(
+    fd: RawFd,
+    addrs: &[SockAddr],
+    iovs: &mut [libc::iovec],
+    hdrs: &mut Vec<libc::mmsghdr>,
+    io: &mut Io,
+) {
+    hdrs.clear();
+    for (addr, iov) in addrs.iter().zip(iovs.iter_mut()) {
+        // SAFETY: zeroed msghdr/mmsghdr are valid values of the types (null pointers,
+        // zero lengths); the fields set below point into `addrs` and `iovs`, which
+        // outlive the sendmmsg calls.
+        let mut h: libc::mmsghdr = unsafe { std::mem::zeroed() };
+        h.msg_hdr.msg_name = addr.as_ptr() as *mut libc::c_void;
+        h.msg_hdr.msg_namelen = addr.len();
+        h.msg_hdr.msg_iov = iov;
+        h.msg_hdr.msg_iovlen = 1;
+        hdrs.push(h);
+    }
+    let mut at = 0;
+    while at < hdrs.len() {
+        let rest = &mut hdrs[at..];
+        // SAFETY: `rest` is a valid array of `rest.len()` mmsghdr whose name and iovec
+        // pointers are valid for the call (see above); the kernel writes only msg_len.
+        let n = unsafe { libc::sendmmsg(fd, rest.as_mut_ptr(), rest.len() as libc::c_uint, 0) };
+        if n < 0 {
+            if io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            io.send_errors += 1; // the first message was refused: skip it, send the rest
+            at += 1;
+            continue;
+        }
+        for h in &rest[..n as usize] {
+            io.tx_packets += 1;
+            io.tx_bytes += u64::from(h.msg_len);
+        }
+        at += n as usize;
     }
 }
 
@@ -484,6 +583,7 @@ pub fn run_outbound(mut w: Worker) {
     let size = HEADROOM + usize::from(w.mtu) + TAILROOM + 64;
     let mut bufs: Vec<Vec<u8>> = (0..slots).map(|_| vec![0u8; size]).collect();
     let mut sizes = vec![0usize; slots];
+    let mut batch = SendBatch::default();
     let mut io = Io::default();
     let mut last = Instant::now();
     let mut pfds = pollfds(&[w.tun.as_raw_fd()]);
@@ -514,7 +614,7 @@ pub fn run_outbound(mut w: Worker) {
                     break 'run;
                 }
             };
-            for (buf, &len) in bufs.iter_mut().zip(&sizes).take(n) {
+            for (b, (buf, &len)) in bufs.iter_mut().zip(&sizes).take(n).enumerate() {
                 io.rx_packets += 1;
                 io.rx_bytes += len as u64;
                 let Ok(mut pkt) = PacketBuf::new(buf, HEADROOM, len) else {
@@ -522,17 +622,20 @@ pub fn run_outbound(mut w: Worker) {
                 };
                 match w.engine.engine.outbound(&mut pkt) {
                     Ok(Outbound::Sealed { sa }) => {
-                        w.outside.send(pkt.data(), &mut io);
+                        batch.pkts.push((b, pkt.head(), pkt.len()));
                         w.engine.after(sa);
                     }
-                    Ok(Outbound::SealedBundle { .. }) => w.outside.send(pkt.data(), &mut io),
+                    Ok(Outbound::SealedBundle { .. }) => {
+                        batch.pkts.push((b, pkt.head(), pkt.len()))
+                    }
                     Ok(Outbound::Bypass) => {
                         io.bypassed += 1;
-                        w.outside.send(pkt.data(), &mut io);
+                        batch.pkts.push((b, pkt.head(), pkt.len()));
                     }
                     Err(_) => {} // a named drop, counted by the engine
                 }
             }
+            w.outside.send_batch(&mut batch, &bufs, &mut io);
         }
     }
     w.engine.publish(&io, &w.shared);
