@@ -22,7 +22,7 @@ use ipsec::engine::{Inbound, Outbound};
 use ipsec::sa::Direction;
 use ipsec::sad::SaId;
 use ipsec::spd::{Action, SpdRule};
-use ipsec::{DropReason, Engine, PacketBuf, HEADROOM, TAILROOM};
+use ipsec::{Engine, PacketBuf, HEADROOM, TAILROOM};
 use socket2::{Domain, Protocol as SockProto, SockAddr, Socket, Type};
 use tun_rs::SyncDevice;
 
@@ -501,44 +501,6 @@ fn poll_readable(pfds: &mut [libc::pollfd], ready: &mut [bool]) -> io::Result<bo
     Ok(n > 0)
 }
 
-/// recvfrom(2) on a socket into `buf`, without blocking: the length and the sender.
-fn recv_from(fd: RawFd, buf: &mut [u8]) -> io::Result<(usize, Option<IpAddr>)> {
-    // SAFETY: zeroed sockaddr_storage is a valid value of the type.
-    let mut from: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
-    let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-    // SAFETY: `buf` is valid for writes of `buf.len()` bytes, `from` for `len` bytes,
-    // both for the call's duration.
-    let n = unsafe {
-        libc::recvfrom(
-            fd,
-            buf.as_mut_ptr().cast(),
-            buf.len(),
-            libc::MSG_DONTWAIT,
-            (&mut from as *mut libc::sockaddr_storage).cast(),
-            &mut len,
-        )
-    };
-    if n < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    let src = match i32::from(from.ss_family) {
-        libc::AF_INET => {
-            // SAFETY: the kernel wrote a sockaddr_in (family AF_INET) into `from`.
-            let a =
-                unsafe { &*(&from as *const libc::sockaddr_storage).cast::<libc::sockaddr_in>() };
-            Some(IpAddr::from(a.sin_addr.s_addr.to_ne_bytes()))
-        }
-        libc::AF_INET6 => {
-            // SAFETY: the kernel wrote a sockaddr_in6 (family AF_INET6) into `from`.
-            let a =
-                unsafe { &*(&from as *const libc::sockaddr_storage).cast::<libc::sockaddr_in6>() };
-            Some(IpAddr::from(a.sin6_addr.s6_addr))
-        }
-        _ => None,
-    };
-    Ok((n as usize, src))
-}
-
 pub struct Worker {
     pub tun: Arc<SyncDevice>,
     pub mtu: u16,
@@ -641,9 +603,102 @@ pub fn run_outbound(mut w: Worker) {
     w.engine.publish(&io, &w.shared);
 }
 
+/// Datagrams taken per recvmmsg(2).
+const RECV_BATCH: usize = 16;
+
+/// recvmmsg(2) arrays: each datagram lands after HEADROOM in its own buffer, so the
+/// engine can put an IP header before it (UDP and raw IPv6 give no header) and open it in
+/// place. Kept for the worker's life: nothing is allocated per packet.
+struct RecvBatch {
+    bufs: Vec<Vec<u8>>,
+    addrs: Vec<libc::sockaddr_storage>,
+    iovs: Vec<libc::iovec>,
+    hdrs: Vec<libc::mmsghdr>,
+}
+
+impl RecvBatch {
+    fn new() -> RecvBatch {
+        RecvBatch {
+            bufs: (0..RECV_BATCH)
+                .map(|_| vec![0u8; HEADROOM + MAX_PACKET + TAILROOM])
+                .collect(),
+            // SAFETY: zeroed sockaddr_storage / iovec / mmsghdr are valid values.
+            addrs: vec![unsafe { std::mem::zeroed() }; RECV_BATCH],
+            iovs: vec![unsafe { std::mem::zeroed() }; RECV_BATCH],
+            hdrs: vec![unsafe { std::mem::zeroed() }; RECV_BATCH],
+        }
+    }
+
+    /// Take what is queued on `fd`, up to RECV_BATCH datagrams, without blocking: how
+    /// many (0 when none). Datagram `i` is in `bufs[i][HEADROOM..HEADROOM + len(i)]`.
+    fn recv(&mut self, fd: RawFd) -> usize {
+        for i in 0..RECV_BATCH {
+            let b = &mut self.bufs[i][HEADROOM..HEADROOM + MAX_PACKET];
+            self.iovs[i] = libc::iovec {
+                iov_base: b.as_mut_ptr().cast(),
+                iov_len: b.len(),
+            };
+            // SAFETY: zeroed mmsghdr is valid; the pointers set point into `self`'s
+            // vectors, which neither move nor change size while the call runs.
+            let mut h: libc::mmsghdr = unsafe { std::mem::zeroed() };
+            h.msg_hdr.msg_name = (&mut self.addrs[i] as *mut libc::sockaddr_storage).cast();
+            h.msg_hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as u32;
+            h.msg_hdr.msg_iov = &mut self.iovs[i];
+            h.msg_hdr.msg_iovlen = 1;
+            self.hdrs[i] = h;
+        }
+        loop {
+            // SAFETY: `hdrs` holds RECV_BATCH valid mmsghdr (see above); the kernel writes
+            // at most iov_len bytes into each buffer and msg_namelen into each address.
+            let n = unsafe {
+                libc::recvmmsg(
+                    fd,
+                    self.hdrs.as_mut_ptr(),
+                    RECV_BATCH as libc::c_uint,
+                    libc::MSG_DONTWAIT,
+                    std::ptr::null_mut(),
+                )
+            };
+            if n >= 0 {
+                return n as usize;
+            }
+            if io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
+                return 0; // EAGAIN: drained (or an error the next poll will show again)
+            }
+        }
+    }
+
+    fn len(&self, i: usize) -> usize {
+        self.hdrs[i].msg_len as usize
+    }
+
+    fn source(&self, i: usize) -> Option<IpAddr> {
+        sockaddr_ip(&self.addrs[i])
+    }
+}
+
+/// The address of a sockaddr the kernel filled in (IPv4 or IPv6), if it is one.
+fn sockaddr_ip(from: &libc::sockaddr_storage) -> Option<IpAddr> {
+    match i32::from(from.ss_family) {
+        libc::AF_INET => {
+            // SAFETY: the kernel wrote a sockaddr_in (family AF_INET) into `from`.
+            let a =
+                unsafe { &*(from as *const libc::sockaddr_storage).cast::<libc::sockaddr_in>() };
+            Some(IpAddr::from(a.sin_addr.s_addr.to_ne_bytes()))
+        }
+        libc::AF_INET6 => {
+            // SAFETY: the kernel wrote a sockaddr_in6 (family AF_INET6) into `from`.
+            let a =
+                unsafe { &*(from as *const libc::sockaddr_storage).cast::<libc::sockaddr_in6>() };
+            Some(IpAddr::from(a.sin6_addr.s6_addr))
+        }
+        _ => None,
+    }
+}
+
 /// Outside → SAD → open → inner policy → TUN.
 pub fn run_inbound(mut w: Worker) {
-    let mut buf = vec![0u8; HEADROOM + MAX_PACKET + TAILROOM];
+    let mut rx = RecvBatch::new();
     let mut io = Io::default();
     let mut last = Instant::now();
     let mut fds = vec![
@@ -677,61 +732,65 @@ pub fn run_inbound(mut w: Worker) {
             if !ready[i] {
                 continue;
             }
-            // Drain what is queued on this socket, a bounded batch at a time.
-            for _ in 0..BATCH {
-                let udp = i == 2;
-                // UDP, and raw IPv6 sockets, give what follows the IP header only: room
-                // is left to put a header before it, so the engine sees a whole packet.
-                let at = HEADROOM;
-                let (n, from) = match recv_from(fd, &mut buf[at..at + MAX_PACKET]) {
-                    Ok(r) => r,
-                    Err(_) => break, // EAGAIN: drained
-                };
-                io.rx_packets += 1;
-                io.rx_bytes += n as u64;
-                // RFC 3948 §2.2: a zero "SPI" is IKE's non-ESP marker; one 0xFF byte is a
-                // NAT keepalive. Neither is ours to open.
-                if udp && (n < 8 || buf[at..at + 4] == [0, 0, 0, 0]) {
-                    io.not_esp += 1;
-                    continue;
-                }
-                let src = from.unwrap_or(w.outside.remote);
-                let next = if i == 1 { 51 } else { 50 };
-                let (head, len) = match w.outside.local {
-                    IpAddr::V4(dst) if udp => {
-                        let IpAddr::V4(s4) = src else { continue };
-                        let h = HEADROOM - 20;
-                        write_ipv4_header(&mut buf[h..h + 20], n, s4, dst);
-                        (h, n + 20)
+            let udp = i == 2;
+            let next = if i == 1 { 51 } else { 50 };
+            // Drain what is queued on this socket, a bounded number of batches at a time.
+            for _ in 0..BATCH / RECV_BATCH {
+                let got = rx.recv(fd);
+                for k in 0..got {
+                    let n = rx.len(k);
+                    let src = rx.source(k).unwrap_or(w.outside.remote);
+                    let buf = &mut rx.bufs[k];
+                    io.rx_packets += 1;
+                    io.rx_bytes += n as u64;
+                    let at = HEADROOM;
+                    // RFC 3948 §2.2: a zero "SPI" is IKE's non-ESP marker; one 0xFF byte
+                    // is a NAT keepalive. Neither is ours to open.
+                    if udp && (n < 8 || buf[at..at + 4] == [0, 0, 0, 0]) {
+                        io.not_esp += 1;
+                        continue;
                     }
-                    IpAddr::V6(dst) => {
-                        let IpAddr::V6(s6) = src else { continue };
-                        let h = HEADROOM - 40;
-                        write_ipv6_header(&mut buf[h..h + 40], n, next, s6, dst);
-                        (h, n + 40)
-                    }
-                    IpAddr::V4(_) => (at, n), // raw IPv4: the header came with the packet
-                };
-                let Ok(mut pkt) = PacketBuf::new(&mut buf, head, len) else {
-                    continue;
-                };
-                match w.engine.engine.inbound(&mut pkt) {
-                    Ok(Inbound::Opened { sa, .. }) => {
-                        let o = &mut out[pending];
-                        o.clear();
-                        o.resize(hdr, 0);
-                        o.extend_from_slice(pkt.data());
-                        pending += 1;
-                        io.tx_packets += 1;
-                        io.tx_bytes += pkt.len() as u64;
-                        w.engine.after(sa);
-                        if pending == out.len() {
-                            flush(&w.tun, &mut gro, &mut out[..pending], &mut io);
-                            pending = 0;
+                    // UDP, and raw IPv6 sockets, give what follows the IP header only:
+                    // a header goes before it, so the engine sees a whole packet.
+                    let (head, len) = match w.outside.local {
+                        IpAddr::V4(dst) if udp => {
+                            let IpAddr::V4(s4) = src else { continue };
+                            let h = HEADROOM - 20;
+                            write_ipv4_header(&mut buf[h..h + 20], n, s4, dst);
+                            (h, n + 20)
                         }
+                        IpAddr::V6(dst) => {
+                            let IpAddr::V6(s6) = src else { continue };
+                            let h = HEADROOM - 40;
+                            write_ipv6_header(&mut buf[h..h + 40], n, next, s6, dst);
+                            (h, n + 40)
+                        }
+                        IpAddr::V4(_) => (at, n), // raw IPv4: the header came with it
+                    };
+                    let Ok(mut pkt) = PacketBuf::new(buf, head, len) else {
+                        continue;
+                    };
+                    match w.engine.engine.inbound(&mut pkt) {
+                        Ok(Inbound::Opened { sa, .. }) => {
+                            let o = &mut out[pending];
+                            o.clear();
+                            o.resize(hdr, 0);
+                            o.extend_from_slice(pkt.data());
+                            pending += 1;
+                            io.tx_packets += 1;
+                            io.tx_bytes += pkt.len() as u64;
+                            w.engine.after(sa);
+                            if pending == out.len() {
+                                flush(&w.tun, &mut gro, &mut out[..pending], &mut io);
+                                pending = 0;
+                            }
+                        }
+                        Ok(Inbound::Bypass) => io.bypassed += 1, // not expected here
+                        Err(_) => {} // a named drop, counted by the engine
                     }
-                    Ok(Inbound::Bypass) => io.bypassed += 1, // not expected on these sockets
-                    Err(DropReason::Truncated) | Err(_) => {} // counted by the engine
+                }
+                if got < RECV_BATCH {
+                    break; // drained
                 }
             }
         }
