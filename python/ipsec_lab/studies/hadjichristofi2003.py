@@ -164,9 +164,9 @@ def _findings(
     out.append(Finding(
         "IPsec lengthens transfers more for the slow client (HTTP, 1 KB)",
         "slow +56-116 %, fast +18-52 %",
-        f"slow {span(slow)}, fast {span(fast)} (the slow client's CPU quota runs it in "
-        "bursts every few ms: a sub-millisecond transfer that waits for one costs many "
-        "times itself, more than a uniformly slow CPU would)"
+        f"slow {span(slow)}, fast {span(fast)} (the slow client runs under a CPU quota, 1 ms "
+        "in every 5: its sub-millisecond transfers are timed as much by when it runs as by "
+        "IPsec, which a uniformly slow CPU would not do)"
         if slow and fast else "not measured",
         "not measured" if not (slow and fast) else
         ("holds" if statistics.mean(slow) > statistics.mean(fast) else "changed"),

@@ -76,8 +76,8 @@ class CpuLimit:
         # The shortest period that still gives the kernel's minimum quota (1 ms): a
         # throttled process then sleeps milliseconds, not tens of them, and a queue in
         # front of it does not overflow for want of it being scheduled (a 10 % quota
-        # runs 1 ms in every 10 rather than 10 ms in every 100).
-        period = min(100_000, max(10_000, int(1000 / cpus_worth)))
+        # runs 1 ms in every 10 rather than 10 ms in every 100; 20 %, 1 ms in every 5).
+        period = min(100_000, max(1_000, int(1000 / cpus_worth)))
         quota = max(1000, int(cpus_worth * period))
         if v2.exists():
             self.path = Path("/sys/fs/cgroup") / f"{CGROUP_PREFIX}{token}"
