@@ -350,3 +350,21 @@ def test_study4_compares_per_transfer_when_small_files_were_sent_several_times()
     load = next(t for t in an.tables if "network load" in t.title)
     row = next(r for r in load.rows if r[1] == "fast" and r[2] == "HTTP")
     assert row[3:] == ["+25 %", "+5 %"]  # as if each had been sent once
+
+
+def test_study1_compare_draws_the_backends_side_by_side() -> None:
+    ours = _study1_runs(comp_wire=594)
+    theirs = [
+        {**r, "backend": "strongswan", "results": [{**r["results"][0], "mbps": 50.0}]}
+        for r in copy.deepcopy(ours)
+        if r["backend"] == "ours" and not r["configuration"].startswith(("ah:", "ipcomp"))
+    ]
+    an = ferrante2005.analyse({"today": ours + theirs})
+    side = [p for p in an.plots if "side by side" in p.title]
+    assert len(side) == 2
+    tp = side[0].series
+    assert set(tp) == {"paper", "ours", "strongswan"}
+    i = side[0].categories.index("enc + SHA-1")
+    assert tp["ours"][i] == 90.0 and tp["strongswan"][i] == 50.0
+    assert tp["strongswan"][side[0].categories.index("AH + ESP")] is None  # cannot run it
+    assert any("(strongswan)" in t.title for t in an.tables)

@@ -294,6 +294,21 @@ def analyse(done: dict[str, list[dict[str, Any]]]) -> Analysis:
                 ))  # fmt: skip
         an.findings += _findings(b, t100, t10, lim)
         an.add_cause(b, _cause(t100))
+    if len(backends) > 1:  # --compare: the implementations in one chart each
+        cells = {b: _cells(today, b, "ethernet-100") for b in backends}
+        for what, key, unit, paper, log in (
+            ("Throughput", "mbps", "Mbit/s", 0, False),
+            ("CPU effort of the IPsec processes", "ipsec_effort", "µs per kB (log)", 1, True),
+        ):
+            series: dict[str, list[float | None]] = {
+                "paper": [float(PUBLISHED_100[x][paper]) for x in labels]
+            }
+            for b in backends:
+                series[b] = [cells[b].get(x, {}).get(key) for x in labels]
+            an.plots.append(Plot(
+                "bars", f"{what} at 100 Mbit/s, backends side by side", "", unit, labels,
+                series, logy=log, note="a missing bar: the backend cannot run that one",
+            ))  # fmt: skip
     return an
 
 
