@@ -87,7 +87,7 @@ def _reproduce(args: argparse.Namespace) -> int:
         print(f"{name}: done in {r.seconds:.0f} s{skipped}", file=sys.stderr)
     page = None
     if not args.no_report and results:
-        page = _write_report(lab, None, Path(args.out) if args.out else lab / "report")
+        page = _write_report(lab, None, args.out)
     out = {
         "lab": str(lab),
         "seconds": round(time.monotonic() - t0, 1),
@@ -96,6 +96,7 @@ def _reproduce(args: argparse.Namespace) -> int:
                 "study": r.study,
                 "campaigns": r.campaigns,
                 "skipped": r.skipped,
+                "reused": r.reused,
                 "seconds": round(r.seconds, 1),
             }
             for r in results
@@ -110,7 +111,9 @@ def _reproduce(args: argparse.Namespace) -> int:
     return rc
 
 
-def _write_report(lab: Path, ids: list[int] | None, out: Path) -> Path:
+def _write_report(lab: Path, ids: list[int] | None, out: str | None) -> Path:
+    """Write the report of the chosen (or newest) study campaigns to `out`, by default
+    LAB/report; return the HTML's path."""
     from ipsec_lab import report, reproduce
     from ipsec_lab.store import Store
 
@@ -125,7 +128,7 @@ def _write_report(lab: Path, ids: list[int] | None, out: Path) -> Path:
         env = json.loads(camp["environment"]) if camp else {}
     finally:
         store.close()
-    return report.write(analyses, env, lab, out)
+    return report.write(analyses, env, lab, Path(out) if out else lab / "report")
 
 
 def _report(args: argparse.Namespace) -> int:
@@ -135,9 +138,7 @@ def _report(args: argparse.Namespace) -> int:
               "`ipsec-lab reproduce` first)", file=sys.stderr)  # fmt: skip
         return 2
     try:
-        page = _write_report(
-            lab, args.campaign or None, Path(args.out) if args.out else lab / "report"
-        )
+        page = _write_report(lab, args.campaign or None, args.out)
     except ValueError as e:
         print(f"ipsec-lab report: {e}", file=sys.stderr)
         return 2

@@ -21,7 +21,7 @@ from typing import Any
 from ipsec_lab import environment
 from ipsec_lab.studies import Analysis, Plot, Table
 
-VERDICT_CLASS = {"holds": "ok", "changed": "chg", "not measured": "na"}
+VERDICT_CLASS = {"holds": "ok", "changed": "chg"}  # anything else: "na"
 
 CSS = """
 body { font: 15px/1.45 system-ui, sans-serif; margin: 2em auto; max-width: 72em;
@@ -171,9 +171,7 @@ def render(analyses: list[Analysis], env: dict[str, Any], lab: Path) -> str:
         parts.append("<h3>Findings</h3><table><tr><th>finding</th><th>published</th>"
                      "<th>this machine</th><th>verdict</th></tr>")  # fmt: skip
         for f in an.findings:
-            cls = VERDICT_CLASS.get(f.verdict.split(" ")[0], "na")
-            if f.verdict == "not measured":
-                cls = "na"
+            cls = VERDICT_CLASS.get(f.verdict.split(" ")[0], "na")  # "changed (...)" too
             parts.append(
                 f"<tr><td>{html.escape(f.claim)}</td><td>{html.escape(f.published)}</td>"
                 f"<td>{html.escape(f.ours)}</td><td class={cls}>{html.escape(f.verdict)}</td></tr>"

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ipsec_lab import scenario, studies
-from ipsec_lab.runner import Campaign, Progress
+from ipsec_lab.runner import Campaign
 from ipsec_lab.store import Store
 
 Done = dict[str, list[dict[str, Any]]]  # role -> runs
@@ -126,20 +126,13 @@ def latest_campaigns(store: Store, ids: list[int] | None = None) -> dict[str, di
 
 def analyse(store: Store, chosen: dict[str, dict[str, int]]) -> list[studies.Analysis]:
     out = []
+    quick = {int(c["id"]): (parse_name(c["name"]) or ("", "", False))[2] for c in store.campaigns()}
     for name in studies.NAMES:
         if name not in chosen:
             continue
         done = {role: load_runs(store, cid) for role, cid in chosen[name].items()}
         an = studies.module(name).analyse(done)
         an.campaigns = dict(chosen[name])
-        an.quick = any(
-            (parse_name(c["name"]) or ("", "", False))[2]
-            for c in store.campaigns()
-            if int(c["id"]) in chosen[name].values()
-        )
+        an.quick = any(quick[cid] for cid in chosen[name].values())
         out.append(an)
     return out
-
-
-def progress_text(p: Progress) -> str:
-    return f"{p.done}/{p.total} {p.current}"
