@@ -37,7 +37,7 @@ from typing import Any
 import tomllib
 
 TOPOLOGIES = ("pair", "line", "clients")
-BACKENDS = ("none", "strongswan", "xfrm", "ours")
+BACKENDS = ("none", "strongswan", "xfrm", "ours", "ours-udp")
 WORKLOAD_KINDS = ("tcp", "udp", "rfc2544", "imix", "http", "smtp")
 TCP_DATA = ("iperf", "text", "random")
 

@@ -257,6 +257,10 @@ pub struct Outside {
     esp_recv: Socket,
     ah_recv: Socket,
     udp: Option<UdpSocket>,
+    /// UDP GSO on the 4500 socket: several ESP packets per send (Linux 4.18+).
+    pub udp_gso: bool,
+    /// UDP GRO on the 4500 socket: several ESP packets per receive (Linux 5.0+).
+    pub udp_gro: bool,
     peer: SocketAddr,
     local: IpAddr,
     remote: IpAddr,
@@ -297,11 +301,22 @@ impl Outside {
         let here = SockAddr::from(SocketAddr::new(local, 0));
         esp_recv.bind(&here)?;
         ah_recv.bind(&here)?;
+        // UDP offloads with the TUN ones (`offload`), where the kernel has them.
+        let offload = |opt, set| {
+            cfg.offload
+                && udp
+                    .as_ref()
+                    .is_some_and(|u| udp_option(u.as_raw_fd(), opt, set))
+        };
+        let udp_gso = offload(libc::UDP_SEGMENT, false);
+        let udp_gro = offload(libc::UDP_GRO, true);
         Ok(Outside {
             raw_send,
             esp_recv,
             ah_recv,
             udp,
+            udp_gso,
+            udp_gro,
             peer: cfg.udp_peer(),
             local,
             remote,
@@ -374,16 +389,39 @@ struct SendBatch {
     raw: Messages,
 }
 
+/// UDP GSO limits: segments per send (the kernel's UDP_MAX_SEGMENTS is 64 before Linux
+/// 6.1, 128 after) and UDP payload bytes per send (an IP packet's 65,535 less headers).
+const GSO_MAX_SEGMENTS: usize = 64;
+const GSO_MAX_BYTES: usize = 65_535 - 40 - 8;
+
+/// One sendmmsg(2) message: `n` consecutive iovecs from `first`, to `addr`. With UDP GSO
+/// several ESP packets of `seg` bytes (the last may be shorter) go as one message the
+/// kernel cuts into datagrams of `seg` bytes — late, after one trip through the stack.
+struct Message {
+    addr: SockAddr,
+    first: usize,
+    n: usize,
+    seg: usize,
+    bytes: usize,
+    /// A shorter packet ended this message: nothing more may join it.
+    closed: bool,
+}
+
 #[derive(Default)]
 struct Messages {
-    addrs: Vec<SockAddr>,
+    /// Join packets into UDP GSO messages (only for the UDP socket, when the kernel has
+    /// UDP_SEGMENT; switched off for good if a GSO send is refused).
+    gso: bool,
+    msgs: Vec<Message>,
     iovs: Vec<libc::iovec>,
     hdrs: Vec<libc::mmsghdr>,
+    /// One control buffer per message, for its UDP_SEGMENT cmsg (aligned like cmsghdr).
+    ctrl: Vec<[u64; 4]>,
 }
 
 impl Messages {
     fn clear(&mut self) {
-        self.addrs.clear();
+        self.msgs.clear();
         self.iovs.clear();
         self.hdrs.clear();
     }
@@ -391,58 +429,151 @@ impl Messages {
     /// One datagram: `data` to `addr`. `data` must stay put until `send` (it does: it is
     /// in the worker's buffers, untouched until the batch has gone).
     fn push(&mut self, addr: SockAddr, data: &[u8]) {
-        self.addrs.push(addr);
+        let len = data.len();
         self.iovs.push(libc::iovec {
             iov_base: data.as_ptr() as *mut libc::c_void,
-            iov_len: data.len(),
+            iov_len: len,
+        });
+        if self.gso {
+            if let Some(m) = self.msgs.last_mut() {
+                if !m.closed
+                    && len <= m.seg
+                    && m.n < GSO_MAX_SEGMENTS
+                    && m.bytes + len <= GSO_MAX_BYTES
+                    && m.addr == addr
+                {
+                    m.n += 1;
+                    m.bytes += len;
+                    m.closed = len < m.seg;
+                    return;
+                }
+            }
+        }
+        self.msgs.push(Message {
+            addr,
+            first: self.iovs.len() - 1,
+            n: 1,
+            seg: len,
+            bytes: len,
+            closed: false,
         });
     }
 
+    /// sendmmsg(2) until every message has gone or been refused; counts both. A GSO
+    /// message the kernel refuses goes again one datagram at a time, and GSO stops.
     fn send(&mut self, fd: RawFd, io: &mut Io) {
-        sendmmsg_all(fd, &self.addrs, &mut self.iovs, &mut self.hdrs, io);
+        self.hdrs.clear();
+        if self.ctrl.len() < self.msgs.len() {
+            self.ctrl.resize(self.msgs.len(), [0; 4]);
+        }
+        for (m, ctrl) in self.msgs.iter().zip(self.ctrl.iter_mut()) {
+            // SAFETY: zeroed msghdr/mmsghdr are valid values of the types (null pointers,
+            // zero lengths); the fields set below point into `msgs`, `iovs` and `ctrl`,
+            // which neither move nor change size until the sendmmsg calls are over.
+            let mut h: libc::mmsghdr = unsafe { std::mem::zeroed() };
+            h.msg_hdr.msg_name = m.addr.as_ptr() as *mut libc::c_void;
+            h.msg_hdr.msg_namelen = m.addr.len();
+            h.msg_hdr.msg_iov = &mut self.iovs[m.first];
+            h.msg_hdr.msg_iovlen = m.n;
+            if m.n > 1 {
+                set_udp_segment(&mut h.msg_hdr, ctrl, m.seg as u16);
+            }
+            self.hdrs.push(h);
+        }
+        let mut at = 0;
+        while at < self.hdrs.len() {
+            let rest = &mut self.hdrs[at..];
+            // SAFETY: `rest` is a valid array of `rest.len()` mmsghdr whose name, iovec
+            // and control pointers are valid for the call (see above); the kernel writes
+            // only msg_len.
+            let n = unsafe { libc::sendmmsg(fd, rest.as_mut_ptr(), rest.len() as libc::c_uint, 0) };
+            if n < 0 {
+                if io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                // The first message was refused: a GSO one goes again datagram by
+                // datagram (and GSO stops); a single datagram is counted and skipped.
+                let m = &self.msgs[at];
+                if m.n > 1 {
+                    self.gso = false;
+                    for iov in &self.iovs[m.first..m.first + m.n] {
+                        send_one(fd, &m.addr, iov, io);
+                    }
+                } else {
+                    io.send_errors += 1;
+                }
+                at += 1;
+                continue;
+            }
+            for (h, m) in rest[..n as usize].iter().zip(&self.msgs[at..]) {
+                io.tx_packets += m.n as u64;
+                io.tx_bytes += u64::from(h.msg_len);
+                io.gso_sends += u64::from(m.n > 1);
+            }
+            at += n as usize;
+        }
     }
 }
 
-/// sendmmsg(2) until every message has gone or been refused; counts both.
-fn sendmmsg_all(
-    fd: RawFd,
-    addrs: &[SockAddr],
-    iovs: &mut [libc::iovec],
-    hdrs: &mut Vec<libc::mmsghdr>,
-    io: &mut Io,
-) {
-    hdrs.clear();
-    for (addr, iov) in addrs.iter().zip(iovs.iter_mut()) {
-        // SAFETY: zeroed msghdr/mmsghdr are valid values of the types (null pointers,
-        // zero lengths); the fields set below point into `addrs` and `iovs`, which
-        // outlive the sendmmsg calls.
-        let mut h: libc::mmsghdr = unsafe { std::mem::zeroed() };
-        h.msg_hdr.msg_name = addr.as_ptr() as *mut libc::c_void;
-        h.msg_hdr.msg_namelen = addr.len();
-        h.msg_hdr.msg_iov = iov;
-        h.msg_hdr.msg_iovlen = 1;
-        hdrs.push(h);
+/// A UDP_SEGMENT control message (UDP GSO, Linux 4.18+: the kernel cuts the payload into
+/// datagrams of `seg` bytes) in `ctrl`, attached to `h`.
+fn set_udp_segment(h: &mut libc::msghdr, ctrl: &mut [u64; 4], seg: u16) {
+    let space = std::mem::size_of_val(ctrl);
+    h.msg_control = ctrl.as_mut_ptr().cast();
+    // SAFETY: CMSG_SPACE(2) (24 bytes on 64-bit Linux) fits in `ctrl` (32 bytes, aligned
+    // as cmsghdr); CMSG_FIRSTHDR of a msghdr whose control buffer is that large is
+    // non-null and points into `ctrl`, as does CMSG_DATA.
+    unsafe {
+        let len = libc::CMSG_SPACE(std::mem::size_of::<u16>() as u32) as usize;
+        debug_assert!(len <= space);
+        h.msg_controllen = len;
+        let c = libc::CMSG_FIRSTHDR(h);
+        (*c).cmsg_level = libc::SOL_UDP;
+        (*c).cmsg_type = libc::UDP_SEGMENT;
+        (*c).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<u16>() as u32) as usize;
+        std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<u16>(), seg);
     }
-    let mut at = 0;
-    while at < hdrs.len() {
-        let rest = &mut hdrs[at..];
-        // SAFETY: `rest` is a valid array of `rest.len()` mmsghdr whose name and iovec
-        // pointers are valid for the call (see above); the kernel writes only msg_len.
-        let n = unsafe { libc::sendmmsg(fd, rest.as_mut_ptr(), rest.len() as libc::c_uint, 0) };
-        if n < 0 {
-            if io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
-                continue;
-            }
-            io.send_errors += 1; // the first message was refused: skip it, send the rest
-            at += 1;
-            continue;
-        }
-        for h in &rest[..n as usize] {
-            io.tx_packets += 1;
-            io.tx_bytes += u64::from(h.msg_len);
-        }
-        at += n as usize;
+}
+
+/// One datagram with sendto(2); counted as sent or refused.
+fn send_one(fd: RawFd, addr: &SockAddr, iov: &libc::iovec, io: &mut Io) {
+    // SAFETY: `iov` points at `iov_len` readable bytes in the worker's buffers; `addr` is
+    // a valid socket address of `addr.len()` bytes.
+    let n = unsafe { libc::sendto(fd, iov.iov_base, iov.iov_len, 0, addr.as_ptr(), addr.len()) };
+    if n < 0 {
+        io.send_errors += 1;
+    } else {
+        io.tx_packets += 1;
+        io.tx_bytes += n as u64;
     }
+}
+
+/// Whether the kernel offers a UDP socket option (UDP_SEGMENT / UDP_GRO): turn it on
+/// (`value` 1) or, for UDP_SEGMENT, just ask for it — as wireguard-go probes offloads.
+fn udp_option(fd: RawFd, opt: libc::c_int, set: bool) -> bool {
+    let mut v: libc::c_int = 1;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: a valid fd and a pointer to a c_int of the size passed.
+    let rc = unsafe {
+        if set {
+            libc::setsockopt(
+                fd,
+                libc::SOL_UDP,
+                opt,
+                (&v as *const libc::c_int).cast(),
+                len,
+            )
+        } else {
+            libc::getsockopt(
+                fd,
+                libc::SOL_UDP,
+                opt,
+                (&mut v as *mut libc::c_int).cast(),
+                &mut len,
+            )
+        }
+    };
+    rc == 0
 }
 
 /// Socket buffers of SOCKET_BUFFER bytes (beyond net.core.[rw]mem_max: we run as root):
@@ -546,6 +677,7 @@ pub fn run_outbound(mut w: Worker) {
     let mut bufs: Vec<Vec<u8>> = (0..slots).map(|_| vec![0u8; size]).collect();
     let mut sizes = vec![0usize; slots];
     let mut batch = SendBatch::default();
+    batch.udp.gso = w.outside.udp_gso;
     let mut io = Io::default();
     let mut last = Instant::now();
     let mut pfds = pollfds(&[w.tun.as_raw_fd()]);
@@ -614,6 +746,8 @@ struct RecvBatch {
     addrs: Vec<libc::sockaddr_storage>,
     iovs: Vec<libc::iovec>,
     hdrs: Vec<libc::mmsghdr>,
+    /// Per datagram, room for a UDP_GRO control message (the segment size).
+    ctrl: Vec<[u64; 4]>,
 }
 
 impl RecvBatch {
@@ -626,6 +760,7 @@ impl RecvBatch {
             addrs: vec![unsafe { std::mem::zeroed() }; RECV_BATCH],
             iovs: vec![unsafe { std::mem::zeroed() }; RECV_BATCH],
             hdrs: vec![unsafe { std::mem::zeroed() }; RECV_BATCH],
+            ctrl: vec![[0; 4]; RECV_BATCH],
         }
     }
 
@@ -645,6 +780,8 @@ impl RecvBatch {
             h.msg_hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as u32;
             h.msg_hdr.msg_iov = &mut self.iovs[i];
             h.msg_hdr.msg_iovlen = 1;
+            h.msg_hdr.msg_control = self.ctrl[i].as_mut_ptr().cast();
+            h.msg_hdr.msg_controllen = std::mem::size_of_val(&self.ctrl[i]);
             self.hdrs[i] = h;
         }
         loop {
@@ -675,6 +812,33 @@ impl RecvBatch {
     fn source(&self, i: usize) -> Option<IpAddr> {
         sockaddr_ip(&self.addrs[i])
     }
+
+    /// UDP GRO: the size of the segments datagram `i` was coalesced from, when the kernel
+    /// coalesced it (a UDP_GRO control message; Linux 5.0+).
+    fn gro_segment(&self, i: usize) -> Option<usize> {
+        let h = &self.hdrs[i].msg_hdr;
+        // SAFETY: after recvmmsg, `h`'s control pointer and length describe what the
+        // kernel wrote into `self.ctrl[i]`; CMSG_FIRSTHDR/NXTHDR stay within it (they
+        // return null past its end) and CMSG_DATA of a header they return points at its
+        // data, which holds cmsg_len - CMSG_LEN(0) bytes.
+        unsafe {
+            let mut c = libc::CMSG_FIRSTHDR(h);
+            while !c.is_null() {
+                if (*c).cmsg_level == libc::SOL_UDP && (*c).cmsg_type == libc::UDP_GRO {
+                    let data = (*c).cmsg_len as usize - libc::CMSG_LEN(0) as usize;
+                    let p = libc::CMSG_DATA(c);
+                    let size = if data >= 4 {
+                        std::ptr::read_unaligned(p.cast::<i32>()) as usize
+                    } else {
+                        usize::from(std::ptr::read_unaligned(p.cast::<u16>()))
+                    };
+                    return (size > 0).then_some(size);
+                }
+                c = libc::CMSG_NXTHDR(h, c);
+            }
+        }
+        None
+    }
 }
 
 /// The address of a sockaddr the kernel filled in (IPv4 or IPv6), if it is one.
@@ -696,9 +860,122 @@ fn sockaddr_ip(from: &libc::sockaddr_storage) -> Option<IpAddr> {
     }
 }
 
+/// Opened packets wait here (after room for the virtio header) to be written to the TUN
+/// device together: with offloads, tun-rs coalesces TCP/UDP segments (GRO) into fewer,
+/// larger writes.
+struct TunSink {
+    out: Vec<Vec<u8>>,
+    pending: usize,
+    gro: tun_rs::GROTable,
+}
+
+impl TunSink {
+    fn new() -> TunSink {
+        // Room for a whole coalesced packet in each: tun-rs appends the segments that
+        // follow to the first one's buffer, and only when its capacity allows (it never
+        // reallocates; with MTU-sized buffers it would coalesce nothing).
+        let room = 2 * tun_rs::VIRTIO_NET_HDR_LEN + MAX_PACKET;
+        TunSink {
+            out: (0..BATCH).map(|_| Vec::with_capacity(room)).collect(),
+            pending: 0,
+            gro: tun_rs::GROTable::default(),
+        }
+    }
+
+    fn push(&mut self, tun: &SyncDevice, pkt: &[u8], io: &mut Io) {
+        let o = &mut self.out[self.pending];
+        o.clear();
+        o.resize(tun_rs::VIRTIO_NET_HDR_LEN, 0);
+        o.extend_from_slice(pkt);
+        self.pending += 1;
+        io.tx_packets += 1;
+        io.tx_bytes += pkt.len() as u64;
+        if self.pending == self.out.len() {
+            self.flush(tun, io);
+        }
+    }
+
+    /// Write the opened packets to the TUN device, coalesced where offloads allow.
+    fn flush(&mut self, tun: &SyncDevice, io: &mut Io) {
+        if self.pending == 0 {
+            return;
+        }
+        let bufs = &mut self.out[..self.pending];
+        if tun
+            .send_multiple(&mut self.gro, bufs, tun_rs::VIRTIO_NET_HDR_LEN)
+            .is_err()
+        {
+            io.send_errors += 1;
+        }
+        self.pending = 0;
+    }
+}
+
+/// Where one outer datagram came from and what it is.
+#[derive(Clone, Copy)]
+struct Arrival {
+    udp: bool,
+    /// ESP (50) or AH (51): the raw socket it came on.
+    next: u8,
+    src: IpAddr,
+}
+
+/// Open one ESP/AH packet — `buf[HEADROOM..HEADROOM + n]`, as its socket gave it — and
+/// queue what comes out for the TUN device.
+fn open_one(
+    engine: &mut DirEngine,
+    local: IpAddr,
+    buf: &mut [u8],
+    n: usize,
+    from: Arrival,
+    sink: (&SyncDevice, &mut TunSink),
+    io: &mut Io,
+) {
+    io.rx_packets += 1;
+    io.rx_bytes += n as u64;
+    let at = HEADROOM;
+    // RFC 3948 §2.2: a zero "SPI" is IKE's non-ESP marker; one 0xFF byte is a NAT
+    // keepalive. Neither is ours to open.
+    if from.udp && (n < 8 || buf[at..at + 4] == [0, 0, 0, 0]) {
+        io.not_esp += 1;
+        return;
+    }
+    // UDP, and raw IPv6 sockets, give what follows the IP header only: a header goes
+    // before it, so the engine sees a whole packet.
+    let (head, len) = match (local, from.src) {
+        (IpAddr::V4(dst), IpAddr::V4(src)) if from.udp => {
+            let h = HEADROOM - 20;
+            write_ipv4_header(&mut buf[h..h + 20], n, src, dst);
+            (h, n + 20)
+        }
+        (IpAddr::V6(dst), IpAddr::V6(src)) => {
+            let h = HEADROOM - 40;
+            write_ipv6_header(&mut buf[h..h + 40], n, from.next, src, dst);
+            (h, n + 40)
+        }
+        (IpAddr::V4(_), _) if !from.udp => (at, n), // raw IPv4: the header came with it
+        _ => return,
+    };
+    let Ok(mut pkt) = PacketBuf::new(buf, head, len) else {
+        return;
+    };
+    match engine.engine.inbound(&mut pkt) {
+        Ok(Inbound::Opened { sa, .. }) => {
+            sink.1.push(sink.0, pkt.data(), io);
+            engine.after(sa);
+        }
+        Ok(Inbound::Bypass) => io.bypassed += 1, // not expected here
+        Err(_) => {}                             // a named drop, counted by the engine
+    }
+}
+
 /// Outside → SAD → open → inner policy → TUN.
 pub fn run_inbound(mut w: Worker) {
     let mut rx = RecvBatch::new();
+    // A datagram the kernel coalesced (UDP GRO) is opened one segment at a time, each
+    // copied here first: opening works in place and may need the room around it.
+    let mut segment = vec![0u8; HEADROOM + MAX_PACKET + TAILROOM];
+    let mut sink = TunSink::new();
     let mut io = Io::default();
     let mut last = Instant::now();
     let mut fds = vec![
@@ -710,15 +987,7 @@ pub fn run_inbound(mut w: Worker) {
     }
     let mut ready = vec![false; fds.len()];
     let mut pfds = pollfds(&fds);
-    // Opened packets wait here (after room for the virtio header) to be written to the TUN
-    // device together: with offloads, tun-rs coalesces TCP/UDP segments (GRO) into fewer,
-    // larger writes.
-    let hdr = tun_rs::VIRTIO_NET_HDR_LEN;
-    let mut out: Vec<Vec<u8>> = (0..BATCH)
-        .map(|_| Vec::with_capacity(hdr + usize::from(w.mtu) + 64))
-        .collect();
-    let mut pending = 0usize;
-    let mut gro = tun_rs::GROTable::default();
+    let local = w.outside.local;
     while !w.stop.load(Ordering::Relaxed) {
         match w.wake(&io, &mut last, &mut pfds, &mut ready) {
             Ok(true) => {}
@@ -739,54 +1008,40 @@ pub fn run_inbound(mut w: Worker) {
                 let got = rx.recv(fd);
                 for k in 0..got {
                     let n = rx.len(k);
-                    let src = rx.source(k).unwrap_or(w.outside.remote);
-                    let buf = &mut rx.bufs[k];
-                    io.rx_packets += 1;
-                    io.rx_bytes += n as u64;
-                    let at = HEADROOM;
-                    // RFC 3948 §2.2: a zero "SPI" is IKE's non-ESP marker; one 0xFF byte
-                    // is a NAT keepalive. Neither is ours to open.
-                    if udp && (n < 8 || buf[at..at + 4] == [0, 0, 0, 0]) {
-                        io.not_esp += 1;
-                        continue;
-                    }
-                    // UDP, and raw IPv6 sockets, give what follows the IP header only:
-                    // a header goes before it, so the engine sees a whole packet.
-                    let (head, len) = match w.outside.local {
-                        IpAddr::V4(dst) if udp => {
-                            let IpAddr::V4(s4) = src else { continue };
-                            let h = HEADROOM - 20;
-                            write_ipv4_header(&mut buf[h..h + 20], n, s4, dst);
-                            (h, n + 20)
-                        }
-                        IpAddr::V6(dst) => {
-                            let IpAddr::V6(s6) = src else { continue };
-                            let h = HEADROOM - 40;
-                            write_ipv6_header(&mut buf[h..h + 40], n, next, s6, dst);
-                            (h, n + 40)
-                        }
-                        IpAddr::V4(_) => (at, n), // raw IPv4: the header came with it
+                    let from = Arrival {
+                        udp,
+                        next,
+                        src: rx.source(k).unwrap_or(w.outside.remote),
                     };
-                    let Ok(mut pkt) = PacketBuf::new(buf, head, len) else {
-                        continue;
-                    };
-                    match w.engine.engine.inbound(&mut pkt) {
-                        Ok(Inbound::Opened { sa, .. }) => {
-                            let o = &mut out[pending];
-                            o.clear();
-                            o.resize(hdr, 0);
-                            o.extend_from_slice(pkt.data());
-                            pending += 1;
-                            io.tx_packets += 1;
-                            io.tx_bytes += pkt.len() as u64;
-                            w.engine.after(sa);
-                            if pending == out.len() {
-                                flush(&w.tun, &mut gro, &mut out[..pending], &mut io);
-                                pending = 0;
+                    let sink = (&*w.tun, &mut sink);
+                    match rx.gro_segment(k).filter(|&g| udp && g < n) {
+                        None => open_one(
+                            &mut w.engine,
+                            local,
+                            &mut rx.bufs[k],
+                            n,
+                            from,
+                            sink,
+                            &mut io,
+                        ),
+                        Some(g) => {
+                            io.gro_receives += 1;
+                            let (tun, sink) = sink;
+                            let data = &rx.bufs[k][HEADROOM..HEADROOM + n];
+                            for part in data.chunks(g) {
+                                segment[HEADROOM..HEADROOM + part.len()].copy_from_slice(part);
+                                let s = (tun, &mut *sink);
+                                open_one(
+                                    &mut w.engine,
+                                    local,
+                                    &mut segment,
+                                    part.len(),
+                                    from,
+                                    s,
+                                    &mut io,
+                                );
                             }
                         }
-                        Ok(Inbound::Bypass) => io.bypassed += 1, // not expected here
-                        Err(_) => {} // a named drop, counted by the engine
                     }
                 }
                 if got < RECV_BATCH {
@@ -794,22 +1049,9 @@ pub fn run_inbound(mut w: Worker) {
                 }
             }
         }
-        if pending > 0 {
-            flush(&w.tun, &mut gro, &mut out[..pending], &mut io);
-            pending = 0;
-        }
+        sink.flush(&w.tun, &mut io);
     }
     w.engine.publish(&io, &w.shared);
-}
-
-/// Write the opened packets to the TUN device, coalesced where offloads allow.
-fn flush(tun: &SyncDevice, gro: &mut tun_rs::GROTable, bufs: &mut [Vec<u8>], io: &mut Io) {
-    if tun
-        .send_multiple(gro, bufs, tun_rs::VIRTIO_NET_HDR_LEN)
-        .is_err()
-    {
-        io.send_errors += 1;
-    }
 }
 
 /// An IPv6 header (RFC 8200 §3) for an ESP or AH payload that arrived on a raw IPv6 or a

@@ -216,9 +216,14 @@ fn run(cfg: config::Config) -> Result<(), String> {
         cfg.local,
         cfg.remote,
         if cfg.udp_encap {
-            " (ESP in UDP 4500)"
+            let on = |b: bool| if b { "on" } else { "off" };
+            format!(
+                " (ESP in UDP 4500, GSO {}, GRO {})",
+                on(outside.udp_gso),
+                on(outside.udp_gro)
+            )
         } else {
-            ""
+            String::new()
         },
         cfg.sas.len(),
         cfg.policies.len()

@@ -45,6 +45,10 @@ pub struct Io {
     pub bypassed: u64,
     /// UDP-encapsulation datagrams that were not ESP (IKE's non-ESP marker, keepalives).
     pub not_esp: u64,
+    /// UDP GSO: send calls that carried several ESP packets (segments) at once.
+    pub gso_sends: u64,
+    /// UDP GRO: datagrams the kernel handed up coalesced (several ESP packets in one).
+    pub gro_receives: u64,
 }
 
 /// An IPComp association's counters (RFC 3173), by the bundle it is in.

@@ -76,4 +76,8 @@ def make(name: str, stage_timing: bool = False) -> Backend:
         from ipsec_lab.backends.ours import Ours
 
         return Ours(stage_timing=stage_timing)
+    if name == "ours-udp":
+        from ipsec_lab.backends.ours import Ours
+
+        return Ours(udp_encap=True, stage_timing=stage_timing)
     raise ValueError(f"unknown backend {name!r}")

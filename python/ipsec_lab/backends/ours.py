@@ -186,6 +186,8 @@ class Ours:
         tunnels (gateways always use tunnel mode)."""
         self.mode = mode
         self.udp_encap = udp_encap
+        # ESP in UDP to port 4500 (RFC 3948), with UDP GSO/GRO: a backend of its own
+        self.name = "ours-udp" if udp_encap else "ours"
         self.stage_timing = stage_timing
         self.edit = edit
         self.configs: dict[str, Path] = {}
@@ -195,7 +197,8 @@ class Ours:
     def check(self, configuration: str) -> None:
         if gateway_binary() is None:
             raise Unsupported("ipsec-gw is not built (`make native` builds it)")
-        layers(configuration)
+        if layers(configuration).ah and self.udp_encap:
+            raise Unsupported("AH cannot cross UDP encapsulation (RFC 3948 carries ESP only)")
 
     def start(self, tb: Testbed, configuration: str) -> None:
         """One ipsec-gw per tunnel end: a node in several tunnels (the clients topology's
