@@ -178,16 +178,62 @@ def test_the_wire_carries_only_esp_and_never_the_payload(tmp_path: Path) -> None
 
 def test_udp_encapsulation_carries_esp_in_udp_4500(tmp_path: Path) -> None:
     with tunnel(tmp_path, udp_encap=True) as (tb, gw):
+        data = tb.rundir / "planted.bin"
+        data.write_bytes(MARKER * (4 * 1024 * 1024 // len(MARKER)))
         with capture(tb, "gwA", "wan", "wan") as pcap:
             t = tcp(tb)
-        a = settle(gw, "gwA")
+            send_file(tb, data)  # every byte arrives, through GSO and GRO
+        a, b = settle(gw, "gwA"), settle(gw, "gwB")
     assert t["mbps"] > 10
     from scapy.all import IP, UDP, rdpcap
 
     pkts = [p for p in rdpcap(str(pcap)) if IP in p]
     assert pkts and all(UDP in p and p[UDP].sport == p[UDP].dport == 4500 for p in pkts)
+    raw = b"".join(bytes(p) for p in pkts)
+    assert MARKER[:16] not in raw and b"PLANTED" not in raw
     assert sa(a, "outbound", "out")["packets"] > 100
     assert a["inbound"]["io"]["not_esp"] == 0
+    # UDP offloads (this kernel has them): gwA sent several ESP packets per send (GSO),
+    # gwB took several per receive (GRO), and nothing was refused or dropped
+    assert a["outbound"]["io"]["gso_sends"] > 0
+    assert b["inbound"]["io"]["gro_receives"] > 0
+    assert a["outbound"]["io"]["tx_packets"] > 2 * a["outbound"]["io"]["gso_sends"]
+    for st in (a, b):
+        assert st["outbound"]["io"]["send_errors"] == 0
+        for d in ("outbound", "inbound"):
+            for s in st[d]["sas"]:
+                assert s["drops"] == {}, (d, s)
+
+
+def test_udp_encapsulation_without_offloads(tmp_path: Path) -> None:
+    def no_offload(node: str, text: str) -> str:
+        return text.replace("[gateway]\n", "[gateway]\noffload = false\n", 1)
+
+    with tunnel(tmp_path, udp_encap=True, edit=no_offload) as (tb, gw):
+        data = tb.rundir / "planted.bin"
+        data.write_bytes(MARKER * (1024 * 1024 // len(MARKER)))
+        send_file(tb, data)
+        a, b = settle(gw, "gwA"), settle(gw, "gwB")
+    assert "offload" in gw.configs["gwA"].read_text()
+    assert a["outbound"]["io"]["gso_sends"] == 0 and b["inbound"]["io"]["gro_receives"] == 0
+    assert sa(b, "inbound", "in")["packets"] > 700  # 1 MiB in MTU-sized ESP packets
+
+
+def test_udp_gso_refused_falls_back_to_one_datagram_per_send(tmp_path: Path) -> None:
+    with tunnel(tmp_path, udp_encap=True) as (tb, gw):
+        # gwA's outer link now carries less than a sealed full-sized packet: the kernel
+        # refuses to cut GSO sends into segments it would have to fragment (EINVAL), so
+        # gwA sends them one by one (and the kernel fragments those)
+        tb.run("gwA", ["ip", "link", "set", "wan", "mtu", "1400"])
+        data = tb.rundir / "planted.bin"
+        data.write_bytes(MARKER * (1024 * 1024 // len(MARKER)))
+        send_file(tb, data)
+        a = settle(gw, "gwA")
+    assert a["outbound"]["io"]["send_errors"] == 0
+    assert a["outbound"]["io"]["gso_sends"] == 0
+    assert sa(a, "outbound", "out")["packets"] > 700
+    log = (tb.rundir / "ipsec-gw-gwA.log").read_text()
+    assert "UDP GSO refused" in log, log
 
 
 def test_mismatched_keys_are_icv_failures_and_nothing_passes(tmp_path: Path) -> None:

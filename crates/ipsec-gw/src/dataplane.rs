@@ -488,19 +488,28 @@ impl Messages {
             // only msg_len.
             let n = unsafe { libc::sendmmsg(fd, rest.as_mut_ptr(), rest.len() as libc::c_uint, 0) };
             if n < 0 {
-                if io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
+                let e = io::Error::last_os_error();
+                if e.kind() == io::ErrorKind::Interrupted {
                     continue;
                 }
-                // The first message was refused: a GSO one goes again datagram by
-                // datagram (and GSO stops); a single datagram is counted and skipped.
+                // The first message was refused. A GSO one the kernel will not cut
+                // (EMSGSIZE, EINVAL before Linux 6.x: a segment over the path MTU; EINVAL:
+                // no GSO for this route; EIO: no checksum offload) goes again datagram by
+                // datagram, and GSO stops for good; otherwise (a full queue, no route)
+                // its datagrams are counted lost.
                 let m = &self.msgs[at];
-                if m.n > 1 {
+                let unsupported = matches!(
+                    e.raw_os_error(),
+                    Some(libc::EINVAL | libc::EIO | libc::EMSGSIZE)
+                );
+                if m.n > 1 && unsupported {
                     self.gso = false;
+                    eprintln!("ipsec-gw: UDP GSO refused ({e}): one datagram per send from now on");
                     for iov in &self.iovs[m.first..m.first + m.n] {
                         send_one(fd, &m.addr, iov, io);
                     }
                 } else {
-                    io.send_errors += 1;
+                    io.send_errors += m.n as u64;
                 }
                 at += 1;
                 continue;
