@@ -2,13 +2,16 @@
 (client - gwA - gwB - server, unshaped), as a lab campaign. Prints JSON.
 
     sudo .venv/bin/python benchmarks/gateway.py [--repetitions 3] [--soak-s 300]
-        [--configuration esp:aes128gcm16] [--lab DIR]
+        [--configuration esp:aes128gcm16] [--backends ours,ours-udp]
+        [--soak-backend ours-udp] [--lab DIR]
 
 Per workload (iperf3 TCP with 1 and 4 streams, UDP at 64, 512 and 1420 bytes): the median
-Mbit/s of each backend over the repetitions and their ratio (ours / none, measured in the
-same run), the gateways' CPU seconds per GB moved (from /proc/PID/stat), and the spread.
-Then a soak: TCP saturating the tunnel for --soak-s seconds, with the gateways' resident
-memory before and after (it must stay flat). Not a test: nothing here asserts a time.
+Mbit/s of plain forwarding (`none`) and of each ipsec-gw backend — `ours` (raw ESP) and
+`ours-udp` (ESP in UDP 4500, with UDP GSO/GRO) — over the repetitions, their ratio to
+plain forwarding measured in the same run, the gateways' CPU seconds per GiB moved (from
+/proc/PID/stat), and the spread. Then a soak: TCP saturating the tunnel for --soak-s
+seconds through --soak-backend (default `ours-udp`: its GSO/GRO path holds the biggest
+buffers), with the gateways' resident memory before and after (it must stay flat). Not a test: nothing here asserts a time.
 """
 
 from __future__ import annotations
@@ -26,11 +29,11 @@ from ipsec_lab import environment, runner, scenario
 UDP_RATE_MBIT = 5000  # above what iperf3 can send: the sender's ceiling, not ours
 
 
-def _soak(cfg: str, soak_s: float) -> str:
+def _soak(cfg: str, soak_s: float, backend: str) -> str:
     return f"""
 name = "gateway-soak"
 topology = "line"
-backends = ["ours"]
+backends = ["{backend}"]
 configurations = ["{cfg}"]
 warmup_s = 1
 [[workloads]]
@@ -40,7 +43,7 @@ seconds = {soak_s:g}
 """
 
 
-def _scenario(cfg: str, reps: int) -> str:
+def _scenario(cfg: str, reps: int, backends: list[str]) -> str:
     udp = "".join(
         f'\n[[workloads]]\nkind = "udp"\nsize = {n}\nrate_mbit = {UDP_RATE_MBIT}\nseconds = 5\n'
         for n in (64, 512, 1420)
@@ -48,7 +51,7 @@ def _scenario(cfg: str, reps: int) -> str:
     text = f"""
 name = "gateway-bench"
 topology = "line"
-backends = ["none", "ours"]
+backends = {json.dumps(["none", *backends])}
 configurations = ["{cfg}"]
 repetitions = {reps}
 warmup_s = 1
@@ -63,18 +66,45 @@ seconds = 10
     return text
 
 
+def _backend(ours: list[dict[str, Any]], m_plain: float | None, soak: bool) -> dict[str, Any]:
+    """One ipsec-gw backend's figures for one workload, against plain forwarding's median."""
+    m_ours = statistics.median(x["mbps"] for x in ours)
+    # ipsec_effort is µs per kB (1024 B): x 1,048,576 kB per GiB / 1e6 = s per GiB
+    cpu_s_per_gib = [
+        x["ipsec_effort_us_per_kb"] * 1.048576 for x in ours if x["ipsec_effort_us_per_kb"]
+    ]
+    entry: dict[str, Any] = {
+        "mbps_median": m_ours,
+        "ratio_to_none": m_ours / m_plain if m_plain else None,
+        "mbps_all": [x["mbps"] for x in ours],
+        "gateway_cpu_s_per_gib_median": statistics.median(cpu_s_per_gib) if cpu_s_per_gib else None,
+        "machine_effort_us_per_kb": statistics.median(x["effort_us_per_kb"] for x in ours),
+    }
+    if soak:
+        entry["rss_start_bytes"] = [x.get("ipsec_rss_start_bytes") for x in ours]
+        entry["rss_end_bytes"] = [x.get("ipsec_rss_end_bytes") for x in ours]
+    return entry
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--repetitions", type=int, default=3)
     ap.add_argument("--soak-s", type=float, default=300.0)
     ap.add_argument("--configuration", default="esp:aes128gcm16")
+    ap.add_argument(
+        "--backends", default="ours,ours-udp", help="ipsec-gw backends, comma-separated"
+    )
     ap.add_argument("--lab", type=Path)
     args = ap.parse_args()
+    backends = [b for b in args.backends.split(",") if b]
+    for b in backends:
+        if b not in ("ours", "ours-udp"):
+            ap.error(f"--backends: {b!r} is not an ipsec-gw backend (ours, ours-udp)")
     lab = args.lab or Path(tempfile.mkdtemp(prefix="ipsec-gw-bench-"))
     runs: list[dict[str, Any]] = []
-    texts = [_scenario(args.configuration, args.repetitions)]
+    texts = [_scenario(args.configuration, args.repetitions, backends)]
     if args.soak_s:
-        texts.append(_soak(args.configuration, args.soak_s))
+        texts.append(_soak(args.configuration, args.soak_s, args.soak_backend))
     for text in texts:
         c = runner.Campaign(scenario.parse(text, "bench"), lab)
         c.on_progress = lambda p: print(f"{p.done}/{p.total} {p.current}", file=sys.stderr)
@@ -86,32 +116,19 @@ def main() -> int:
             rows.setdefault((x["label"], r["backend"]), []).append(x)
     out: dict[str, Any] = {"configuration": args.configuration, "workloads": {}}
     for label in dict.fromkeys(lbl for lbl, _ in rows):
-        plain, ours = rows.get((label, "none"), []), rows.get((label, "ours"), [])
-        if not ours:
-            continue
+        plain = rows.get((label, "none"), [])
         m_plain = statistics.median(x["mbps"] for x in plain) if plain else None
-        m_ours = statistics.median(x["mbps"] for x in ours)
-        # ipsec_effort is µs per kB (1024 B): x 1,048,576 kB per GiB / 1e6 = s per GiB
-        cpu_s_per_gb = [
-            x["ipsec_effort_us_per_kb"] * 1.048576 for x in ours if x["ipsec_effort_us_per_kb"]
-        ]
         entry: dict[str, Any] = {
             "none_mbps_median": m_plain,
-            "ours_mbps_median": m_ours,
-            "ratio_ours_to_none": m_ours / m_plain if m_plain else None,
-            "ours_mbps_all": [x["mbps"] for x in ours],
             "none_mbps_all": [x["mbps"] for x in plain],
-            "gateway_cpu_s_per_gib_median": statistics.median(cpu_s_per_gb)
-            if cpu_s_per_gb
+            "none_machine_effort_us_per_kb": statistics.median(x["effort_us_per_kb"] for x in plain)
+            if plain
             else None,
-            "machine_effort_us_per_kb": {
-                "none": statistics.median(x["effort_us_per_kb"] for x in plain) if plain else None,
-                "ours": statistics.median(x["effort_us_per_kb"] for x in ours),
-            },
         }
-        if label == "soak":
-            entry["rss_start_bytes"] = [x.get("ipsec_rss_start_bytes") for x in ours]
-            entry["rss_end_bytes"] = [x.get("ipsec_rss_end_bytes") for x in ours]
+        for b in dict.fromkeys([*backends, args.soak_backend]):
+            ours = rows.get((label, b), [])
+            if ours:
+                entry[b] = _backend(ours, m_plain, label == "soak")
         out["workloads"][label] = entry
     out["environment"] = environment.describe()
     out["lab"] = str(lab)

@@ -263,6 +263,19 @@ def test_strongswan_proposals_and_what_libipsec_cannot_do() -> None:
             esp_proposal(cfg)
 
 
+def test_ours_udp_is_ipsec_gw_with_esp_in_udp_and_refuses_ah() -> None:
+    from ipsec_lab import backends
+    from ipsec_lab.backends.ours import Ours
+
+    b = backends.make("ours-udp")
+    assert isinstance(b, Ours) and b.name == "ours-udp" and b.udp_encap
+    assert backends.make("ours").name == "ours"
+    for cfg in ("ah:sha1", "ah:sha1+esp:aes128"):
+        with pytest.raises(Unsupported, match="UDP encapsulation"):
+            b.check(cfg)
+    scenario.parse('backends = ["none", "ours-udp"]\n', "s.toml")  # a known backend
+
+
 def test_swanctl_conf_of_the_clients_server_has_both_tunnels() -> None:
     topo = topology("clients")
     text = _swanctl_conf("server", list(topo.tunnels), "aes128gcm16", "ab" * 32)

@@ -195,10 +195,10 @@ class Ours:
         self.sockets: dict[str, Path] = {}
 
     def check(self, configuration: str) -> None:
-        if gateway_binary() is None:
-            raise Unsupported("ipsec-gw is not built (`make native` builds it)")
         if layers(configuration).ah and self.udp_encap:
             raise Unsupported("AH cannot cross UDP encapsulation (RFC 3948 carries ESP only)")
+        if gateway_binary() is None:
+            raise Unsupported("ipsec-gw is not built (`make native` builds it)")
 
     def start(self, tb: Testbed, configuration: str) -> None:
         """One ipsec-gw per tunnel end: a node in several tunnels (the clients topology's
