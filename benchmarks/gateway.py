@@ -11,7 +11,8 @@ Mbit/s of plain forwarding (`none`) and of each ipsec-gw backend — `ours` (raw
 plain forwarding measured in the same run, the gateways' CPU seconds per GiB moved (from
 /proc/PID/stat), and the spread. Then a soak: TCP saturating the tunnel for --soak-s
 seconds through --soak-backend (default `ours-udp`: its GSO/GRO path holds the biggest
-buffers), with the gateways' resident memory before and after (it must stay flat). Not a test: nothing here asserts a time.
+buffers), with the gateways' resident memory before and after (it must stay flat).
+Not a test: nothing here asserts a time.
 """
 
 from __future__ import annotations
