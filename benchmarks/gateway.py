@@ -95,6 +95,7 @@ def main() -> int:
     ap.add_argument(
         "--backends", default="ours,ours-udp", help="ipsec-gw backends, comma-separated"
     )
+    ap.add_argument("--soak-backend", default="ours-udp", choices=("ours", "ours-udp"))
     ap.add_argument("--lab", type=Path)
     args = ap.parse_args()
     backends = [b for b in args.backends.split(",") if b]
