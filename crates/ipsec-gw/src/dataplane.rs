@@ -558,7 +558,8 @@ fn send_one(fd: RawFd, addr: &SockAddr, iov: &libc::iovec, io: &mut Io) {
 }
 
 /// Whether the kernel offers a UDP socket option (UDP_SEGMENT / UDP_GRO): turn it on
-/// (`value` 1) or, for UDP_SEGMENT, just ask for it — as wireguard-go probes offloads.
+/// (`set`: UDP_GRO) or just ask for it (UDP_SEGMENT, set per send) — as wireguard-go
+/// probes its offloads.
 fn udp_option(fd: RawFd, opt: libc::c_int, set: bool) -> bool {
     let mut v: libc::c_int = 1;
     let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
@@ -834,7 +835,7 @@ impl RecvBatch {
             let mut c = libc::CMSG_FIRSTHDR(h);
             while !c.is_null() {
                 if (*c).cmsg_level == libc::SOL_UDP && (*c).cmsg_type == libc::UDP_GRO {
-                    let data = (*c).cmsg_len as usize - libc::CMSG_LEN(0) as usize;
+                    let data = ((*c).cmsg_len as usize).saturating_sub(libc::CMSG_LEN(0) as usize);
                     let p = libc::CMSG_DATA(c);
                     let size = if data >= 4 {
                         std::ptr::read_unaligned(p.cast::<i32>()) as usize
