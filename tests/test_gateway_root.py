@@ -184,6 +184,13 @@ def test_udp_encapsulation_carries_esp_in_udp_4500(tmp_path: Path) -> None:
             t = tcp(tb)
             send_file(tb, data)  # every byte arrives, through GSO and GRO
         a, b = settle(gw, "gwA"), settle(gw, "gwB")
+        binary, sock = str(gateway_binary()), str(gw.sockets["gwA"])
+        human = subprocess.run([binary, "stats", "--socket", sock], capture_output=True, text=True)
+        prom = subprocess.run(
+            [binary, "stats", "--socket", sock, "--prometheus"], capture_output=True, text=True
+        )
+    assert re.search(r"outbound: \d+ packets in, \d+ out \([1-9]\d* UDP GSO sends", human.stdout)
+    assert re.search(r'ipsec_gw_udp_gso_sends_total\{direction="out"\} [1-9]', prom.stdout)
     assert t["mbps"] > 10
     from scapy.all import IP, UDP, rdpcap
 

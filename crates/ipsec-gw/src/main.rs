@@ -125,9 +125,18 @@ fn print_stats(socket: &std::path::Path, json: bool, prometheus: bool) -> ExitCo
     );
     for dir in ["outbound", "inbound"] {
         let d = &v[dir];
+        let io = &d["io"];
+        let offload = match (io["gso_sends"].as_u64(), io["gro_receives"].as_u64()) {
+            (Some(0) | None, Some(0) | None) => String::new(),
+            (gso, gro) => format!(
+                " ({} UDP GSO sends, {} GRO receives)",
+                gso.unwrap_or(0),
+                gro.unwrap_or(0)
+            ),
+        };
         println!(
-            "{dir}: {} packets in, {} out, {} send errors, drops {}",
-            d["io"]["rx_packets"], d["io"]["tx_packets"], d["io"]["send_errors"], d["drops"]
+            "{dir}: {} packets in, {} out{offload}, {} send errors, drops {}",
+            io["rx_packets"], io["tx_packets"], io["send_errors"], d["drops"]
         );
         for sa in d["sas"].as_array().into_iter().flatten() {
             println!(

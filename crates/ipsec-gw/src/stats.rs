@@ -150,6 +150,21 @@ impl Shared {
             "Packets read or written on a side.",
             "counter",
         );
+        family(
+            "ipsec_gw_send_errors_total",
+            "Packets the kernel refused to send.",
+            "counter",
+        );
+        family(
+            "ipsec_gw_udp_gso_sends_total",
+            "UDP GSO sends carrying several ESP packets.",
+            "counter",
+        );
+        family(
+            "ipsec_gw_udp_gro_receives_total",
+            "UDP datagrams received coalesced (GRO).",
+            "counter",
+        );
         for (dir, st) in [
             ("out", self.outbound.lock().expect("stats lock").clone()),
             ("in", self.inbound.lock().expect("stats lock").clone()),
@@ -178,8 +193,15 @@ impl Shared {
             let _ = writeln!(
                 s,
                 "ipsec_gw_io_packets_total{{direction=\"{dir}\",io=\"rx\"}} {}\n\
-                 ipsec_gw_io_packets_total{{direction=\"{dir}\",io=\"tx\"}} {}",
-                st.io.rx_packets, st.io.tx_packets
+                 ipsec_gw_io_packets_total{{direction=\"{dir}\",io=\"tx\"}} {}\n\
+                 ipsec_gw_send_errors_total{{direction=\"{dir}\"}} {}\n\
+                 ipsec_gw_udp_gso_sends_total{{direction=\"{dir}\"}} {}\n\
+                 ipsec_gw_udp_gro_receives_total{{direction=\"{dir}\"}} {}",
+                st.io.rx_packets,
+                st.io.tx_packets,
+                st.io.send_errors,
+                st.io.gso_sends,
+                st.io.gro_receives
             );
         }
         s
