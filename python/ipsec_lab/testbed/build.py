@@ -293,16 +293,18 @@ class Testbed:
         """Put the link profile on both ends of every shaped wire (egress): netem for
         delay/jitter/loss/reorder/duplication, tbf below it for the rate.
 
-        A link with a rate also loses veth's segmentation offloads (TSO, GSO, GRO): a real
-        link carries frames of at most its MTU, and the wire counters then count those
-        frames and their headers — not 64 KB super-packets with one set of headers, which
-        would hide most of a transfer's packets and header bytes (study 4's transactions
-        and network load, study 1's output traffic). Unshaped links keep them (speed)."""
+        A link with a rate also loses veth's segmentation offloads (TSO, GSO, UDP GSO — which
+        `ours-udp` uses for ESP in UDP — and GRO): a real link carries frames of at most
+        its MTU, and the wire counters then count those frames and their headers — not
+        64 KB super-packets with one set of headers, which would hide most of a transfer's
+        packets and header bytes (study 4's transactions and network load, study 1's
+        output traffic). Unshaped links keep them (speed)."""
         if link.rate_mbit:
             require_tools("ethtool")
         for node, ifname in self.topo.shaped_ends():
             if link.rate_mbit:
-                self.run(node, ["ethtool", "-K", ifname, "tso", "off", "gso", "off", "gro", "off"])
+                off = ["tso", "gso", "tx-udp-segmentation", "gro"]
+                self.run(node, ["ethtool", "-K", ifname, *[w for f in off for w in (f, "off")]])
             self.run(node, ["tc", "qdisc", "del", "dev", ifname, "root"], check=False)
             parent = ["root"]
             if link.needs_netem:
