@@ -212,6 +212,23 @@ def test_udp_encapsulation_carries_esp_in_udp_4500(tmp_path: Path) -> None:
                 assert s["drops"] == {}, (d, s)
 
 
+def test_a_shaped_link_carries_esp_in_udp_as_frames(tmp_path: Path) -> None:
+    """On a link with a rate the lab switches veth's UDP GSO off: the gateway still sends
+    GSO batches, the kernel cuts them before the link, whose counters count real frames."""
+
+    def tx_packets() -> int:
+        return int(tb.run("gwA", ["cat", "/sys/class/net/wan/statistics/tx_packets"]))
+
+    with tunnel(tmp_path, udp_encap=True, link=Link("l100", rate_mbit=100)) as (tb, gw):
+        before = tx_packets()
+        tcp(tb)
+        a = settle(gw, "gwA")
+        sent = tx_packets() - before
+    esp = sa(a, "outbound", "out")["packets"]
+    assert a["outbound"]["io"]["gso_sends"] > 0
+    assert esp > 1000 and sent >= esp, (sent, esp)
+
+
 def test_udp_encapsulation_without_offloads(tmp_path: Path) -> None:
     def no_offload(node: str, text: str) -> str:
         return text.replace("[gateway]\n", "[gateway]\noffload = false\n", 1)
