@@ -406,6 +406,37 @@ def test_sighup_reload_keeps_the_sas_and_a_bad_config_is_refused(tmp_path: Path)
     assert "stopping" in (tmp_path / "run" / "ipsec-gw-gwA.log").read_text()
 
 
+@pytest.mark.parametrize("udp_encap", [False, True])
+def test_one_worker_for_both_directions(tmp_path: Path, udp_encap: bool) -> None:
+    def one(node: str, text: str) -> str:
+        return text.replace("[gateway]\n", "[gateway]\nworkers = 1\n", 1)
+
+    with tunnel(tmp_path, udp_encap=udp_encap, edit=one) as (tb, gw):
+        data = tb.rundir / "planted.bin"
+        data.write_bytes(MARKER * (1024 * 1024 // len(MARKER)))
+        send_file(tb, data)
+        u = udp(tb)
+        a, b = settle(gw, "gwA"), settle(gw, "gwB")
+        # the thread layout is fixed at start: a reload that changes it is refused
+        conf = gw.configs["gwA"]
+        conf.write_text(conf.read_text().replace("workers = 1", "workers = 2", 1))
+        os.kill(gw.process("gwA").pid, signal.SIGHUP)
+        time.sleep(0.5)
+        assert settle(gw, "gwA")["reloads_refused"] == 1
+        log = (tb.rundir / "ipsec-gw-gwA.log").read_text()
+    assert "one worker" in log and "reload refused" in log and "workers" in log
+    assert u["loss_pct"] < 2.0, u
+    # 1 MiB of data in full-sized ESP packets, sealed by gwA and opened by gwB
+    assert sa(a, "outbound", "out")["packets"] > 700
+    assert sa(b, "inbound", "in")["packets"] > 700
+    for st in (a, b):  # both directions of both gateways worked, on one thread each
+        assert sa(st, "outbound", "out")["packets"] > 10  # (the ACKs: a few with GRO)
+        assert sa(st, "inbound", "in")["packets"] > 10
+        for d in ("outbound", "inbound"):
+            for s in st[d]["sas"]:
+                assert s["drops"] == {}, (d, s)
+
+
 def test_ipv6_inner_traffic_over_ipv4_outer(tmp_path: Path) -> None:
     def with_v6(node: str, text: str) -> str:
         mine, theirs = ("fd00:1::/64", "fd00:2::/64")

@@ -74,6 +74,13 @@ struct RawGateway {
     table: u32,
     #[serde(default = "default_fwmark")]
     fwmark: u32,
+    #[serde(default = "default_workers")]
+    workers: u8,
+}
+
+/// One worker per direction.
+fn default_workers() -> u8 {
+    2
 }
 
 fn default_true() -> bool {
@@ -219,6 +226,8 @@ pub struct Config {
     pub file: PathBuf,
     pub tun: String,
     pub mtu: u16,
+    /// 2: one worker thread per direction; 1: one thread for both.
+    pub workers: u8,
     pub local: IpAddr,
     pub remote: IpAddr,
     pub routes: Vec<Prefix>,
@@ -283,6 +292,16 @@ pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
         return Err(cx.err(
             "gateway.tun",
             "must be an interface name of 1-15 characters",
+        ));
+    }
+    if !(1..=2).contains(&g.workers) {
+        return Err(cx.err(
+            "gateway.workers",
+            format!(
+                "{} is not 1 (one thread for both directions) or 2 (one per direction); \
+                 more than one worker per direction is not supported yet",
+                g.workers
+            ),
         ));
     }
     if !(576..=9000).contains(&g.mtu) {
@@ -641,6 +660,7 @@ pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
         file: path.to_path_buf(),
         tun: g.tun.clone(),
         mtu: g.mtu,
+        workers: g.workers,
         local,
         remote,
         routes,
@@ -727,6 +747,7 @@ sa = "in"
         assert_eq!(c.sas.len(), 2);
         assert_eq!(c.policies.len(), 2);
         assert_eq!(c.mtu, 1400);
+        assert_eq!(c.workers, 2);
         assert!(c.warnings.is_empty(), "{:?}", c.warnings);
         let out = &c.sas[0].config;
         assert_eq!(
@@ -774,6 +795,11 @@ sa = "in"
                 with("action = \"protect\"", "action = \"encrypt\""),
                 "policy[0].action",
                 "encrypt",
+            ),
+            (
+                with("tun = \"ipsec0\"", "tun = \"ipsec0\"\nworkers = 4"),
+                "gateway.workers",
+                "more than one worker per direction",
             ),
             (
                 with("local = \"192.0.2.1\"", "local = \"gw-a\""),

@@ -653,16 +653,9 @@ pub struct Worker {
 }
 
 impl Worker {
-    /// The start of every wakeup, either direction: take a new config if one came,
-    /// publish the counters when due, then wait (bounded) for input. `Ok(false)`: none
-    /// yet — look at the stop flag again.
-    fn wake(
-        &mut self,
-        io: &Io,
-        last: &mut Instant,
-        pfds: &mut [libc::pollfd],
-        ready: &mut [bool],
-    ) -> io::Result<bool> {
+    /// Between wakeups, either direction: take a new config if one came, and publish the
+    /// counters when due.
+    fn tend(&mut self, io: &Io, last: &mut Instant) {
         if let Ok(cfg) = self.reload.try_recv() {
             let dir = self.engine.direction;
             let old = std::mem::replace(&mut self.engine, DirEngine::empty(dir));
@@ -672,62 +665,69 @@ impl Worker {
             self.engine.publish(io, &self.shared);
             *last = Instant::now();
         }
-        poll_readable(pfds, ready)
     }
 }
 
-/// TUN → SPD → seal → outside. The TUN device is non-blocking: the worker drains it per
-/// wakeup and polls only when it is empty. With offloads (IFF_VNET_HDR), one read may
-/// bring a TCP or UDP super-packet of up to 64 KiB, which tun-rs splits into MTU-sized
-/// packets (as the kernel would have before handing them over one read each).
-pub fn run_outbound(mut w: Worker) {
-    let slots = tun_rs::IDEAL_BATCH_SIZE;
-    let mut original = vec![0u8; tun_rs::VIRTIO_NET_HDR_LEN + MAX_PACKET];
-    let size = HEADROOM + usize::from(w.mtu) + TAILROOM + 64;
-    let mut bufs: Vec<Vec<u8>> = (0..slots).map(|_| vec![0u8; size]).collect();
-    let mut sizes = vec![0usize; slots];
-    let mut batch = SendBatch::default();
-    batch.udp.gso = w.outside.udp_gso;
-    let mut io = Io::default();
-    let mut last = Instant::now();
-    let mut pfds = pollfds(&[w.tun.as_raw_fd()]);
-    let mut ready = [false];
-    if let Err(e) = w.tun.set_nonblocking(true) {
-        eprintln!("ipsec-gw: cannot make the TUN device non-blocking: {e}");
-        return;
-    }
-    'run: while !w.stop.load(Ordering::Relaxed) {
-        match w.wake(&io, &mut last, &mut pfds, &mut ready) {
-            Ok(true) => {}
-            Ok(false) => continue,
-            Err(e) => {
-                eprintln!("ipsec-gw: poll on the TUN device failed: {e}");
-                break;
-            }
+/// TUN → SPD → seal → outside: the outbound direction's buffers and counters, kept for
+/// the worker's life. The TUN device is non-blocking: each wakeup drains it and the worker
+/// polls only when it is empty. With offloads (IFF_VNET_HDR), one read may bring a TCP or
+/// UDP super-packet of up to 64 KiB, which tun-rs splits into MTU-sized packets (as the
+/// kernel would have before handing them over one read each).
+struct OutboundPath {
+    original: Vec<u8>,
+    bufs: Vec<Vec<u8>>,
+    sizes: Vec<usize>,
+    batch: SendBatch,
+    io: Io,
+}
+
+impl OutboundPath {
+    fn new(mtu: u16, outside: &Outside) -> OutboundPath {
+        let slots = tun_rs::IDEAL_BATCH_SIZE;
+        let size = HEADROOM + usize::from(mtu) + TAILROOM + 64;
+        let mut batch = SendBatch::default();
+        batch.udp.gso = outside.udp_gso;
+        OutboundPath {
+            original: vec![0u8; tun_rs::VIRTIO_NET_HDR_LEN + MAX_PACKET],
+            bufs: (0..slots).map(|_| vec![0u8; size]).collect(),
+            sizes: vec![0usize; slots],
+            batch,
+            io: Io::default(),
         }
+    }
+
+    /// Up to BATCH reads from the TUN device, each read's packets sealed and sent
+    /// together. `Err`: the device failed (the worker stops).
+    fn drain(
+        &mut self,
+        tun: &SyncDevice,
+        engine: &mut DirEngine,
+        outside: &Outside,
+    ) -> io::Result<()> {
+        let io = &mut self.io;
         for _ in 0..BATCH {
-            let n = match w
-                .tun
-                .recv_multiple(&mut original, &mut bufs, &mut sizes, HEADROOM)
-            {
+            let n = match tun.recv_multiple(
+                &mut self.original,
+                &mut self.bufs,
+                &mut self.sizes,
+                HEADROOM,
+            ) {
                 Ok(n) => n,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => {
-                    eprintln!("ipsec-gw: reading the TUN device failed: {e}");
-                    break 'run;
-                }
+                Err(e) => return Err(e),
             };
-            for (b, (buf, &len)) in bufs.iter_mut().zip(&sizes).take(n).enumerate() {
+            let batch = &mut self.batch;
+            for (b, (buf, &len)) in self.bufs.iter_mut().zip(&self.sizes).take(n).enumerate() {
                 io.rx_packets += 1;
                 io.rx_bytes += len as u64;
                 let Ok(mut pkt) = PacketBuf::new(buf, HEADROOM, len) else {
                     continue;
                 };
-                match w.engine.engine.outbound(&mut pkt) {
+                match engine.engine.outbound(&mut pkt) {
                     Ok(Outbound::Sealed { sa }) => {
                         batch.pkts.push((b, pkt.head(), pkt.len()));
-                        w.engine.after(sa);
+                        engine.after(sa);
                     }
                     Ok(Outbound::SealedBundle { .. }) => {
                         batch.pkts.push((b, pkt.head(), pkt.len()))
@@ -739,10 +739,38 @@ pub fn run_outbound(mut w: Worker) {
                     Err(_) => {} // a named drop, counted by the engine
                 }
             }
-            w.outside.send_batch(&mut batch, &bufs, &mut io);
+            outside.send_batch(batch, &self.bufs, io);
+        }
+        Ok(())
+    }
+}
+
+/// The outbound worker: TUN → seal → outside, on its own thread.
+pub fn run_outbound(mut w: Worker) {
+    let mut path = OutboundPath::new(w.mtu, &w.outside);
+    let mut last = Instant::now();
+    let mut pfds = pollfds(&[w.tun.as_raw_fd()]);
+    let mut ready = [false];
+    if let Err(e) = w.tun.set_nonblocking(true) {
+        eprintln!("ipsec-gw: cannot make the TUN device non-blocking: {e}");
+        return;
+    }
+    while !w.stop.load(Ordering::Relaxed) {
+        w.tend(&path.io, &mut last);
+        match poll_readable(&mut pfds, &mut ready) {
+            Ok(true) => {}
+            Ok(false) => continue,
+            Err(e) => {
+                eprintln!("ipsec-gw: poll on the TUN device failed: {e}");
+                break;
+            }
+        }
+        if let Err(e) = path.drain(&w.tun, &mut w.engine, &w.outside) {
+            eprintln!("ipsec-gw: reading the TUN device failed: {e}");
+            break;
         }
     }
-    w.engine.publish(&io, &w.shared);
+    w.engine.publish(&path.io, &w.shared);
 }
 
 /// Datagrams taken per recvmmsg(2).
@@ -979,41 +1007,54 @@ fn open_one(
     }
 }
 
-/// Outside → SAD → open → inner policy → TUN.
-pub fn run_inbound(mut w: Worker) {
-    let mut rx = RecvBatch::new();
-    // A datagram the kernel coalesced (UDP GRO) is opened one segment at a time, each
-    // copied here first: opening works in place and may need the room around it.
-    let mut segment = vec![0u8; HEADROOM + MAX_PACKET + TAILROOM];
-    let mut sink = TunSink::new();
-    let mut io = Io::default();
-    let mut last = Instant::now();
-    let mut fds = vec![
-        w.outside.esp_recv.as_raw_fd(),
-        w.outside.ah_recv.as_raw_fd(),
-    ];
-    if let Some(u) = &w.outside.udp {
-        fds.push(u.as_raw_fd());
-    }
-    let mut ready = vec![false; fds.len()];
-    let mut pfds = pollfds(&fds);
-    let local = w.outside.local;
-    while !w.stop.load(Ordering::Relaxed) {
-        match w.wake(&io, &mut last, &mut pfds, &mut ready) {
-            Ok(true) => {}
-            Ok(false) => continue,
-            Err(e) => {
-                eprintln!("ipsec-gw: poll on the outer sockets failed: {e}");
-                break;
-            }
+/// Outside → SAD → open → inner policy → TUN: the inbound direction's buffers and
+/// counters, kept for the worker's life.
+struct InboundPath {
+    rx: RecvBatch,
+    /// A datagram the kernel coalesced (UDP GRO) is opened one segment at a time, each
+    /// copied here first: opening works in place and may need the room around it.
+    segment: Vec<u8>,
+    sink: TunSink,
+    io: Io,
+}
+
+impl InboundPath {
+    fn new() -> InboundPath {
+        InboundPath {
+            rx: RecvBatch::new(),
+            segment: vec![0u8; HEADROOM + MAX_PACKET + TAILROOM],
+            sink: TunSink::new(),
+            io: Io::default(),
         }
-        for (i, &fd) in fds.iter().enumerate() {
-            if !ready[i] {
+    }
+
+    /// The outer sockets, in the order `drain`'s `ready` refers to: raw ESP, raw AH, and
+    /// UDP 4500 when encapsulating.
+    fn sockets(outside: &Outside) -> Vec<RawFd> {
+        let mut fds = vec![outside.esp_recv.as_raw_fd(), outside.ah_recv.as_raw_fd()];
+        if let Some(u) = &outside.udp {
+            fds.push(u.as_raw_fd());
+        }
+        fds
+    }
+
+    /// Drain the sockets `ready` marks (a bounded number of batches each), open what came
+    /// and write it to the TUN device.
+    fn drain(
+        &mut self,
+        ready: &[bool],
+        tun: &SyncDevice,
+        engine: &mut DirEngine,
+        outside: &Outside,
+    ) {
+        let (rx, io) = (&mut self.rx, &mut self.io);
+        let local = outside.local;
+        for (i, fd) in InboundPath::sockets(outside).into_iter().enumerate() {
+            if !ready.get(i).copied().unwrap_or(false) {
                 continue;
             }
             let udp = i == 2;
             let next = if i == 1 { 51 } else { 50 };
-            // Drain what is queued on this socket, a bounded number of batches at a time.
             for _ in 0..BATCH / RECV_BATCH {
                 let got = rx.recv(fd);
                 for k in 0..got {
@@ -1021,35 +1062,21 @@ pub fn run_inbound(mut w: Worker) {
                     let from = Arrival {
                         udp,
                         next,
-                        src: rx.source(k).unwrap_or(w.outside.remote),
+                        src: rx.source(k).unwrap_or(outside.remote),
                     };
-                    let sink = (&*w.tun, &mut sink);
                     match rx.gro_segment(k).filter(|&g| udp && g < n) {
-                        None => open_one(
-                            &mut w.engine,
-                            local,
-                            &mut rx.bufs[k],
-                            n,
-                            from,
-                            sink,
-                            &mut io,
-                        ),
+                        None => {
+                            let sink = (tun, &mut self.sink);
+                            open_one(engine, local, &mut rx.bufs[k], n, from, sink, io);
+                        }
                         Some(g) => {
                             io.gro_receives += 1;
-                            let (tun, sink) = sink;
                             let data = &rx.bufs[k][HEADROOM..HEADROOM + n];
                             for part in data.chunks(g) {
-                                segment[HEADROOM..HEADROOM + part.len()].copy_from_slice(part);
-                                let s = (tun, &mut *sink);
-                                open_one(
-                                    &mut w.engine,
-                                    local,
-                                    &mut segment,
-                                    part.len(),
-                                    from,
-                                    s,
-                                    &mut io,
-                                );
+                                let seg = &mut self.segment;
+                                seg[HEADROOM..HEADROOM + part.len()].copy_from_slice(part);
+                                let sink = (tun, &mut self.sink);
+                                open_one(engine, local, seg, part.len(), from, sink, io);
                             }
                         }
                     }
@@ -1059,9 +1086,70 @@ pub fn run_inbound(mut w: Worker) {
                 }
             }
         }
-        sink.flush(&w.tun, &mut io);
+        self.sink.flush(tun, io);
     }
-    w.engine.publish(&io, &w.shared);
+}
+
+/// The inbound worker: outside → open → TUN, on its own thread.
+pub fn run_inbound(mut w: Worker) {
+    let mut path = InboundPath::new();
+    let mut last = Instant::now();
+    let fds = InboundPath::sockets(&w.outside);
+    let mut ready = vec![false; fds.len()];
+    let mut pfds = pollfds(&fds);
+    while !w.stop.load(Ordering::Relaxed) {
+        w.tend(&path.io, &mut last);
+        match poll_readable(&mut pfds, &mut ready) {
+            Ok(true) => {}
+            Ok(false) => continue,
+            Err(e) => {
+                eprintln!("ipsec-gw: poll on the outer sockets failed: {e}");
+                break;
+            }
+        }
+        path.drain(&ready, &w.tun, &mut w.engine, &w.outside);
+    }
+    w.engine.publish(&path.io, &w.shared);
+}
+
+/// One worker for both directions (`workers = 1`): one thread polls the TUN device and
+/// the outer sockets together and drains whichever is ready — the same steps as the two
+/// workers, with no hand-over between threads.
+pub fn run_both(mut out: Worker, mut inb: Worker) {
+    let mut opath = OutboundPath::new(out.mtu, &out.outside);
+    let mut ipath = InboundPath::new();
+    let (mut last_out, mut last_in) = (Instant::now(), Instant::now());
+    let mut fds = vec![out.tun.as_raw_fd()];
+    fds.extend(InboundPath::sockets(&inb.outside));
+    let mut ready = vec![false; fds.len()];
+    let mut pfds = pollfds(&fds);
+    if let Err(e) = out.tun.set_nonblocking(true) {
+        eprintln!("ipsec-gw: cannot make the TUN device non-blocking: {e}");
+        return;
+    }
+    while !out.stop.load(Ordering::Relaxed) {
+        out.tend(&opath.io, &mut last_out);
+        inb.tend(&ipath.io, &mut last_in);
+        match poll_readable(&mut pfds, &mut ready) {
+            Ok(true) => {}
+            Ok(false) => continue,
+            Err(e) => {
+                eprintln!("ipsec-gw: poll failed: {e}");
+                break;
+            }
+        }
+        if ready[0] {
+            if let Err(e) = opath.drain(&out.tun, &mut out.engine, &out.outside) {
+                eprintln!("ipsec-gw: reading the TUN device failed: {e}");
+                break;
+            }
+        }
+        if ready[1..].iter().any(|&r| r) {
+            ipath.drain(&ready[1..], &inb.tun, &mut inb.engine, &inb.outside);
+        }
+    }
+    out.engine.publish(&opath.io, &out.shared);
+    inb.engine.publish(&ipath.io, &inb.shared);
 }
 
 /// An IPv6 header (RFC 8200 §3) for an ESP or AH payload that arrived on a raw IPv6 or a

@@ -208,16 +208,25 @@ fn run(cfg: config::Config) -> Result<(), String> {
     };
     let wo = worker(Direction::Out, out_rx);
     let wi = worker(Direction::In, in_rx);
-    let t_out = std::thread::Builder::new()
-        .name("outbound".into())
-        .spawn(move || dataplane::run_outbound(wo))
-        .map_err(|e| e.to_string())?;
-    let t_in = std::thread::Builder::new()
-        .name("inbound".into())
-        .spawn(move || dataplane::run_inbound(wi))
-        .map_err(|e| e.to_string())?;
+    let spawn = |name: &str, f: Box<dyn FnOnce() + Send>| {
+        std::thread::Builder::new()
+            .name(name.into())
+            .spawn(f)
+            .map_err(|e| e.to_string())
+    };
+    let threads = if cfg.workers == 1 {
+        vec![spawn(
+            "worker",
+            Box::new(move || dataplane::run_both(wo, wi)),
+        )?]
+    } else {
+        vec![
+            spawn("outbound", Box::new(move || dataplane::run_outbound(wo)))?,
+            spawn("inbound", Box::new(move || dataplane::run_inbound(wi)))?,
+        ]
+    };
     eprintln!(
-        "ipsec-gw: up: TUN {} (MTU {}, offloads: TCP {}, UDP {}), {} -> {}{}, {} SAs, {} policies",
+        "ipsec-gw: up: TUN {} (MTU {}, offloads: TCP {}, UDP {}), {} -> {}{}, {} SAs, {} policies, {}",
         cfg.tun,
         cfg.mtu,
         if tun.tcp_gso() { "on" } else { "off" },
@@ -235,7 +244,12 @@ fn run(cfg: config::Config) -> Result<(), String> {
             String::new()
         },
         cfg.sas.len(),
-        cfg.policies.len()
+        cfg.policies.len(),
+        if cfg.workers == 1 {
+            "one worker"
+        } else {
+            "a worker per direction"
+        }
     );
     let mut signals =
         Signals::new([SIGHUP, SIGTERM, SIGINT]).map_err(|e| format!("signals: {e}"))?;
@@ -247,16 +261,17 @@ fn run(cfg: config::Config) -> Result<(), String> {
         }
         match config::load(&current.file) {
             Ok(new)
-                if new.tun != current.tun
-                    || new.local != current.local
-                    || new.remote != current.remote
-                    || new.udp_encap != current.udp_encap =>
+                if (&new.tun, new.mtu, new.offload, new.workers)
+                    != (&current.tun, current.mtu, current.offload, current.workers)
+                    || (new.local, new.remote, new.udp_encap)
+                        != (current.local, current.remote, current.udp_encap)
+                    || (new.table, new.fwmark) != (current.table, current.fwmark) =>
             {
                 shared.reloads_refused.fetch_add(1, Ordering::Relaxed);
                 eprintln!(
-                    "ipsec-gw: reload refused: the TUN device, outer addresses, UDP \
-                     encapsulation, table and fwmark change only with a restart; the \
-                     running config stays"
+                    "ipsec-gw: reload refused: the TUN device (name, MTU, offloads), outer \
+                     addresses, UDP encapsulation, table, fwmark and workers change only \
+                     with a restart; the running config stays"
                 );
             }
             Ok(new) => {
@@ -285,8 +300,9 @@ fn run(cfg: config::Config) -> Result<(), String> {
         }
     }
     stop.store(true, Ordering::Relaxed);
-    let _ = t_out.join();
-    let _ = t_in.join();
+    for t in threads {
+        let _ = t.join();
+    }
     if let Some(p) = &current.stats {
         let _ = std::fs::remove_file(p);
     }
