@@ -103,6 +103,18 @@ def send_file(tb: Testbed, path: Path) -> None:
     assert int(got.read_text()) == path.stat().st_size
 
 
+def planted(tb: Testbed, mib: int) -> Path:
+    """A file of `mib` MiB of MARKER, to send through the tunnel and look for on the link."""
+    data = tb.rundir / "planted.bin"
+    data.write_bytes(MARKER * (mib * 1024 * 1024 // len(MARKER)))
+    return data
+
+
+def gateway_key(line: str) -> Callable[[str, str], str]:
+    """An `edit` for `tunnel`: `line` added to both gateways' [gateway] table."""
+    return lambda node, text: text.replace("[gateway]\n", f"[gateway]\n{line}\n", 1)
+
+
 def blast(tb: Testbed, n: int, size: int = 200) -> None:
     """Send `n` UDP datagrams client -> server (no handshake needed, unlike iperf3's)."""
     script = (
@@ -162,8 +174,7 @@ def test_tcp_and_udp_through_the_tunnel(tmp_path: Path, configuration: str) -> N
 
 def test_the_wire_carries_only_esp_and_never_the_payload(tmp_path: Path) -> None:
     with tunnel(tmp_path) as (tb, _gw):
-        data = tb.rundir / "planted.bin"
-        data.write_bytes(MARKER * (2 * 1024 * 1024 // len(MARKER)))
+        data = planted(tb, 2)
         with capture(tb, "gwA", "wan", "wan") as pcap:
             send_file(tb, data)
     from scapy.all import IP, rdpcap
@@ -178,8 +189,7 @@ def test_the_wire_carries_only_esp_and_never_the_payload(tmp_path: Path) -> None
 
 def test_udp_encapsulation_carries_esp_in_udp_4500(tmp_path: Path) -> None:
     with tunnel(tmp_path, udp_encap=True) as (tb, gw):
-        data = tb.rundir / "planted.bin"
-        data.write_bytes(MARKER * (4 * 1024 * 1024 // len(MARKER)))
+        data = planted(tb, 4)
         with capture(tb, "gwA", "wan", "wan") as pcap:
             t = tcp(tb)
             send_file(tb, data)  # every byte arrives, through GSO and GRO
@@ -230,12 +240,8 @@ def test_a_shaped_link_carries_esp_in_udp_as_frames(tmp_path: Path) -> None:
 
 
 def test_udp_encapsulation_without_offloads(tmp_path: Path) -> None:
-    def no_offload(node: str, text: str) -> str:
-        return text.replace("[gateway]\n", "[gateway]\noffload = false\n", 1)
-
-    with tunnel(tmp_path, udp_encap=True, edit=no_offload) as (tb, gw):
-        data = tb.rundir / "planted.bin"
-        data.write_bytes(MARKER * (1024 * 1024 // len(MARKER)))
+    with tunnel(tmp_path, udp_encap=True, edit=gateway_key("offload = false")) as (tb, gw):
+        data = planted(tb, 1)
         send_file(tb, data)
         a, b = settle(gw, "gwA"), settle(gw, "gwB")
     assert "offload" in gw.configs["gwA"].read_text()
@@ -249,8 +255,7 @@ def test_udp_gso_refused_falls_back_to_one_datagram_per_send(tmp_path: Path) -> 
         # refuses to cut GSO sends into segments it would have to fragment (EINVAL), so
         # gwA sends them one by one (and the kernel fragments those)
         tb.run("gwA", ["ip", "link", "set", "wan", "mtu", "1400"])
-        data = tb.rundir / "planted.bin"
-        data.write_bytes(MARKER * (1024 * 1024 // len(MARKER)))
+        data = planted(tb, 1)
         send_file(tb, data)
         a = settle(gw, "gwA")
     assert a["outbound"]["io"]["send_errors"] == 0
@@ -408,12 +413,8 @@ def test_sighup_reload_keeps_the_sas_and_a_bad_config_is_refused(tmp_path: Path)
 
 @pytest.mark.parametrize("udp_encap", [False, True])
 def test_one_worker_for_both_directions(tmp_path: Path, udp_encap: bool) -> None:
-    def one(node: str, text: str) -> str:
-        return text.replace("[gateway]\n", "[gateway]\nworkers = 1\n", 1)
-
-    with tunnel(tmp_path, udp_encap=udp_encap, edit=one) as (tb, gw):
-        data = tb.rundir / "planted.bin"
-        data.write_bytes(MARKER * (1024 * 1024 // len(MARKER)))
+    with tunnel(tmp_path, udp_encap=udp_encap, edit=gateway_key("workers = 1")) as (tb, gw):
+        data = planted(tb, 1)
         send_file(tb, data)
         u = udp(tb)
         a, b = settle(gw, "gwA"), settle(gw, "gwB")
@@ -604,11 +605,7 @@ def test_ipv4_inner_traffic_over_ipv6_outer(tmp_path: Path, udp_encap: bool) -> 
 
 def test_without_tun_offloads_every_packet_is_one_read_and_write(tmp_path: Path) -> None:
     """`offload = false`: the plain TUN path (no virtio header) carries traffic too."""
-
-    def no_offload(key: str, text: str) -> str:
-        return text.replace("[gateway]\n", "[gateway]\noffload = false\n", 1)
-
-    with tunnel(tmp_path, edit=no_offload) as (tb, gw):
+    with tunnel(tmp_path, edit=gateway_key("offload = false")) as (tb, gw):
         t = tcp(tb)
         u = udp(tb)
         a = settle(gw, "gwA")

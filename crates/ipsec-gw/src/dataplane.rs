@@ -745,31 +745,59 @@ impl OutboundPath {
     }
 }
 
-/// The outbound worker: TUN → seal → outside, on its own thread.
-pub fn run_outbound(mut w: Worker) {
-    let mut path = OutboundPath::new(w.mtu, &w.outside);
-    let mut last = Instant::now();
-    let mut pfds = pollfds(&[w.tun.as_raw_fd()]);
-    let mut ready = [false];
-    if let Err(e) = w.tun.set_nonblocking(true) {
-        eprintln!("ipsec-gw: cannot make the TUN device non-blocking: {e}");
-        return;
-    }
-    while !w.stop.load(Ordering::Relaxed) {
-        w.tend(&path.io, &mut last);
+/// The loop every worker runs until told to stop: tend (reload, publish), wait for one
+/// of `fds` to be readable, handle what is ready. An `Err` from `step` stops the worker,
+/// its message logged.
+fn serve<S>(
+    state: &mut S,
+    stop: &AtomicBool,
+    fds: &[RawFd],
+    tend: impl Fn(&mut S),
+    step: impl Fn(&mut S, &[bool]) -> Result<(), String>,
+) {
+    let mut ready = vec![false; fds.len()];
+    let mut pfds = pollfds(fds);
+    while !stop.load(Ordering::Relaxed) {
+        tend(state);
         match poll_readable(&mut pfds, &mut ready) {
             Ok(true) => {}
             Ok(false) => continue,
             Err(e) => {
-                eprintln!("ipsec-gw: poll on the TUN device failed: {e}");
+                eprintln!("ipsec-gw: poll failed: {e}");
                 break;
             }
         }
-        if let Err(e) = path.drain(&w.tun, &mut w.engine, &w.outside) {
-            eprintln!("ipsec-gw: reading the TUN device failed: {e}");
+        if let Err(e) = step(state, &ready) {
+            eprintln!("ipsec-gw: {e}");
             break;
         }
     }
+}
+
+fn reading_tun(e: io::Error) -> String {
+    format!("reading the TUN device failed: {e}")
+}
+
+/// The outbound worker: TUN → seal → outside, on its own thread.
+pub fn run_outbound(w: Worker) {
+    if let Err(e) = w.tun.set_nonblocking(true) {
+        eprintln!("ipsec-gw: cannot make the TUN device non-blocking: {e}");
+        return;
+    }
+    let (stop, fds) = (w.stop.clone(), [w.tun.as_raw_fd()]);
+    let path = OutboundPath::new(w.mtu, &w.outside);
+    let mut st = (w, path, Instant::now());
+    serve(
+        &mut st,
+        &stop,
+        &fds,
+        |(w, path, last)| w.tend(&path.io, last),
+        |(w, path, _), _| {
+            path.drain(&w.tun, &mut w.engine, &w.outside)
+                .map_err(reading_tun)
+        },
+    );
+    let (w, path, _) = st;
     w.engine.publish(&path.io, &w.shared);
 }
 
@@ -1091,63 +1119,58 @@ impl InboundPath {
 }
 
 /// The inbound worker: outside → open → TUN, on its own thread.
-pub fn run_inbound(mut w: Worker) {
-    let mut path = InboundPath::new();
-    let mut last = Instant::now();
-    let fds = InboundPath::sockets(&w.outside);
-    let mut ready = vec![false; fds.len()];
-    let mut pfds = pollfds(&fds);
-    while !w.stop.load(Ordering::Relaxed) {
-        w.tend(&path.io, &mut last);
-        match poll_readable(&mut pfds, &mut ready) {
-            Ok(true) => {}
-            Ok(false) => continue,
-            Err(e) => {
-                eprintln!("ipsec-gw: poll on the outer sockets failed: {e}");
-                break;
-            }
-        }
-        path.drain(&ready, &w.tun, &mut w.engine, &w.outside);
-    }
+pub fn run_inbound(w: Worker) {
+    let (stop, fds) = (w.stop.clone(), InboundPath::sockets(&w.outside));
+    let mut st = (w, InboundPath::new(), Instant::now());
+    serve(
+        &mut st,
+        &stop,
+        &fds,
+        |(w, path, last)| w.tend(&path.io, last),
+        |(w, path, _), ready| {
+            path.drain(ready, &w.tun, &mut w.engine, &w.outside);
+            Ok(())
+        },
+    );
+    let (w, path, _) = st;
     w.engine.publish(&path.io, &w.shared);
 }
 
 /// One worker for both directions (`workers = 1`): one thread polls the TUN device and
 /// the outer sockets together and drains whichever is ready — the same steps as the two
 /// workers, with no hand-over between threads.
-pub fn run_both(mut out: Worker, mut inb: Worker) {
-    let mut opath = OutboundPath::new(out.mtu, &out.outside);
-    let mut ipath = InboundPath::new();
-    let (mut last_out, mut last_in) = (Instant::now(), Instant::now());
-    let mut fds = vec![out.tun.as_raw_fd()];
-    fds.extend(InboundPath::sockets(&inb.outside));
-    let mut ready = vec![false; fds.len()];
-    let mut pfds = pollfds(&fds);
+pub fn run_both(out: Worker, inb: Worker) {
     if let Err(e) = out.tun.set_nonblocking(true) {
         eprintln!("ipsec-gw: cannot make the TUN device non-blocking: {e}");
         return;
     }
-    while !out.stop.load(Ordering::Relaxed) {
-        out.tend(&opath.io, &mut last_out);
-        inb.tend(&ipath.io, &mut last_in);
-        match poll_readable(&mut pfds, &mut ready) {
-            Ok(true) => {}
-            Ok(false) => continue,
-            Err(e) => {
-                eprintln!("ipsec-gw: poll failed: {e}");
-                break;
+    let stop = out.stop.clone();
+    let mut fds = vec![out.tun.as_raw_fd()];
+    fds.extend(InboundPath::sockets(&inb.outside));
+    let opath = OutboundPath::new(out.mtu, &out.outside);
+    let now = Instant::now();
+    let mut st = (out, opath, now, inb, InboundPath::new(), now);
+    serve(
+        &mut st,
+        &stop,
+        &fds,
+        |(out, opath, last_out, inb, ipath, last_in)| {
+            out.tend(&opath.io, last_out);
+            inb.tend(&ipath.io, last_in);
+        },
+        |(out, opath, _, inb, ipath, _), ready| {
+            if ready[0] {
+                opath
+                    .drain(&out.tun, &mut out.engine, &out.outside)
+                    .map_err(reading_tun)?;
             }
-        }
-        if ready[0] {
-            if let Err(e) = opath.drain(&out.tun, &mut out.engine, &out.outside) {
-                eprintln!("ipsec-gw: reading the TUN device failed: {e}");
-                break;
+            if ready[1..].iter().any(|&r| r) {
+                ipath.drain(&ready[1..], &inb.tun, &mut inb.engine, &inb.outside);
             }
-        }
-        if ready[1..].iter().any(|&r| r) {
-            ipath.drain(&ready[1..], &inb.tun, &mut inb.engine, &inb.outside);
-        }
-    }
+            Ok(())
+        },
+    );
+    let (out, opath, _, inb, ipath, _) = st;
     out.engine.publish(&opath.io, &out.shared);
     inb.engine.publish(&ipath.io, &inb.shared);
 }
