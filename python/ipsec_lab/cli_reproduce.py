@@ -172,7 +172,8 @@ def add_parsers(sub: Any) -> None:
                    "seconds; all four studies in about 3 minutes)")  # fmt: skip
     g = r.add_mutually_exclusive_group()
     g.add_argument("--backend", default="ours", metavar="B",
-                   help="the IPsec under test: ours (default), strongswan, xfrm")  # fmt: skip
+                   help="the IPsec under test: ours (default), ours-udp (ESP in UDP), "
+                        "strongswan, xfrm")  # fmt: skip
     g.add_argument("--compare", metavar="B1,B2",
                    help="run the same study on several backends side by side, e.g. "
                    "ours,strongswan")  # fmt: skip
