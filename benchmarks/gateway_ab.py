@@ -1,0 +1,87 @@
+"""A/B of one ipsec-gw config change: the gateway as the lab configures it (A) against the
+same with extra `[gateway]` lines (B), in alternating runs on the `line` testbed, raw ESP
+and ESP in UDP. Prints JSON: per variant the median TCP and UDP Mbit/s and B's ratio to A.
+
+    sudo .venv/bin/python benchmarks/gateway_ab.py --line "workers = 1" [--repetitions 3]
+        [--configuration esp:aes128gcm16] [--tcp-s 5] [--udp-s 3]
+
+Runs alternate (A raw, B raw, A UDP, B UDP, then again) so a machine's drift lands on
+both sides. Not a test: nothing here asserts a time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from ipsec_lab import environment
+from ipsec_lab.backends.ours import Ours
+from ipsec_lab.scenario import Workload
+from ipsec_lab.testbed import topology
+from ipsec_lab.testbed.build import Testbed
+from ipsec_lab.traffic import iperf
+
+
+def _run(args: argparse.Namespace, udp_encap: bool, lines: list[str]) -> tuple[float, float]:
+    """One run: TCP then UDP 1420 B through a fresh tunnel; (TCP Mbit/s, UDP Mbit/s)."""
+    extra = "".join(f"{x}\n" for x in lines)
+
+    def edit(node: str, text: str) -> str:
+        return text.replace("[gateway]\n", f"[gateway]\n{extra}", 1)
+
+    with Testbed(topology("line"), Path(tempfile.mkdtemp(prefix="gw-ab-")) / "run") as tb:
+        gw = Ours(udp_encap=udp_encap, edit=edit if lines else None)
+        gw.start(tb, args.configuration)
+        try:
+            flow = tb.topo.flows[0]
+            t = iperf.tcp(tb, flow, Workload("tcp", seconds=args.tcp_s), lambda _, f: f(), 0)
+            w = Workload("udp", size=1420, rate_mbit=args.udp_rate, seconds=args.udp_s)
+            u = iperf.udp(tb, flow, w, lambda _, f: f(), 0)
+        finally:
+            gw.stop(tb)
+    return t[0]["mbps"], u[0]["mbps"]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--line", action="append", required=True, help="a [gateway] line for B")
+    ap.add_argument("--repetitions", type=int, default=3)
+    ap.add_argument("--configuration", default="esp:aes128gcm16")
+    ap.add_argument("--tcp-s", type=float, default=5.0)
+    ap.add_argument("--udp-s", type=float, default=3.0)
+    ap.add_argument("--udp-rate", type=float, default=3000.0, help="UDP Mbit/s offered")
+    args = ap.parse_args()
+    if args.repetitions < 1:
+        ap.error("--repetitions: at least 1")
+    runs: dict[str, list[tuple[float, float]]] = {}
+    for rep in range(args.repetitions):
+        for udp_encap in (False, True):
+            for variant, lines in (("A", []), ("B", args.line)):
+                key = f"{'ours-udp' if udp_encap else 'ours'} {variant}"
+                runs.setdefault(key, []).append(_run(args, udp_encap, lines))
+                print(f"{rep + 1}/{args.repetitions} {key}: {runs[key][-1]}", file=sys.stderr)
+    out: dict[str, Any] = {"configuration": args.configuration, "b_lines": args.line}
+    for backend in ("ours", "ours-udp"):
+        med = {
+            v: [statistics.median(x[i] for x in runs[f"{backend} {v}"]) for i in (0, 1)]
+            for v in ("A", "B")
+        }
+        out[backend] = {
+            "tcp_mbps_median": {"A": med["A"][0], "B": med["B"][0]},
+            "udp_1420_mbps_median": {"A": med["A"][1], "B": med["B"][1]},
+            "ratio_b_to_a": {"tcp": med["B"][0] / med["A"][0], "udp": med["B"][1] / med["A"][1]},
+            "runs": {v: runs[f"{backend} {v}"] for v in ("A", "B")},
+        }
+    out["environment"] = environment.describe()
+    json.dump(out, sys.stdout, indent=1)
+    print()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
