@@ -774,14 +774,23 @@ fn serve<S>(
     }
 }
 
+/// The TUN device non-blocking, as the outbound drain needs it (it reads until
+/// `WouldBlock`); `false`, logged, when the kernel refuses.
+fn nonblocking(tun: &SyncDevice) -> bool {
+    let r = tun.set_nonblocking(true);
+    if let Err(e) = &r {
+        eprintln!("ipsec-gw: cannot make the TUN device non-blocking: {e}");
+    }
+    r.is_ok()
+}
+
 fn reading_tun(e: io::Error) -> String {
     format!("reading the TUN device failed: {e}")
 }
 
 /// The outbound worker: TUN → seal → outside, on its own thread.
 pub fn run_outbound(w: Worker) {
-    if let Err(e) = w.tun.set_nonblocking(true) {
-        eprintln!("ipsec-gw: cannot make the TUN device non-blocking: {e}");
+    if !nonblocking(&w.tun) {
         return;
     }
     let (stop, fds) = (w.stop.clone(), [w.tun.as_raw_fd()]);
@@ -1044,26 +1053,24 @@ struct InboundPath {
     segment: Vec<u8>,
     sink: TunSink,
     io: Io,
+    /// The outer sockets, in the order `drain`'s `ready` refers to: raw ESP, raw AH, and
+    /// UDP 4500 when encapsulating.
+    fds: Vec<RawFd>,
 }
 
 impl InboundPath {
-    fn new() -> InboundPath {
+    fn new(outside: &Outside) -> InboundPath {
+        let mut fds = vec![outside.esp_recv.as_raw_fd(), outside.ah_recv.as_raw_fd()];
+        if let Some(u) = &outside.udp {
+            fds.push(u.as_raw_fd());
+        }
         InboundPath {
+            fds,
             rx: RecvBatch::new(),
             segment: vec![0u8; HEADROOM + MAX_PACKET + TAILROOM],
             sink: TunSink::new(),
             io: Io::default(),
         }
-    }
-
-    /// The outer sockets, in the order `drain`'s `ready` refers to: raw ESP, raw AH, and
-    /// UDP 4500 when encapsulating.
-    fn sockets(outside: &Outside) -> Vec<RawFd> {
-        let mut fds = vec![outside.esp_recv.as_raw_fd(), outside.ah_recv.as_raw_fd()];
-        if let Some(u) = &outside.udp {
-            fds.push(u.as_raw_fd());
-        }
-        fds
     }
 
     /// Drain the sockets `ready` marks (a bounded number of batches each), open what came
@@ -1077,7 +1084,7 @@ impl InboundPath {
     ) {
         let (rx, io) = (&mut self.rx, &mut self.io);
         let local = outside.local;
-        for (i, fd) in InboundPath::sockets(outside).into_iter().enumerate() {
+        for (i, &fd) in self.fds.iter().enumerate() {
             if !ready.get(i).copied().unwrap_or(false) {
                 continue;
             }
@@ -1120,8 +1127,9 @@ impl InboundPath {
 
 /// The inbound worker: outside → open → TUN, on its own thread.
 pub fn run_inbound(w: Worker) {
-    let (stop, fds) = (w.stop.clone(), InboundPath::sockets(&w.outside));
-    let mut st = (w, InboundPath::new(), Instant::now());
+    let path = InboundPath::new(&w.outside);
+    let (stop, fds) = (w.stop.clone(), path.fds.clone());
+    let mut st = (w, path, Instant::now());
     serve(
         &mut st,
         &stop,
@@ -1140,16 +1148,16 @@ pub fn run_inbound(w: Worker) {
 /// the outer sockets together and drains whichever is ready — the same steps as the two
 /// workers, with no hand-over between threads.
 pub fn run_both(out: Worker, inb: Worker) {
-    if let Err(e) = out.tun.set_nonblocking(true) {
-        eprintln!("ipsec-gw: cannot make the TUN device non-blocking: {e}");
+    if !nonblocking(&out.tun) {
         return;
     }
     let stop = out.stop.clone();
     let mut fds = vec![out.tun.as_raw_fd()];
-    fds.extend(InboundPath::sockets(&inb.outside));
+    let ipath = InboundPath::new(&inb.outside);
+    fds.extend(&ipath.fds);
     let opath = OutboundPath::new(out.mtu, &out.outside);
     let now = Instant::now();
-    let mut st = (out, opath, now, inb, InboundPath::new(), now);
+    let mut st = (out, opath, now, inb, ipath, now);
     serve(
         &mut st,
         &stop,
