@@ -27,6 +27,7 @@ use socket2::{Domain, Protocol as SockProto, SockAddr, Socket, Type};
 use tun_rs::SyncDevice;
 
 use crate::config::{Config, Lifetime, PolicyAction};
+use crate::gro::Coalescer;
 use crate::stats::{DirStats, Io, IpcompStats, SaStats, Shared, StageStat};
 
 /// RFC 3948 §2: ESP in UDP to and from port 4500.
@@ -935,54 +936,57 @@ fn sockaddr_ip(from: &libc::sockaddr_storage) -> Option<IpAddr> {
     }
 }
 
-/// Opened packets wait here (after room for the virtio header) to be written to the TUN
-/// device together: with offloads, tun-rs coalesces TCP/UDP segments (GRO) into fewer,
-/// larger writes.
+/// Opened packets wait here to be written to the TUN device together: with offloads,
+/// a flow's segments are joined (GRO, [`Coalescer`]) into fewer, larger writes.
 struct TunSink {
-    out: Vec<Vec<u8>>,
-    pending: usize,
-    gro: tun_rs::GROTable,
+    gro: Coalescer,
+    fd: RawFd,
 }
 
 impl TunSink {
-    fn new() -> TunSink {
-        // Room for a whole coalesced packet in each: tun-rs appends the segments that
-        // follow to the first one's buffer, and only when its capacity allows (it never
-        // reallocates; with MTU-sized buffers it would coalesce nothing).
-        let room = 2 * tun_rs::VIRTIO_NET_HDR_LEN + MAX_PACKET;
+    fn new(tun: &SyncDevice) -> TunSink {
         TunSink {
-            out: (0..BATCH).map(|_| Vec::with_capacity(room)).collect(),
-            pending: 0,
-            gro: tun_rs::GROTable::default(),
+            gro: Coalescer::new(BATCH, tun.tcp_gso(), tun.udp_gso()),
+            fd: tun.as_raw_fd(),
         }
     }
 
-    fn push(&mut self, tun: &SyncDevice, pkt: &[u8], io: &mut Io) {
-        let o = &mut self.out[self.pending];
-        o.clear();
-        o.resize(tun_rs::VIRTIO_NET_HDR_LEN, 0);
-        o.extend_from_slice(pkt);
-        self.pending += 1;
+    fn push(&mut self, pkt: &[u8], io: &mut Io) {
+        self.gro.push(pkt);
         io.tx_packets += 1;
         io.tx_bytes += pkt.len() as u64;
-        if self.pending == self.out.len() {
-            self.flush(tun, io);
+        if self.gro.is_full() {
+            self.flush(io);
         }
     }
 
-    /// Write the opened packets to the TUN device, coalesced where offloads allow.
-    fn flush(&mut self, tun: &SyncDevice, io: &mut Io) {
-        if self.pending == 0 {
+    /// Write the waiting packets to the TUN device, one write each (joined or not); a
+    /// write the device refuses is counted in `send_errors`.
+    fn flush(&mut self, io: &mut Io) {
+        if self.gro.is_empty() {
             return;
         }
-        let bufs = &mut self.out[..self.pending];
-        if tun
-            .send_multiple(&mut self.gro, bufs, tun_rs::VIRTIO_NET_HDR_LEN)
-            .is_err()
-        {
-            io.send_errors += 1;
+        let fd = self.fd;
+        let mut writes = 0;
+        io.send_errors += self.gro.flush(|b| {
+            writes += 1;
+            write_packet(fd, b)
+        });
+        io.tun_writes += writes;
+    }
+}
+
+/// One write(2) of a whole packet (and its virtio-net header) to the TUN device.
+fn write_packet(fd: RawFd, b: &[u8]) -> bool {
+    loop {
+        // SAFETY: `b` is a valid, readable slice of `b.len()` bytes.
+        let n = unsafe { libc::write(fd, b.as_ptr().cast(), b.len()) };
+        if n >= 0 {
+            return n as usize == b.len();
         }
-        self.pending = 0;
+        if io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
+            return false;
+        }
     }
 }
 
@@ -995,20 +999,18 @@ struct Arrival {
     src: IpAddr,
 }
 
-/// Open one ESP/AH packet — `buf[HEADROOM..HEADROOM + n]`, as its socket gave it — and
-/// queue what comes out for the TUN device.
+/// Open one ESP/AH packet — `buf[at..at + n]`, as its socket gave it, with at least 40
+/// bytes before it — and queue what comes out for the TUN device.
 fn open_one(
     engine: &mut DirEngine,
     local: IpAddr,
-    buf: &mut [u8],
-    n: usize,
+    (buf, at, n): (&mut [u8], usize, usize),
     from: Arrival,
-    sink: (&SyncDevice, &mut TunSink),
+    sink: &mut TunSink,
     io: &mut Io,
 ) {
     io.rx_packets += 1;
     io.rx_bytes += n as u64;
-    let at = HEADROOM;
     // RFC 3948 §2.2: a zero "SPI" is IKE's non-ESP marker; one 0xFF byte is a NAT
     // keepalive. Neither is ours to open.
     if from.udp && (n < 8 || buf[at..at + 4] == [0, 0, 0, 0]) {
@@ -1019,12 +1021,12 @@ fn open_one(
     // before it, so the engine sees a whole packet.
     let (head, len) = match (local, from.src) {
         (IpAddr::V4(dst), IpAddr::V4(src)) if from.udp => {
-            let h = HEADROOM - 20;
+            let h = at - 20;
             write_ipv4_header(&mut buf[h..h + 20], n, src, dst);
             (h, n + 20)
         }
         (IpAddr::V6(dst), IpAddr::V6(src)) => {
-            let h = HEADROOM - 40;
+            let h = at - 40;
             write_ipv6_header(&mut buf[h..h + 40], n, from.next, src, dst);
             (h, n + 40)
         }
@@ -1036,7 +1038,7 @@ fn open_one(
     };
     match engine.engine.inbound(&mut pkt) {
         Ok(Inbound::Opened { sa, .. }) => {
-            sink.1.push(sink.0, pkt.data(), io);
+            sink.push(pkt.data(), io);
             engine.after(sa);
         }
         Ok(Inbound::Bypass) => io.bypassed += 1, // not expected here
@@ -1048,8 +1050,9 @@ fn open_one(
 /// counters, kept for the worker's life.
 struct InboundPath {
     rx: RecvBatch,
-    /// A datagram the kernel coalesced (UDP GRO) is opened one segment at a time, each
-    /// copied here first: opening works in place and may need the room around it.
+    /// A datagram the kernel coalesced (UDP GRO) is opened one segment at a time, where
+    /// it lies — or, when the direction has IPComp (whose opening may grow a packet into
+    /// the next segment), each copied here first.
     segment: Vec<u8>,
     sink: TunSink,
     io: Io,
@@ -1059,7 +1062,7 @@ struct InboundPath {
 }
 
 impl InboundPath {
-    fn new(outside: &Outside) -> InboundPath {
+    fn new(outside: &Outside, tun: &SyncDevice) -> InboundPath {
         let mut fds = vec![outside.esp_recv.as_raw_fd(), outside.ah_recv.as_raw_fd()];
         if let Some(u) = &outside.udp {
             fds.push(u.as_raw_fd());
@@ -1068,20 +1071,14 @@ impl InboundPath {
             fds,
             rx: RecvBatch::new(),
             segment: vec![0u8; HEADROOM + MAX_PACKET + TAILROOM],
-            sink: TunSink::new(),
+            sink: TunSink::new(tun),
             io: Io::default(),
         }
     }
 
     /// Drain the sockets `ready` marks (a bounded number of batches each), open what came
     /// and write it to the TUN device.
-    fn drain(
-        &mut self,
-        ready: &[bool],
-        tun: &SyncDevice,
-        engine: &mut DirEngine,
-        outside: &Outside,
-    ) {
+    fn drain(&mut self, ready: &[bool], engine: &mut DirEngine, outside: &Outside) {
         let (rx, io) = (&mut self.rx, &mut self.io);
         let local = outside.local;
         for (i, &fd) in self.fds.iter().enumerate() {
@@ -1101,17 +1098,27 @@ impl InboundPath {
                     };
                     match rx.gro_segment(k).filter(|&g| udp && g < n) {
                         None => {
-                            let sink = (tun, &mut self.sink);
-                            open_one(engine, local, &mut rx.bufs[k], n, from, sink, io);
+                            let pkt = (&mut rx.bufs[k][..], HEADROOM, n);
+                            open_one(engine, local, pkt, from, &mut self.sink, io);
                         }
                         Some(g) => {
                             io.gro_receives += 1;
-                            let data = &rx.bufs[k][HEADROOM..HEADROOM + n];
-                            for part in data.chunks(g) {
-                                let seg = &mut self.segment;
-                                seg[HEADROOM..HEADROOM + part.len()].copy_from_slice(part);
-                                let sink = (tun, &mut self.sink);
-                                open_one(engine, local, seg, part.len(), from, sink, io);
+                            let in_place = engine.ipcomps.is_empty();
+                            let end = HEADROOM + n;
+                            for at in (HEADROOM..end).step_by(g) {
+                                let len = g.min(end - at);
+                                // In place, the header opening puts before a segment
+                                // covers the tail of the one before (already handed on),
+                                // and nothing past the segment's end can be touched.
+                                let pkt = if in_place {
+                                    (&mut rx.bufs[k][..at + len], at, len)
+                                } else {
+                                    let seg = &mut self.segment;
+                                    seg[HEADROOM..HEADROOM + len]
+                                        .copy_from_slice(&rx.bufs[k][at..at + len]);
+                                    (&mut seg[..], HEADROOM, len)
+                                };
+                                open_one(engine, local, pkt, from, &mut self.sink, io);
                             }
                         }
                     }
@@ -1121,13 +1128,13 @@ impl InboundPath {
                 }
             }
         }
-        self.sink.flush(tun, io);
+        self.sink.flush(io);
     }
 }
 
 /// The inbound worker: outside → open → TUN, on its own thread.
 pub fn run_inbound(w: Worker) {
-    let path = InboundPath::new(&w.outside);
+    let path = InboundPath::new(&w.outside, &w.tun);
     let (stop, fds) = (w.stop.clone(), path.fds.clone());
     let mut st = (w, path, Instant::now());
     serve(
@@ -1136,7 +1143,7 @@ pub fn run_inbound(w: Worker) {
         &fds,
         |(w, path, last)| w.tend(&path.io, last),
         |(w, path, _), ready| {
-            path.drain(ready, &w.tun, &mut w.engine, &w.outside);
+            path.drain(ready, &mut w.engine, &w.outside);
             Ok(())
         },
     );
@@ -1153,7 +1160,7 @@ pub fn run_both(out: Worker, inb: Worker) {
     }
     let stop = out.stop.clone();
     let mut fds = vec![out.tun.as_raw_fd()];
-    let ipath = InboundPath::new(&inb.outside);
+    let ipath = InboundPath::new(&inb.outside, &inb.tun);
     fds.extend(&ipath.fds);
     let opath = OutboundPath::new(out.mtu, &out.outside);
     let now = Instant::now();
@@ -1173,7 +1180,7 @@ pub fn run_both(out: Worker, inb: Worker) {
                     .map_err(reading_tun)?;
             }
             if ready[1..].iter().any(|&r| r) {
-                ipath.drain(&ready[1..], &inb.tun, &mut inb.engine, &inb.outside);
+                ipath.drain(&ready[1..], &mut inb.engine, &inb.outside);
             }
             Ok(())
         },

@@ -5,6 +5,7 @@
 
 mod config;
 mod dataplane;
+mod gro;
 mod stats;
 
 use std::path::PathBuf;
@@ -134,8 +135,12 @@ fn print_stats(socket: &std::path::Path, json: bool, prometheus: bool) -> ExitCo
                 gro.unwrap_or(0)
             ),
         };
+        let writes = match io["tun_writes"].as_u64() {
+            Some(n) if n > 0 => format!(" in {n} TUN writes"),
+            _ => String::new(),
+        };
         println!(
-            "{dir}: {} packets in, {} out{offload}, {} send errors, drops {}",
+            "{dir}: {} packets in, {} out{writes}{offload}, {} send errors, drops {}",
             io["rx_packets"], io["tx_packets"], io["send_errors"], d["drops"]
         );
         for sa in d["sas"].as_array().into_iter().flatten() {

@@ -49,6 +49,9 @@ pub struct Io {
     pub gso_sends: u64,
     /// UDP GRO: datagrams the kernel handed up coalesced (several ESP packets in one).
     pub gro_receives: u64,
+    /// Writes to the TUN device (inbound): fewer than packets out where GRO joined a
+    /// flow's packets into one.
+    pub tun_writes: u64,
 }
 
 /// An IPComp association's counters (RFC 3173), by the bundle it is in.
@@ -165,6 +168,11 @@ impl Shared {
             "UDP datagrams received coalesced (GRO).",
             "counter",
         );
+        family(
+            "ipsec_gw_tun_writes_total",
+            "Writes to the TUN device (GRO joins packets into fewer).",
+            "counter",
+        );
         for (dir, st) in [
             ("out", self.outbound.lock().expect("stats lock").clone()),
             ("in", self.inbound.lock().expect("stats lock").clone()),
@@ -196,12 +204,14 @@ impl Shared {
                  ipsec_gw_io_packets_total{{direction=\"{dir}\",io=\"tx\"}} {}\n\
                  ipsec_gw_send_errors_total{{direction=\"{dir}\"}} {}\n\
                  ipsec_gw_udp_gso_sends_total{{direction=\"{dir}\"}} {}\n\
-                 ipsec_gw_udp_gro_receives_total{{direction=\"{dir}\"}} {}",
+                 ipsec_gw_udp_gro_receives_total{{direction=\"{dir}\"}} {}\n\
+                 ipsec_gw_tun_writes_total{{direction=\"{dir}\"}} {}",
                 st.io.rx_packets,
                 st.io.tx_packets,
                 st.io.send_errors,
                 st.io.gso_sends,
-                st.io.gro_receives
+                st.io.gro_receives,
+                st.io.tun_writes
             );
         }
         s
