@@ -63,6 +63,7 @@ gateway: rust
 lint: rust venv
 	cargo fmt --all -- --check
 	cargo clippy --workspace --all-targets -q -- -D warnings
+	cargo clippy -p ipsec-gw --features io-ceiling --all-targets -q -- -D warnings
 	$(VENV)/bin/ruff check python tests benchmarks
 	$(VENV)/bin/ruff format --check python tests benchmarks
 	$(VENV)/bin/mypy

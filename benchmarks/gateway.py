@@ -7,7 +7,8 @@
 
 Per workload (iperf3 TCP with 1 and 4 streams, UDP at 64, 512 and 1420 bytes): the median
 Mbit/s of plain forwarding (`none`) and of each ipsec-gw backend — `ours` (raw ESP) and
-`ours-udp` (ESP in UDP 4500, with UDP GSO/GRO) — over the repetitions, their ratio to
+`ours-udp` (ESP in UDP 4500, with UDP GSO/GRO); `strongswan` (its user-space ESP on a
+TUN device) for reference when named — over the repetitions, their ratio to
 plain forwarding measured in the same run, the gateways' CPU seconds per GiB moved (from
 /proc/PID/stat), and the spread. Then a soak: TCP saturating the tunnel for --soak-s
 seconds through --soak-backend (default `ours-udp`: its GSO/GRO path holds the biggest
@@ -28,6 +29,9 @@ from typing import Any
 from ipsec_lab import environment, runner, scenario
 
 UDP_RATE_MBIT = 5000  # above what iperf3 can send: the sender's ceiling, not ours
+# What --backends may name: ipsec-gw's two and, for reference, strongSwan's user-space ESP
+# (charon with kernel-libipsec, also on a TUN device).
+COMPARED = ("ours", "ours-udp", "strongswan")
 
 
 def _soak(cfg: str, soak_s: float, backend: str) -> str:
@@ -68,7 +72,7 @@ seconds = 10
 
 
 def _backend(ours: list[dict[str, Any]], m_plain: float | None, soak: bool) -> dict[str, Any]:
-    """One ipsec-gw backend's figures for one workload, against plain forwarding's median."""
+    """One backend's figures for one workload, against plain forwarding's median."""
     m_ours = statistics.median(x["mbps"] for x in ours)
     # ipsec_effort is µs per kB (1024 B): x 1,048,576 kB per GiB / 1e6 = s per GiB
     cpu_s_per_gib = [
@@ -93,15 +97,17 @@ def main() -> int:
     ap.add_argument("--soak-s", type=float, default=300.0)
     ap.add_argument("--configuration", default="esp:aes128gcm16")
     ap.add_argument(
-        "--backends", default="ours,ours-udp", help="ipsec-gw backends, comma-separated"
+        "--backends",
+        default="ours,ours-udp",
+        help=f"backends to set beside plain forwarding, comma-separated: {', '.join(COMPARED)}",
     )
     ap.add_argument("--soak-backend", default="ours-udp", choices=("ours", "ours-udp"))
     ap.add_argument("--lab", type=Path)
     args = ap.parse_args()
     backends = [b for b in args.backends.split(",") if b]
     for b in backends:
-        if b not in ("ours", "ours-udp"):
-            ap.error(f"--backends: {b!r} is not an ipsec-gw backend (ours, ours-udp)")
+        if b not in COMPARED:
+            ap.error(f"--backends: {b!r} is not one of {', '.join(COMPARED)}")
     lab = args.lab or Path(tempfile.mkdtemp(prefix="ipsec-gw-bench-"))
     runs: list[dict[str, Any]] = []
     texts = [_scenario(args.configuration, args.repetitions, backends)]

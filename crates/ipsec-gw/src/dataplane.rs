@@ -252,6 +252,22 @@ impl DirEngine {
     }
 }
 
+/// Seal with the direction's engine — or, in the I/O-ceiling build, frame without
+/// cryptography ([`crate::ceiling`]).
+#[cfg(not(feature = "io-ceiling"))]
+fn seal(engine: &mut DirEngine, pkt: &mut PacketBuf<'_>) -> Result<Outbound, ipsec::DropReason> {
+    engine.engine.outbound(pkt)
+}
+
+/// Open with the direction's engine (or, in the I/O-ceiling build, unframe).
+#[cfg(not(feature = "io-ceiling"))]
+fn open(engine: &mut DirEngine, pkt: &mut PacketBuf<'_>) -> Result<Inbound, ipsec::DropReason> {
+    engine.engine.inbound(pkt)
+}
+
+#[cfg(feature = "io-ceiling")]
+use crate::ceiling::{open, seal};
+
 /// The outside: where sealed packets go and protected packets come from.
 pub struct Outside {
     raw_send: Socket,
@@ -587,6 +603,19 @@ fn udp_option(fd: RawFd, opt: libc::c_int, set: bool) -> bool {
     rc == 0
 }
 
+/// A zeroed buffer of `len` bytes whose pages are already resident (each written once):
+/// the gateway's memory at start is what it keeps, rather than growing as traffic first
+/// reaches deeper into its buffers (a fresh zeroed allocation is mapped lazily).
+pub fn resident(len: usize) -> Vec<u8> {
+    let mut v = vec![0u8; len];
+    for i in (0..len).step_by(4096) {
+        // SAFETY: `i < len`: in bounds of the allocation. Volatile, so the write of a zero
+        // the allocator already put there is not elided.
+        unsafe { std::ptr::write_volatile(v.as_mut_ptr().add(i), 0) };
+    }
+    v
+}
+
 /// Socket buffers of SOCKET_BUFFER bytes (beyond net.core.[rw]mem_max: we run as root):
 /// a burst must wait in the socket, not be dropped before the worker reads it.
 const SOCKET_BUFFER: libc::c_int = 4 << 20;
@@ -689,8 +718,8 @@ impl OutboundPath {
         let mut batch = SendBatch::default();
         batch.udp.gso = outside.udp_gso;
         OutboundPath {
-            original: vec![0u8; tun_rs::VIRTIO_NET_HDR_LEN + MAX_PACKET],
-            bufs: (0..slots).map(|_| vec![0u8; size]).collect(),
+            original: resident(tun_rs::VIRTIO_NET_HDR_LEN + MAX_PACKET),
+            bufs: (0..slots).map(|_| resident(size)).collect(),
             sizes: vec![0usize; slots],
             batch,
             io: Io::default(),
@@ -725,7 +754,7 @@ impl OutboundPath {
                 let Ok(mut pkt) = PacketBuf::new(buf, HEADROOM, len) else {
                     continue;
                 };
-                match engine.engine.outbound(&mut pkt) {
+                match seal(engine, &mut pkt) {
                     Ok(Outbound::Sealed { sa }) => {
                         batch.pkts.push((b, pkt.head(), pkt.len()));
                         engine.after(sa);
@@ -830,7 +859,7 @@ impl RecvBatch {
     fn new() -> RecvBatch {
         RecvBatch {
             bufs: (0..RECV_BATCH)
-                .map(|_| vec![0u8; HEADROOM + MAX_PACKET + TAILROOM])
+                .map(|_| resident(HEADROOM + MAX_PACKET + TAILROOM))
                 .collect(),
             // SAFETY: zeroed sockaddr_storage / iovec / mmsghdr are valid values.
             addrs: vec![unsafe { std::mem::zeroed() }; RECV_BATCH],
@@ -1036,7 +1065,7 @@ fn open_one(
     let Ok(mut pkt) = PacketBuf::new(buf, head, len) else {
         return;
     };
-    match engine.engine.inbound(&mut pkt) {
+    match open(engine, &mut pkt) {
         Ok(Inbound::Opened { sa, .. }) => {
             sink.push(pkt.data(), io);
             engine.after(sa);
@@ -1070,7 +1099,7 @@ impl InboundPath {
         InboundPath {
             fds,
             rx: RecvBatch::new(),
-            segment: vec![0u8; HEADROOM + MAX_PACKET + TAILROOM],
+            segment: resident(HEADROOM + MAX_PACKET + TAILROOM),
             sink: TunSink::new(tun),
             io: Io::default(),
         }

@@ -99,7 +99,11 @@ impl Coalescer {
     pub fn new(slots: usize, vnet: bool, udp: bool) -> Coalescer {
         Coalescer {
             bufs: (0..slots)
-                .map(|_| Vec::with_capacity(VIRTIO_NET_HDR_LEN + MAX_IP))
+                .map(|_| {
+                    let mut b = crate::dataplane::resident(VIRTIO_NET_HDR_LEN + MAX_IP);
+                    b.clear();
+                    b
+                })
                 .collect(),
             items: Vec::with_capacity(slots),
             vnet,

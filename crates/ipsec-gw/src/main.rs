@@ -3,6 +3,8 @@
 //! and AH (the outside), optionally ESP in UDP on port 4500 (RFC 3948). Foreground; logs
 //! to stderr; SIGHUP reloads the config, SIGTERM/SIGINT stop it (the TUN device goes).
 
+#[cfg(feature = "io-ceiling")]
+mod ceiling;
 mod config;
 mod dataplane;
 mod gro;
@@ -230,6 +232,11 @@ fn run(cfg: config::Config) -> Result<(), String> {
             spawn("inbound", Box::new(move || dataplane::run_inbound(wi)))?,
         ]
     };
+    #[cfg(feature = "io-ceiling")]
+    eprintln!(
+        "ipsec-gw: WARNING: an io-ceiling build (benchmarks/io_ceiling.py): packets are framed \
+         as ESP but NOT ENCRYPTED OR AUTHENTICATED — a benchmark of the data path only"
+    );
     eprintln!(
         "ipsec-gw: up: TUN {} (MTU {}, offloads: TCP {}, UDP {}), {} -> {}{}, {} SAs, {} policies, {}",
         cfg.tun,

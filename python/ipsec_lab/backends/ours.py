@@ -180,10 +180,13 @@ class Ours:
         stage_timing: bool = False,
         edit: Callable[[str, str], str] | None = None,
         mode: str = "transport",
+        binary: Path | None = None,
     ) -> None:
         """`edit(key, toml)` may change each generated config before it is used (tests
         use it for mismatched keys, lifetimes, extra policies). `mode`: of host-to-host
-        tunnels (gateways always use tunnel mode)."""
+        tunnels (gateways always use tunnel mode). `binary`: another ipsec-gw build than
+        the repository's (benchmarks/io_ceiling.py's)."""
+        self.binary = binary
         self.mode = mode
         self.udp_encap = udp_encap
         # ESP in UDP to port 4500 (RFC 3948), with UDP GSO/GRO: a backend of its own
@@ -197,8 +200,11 @@ class Ours:
     def check(self, configuration: str) -> None:
         if layers(configuration).ah and self.udp_encap:
             raise Unsupported("AH cannot cross UDP encapsulation (RFC 3948 carries ESP only)")
-        if gateway_binary() is None:
+        if self._binary() is None:
             raise Unsupported("ipsec-gw is not built (`make native` builds it)")
+
+    def _binary(self) -> Path | None:
+        return self.binary or gateway_binary()
 
     def start(self, tb: Testbed, configuration: str) -> None:
         """One ipsec-gw per tunnel end: a node in several tunnels (the clients topology's
@@ -206,7 +212,7 @@ class Ours:
         address. Processes, configs and sockets are keyed by node, or `node-tN` then."""
         self.check(configuration)
         ls = layers(configuration)
-        binary = gateway_binary()
+        binary = self._binary()
         assert binary is not None
         d = tb.rundir / "ipsec-gw"
         d.mkdir(parents=True, exist_ok=True)
@@ -268,7 +274,7 @@ class Ours:
         return self._procs[node]
 
     def version(self) -> str:
-        binary = gateway_binary()
+        binary = self._binary()
         if binary is None:
             return "ipsec-gw (not built)"
         p = subprocess.run([str(binary), "--version"], capture_output=True, text=True, timeout=5)
