@@ -55,7 +55,7 @@ enum Parsed {
     /// TCP or UDP that cannot join (SYN, FIN, no payload, …): it closes its connection's
     /// open packet, to keep the connection's order.
     Closes(Conn),
-    /// Anything else: written as it is.
+    /// Anything else: written as it is, and it closes every open packet.
     Other,
 }
 
@@ -142,7 +142,14 @@ impl Coalescer {
                 self.close(&conn);
                 self.start(pkt, None);
             }
-            Parsed::Other => self.start(pkt, None),
+            Parsed::Other => {
+                // Not knowing whose it is (a fragment, IP options, ICMP…), nothing that
+                // came before it may take a later packet.
+                for it in self.items.iter_mut() {
+                    it.open = false;
+                }
+                self.start(pkt, None);
+            }
         }
     }
 
@@ -625,11 +632,16 @@ mod tests {
             seg(1300, TCP_ACK | 0x01, 0), // FIN, no payload
             seg(1300, TCP_ACK, 100),
             tcp(false, 1400, 2, TCP_ACK, &data(100, 9), 1), // another ACK number
+            vec![
+                0x45, 0, 0, 28, 0, 0, 0, 0, 64, 1, 0, 0, 10, 1, 0, 1, 10, 2, 0, 1, 8, 0, 0, 0, 0,
+                0, 0, 0,
+            ], // ICMP
+            tcp(false, 1500, 2, TCP_ACK, &data(100, 9), 1), // may not jump the ICMP packet
         ];
-        let out = run(&mut Coalescer::new(8, true, true), &pkts);
+        let out = run(&mut Coalescer::new(16, true, true), &pkts);
         let got: Vec<Vec<u8>> = out.iter().flat_map(|o| cut(o, false).1).collect();
         assert_eq!(got, pkts);
-        assert_eq!(out.len(), 6);
+        assert_eq!(out.len(), 8);
     }
 
     #[test]
