@@ -26,7 +26,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from ipsec_lab import environment, runner, scenario
+from bench_common import emit
+
+from ipsec_lab import runner, scenario
 
 UDP_RATE_MBIT = 5000  # above what iperf3 can send: the sender's ceiling, not ours
 # What --backends may name: ipsec-gw's two and, for reference, strongSwan's user-space ESP
@@ -138,11 +140,8 @@ def main() -> int:
             if ours:
                 entry[b] = _backend(ours, m_plain, label == "soak")
         out["workloads"][label] = entry
-    out["environment"] = environment.describe()
     out["lab"] = str(lab)
-    json.dump(out, sys.stdout, indent=1)
-    print()
-    return 0
+    return emit(out)
 
 
 if __name__ == "__main__":

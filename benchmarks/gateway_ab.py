@@ -12,19 +12,14 @@ both sides. Not a test: nothing here asserts a time.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
-import tempfile
-from pathlib import Path
 from typing import Any
 
-from ipsec_lab import environment
+from bench_common import emit, mbps, tunnel
+
 from ipsec_lab.backends.ours import Ours
 from ipsec_lab.scenario import Workload
-from ipsec_lab.testbed import topology
-from ipsec_lab.testbed.build import Testbed
-from ipsec_lab.traffic import iperf
 
 
 def _run(args: argparse.Namespace, udp_encap: bool, lines: list[str]) -> tuple[float, float]:
@@ -34,17 +29,11 @@ def _run(args: argparse.Namespace, udp_encap: bool, lines: list[str]) -> tuple[f
     def edit(node: str, text: str) -> str:
         return text.replace("[gateway]\n", f"[gateway]\n{extra}", 1)
 
-    with Testbed(topology("line"), Path(tempfile.mkdtemp(prefix="gw-ab-")) / "run") as tb:
-        gw = Ours(udp_encap=udp_encap, edit=edit if lines else None)
-        gw.start(tb, args.configuration)
-        try:
-            flow = tb.topo.flows[0]
-            t = iperf.tcp(tb, flow, Workload("tcp", seconds=args.tcp_s), lambda _, f: f(), 0)
-            w = Workload("udp", size=1420, rate_mbit=args.udp_rate, seconds=args.udp_s)
-            u = iperf.udp(tb, flow, w, lambda _, f: f(), 0)
-        finally:
-            gw.stop(tb)
-    return t[0]["mbps"], u[0]["mbps"]
+    gw = Ours(udp_encap=udp_encap, edit=edit if lines else None)
+    with tunnel(gw, args.configuration, "gw-ab-") as tb:
+        t = mbps(tb, Workload("tcp", seconds=args.tcp_s))
+        u = mbps(tb, Workload("udp", size=1420, rate_mbit=args.udp_rate, seconds=args.udp_s))
+    return t, u
 
 
 def main() -> int:
@@ -77,10 +66,7 @@ def main() -> int:
             "ratio_b_to_a": {"tcp": med["B"][0] / med["A"][0], "udp": med["B"][1] / med["A"][1]},
             "runs": {v: runs[f"{backend} {v}"] for v in ("A", "B")},
         }
-    out["environment"] = environment.describe()
-    json.dump(out, sys.stdout, indent=1)
-    print()
-    return 0
+    return emit(out)
 
 
 if __name__ == "__main__":

@@ -17,21 +17,17 @@ here. Not a test: nothing here asserts a time.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
-from ipsec_lab import environment
+from bench_common import emit, mbps, tunnel
+
 from ipsec_lab.backends.none import NoIpsec
 from ipsec_lab.backends.ours import Ours
 from ipsec_lab.scenario import Workload
-from ipsec_lab.testbed import topology
-from ipsec_lab.testbed.build import Testbed
-from ipsec_lab.traffic import iperf
 
 ROOT = Path(__file__).resolve().parents[1]
 CEILING = ROOT / "target/io-ceiling/release/ipsec-gw"
@@ -44,18 +40,6 @@ def build() -> None:
          "--target-dir", str(ROOT / "target/io-ceiling")],
         cwd=ROOT, check=True,
     )  # fmt: skip
-
-
-def tcp_mbps(backend: Any, seconds: float) -> float:
-    """One run: a fresh testbed, `backend` up, one TCP stream client -> server."""
-    with Testbed(topology("line"), Path(tempfile.mkdtemp(prefix="io-ceiling-")) / "run") as tb:
-        backend.start(tb, CONFIGURATION)
-        try:
-            w = Workload("tcp", seconds=seconds)
-            (row,) = iperf.tcp(tb, tb.topo.flows[0], w, lambda _, f: f(), 0)
-        finally:
-            backend.stop(tb)
-    return float(row["mbps"])
 
 
 def main() -> int:
@@ -77,7 +61,8 @@ def main() -> int:
     runs: dict[str, list[float]] = {k: [] for k in variants}
     for rep in range(args.repetitions):
         for key, make in variants.items():
-            runs[key].append(tcp_mbps(make(), args.tcp_s))
+            with tunnel(make(), CONFIGURATION, "io-ceiling-") as tb:
+                runs[key].append(mbps(tb, Workload("tcp", seconds=args.tcp_s)))
             print(f"{rep + 1}/{args.repetitions} {key}: {runs[key][-1]:.0f}", file=sys.stderr)
     med = {k: statistics.median(v) for k, v in runs.items()}
     out: dict[str, Any] = {"configuration": CONFIGURATION, "tcp_s": args.tcp_s}
@@ -91,10 +76,7 @@ def main() -> int:
         }
         for b in names
     }
-    out["environment"] = environment.describe()
-    json.dump(out, sys.stdout, indent=1)
-    print()
-    return 0
+    return emit(out)
 
 
 if __name__ == "__main__":

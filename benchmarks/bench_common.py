@@ -1,0 +1,45 @@
+"""What the gateway benchmarks share: a fresh `line` testbed with one backend up, one
+iperf3 run through it, and the JSON they print."""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from ipsec_lab import environment
+from ipsec_lab.scenario import Workload
+from ipsec_lab.testbed import topology
+from ipsec_lab.testbed.build import Testbed
+from ipsec_lab.traffic import iperf
+
+
+@contextmanager
+def tunnel(backend: Any, configuration: str, prefix: str) -> Iterator[Testbed]:
+    """A fresh `line` testbed (client - gwA - gwB - server) with `backend` up; both are
+    taken down on leaving, even on failure."""
+    with Testbed(topology("line"), Path(tempfile.mkdtemp(prefix=prefix)) / "run") as tb:
+        backend.start(tb, configuration)
+        try:
+            yield tb
+        finally:
+            backend.stop(tb)
+
+
+def mbps(tb: Testbed, workload: Workload) -> float:
+    """One iperf3 run (TCP or UDP, as `workload` says) client -> server: Mbit/s."""
+    run = iperf.tcp if workload.kind == "tcp" else iperf.udp
+    (row,) = run(tb, tb.topo.flows[0], workload, lambda _, f: f(), 0)
+    return float(row["mbps"])
+
+
+def emit(out: dict[str, Any]) -> int:
+    """Print a benchmark's result, with what machine it ran on, as JSON on stdout."""
+    out["environment"] = environment.describe()
+    json.dump(out, sys.stdout, indent=1)
+    print()
+    return 0
