@@ -36,7 +36,11 @@ pub fn seal(engine: &mut DirEngine, pkt: &mut PacketBuf<'_>) -> Result<Outbound,
     if head < FRONT || pkt.tailroom() < pad + 2 + ICV {
         return Err(DropReason::NoRoom);
     }
-    let next = if pkt.data()[0] >> 4 == 6 { 41 } else { 4 };
+    let next = if pkt.data().first().is_some_and(|b| b >> 4 == 6) {
+        41
+    } else {
+        4
+    };
     let at = head - FRONT;
     let raw = pkt.raw();
     let h = &mut raw[at..at + FRONT];
