@@ -823,21 +823,50 @@ pub fn run_outbound(w: Worker) {
     if !nonblocking(&w.tun) {
         return;
     }
-    let (stop, fds) = (w.stop.clone(), [w.tun.as_raw_fd()]);
+    let fds = [w.tun.as_raw_fd()];
     let path = OutboundPath::new(w.mtu, &w.outside);
+    serve_one(w, path, &fds, |w, path, _| {
+        path.drain(&w.tun, &mut w.engine, &w.outside)
+            .map_err(reading_tun)
+    });
+}
+
+/// A direction's path: what it counted.
+trait Counted {
+    fn io(&self) -> &Io;
+}
+
+impl Counted for OutboundPath {
+    fn io(&self) -> &Io {
+        &self.io
+    }
+}
+
+impl Counted for InboundPath {
+    fn io(&self) -> &Io {
+        &self.io
+    }
+}
+
+/// One direction on its own thread: `serve` with that worker's tending (reload, publish),
+/// `step` on each wakeup, and its counters published a last time when it stops.
+fn serve_one<P: Counted>(
+    w: Worker,
+    path: P,
+    fds: &[RawFd],
+    step: impl Fn(&mut Worker, &mut P, &[bool]) -> Result<(), String>,
+) {
+    let stop = w.stop.clone();
     let mut st = (w, path, Instant::now());
     serve(
         &mut st,
         &stop,
-        &fds,
-        |(w, path, last)| w.tend(&path.io, last),
-        |(w, path, _), _| {
-            path.drain(&w.tun, &mut w.engine, &w.outside)
-                .map_err(reading_tun)
-        },
+        fds,
+        |(w, path, last)| w.tend(path.io(), last),
+        |(w, path, _), ready| step(w, path, ready),
     );
     let (w, path, _) = st;
-    w.engine.publish(&path.io, &w.shared);
+    w.engine.publish(path.io(), &w.shared);
 }
 
 /// Datagrams taken per recvmmsg(2).
@@ -1164,20 +1193,11 @@ impl InboundPath {
 /// The inbound worker: outside → open → TUN, on its own thread.
 pub fn run_inbound(w: Worker) {
     let path = InboundPath::new(&w.outside, &w.tun);
-    let (stop, fds) = (w.stop.clone(), path.fds.clone());
-    let mut st = (w, path, Instant::now());
-    serve(
-        &mut st,
-        &stop,
-        &fds,
-        |(w, path, last)| w.tend(&path.io, last),
-        |(w, path, _), ready| {
-            path.drain(ready, &mut w.engine, &w.outside);
-            Ok(())
-        },
-    );
-    let (w, path, _) = st;
-    w.engine.publish(&path.io, &w.shared);
+    let fds = path.fds.clone();
+    serve_one(w, path, &fds, |w, path, ready| {
+        path.drain(ready, &mut w.engine, &w.outside);
+        Ok(())
+    });
 }
 
 /// One worker for both directions (`workers = 1`): one thread polls the TUN device and
