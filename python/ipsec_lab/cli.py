@@ -103,8 +103,9 @@ def _bench_configs(args: argparse.Namespace) -> int:
         json.dump(doc, sys.stdout, indent=1)
         print()
         return 0
-    from rich.console import Console
     from rich.table import Table
+
+    from ipsec_lab.tables import WholeConsole as Console
 
     if args.study1:
         t = Table(
@@ -141,8 +142,9 @@ def _bench_configs(args: argparse.Namespace) -> int:
 
 
 def _print_stages(rows: list[dict[str, Any]]) -> None:
-    from rich.console import Console
     from rich.table import Table
+
+    from ipsec_lab.tables import WholeConsole as Console
 
     labels = sorted({k for r in rows for k in r["stages"]}, key=_stage_order)
     costs = all("stage_timing_cost" in r for r in rows)
@@ -191,8 +193,9 @@ def _stage_order(label: str) -> int:
 
 
 def _print_table(rows: list[dict[str, Any]], env: dict[str, Any]) -> None:
-    from rich.console import Console
     from rich.table import Table
+
+    from ipsec_lab.tables import WholeConsole as Console
 
     t = Table(
         title="ipsec-lab engine benchmark (one core, median of trials)",
@@ -337,11 +340,32 @@ def build_parser() -> argparse.ArgumentParser:
     cli_model.add_parsers(sub)
     cli_lab.add_parsers(sub)
     cli_reproduce.add_parsers(sub)
+    _add_wide(p)
     return p
+
+
+def _add_wide(p: argparse.ArgumentParser) -> None:
+    """`--wide` on every command that prints (the leaves of the command tree)."""
+    subs = [a for a in p._actions if isinstance(a, argparse._SubParsersAction)]
+    if not subs:
+        if p.prog != "ipsec-lab":
+            p.add_argument(
+                "--wide",
+                action="store_true",
+                help="print tables with all columns at full width even on a narrow terminal "
+                "(default there: one block per row; in a pipe tables are always full width)",
+            )
+        return
+    for a in subs:
+        for child in a.choices.values():
+            _add_wide(child)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    from ipsec_lab import tables
+
+    tables.WIDE = bool(getattr(args, "wide", False))
     if getattr(args, "budget_ms", 1) < 1 or getattr(args, "trials", 1) < 1:
         print(f"ipsec-lab {args.command}: --budget-ms and --trials must be at least 1",
               file=sys.stderr)  # fmt: skip

@@ -15,7 +15,10 @@ LAB_HELP = f"lab directory holding results.sqlite (default: $IPSEC_LAB_DIR or ./
 
 
 def _lab_dir(args: argparse.Namespace) -> Path:
-    return Path(args.lab or os.environ.get("IPSEC_LAB_DIR") or DEFAULT_LAB)
+    """The lab directory, absolute: every path the lab hands to another program (nginx's
+    `-c`/`-p`, charon's and ipsec-gw's configs, tcpdump's capture) derives from it, and a
+    relative one means something else to each of them."""
+    return Path(args.lab or os.environ.get("IPSEC_LAB_DIR") or DEFAULT_LAB).resolve()
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -61,6 +64,15 @@ def _run(args: argparse.Namespace) -> int:
         print(f"ipsec-lab run: {e}", file=sys.stderr)
         print(f"(continue later with `ipsec-lab run --resume {args.scenario}`)", file=sys.stderr)
         rc = 1
+    print(f"campaign {campaign.id}: {counts_line(campaign)}", file=sys.stderr)
+    if campaign.progress.failed:
+        print(
+            f"ipsec-lab run: {campaign.progress.failed} runs failed (reasons below and in "
+            f"`ipsec-lab results {campaign.id}`); retry them with "
+            f"`ipsec-lab run --resume {args.scenario}`",
+            file=sys.stderr,
+        )
+        rc = 1
     runs = campaign.store.runs(campaign.id)
     summary = runner.summarize(runs)
     if args.json:
@@ -68,17 +80,27 @@ def _run(args: argparse.Namespace) -> int:
         print()
     else:
         print_summary(summary, f"campaign {campaign.id}: {sc.name}")
+        print_failures(runs)
     return rc
 
 
 def run_with_progress(campaign: Any, quiet: bool, title: str = "") -> None:
     """Run a campaign, with a live rich progress bar (count, ETA, current run) on stderr
-    unless `quiet`."""
+    unless `quiet`, and a line on stderr for each run as it ends (done with its figures,
+    failed or skipped with the reason's first line)."""
+    last = [""]
     if quiet:
-        campaign.on_progress = lambda p: None
+
+        def plain(p: Any) -> None:
+            if p.last and p.last != last[0]:
+                last[0] = p.last
+                print(f"{title}[{p.done}/{p.total}] {p.last}", file=sys.stderr, flush=True)
+
+        campaign.on_progress = plain
         campaign.run()
         return
     from rich.console import Console
+    from rich.markup import escape
     from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
     with Progress(
@@ -90,9 +112,31 @@ def run_with_progress(campaign: Any, quiet: bool, title: str = "") -> None:
         console=Console(stderr=True),
     ) as prog:
         task = prog.add_task("", total=campaign.progress.total)
-        campaign.on_progress = lambda p: prog.update(task, completed=p.done, description=p.current)
-        campaign.on_progress(campaign.progress)
+
+        def show(p: Any) -> None:
+            if p.last and p.last != last[0]:
+                last[0] = p.last
+                style = (
+                    "red"
+                    if p.last.startswith("failed")
+                    else ("yellow" if p.last.startswith("skipped") else "")
+                )
+                line = escape(p.last)
+                prog.console.print(f"[{style}]{line}[/{style}]" if style else line)
+            prog.update(task, completed=p.done, description=escape(p.current))
+
+        campaign.on_progress = show
+        show(campaign.progress)
         campaign.run()
+
+
+def counts_line(campaign: Any) -> str:
+    """planned / done / failed / skipped, in words, for the end of a run."""
+    p = campaign.progress
+    ok = p.done - p.failed - p.skipped
+    return f"{p.total} runs planned: {ok} done, {p.failed} failed, {p.skipped} skipped" + (
+        f", {p.total - p.done} not run" if p.total > p.done else ""
+    )
 
 
 def _rate(v: float | None) -> str:
@@ -106,28 +150,59 @@ def _num(v: float | None, spec: str = ".3g") -> str:
 
 
 def print_summary(summary: list[dict[str, Any]], title: str) -> None:
-    from rich.console import Console
+    from ipsec_lab.tables import WholeConsole as Console
+
+    Console().print(summary_table(summary, title))
+
+
+def _secs(v: float | None) -> str:
+    if v is None:
+        return "—"
+    return f"{v * 1000:.3g} ms" if v < 1 else f"{v:.3g} s"
+
+
+def summary_table(summary: list[dict[str, Any]], title: str) -> Any:
+    """The summary an engineer reads: rate (or, for HTTP/SMTP, transfer time) median and
+    range, its CV over repetitions, ratios to no IPsec, CPU effort, wire bytes per
+    payload byte, TCP retransmits, and why a cell is empty."""
     from rich.table import Table
 
-    t = Table(title=title)
+    t = Table(title=title, caption="rate: Mbit/s of payload, or transfer time for HTTP/SMTP; "
+              "CV: over repetitions; wire %: wire bytes (both ways) per payload byte")  # fmt: skip
     for col in ("backend", "configuration", "link", "flow", "measurement"):
         t.add_column(col, no_wrap=True)
     t.add_column("n", justify="right")
-    for col in ("Mbit/s median", "min-max", "x none", "effort µs/kB", "x none", "IPsec µs/kB"):
+    for col in ("rate / time", "min-max", "CV", "x none", "effort µs/kB", "x none",
+                "IPsec µs/kB", "wire %", "retrans"):  # fmt: skip
         t.add_column(col, justify="right")
     t.add_column("note")
     for r in summary:
         head = (r["backend"], r["configuration"], r["link"], r["flow"], r["measurement"])
-        if r.get("skipped") is not None:
-            t.add_row(*head, "0", *[""] * 6, "skipped: " + r["skipped"])
+        if r.get("skipped") is not None or r.get("failed") is not None:
+            why = (
+                "skipped: " + r["skipped"]
+                if r.get("skipped") is not None
+                else ("FAILED: " + r["failed"])
+            )
+            t.add_row(*head, "0", *[""] * 9, why)
             continue
+        cv = r.get("mbps_cv")
+        if r.get("transfer"):
+            main = _secs(r["seconds_median"])
+            rng = f"{_rate(r['mbps_min'])}-{_rate(r['mbps_max'])} Mbit/s"
+            vs = _num(r["seconds_vs_none"], ".2f")
+        else:
+            main = f"{_rate(r['mbps_median'])} Mbit/s"
+            rng = f"{_rate(r['mbps_min'])}-{_rate(r['mbps_max'])}"
+            vs = _num(r["mbps_vs_none"], ".2f")
         t.add_row(
-            *head, str(r["n"]), _rate(r["mbps_median"]),
-            f"{_rate(r['mbps_min'])}-{_rate(r['mbps_max'])}",
-            _num(r["mbps_vs_none"], ".2f"), _num(r["effort_median"]),
-            _num(r["effort_vs_none"], ".2f"), _num(r["ipsec_effort_median"]), "",
+            *head, str(r["n"]), main, rng, "—" if cv is None else f"{100 * cv:.1f} %", vs,
+            _num(r["effort_median"]), _num(r["effort_vs_none"], ".2f"),
+            _num(r["ipsec_effort_median"]),
+            "—" if r.get("wire_pct_of_payload") is None else f"{r['wire_pct_of_payload']:.1f} %",
+            _num(r.get("retransmits_median"), ".0f"), r.get("note", ""),
         )  # fmt: skip
-    Console().print(t)
+    return t
 
 
 def _results(args: argparse.Namespace) -> int:
@@ -141,21 +216,25 @@ def _results(args: argparse.Namespace) -> int:
     store = Store(db)
     if args.campaign is None:
         rows = [
-            {k: r[k] for k in ("id", "name", "status", "started", "n_runs", "n_done")}
+            {k: r[k] for k in ("id", "name", "status", "started", "n_runs", "n_done",
+                               "n_failed", "n_skipped")}
             for r in store.campaigns()
-        ]
+        ]  # fmt: skip
         if args.json:
             json.dump(rows, sys.stdout, indent=1)
             print()
             return 0
-        from rich.console import Console
         from rich.table import Table
 
+        from ipsec_lab.tables import WholeConsole as Console
+
         t = Table(title=f"campaigns in {db}")
-        for c in ("id", "name", "status", "runs done/all"):
-            t.add_column(c)
+        for c in ("id", "name", "status", "runs", "done", "failed", "skipped"):
+            t.add_column(c, justify="right" if c in ("id", "runs", "done", "failed",
+                                                      "skipped") else "left")  # fmt: skip
         for r in rows:
-            t.add_row(str(r["id"]), r["name"], r["status"], f"{r['n_done']}/{r['n_runs']}")
+            t.add_row(str(r["id"]), r["name"], r["status"], str(r["n_runs"]), str(r["n_done"]),
+                      str(r["n_failed"]), str(r["n_skipped"]))  # fmt: skip
         Console().print(t)
         return 0
     camp = store.campaign(args.campaign)
@@ -164,10 +243,11 @@ def _results(args: argparse.Namespace) -> int:
         return 2
     runs = store.runs(args.campaign)
     summary = runner.summarize(runs)
+    n = runner.counts(runs, _planned(camp))
     if args.json:
         json.dump(
             {"campaign": dict(camp) | {"environment": json.loads(camp["environment"])},
-             "summary": summary, "runs": runs},
+             "counts": n, "summary": summary, "runs": runs},
             sys.stdout, indent=1,
         )  # fmt: skip
         print()
@@ -175,7 +255,30 @@ def _results(args: argparse.Namespace) -> int:
         _csv(runs)
     else:
         print_summary(summary, f"campaign {camp['id']}: {camp['name']} ({camp['status']})")
+        print(
+            f"{n['planned']} runs planned: {n['done']} done, {n['failed']} failed, "
+            f"{n['skipped']} skipped"
+        )
+        print_failures(runs)
     return 0
+
+
+def print_failures(runs: list[dict[str, Any]]) -> None:
+    """Each failed run with its whole reason (the programs' log tails included)."""
+    for r in runs:
+        if r["status"] == "failed":
+            print(f"\nFAILED: {r['backend']} {r['configuration']} | {r['link']} | "
+                  f"{r['workload']} {r['flow']} #{r['repetition']}\n{r['reason']}")  # fmt: skip
+
+
+def _planned(camp: Any) -> int | None:
+    """How many runs the campaign's scenario plans (None if it no longer parses)."""
+    from ipsec_lab import runner, scenario
+
+    try:
+        return len(runner.plan(scenario.parse(camp["scenario_text"], camp["scenario_path"])))
+    except Exception:
+        return None
 
 
 CSV_FIELDS = (

@@ -178,7 +178,7 @@ def _print_json(doc: Any) -> None:
 
 
 def _console() -> Any:
-    from rich.console import Console
+    from ipsec_lab.tables import WholeConsole as Console
 
     return Console()
 

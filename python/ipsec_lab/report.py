@@ -19,9 +19,19 @@ from pathlib import Path
 from typing import Any
 
 from ipsec_lab import environment
-from ipsec_lab.studies import Analysis, Plot, Table
+from ipsec_lab.studies import (
+    HOLDS,
+    NOT_MEASURED,
+    REVERSED,
+    STRONGER,
+    VERDICTS,
+    WEAKER,
+    Analysis,
+    Plot,
+    Table,
+)
 
-VERDICT_CLASS = {"holds": "ok", "changed": "chg"}  # anything else: "na"
+VERDICT_CLASS = {HOLDS: "ok", STRONGER: "ok", WEAKER: "weak", REVERSED: "chg"}  # else "na"
 
 CSS = """
 body { font: 15px/1.45 system-ui, sans-serif; margin: 2em auto; max-width: 72em;
@@ -32,6 +42,7 @@ table { border-collapse: collapse; margin: .6em 0; font-size: .88em; }
 th, td { border: 1px solid #ccd; padding: .25em .5em; text-align: left; vertical-align: top; }
 th { background: #eef; } td.num { text-align: right; }
 .ok { color: #075; font-weight: 600; } .chg { color: #b40; font-weight: 600; }
+.weak { color: #a70; font-weight: 600; } .fail { color: #b00; }
 .na { color: #777; } .note { color: #555; font-size: .88em; }
 figure.plot { margin: 1em 0; } figure.plot svg { max-width: 100%; height: auto; }
 figcaption { font-size: .88em; color: #444; }
@@ -126,17 +137,28 @@ def _table(t: Table) -> str:
 
 
 def reading(analyses: list[Analysis]) -> list[str]:
-    """The report's summary sentences, one per study, from its findings."""
+    """The report's summary sentences, one per study, from its findings (counted on the
+    verdict scale) and, when its campaigns had failed runs, what failed and why."""
     out = []
     for an in analyses:
-        holds = [f.claim for f in an.findings if f.verdict == "holds"]
-        changed = [f for f in an.findings if f.verdict.startswith("changed")]
-        na = [f for f in an.findings if f.verdict == "not measured"]
-        s = f"{an.title.split(' — ')[0]}: {len(holds)} of {len(an.findings)} findings hold"
-        if changed:
-            s += "; changed: " + "; ".join(f"{f.claim} (here {f.ours})" for f in changed)
-        if na:
-            s += f"; {len(na)} not measured in this run"
+        n = {v: [f for f in an.findings if f.verdict == v] for v in VERDICTS}
+        held = len(n[HOLDS]) + len(n[STRONGER]) + len(n[WEAKER])
+        s = f"{an.title.split(' — ')[0]}: {held} of {len(an.findings)} findings hold"
+        parts = [f"{len(n[v])} {v.removeprefix('holds, ')}" for v in (STRONGER, WEAKER) if n[v]]
+        if parts:
+            s += " (" + ", ".join(parts) + ")"
+        if n[REVERSED]:
+            s += "; reversed: " + "; ".join(f"{f.claim} (here {f.ours})" for f in n[REVERSED])
+        if n[NOT_MEASURED]:
+            s += f"; {len(n[NOT_MEASURED])} not measured"
+            if an.failures:
+                s += " because runs failed: " + "; ".join(an.failures[:3])
+                if len(an.failures) > 3:
+                    s += f"; and {len(an.failures) - 3} more"
+            else:
+                s += " (why: in the findings table)"
+        elif an.failures:
+            s += f"; {len(an.failures)} failed run groups (see the study's section)"
         out.append(s + ".")
     return out
 
@@ -158,6 +180,12 @@ def render(analyses: list[Analysis], env: dict[str, Any], lab: Path) -> str:
         "<h2 id=reading>Reading</h2><ul>",
         *(f"<li>{html.escape(s)}</li>" for s in reading(analyses)),
         "</ul>",
+        "<p class=note>Verdicts: "
+        + "; ".join(
+            f"<span class={VERDICT_CLASS.get(k, 'na')}>{html.escape(k)}</span> = {html.escape(v)}"
+            for k, v in VERDICTS.items()
+        )
+        + ".</p>",
     ]
     if any(an.quick for an in analyses):
         parts.append('<p class="note">Some studies ran with <code>--quick</code>: fewer '
@@ -171,12 +199,19 @@ def render(analyses: list[Analysis], env: dict[str, Any], lab: Path) -> str:
         parts.append("<h3>Findings</h3><table><tr><th>finding</th><th>published</th>"
                      "<th>this machine</th><th>verdict</th></tr>")  # fmt: skip
         for f in an.findings:
-            cls = VERDICT_CLASS.get(f.verdict.split(" ")[0], "na")  # "changed (...)" too
+            cls = VERDICT_CLASS.get(f.verdict, "na")
             parts.append(
                 f"<tr><td>{html.escape(f.claim)}</td><td>{html.escape(f.published)}</td>"
                 f"<td>{html.escape(f.ours)}</td><td class={cls}>{html.escape(f.verdict)}</td></tr>"
             )
         parts.append("</table>")
+        if an.failures:
+            items = "".join(f"<li class=fail>{html.escape(x)}</li>" for x in an.failures)
+            parts.append(
+                f"<h3>Failed runs</h3><ul>{items}</ul><p class=note>Each failed run's whole "
+                "reason, with the tail of the failing program's own log, is in "
+                "<code>ipsec-lab results CAMPAIGN</code>.</p>"
+            )
         if an.cause:
             parts.append(f"<p><b>Why (the model's terms):</b> {html.escape(an.cause)}</p>")
         for p in an.plots:

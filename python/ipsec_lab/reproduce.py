@@ -25,6 +25,7 @@ class StudyRun:
     campaigns: dict[str, int] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)  # role -> why
     reused: list[str] = field(default_factory=list)  # roles whose finished campaign --resume kept
+    failed: dict[str, int] = field(default_factory=dict)  # role -> failed runs
     seconds: float = 0.0
 
 
@@ -93,6 +94,8 @@ def run_study(
             run_campaign(campaign)
         finally:
             out.campaigns[role] = campaign.id
+        if campaign.progress.failed:
+            out.failed[role] = campaign.progress.failed
         done[role] = load_runs(campaign.store, campaign.id)
         campaign.store.close()
     out.seconds = time.monotonic() - t0
@@ -133,6 +136,25 @@ def analyse(store: Store, chosen: dict[str, dict[str, int]]) -> list[studies.Ana
         done = {role: load_runs(store, cid) for role, cid in chosen[name].items()}
         an = studies.module(name).analyse(done)
         an.campaigns = dict(chosen[name])
+        an.failures = failures(done, chosen[name])
         an.quick = any(quick[cid] for cid in chosen[name].values())
         out.append(an)
     return out
+
+
+def failures(done: Done, campaigns: dict[str, int]) -> list[str]:
+    """One line per distinct failure in a study's campaigns: which runs (how many) and
+    why (the reason's first line; `ipsec-lab results ID` shows the whole with log tails)."""
+    out: dict[tuple[str, str], int] = {}
+    for role, runs in done.items():
+        for r in runs:
+            if r["status"] == "failed":
+                why = (r["reason"] or "no reason recorded").split("\n")[0]
+                what = (
+                    f"campaign {campaigns.get(role, '?')} ({role}): {r['backend']} "
+                    f"{r['configuration']} on {r['link']}"
+                )
+                out[(what, why)] = out.get((what, why), 0) + 1
+    return [
+        f"{what}: {n} run{'s' if n > 1 else ''} failed — {why}" for (what, why), n in out.items()
+    ]

@@ -3,9 +3,11 @@ scenario, run in order on real testbeds, each finished run committed to the stor
 
 Order: one testbed per link profile (built, shaped, torn down); in it, each backend and
 configuration brought up once and every workload, flow and repetition run through it.
-A run the backend cannot do is stored as skipped with the reason. A failure (backend not
-starting, a tool erroring) is stored as failed with the log tail, the testbed is torn
-down, and the campaign stops with that message; `--resume` retries it.
+A run the backend cannot do is stored as skipped with the reason. A failure (a testbed
+that cannot be built, a backend not starting, a tool erroring) is stored as failed with
+its reason and the tail of the failing programs' own logs, and the campaign goes on with
+the rest; it then ends with status `failed` (the CLI exits non-zero) and `--resume` retries
+only the failed runs.
 """
 
 from __future__ import annotations
@@ -70,11 +72,25 @@ WORKLOADS: dict[str, Callable[..., list[Row]]] = {
 
 @dataclass
 class Progress:
-    """What the runner reports as it goes (the CLI turns it into a rich display)."""
+    """What the runner reports as it goes (the CLI turns it into a rich display).
+    `done` counts every run that ended (done, failed or skipped); `last` describes the
+    run that ended last, one line."""
 
     total: int
     done: int = 0
+    failed: int = 0
+    skipped: int = 0
     current: str = ""
+    last: str = ""
+
+
+def failure_reason(e: BaseException, logs: list[tuple[str, str]]) -> str:
+    """A failed run's stored reason: what failed, then the tail of each program log
+    that changed during the run (nginx's error log, charon's log, ipsec-gw's stderr)."""
+    msg = str(e) if isinstance(e, LabError) else f"{type(e).__name__}: {e}"
+    for name, text in logs:
+        msg += f"\n--- {name} (last lines) ---\n{text}"
+    return msg
 
 
 class Campaign:
@@ -86,8 +102,9 @@ class Campaign:
         on_progress: Callable[[Progress], None] | None = None,
     ) -> None:
         self.sc = sc
-        self.lab = lab
-        self.store = Store(lab / "results.sqlite")
+        # Absolute: paths under it are handed to other programs (see Testbed).
+        self.lab = lab.resolve()
+        self.store = Store(self.lab / "results.sqlite")
         self.on_progress = on_progress or (lambda p: None)
         existing = self.store.resumable(sc.text) if resume else None
         if existing is None:
@@ -97,6 +114,7 @@ class Campaign:
         self.plan = plan(sc)
         self.soaker: Soaker | None = None
         self.finished = self.store.finished_keys(self.id)
+        self.failed_keys: set[RunKey] = set()
         self.progress = Progress(total=len(self.plan), done=len(self.finished))
 
     def _stop_soaker(self) -> None:
@@ -120,7 +138,7 @@ class Campaign:
         except BaseException:
             self.store.set_status(self.id, "failed")
             raise
-        self.store.set_status(self.id, "finished")
+        self.store.set_status(self.id, "failed" if self.progress.failed else "finished")
 
     def _link(self, link: Link, group: list[Planned]) -> None:
         sc = self.sc
@@ -153,28 +171,51 @@ class Campaign:
             return
         rundir = self.lab / f"campaign-{self.id}" / _slug(link.name)
         topo = topology(sc.topology)
-        with Testbed(topo, rundir, sc.gateway.cpu_quota, sc.gateway.cpus) as tb:
-            tb.shape(link)
-            if sc.soaker:
-                self.soaker = Soaker()
-                self.soaker.start()
-                tb.on_teardown(self._stop_soaker)
-            for (bname, cfg), runs in _by_backend(runnable):
-                backend = backends.make(bname, stage_timing=sc.stage_timing)
-                self.progress.current = f"{bname} {cfg} | {link.name} | starting"
-                self.on_progress(self.progress)
-                started = time.time()
-                try:
-                    backend.start(tb, cfg)
-                except (LabError, Unsupported) as e:
-                    self._store(runs[0], "failed", started, reason=str(e))
-                    raise LabError(f"backend {bname} ({cfg}) failed to start: {e}") from None
-                version = backend.version()
-                try:
-                    for p in runs:
-                        self._one(tb, backend, p, version)
-                finally:
-                    backend.stop(tb)
+        started = time.time()
+        pending = list(runnable)
+        try:
+            with Testbed(topo, rundir, sc.gateway.cpu_quota, sc.gateway.cpus) as tb:
+                tb.shape(link)
+                if sc.soaker:
+                    self.soaker = Soaker()
+                    self.soaker.start()
+                    tb.on_teardown(self._stop_soaker)
+                for (bname, cfg), runs in _by_backend(runnable):
+                    self._backend(tb, link, bname, cfg, runs)
+                    pending = [p for p in pending if p not in runs]
+        except (LabError, OSError) as e:
+            # The testbed itself failed (building, shaping, tearing down): every run of
+            # this link not yet stored fails with that reason; the next link goes on.
+            reason = f"testbed for link {link.name} failed: {failure_reason(e, [])}"
+            for p in pending:
+                if p.key not in self.finished and p.key not in self.failed_keys:
+                    self._store(p, "failed", started, reason=reason)
+
+    def _backend(self, tb: Testbed, link: Link, bname: str, cfg: str, runs: list[Planned]) -> None:
+        backend = backends.make(bname, stage_timing=self.sc.stage_timing)
+        self.progress.current = f"{bname} {cfg} | {link.name} | starting"
+        self.on_progress(self.progress)
+        started = time.time()
+        mark = tb.log_mark()
+        try:
+            backend.start(tb, cfg)
+        except Exception as e:
+            reason = f"backend {bname} ({cfg}) failed to start: " + failure_reason(
+                e, tb.logs_since(mark)
+            )
+            for p in runs:
+                self._store(p, "failed", started, reason=reason)
+            try:
+                backend.stop(tb)
+            except Exception:
+                pass
+            return
+        version = backend.version()
+        try:
+            for p in runs:
+                self._one(tb, backend, p, version)
+        finally:
+            backend.stop(tb)
 
     def _one(self, tb: Testbed, backend: backends.Backend, p: Planned, version: str) -> None:
         k = p.key
@@ -184,6 +225,7 @@ class Campaign:
         )
         self.on_progress(self.progress)
         started = time.time()
+        mark = tb.log_mark()
 
         stages = getattr(backend, "stage_ns", None) if self.sc.stage_timing else None
 
@@ -214,9 +256,10 @@ class Campaign:
                 finally:
                     if udp:
                         tb.run(p.flow.source, ["sysctl", "-qw", "net.ipv4.ip_no_pmtu_disc=0"])
-        except LabError as e:
-            self._store(p, "failed", started, reason=str(e), version=version)
-            raise
+        except Exception as e:  # any failure is this run's: stored, and the campaign goes on
+            reason = failure_reason(e, tb.logs_since(mark))
+            self._store(p, "failed", started, reason=reason, version=version)
+            return
         self._store(p, "done", started, version=version, rows=rows)
 
     def _store(
@@ -230,10 +273,25 @@ class Campaign:
     ) -> None:
         results = [(str(r["label"]), r) for r in rows or []]
         self.store.record(self.id, p.key, status, started, reason, version, results)
-        if status != "failed":
+        if status == "failed":
+            self.failed_keys.add(p.key)
+            self.progress.failed += 1
+        else:
             self.finished.add(p.key)
-            self.progress.done += 1
-            self.on_progress(self.progress)
+        if status == "skipped":
+            self.progress.skipped += 1
+        self.progress.done += 1
+        k = p.key
+        what = f"{k.backend} {k.configuration} | {k.link} | {k.workload} {k.flow} #{k.repetition}"
+        if status == "done":
+            figs = ", ".join(
+                f"{r['label']} {r['mbps']:.1f} Mbit/s" for r in rows or [] if "mbps" in r
+            )
+            self.progress.last = f"done    {what}: {figs}"
+        else:
+            first = (reason or "").splitlines()[0] if reason else ""
+            self.progress.last = f"{status:7} {what}: {first}"
+        self.on_progress(self.progress)
 
 
 def _by_link(plan_: list[Planned]) -> Iterator[tuple[Link, list[Planned]]]:
@@ -260,12 +318,19 @@ def summarize(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Median and min-max per (backend, configuration, link, flow, measurement) over the
     repetitions, with ratios to the `none` baseline of the same link/flow/measurement."""
     groups = group_results(runs)
-    skipped: dict[tuple[str, str, str, str, str], str] = {}
+    # Runs that measured nothing, by (backend, configuration, link, flow, workload): the
+    # status and reason of each (a failed run's reason is its first line; the full one,
+    # with the programs' log tails, is in the run's `reason`).
+    unmeasured: dict[tuple[str, str, str, str, str], tuple[str, str]] = {}
+    done_keys = {
+        (r["backend"], r["configuration"], r["link"], r["flow"], r["workload"])
+        for r in runs
+        if r["status"] == "done"
+    }
     for r in runs:
-        if r["status"] == "skipped":
-            skipped[(r["backend"], r["configuration"], r["link"], r["flow"], r["workload"])] = (
-                r["reason"] or ""
-            )
+        k = (r["backend"], r["configuration"], r["link"], r["flow"], r["workload"])
+        if r["status"] == "failed" or (r["status"] == "skipped" and k not in done_keys):
+            unmeasured.setdefault(k, (r["status"], (r["reason"] or "").split("\n")[0]))
     out: list[dict[str, Any]] = []
     for key, xs in groups.items():
         mbps = [float(x["mbps"]) for x in xs]
@@ -285,6 +350,23 @@ def summarize(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
             row[f + "_median"] = statistics.median(vals) if vals else None
         ipsec = [float(x["ipsec_effort_us_per_kb"]) for x in xs if x.get("ipsec_effort_us_per_kb")]
         row["ipsec_effort_median"] = statistics.median(ipsec) if ipsec else None
+        # Wire bytes (both ways, on the measured wire end) per payload byte, in %.
+        wire = [
+            100
+            * (float(x.get("wire_up_bytes") or 0) + float(x.get("wire_down_bytes") or 0))
+            / float(x["payload_bytes"])
+            for x in xs
+            if x.get("payload_bytes") and x.get("wire_up_bytes") is not None
+        ]
+        row["wire_pct_of_payload"] = statistics.median(wire) if wire else None
+        rt = [int(x["retransmits"]) for x in xs if x.get("retransmits") is not None]
+        row["retransmits_median"] = statistics.median(rt) if rt else None
+        # An application transfer (HTTP, SMTP) is judged by its time, not its rate.
+        row["transfer"] = any("file_bytes" in x for x in xs)
+        notes = sorted({str(x["cpu_note"]) for x in xs if x.get("cpu_note")})
+        if not eff and not notes:
+            notes = ["no CPU figure: the measurement metered none"]
+        row["note"] = "; ".join(notes)
         out.append(row)
     base = {(r["link"], r["flow"], r["measurement"]): r for r in out if r["backend"] == "none"}
     for r in out:
@@ -298,12 +380,19 @@ def summarize(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         r["seconds_vs_none"] = (
             r["seconds_median"] / b["seconds_median"] if b and b["seconds_median"] else None
         )
-    for (bk, cfg, link, flow, wl), reason in skipped.items():
+    for (bk, cfg, link, flow, wl), (status, reason) in unmeasured.items():
         out.append(
             {"backend": bk, "configuration": cfg, "link": link, "flow": flow, "measurement": wl,
-             "n": 0, "skipped": reason}
+             "n": 0, status: reason}
         )  # fmt: skip
     return out
+
+
+def counts(runs: list[dict[str, Any]], planned: int | None = None) -> dict[str, int]:
+    """planned / done / failed / skipped runs of a campaign (planned: the scenario's
+    whole plan when given, else the runs stored)."""
+    c = {s: sum(1 for r in runs if r["status"] == s) for s in ("done", "failed", "skipped")}
+    return {"planned": planned if planned is not None else len(runs), **c}
 
 
 def _cv(xs: list[float]) -> float | None:

@@ -133,7 +133,11 @@ class Store:
         return self.db.execute(
             "SELECT c.*, (SELECT COUNT(*) FROM runs r WHERE r.campaign_id = c.id) AS n_runs,"
             " (SELECT COUNT(*) FROM runs r WHERE r.campaign_id = c.id AND r.status = 'done')"
-            " AS n_done FROM campaigns c ORDER BY c.id"
+            " AS n_done,"
+            " (SELECT COUNT(*) FROM runs r WHERE r.campaign_id = c.id AND r.status = 'failed')"
+            " AS n_failed,"
+            " (SELECT COUNT(*) FROM runs r WHERE r.campaign_id = c.id AND r.status = 'skipped')"
+            " AS n_skipped FROM campaigns c ORDER BY c.id"
         ).fetchall()
 
     def campaign(self, campaign: int) -> sqlite3.Row | None:

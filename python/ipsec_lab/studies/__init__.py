@@ -60,10 +60,29 @@ class Plot:
     note: str = ""
 
 
+HOLDS = "holds"
+STRONGER = "holds, stronger"
+WEAKER = "holds, weaker"
+REVERSED = "reversed"
+NOT_MEASURED = "not measured"
+
+# The verdict scale, in order, with what each means (the report prints it).
+VERDICTS = {
+    HOLDS: "this machine shows what the paper shows, within the finding's tolerance",
+    STRONGER: "the same direction, and a larger effect than published (e.g. a cost ratio "
+    "of 26 x where the paper had 7 x)",
+    WEAKER: "the same direction, but a smaller effect than published, or an order that "
+    "holds for most but not all of its steps",
+    REVERSED: "the opposite of the published finding (or no effect where it found one)",
+    NOT_MEASURED: "no run measured it here; the 'this machine' column says why",
+}
+
+
 @dataclass
 class Finding:
-    """One published finding and what this machine shows. verdict: `holds`, `changed`
-    or `not measured` (with why in `ours`)."""
+    """One published finding and what this machine shows. verdict: one of `VERDICTS`
+    (`not measured` with why in `ours`); `ours` is generated from the very numbers the
+    verdict was decided on."""
 
     claim: str
     published: str
@@ -82,6 +101,7 @@ class Analysis:
     cause: str = ""  # what the model / the per-stage split says drives the cost
     campaigns: dict[str, int] = field(default_factory=dict)  # role -> campaign id
     quick: bool = False
+    failures: list[str] = field(default_factory=list)  # failed runs, a line each, with why
 
     def add_cause(self, backend: str, text: str) -> None:
         """Add one backend's reading of the cause (several with --compare)."""
@@ -105,10 +125,58 @@ def module(name: str) -> ModuleType:
 
 
 def ratio_verdict(ours: float | None, published: float, tolerance: float = 1.25) -> str:
-    """`holds` when ours is within a factor `tolerance` of the published ratio."""
+    """For a finding "A is `published` x B": `holds` when ours is within a factor
+    `tolerance` of it; else `holds, stronger` / `holds, weaker` when ours is on the same
+    side of 1 and further from / nearer to it, `reversed` when on the other side."""
     if ours is None or not math.isfinite(ours) or ours <= 0:
-        return "not measured"
-    return "holds" if abs(math.log(ours / published)) <= math.log(tolerance) else "changed"
+        return NOT_MEASURED
+    lo, lp = math.log(ours), math.log(published)
+    if abs(lo - lp) <= math.log(tolerance):
+        return HOLDS
+    if lo * lp <= 0:
+        return REVERSED
+    return STRONGER if abs(lo) > abs(lp) else WEAKER
+
+
+def claim_verdict(ok: bool | None) -> str:
+    """A yes/no finding: `holds`, `reversed`, or `not measured` (None)."""
+    if ok is None:
+        return NOT_MEASURED
+    return HOLDS if ok else REVERSED
+
+
+def graded_verdict(ours: float | None, published: float, tolerance: float) -> str:
+    """A finding "X is about `published`" where X > 0 is the effect's direction (a
+    reduction, a share): `holds` within ± `tolerance`, stronger above, weaker between 0
+    and it, `reversed` at or below 0."""
+    if ours is None or not math.isfinite(ours):
+        return NOT_MEASURED
+    if abs(ours - published) <= tolerance:
+        return HOLDS
+    if ours <= 0:
+        return REVERSED
+    return STRONGER if ours > published else WEAKER
+
+
+def chain(vals: list[float | None], reverse: bool = False, digits: int = 3) -> tuple[str, str]:
+    """An order finding ("a < b < c", or "a > b > c" with `reverse`): the values printed
+    with the relation each neighbouring pair really has, and the verdict from those same
+    numbers — `holds` when every step is in order, `holds, weaker` when most are,
+    `reversed` when most are not."""
+    if not vals or any(v is None or not math.isfinite(v) for v in vals):
+        return " / ".join(fmt(v, digits) for v in vals), NOT_MEASURED
+    xs = [float(v) for v in vals if v is not None]
+    text = fmt(xs[0], digits)
+    good = 0
+    for a, b in zip(xs, xs[1:], strict=False):
+        ok = a >= b if reverse else a <= b
+        good += ok
+        rel = ">" if a > b else "=" if a == b else "<"
+        text += f" {rel} {fmt(b, digits)}"
+    steps = len(xs) - 1
+    if good == steps:
+        return text, HOLDS
+    return text, WEAKER if good * 2 > steps else REVERSED
 
 
 def fmt(v: float | None, digits: int = 3) -> str:

@@ -12,13 +12,19 @@ from typing import Any
 from ipsec_lab.model.ipcomp import Costs
 from ipsec_lab.store import group_results
 from ipsec_lab.studies import (
+    HOLDS,
+    NOT_MEASURED,
+    REVERSED,
     Analysis,
     Finding,
     Plot,
     Skip,
     Table,
     backends_toml,
+    chain,
+    claim_verdict,
     fmt,
+    graded_verdict,
     ipsec_backends,
     median,
     ratio_verdict,
@@ -332,20 +338,20 @@ def _findings(b: str, t100: Cells, t10: Cells, lim: Cells) -> list[Finding]:
         f"At 100 Mbit/s the CPU, not the link, limits ESP enc + SHA-1 ({b})",
         f"53.8 of ~89 Mbit/s ({ENC_SHA1_MBPS_100 / NO_IPSEC_MBPS_100:.2f} x no IPsec)",
         f"{fmt(es1)} of {fmt(none)} Mbit/s ({fmt(r)} x)" if r else "not measured",
-        "not measured" if r is None else ("holds" if r < 0.9 else "changed"),
+        claim_verdict(None if r is None else r < 0.9),
     ))  # fmt: skip
     les1 = get(lim, "enc + SHA-1", "mbps")
     if les1:
+        keys = [k for k in ("auth only", "enc only", "enc + SHA-1", "IPComp, incompressible",
+                            "IPComp, compressible") if get(lim, k, "mbps")]  # fmt: skip
+        text, verdict = chain([get(lim, k, "mbps") for k in keys], reverse=True)
         out.append(Finding(
             "With the gateway CPU cut to the paper's enc + SHA-1 rate, the order of the "
             "configurations' throughput returns",
             "auth only ~89 > enc only ~74 > enc + SHA-1 53.8 > IPComp incompressible 27.4 > "
             "IPComp compressible 11.7 Mbit/s",
-            ", ".join(f"{k} {fmt(get(lim, k, 'mbps'))}" for k in
-                      ("auth only", "enc only", "enc + SHA-1", "IPComp, incompressible",
-                       "IPComp, compressible") if get(lim, k, "mbps")),
-            _order_verdict([get(lim, k, "mbps") for k in
-                            ("auth only", "enc + SHA-1", "IPComp, compressible")], reverse=True),
+            f"{text} Mbit/s ({', '.join(keys)})",
+            verdict if len(keys) >= 3 else NOT_MEASURED,
         ))  # fmt: skip
 
     # CPU effort compares best where the gateways are busy all the time, as the paper's
@@ -359,12 +365,13 @@ def _findings(b: str, t100: Cells, t10: Cells, lim: Cells) -> list[Finding]:
 
     order = ("auth only", "enc only", "enc + SHA-1", "enc + SHA-2", "IPComp, compressible")
     eff, where = efforts(*order)
+    text, verdict = chain(eff)
     out.append(Finding(
         "CPU effort grows: auth only < enc only < enc + SHA-1 < enc + SHA-2 < IPComp "
         "(compressible)",
         "89 < 105 < 152 < 235 < 666 µs/kB",
-        " < ".join(f"{fmt(v)}" for v in eff) + f" µs/kB ({where})",
-        _order_verdict(eff),
+        f"{text} µs/kB ({where}; in the order of the finding)",
+        verdict,
     ))  # fmt: skip
     (ea, ee), where = efforts("auth only", "enc + SHA-1")
     r = ee / ea if ea and ee else None
@@ -392,7 +399,7 @@ def _findings(b: str, t100: Cells, t10: Cells, lim: Cells) -> list[Finding]:
             "IPComp shrinks compressible traffic on the wire",
             "by 46 % (100 Mbit/s), 43 % (10 Mbit/s)",
             f"by {100 * red:.0f} %" if red is not None else "not measured",
-            "not measured" if red is None else ("holds" if abs(red - 0.46) <= 0.12 else "changed"),
+            graded_verdict(red, 0.46, 0.12),
         )
     )
     wi, ei = (
@@ -406,8 +413,8 @@ def _findings(b: str, t100: Cells, t10: Cells, lim: Cells) -> list[Finding]:
         f"({IPCOMP_INCOMPRESSIBLE_EFFORT / _effort(ENC_SHA1_MBPS_100):.2f} x enc + SHA-1)",
         (f"wire {fmt(wi, 4)} vs enc + SHA-1's {fmt(we, 4)} bytes per payload byte; effort "
          f"{fmt(ei / ee)} x enc + SHA-1" if ok and ee else "not measured"),  # type: ignore[operator]
-        "not measured" if not ok else
-        ("holds" if wi >= 0.98 * we and ei > ee else "changed"),  # type: ignore[operator]
+        claim_verdict(None if not ok else
+                      (wi >= 0.98 * we and ei > ee)),  # type: ignore[operator]
     ))  # fmt: skip
     n10, c10 = get(t10, "no IPsec", "mbps"), get(t10, "IPComp, compressible", "mbps")
     r = c10 / n10 if c10 and n10 else None
@@ -417,7 +424,7 @@ def _findings(b: str, t100: Cells, t10: Cells, lim: Cells) -> list[Finding]:
         f"({IPCOMP_COMPRESSIBLE_MBPS_10 / NO_IPSEC_MBPS_10:.2f} x; 1.8 x with enough CPU)",
         f"{fmt(c10)} vs {fmt(n10)} Mbit/s ({fmt(r)} x)" if r else "not measured (--quick runs "
         "100 Mbit/s only)",
-        "not measured" if r is None else ("holds" if r > 1.05 else "changed"),
+        claim_verdict(None if r is None else r > 1.05),
     ))  # fmt: skip
     un, sn = get(t100, "no IPsec", "user"), get(t100, "no IPsec", "system")
     ue, se = get(t100, "enc + SHA-1", "user"), get(t100, "enc + SHA-1", "system")
@@ -426,19 +433,12 @@ def _findings(b: str, t100: Cells, t10: Cells, lim: Cells) -> list[Finding]:
             "Only system (kernel) CPU time grows with IPsec",
             "FreeS/WAN runs in the kernel: user time flat",
             f"user share {100 * un:.0f} % -> {100 * ue:.0f} %, system+softirq "  # type: ignore[operator]
-            f"{100 * sn:.0f} % -> {100 * se:.0f} % of busy CPU",  # type: ignore[operator]
-            "holds" if ue <= un * 1.1 else  # type: ignore[operator]
-            "changed (by design: this IPsec runs in user space)",
+            f"{100 * sn:.0f} % -> {100 * se:.0f} % of busy CPU"  # type: ignore[operator]
+            + ("" if ue <= un * 1.1 else  # type: ignore[operator]
+               " (expected: this IPsec runs in user space, by design)"),
+            HOLDS if ue <= un * 1.1 else REVERSED,  # type: ignore[operator]
         ))  # fmt: skip
     return out
-
-
-def _order_verdict(vals: list[float | None], reverse: bool = False) -> str:
-    if any(v is None for v in vals):
-        return "not measured"
-    xs = [float(v) for v in vals if v is not None]
-    ordered = all((a >= b) if reverse else (a <= b) for a, b in zip(xs, xs[1:]))
-    return "holds" if ordered else "changed"
 
 
 def _cause(t100: dict[str, dict[str, Any]]) -> str:

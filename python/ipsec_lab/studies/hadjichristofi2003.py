@@ -16,7 +16,7 @@ from typing import Any
 
 from ipsec_lab.scenario import HADJICHRISTOFI2003
 from ipsec_lab.store import group_results
-from ipsec_lab.studies import Analysis, Finding, Table, backends_toml, median
+from ipsec_lab.studies import Analysis, Finding, Table, backends_toml, claim_verdict, median
 
 NAME = "hadjichristofi2003"
 TITLE = "Study 4 — Hadjichristofi, Davis, Midkiff: IPsec overhead for web and email (2003)"
@@ -156,8 +156,8 @@ def _findings(
             f"IPsec's share of the {app.upper()} network load falls as files grow",
             f"1 KB +{lo}-{hi} %, 10 MB +{blo}-{bhi} %",
             f"1 KB {span(small)}, largest file {span(big)}" if small and big else "not measured",
-            "not measured" if not (small and big) else
-            ("holds" if statistics.mean(small) > statistics.mean(big) else "changed"),
+            claim_verdict(None if not (small and big) else
+                          statistics.mean(small) > statistics.mean(big)),
         ))  # fmt: skip
     slow = vals(link=link, client="slow", app="http", size="1K", metric="time")
     fast = vals(link=link, client="fast", app="http", size="1K", metric="time")
@@ -168,8 +168,8 @@ def _findings(
         "in every 5: its sub-millisecond transfers are timed as much by when it runs as by "
         "IPsec, which a uniformly slow CPU would not do)"
         if slow and fast else "not measured",
-        "not measured" if not (slow and fast) else
-        ("holds" if statistics.mean(slow) > statistics.mean(fast) else "changed"),
+        claim_verdict(None if not (slow and fast) else
+                      statistics.mean(slow) > statistics.mean(fast)),
     ))  # fmt: skip
     s_big = vals(link=link, client="slow", app="http", size="10M", metric="time")
     if s_big and slow:
@@ -177,7 +177,7 @@ def _findings(
             "For large files the transfer-time penalty shrinks",
             "HTTP 10 MB: slow +5-26 %, fast +3-11 %",
             f"slow 10 MB {span(s_big)} vs 1 KB {span(slow)}",
-            "holds" if statistics.mean(s_big) < statistics.mean(slow) else "changed",
+            claim_verdict(statistics.mean(s_big) < statistics.mean(slow)),
         ))  # fmt: skip
     for app in ("http", "smtp"):
         sp = vals(link=link, client="slow", app=app, metric="packets")
@@ -188,7 +188,7 @@ def _findings(
                 f"The slow client makes more transactions ({app.upper()})",
                 f"+{SLOW_TRANSACTIONS[app]} % (more ACKs)",
                 f"slow minus fast: {d:+.0f} percentage points of packet increase",
-                "holds" if d > 0 else "changed",
+                claim_verdict(d > 0),
             ))  # fmt: skip
     wl = vals(link="wifi-2mbit", metric="time")
     out.append(Finding(
@@ -197,8 +197,7 @@ def _findings(
         f"{span(wl)}" if wl else (
             "not measured: " + ("the wifi-2mbit link needs netem, which this kernel lacks"
                                 if "wifi-2mbit" in skipped_links else "no wireless run")),
-        "not measured" if not wl else
-        ("holds" if statistics.mean(wl) < statistics.mean(
-            vals(link=link, metric="time") or [float("inf")]) else "changed"),
+        claim_verdict(None if not wl else statistics.mean(wl) < statistics.mean(
+            vals(link=link, metric="time") or [float("inf")])),
     ))  # fmt: skip
     return out

@@ -13,7 +13,20 @@ from typing import Any
 from ipsec_lab.model.throughput import FitError, Point, SyncModel, two_point
 from ipsec_lab.model.transforms import parse_lalg
 from ipsec_lab.store import group_results
-from ipsec_lab.studies import Analysis, Finding, Plot, Table, backends_toml, fmt
+from ipsec_lab.studies import (
+    HOLDS,
+    NOT_MEASURED,
+    REVERSED,
+    WEAKER,
+    Analysis,
+    Finding,
+    Plot,
+    Table,
+    backends_toml,
+    claim_verdict,
+    fmt,
+    ratio_verdict,
+)
 
 # Secured-length form per transform: eq. 5 (AH, 64-byte hash blocks) and eq. 6 (ESP with
 # the cipher's block: 8 for DES/3DES, 16 for AES).
@@ -250,7 +263,8 @@ def _findings(
         "within ~2 % (Table 2; one misprinted cell aside)",
         f"median check-size error {100 * mid:.1f} % (worst {100 * max(errs):.1f} %, "
         f"{len(errs)} checks)" if mid is not None else "not measured",
-        "not measured" if mid is None else ("holds" if mid <= 0.05 else "changed"),
+        NOT_MEASURED if mid is None else HOLDS if mid <= 0.05 else WEAKER if mid <= 0.25
+        else REVERSED,
     ))  # fmt: skip
     growth = [points[tr][1280] / points[tr][128] for tr in fits]
     if growth:
@@ -260,7 +274,7 @@ def _findings(
             "R(1280) / R(128) between 2.6 (3DES) and 6.9 (AH-md5): bit/s grows, packet/s "
             "falls",
             f"mean R(1280) / R(128) = {g:.2f}",
-            "holds" if all(1.05 < x < 10 for x in growth) else "changed",
+            claim_verdict(all(1.05 < x < 10 for x in growth)),
         ))  # fmt: skip
     if "ESP-aes128" in points and "ESP-3des" in points:
         p, q = points["ESP-aes128"].get(1280), points["ESP-3des"].get(1280)
@@ -270,7 +284,7 @@ def _findings(
                 "AES-128 outruns 3DES at 1280 B",
                 f"{pub:.2f} x (11.38 vs 4.40 Mbit/s)",
                 f"{p / q:.2f} x ({fmt(p)} vs {fmt(q)} Mbit/s)",
-                "holds" if p / q > 1.1 else "changed",
+                ratio_verdict(p / q, pub, 1.5),
             ))  # fmt: skip
     for tr, sh, c in cause:
         if tr == "ESP-aes128":
@@ -278,6 +292,6 @@ def _findings(
                 "At small packets the per-packet time t_fix dominates",
                 f"Cisco ESP-aes128: t_fix {100 * c[0]:.0f} % of a 128-byte packet's time",
                 f"ours: {100 * sh[0]:.0f} %",
-                "holds" if sh[0] > 0.5 else "changed",
+                claim_verdict(sh[0] > 0.5),
             ))  # fmt: skip
     return out

@@ -132,14 +132,16 @@ class Testbed:
         token: str | None = None,
     ) -> None:
         self.topo = topo
-        self.rundir = rundir
+        # Absolute, always: programs started in the namespaces get paths under it, and
+        # each resolves a relative one against something else (nginx: its prefix).
+        self.rundir = rundir.resolve()
         self.token = token or secrets.token_hex(3)
         self.cpu_quota = cpu_quota
         self.cpus = tuple(cpus)
         self.cgroup: CpuLimit | None = None
         self.procs: list[tuple[str, subprocess.Popen[bytes]]] = []
         self.made: list[str] = []
-        self._log = rundir / "commands.log"
+        self._log = self.rundir / "commands.log"
         self._sockets: Path | None = None
         self._cleanups: list[Callable[[], None]] = []
 
@@ -156,6 +158,30 @@ class Testbed:
 
             self._sockets = Path(tempfile.mkdtemp(prefix=f"{NS_PREFIX}{self.token}-"))
         return self._sockets
+
+    def log_mark(self) -> float:
+        """A point in time for `logs_since`."""
+        return time.time()
+
+    def logs_since(self, mark: float, lines: int = 15, most: int = 4) -> list[tuple[str, str]]:
+        """The tails of the program logs under the run directory written to since `mark`
+        (the programs' own: `NAME.log` of each spawned one, nginx's error log, charon's
+        log…), newest first: what a failed run's reason shows."""
+        found = []
+        for f in self.rundir.rglob("*.log"):
+            try:
+                st = f.stat()
+            except OSError:
+                continue
+            if f.name != "commands.log" and st.st_size and st.st_mtime >= mark - 0.5:
+                found.append((st.st_mtime, f))
+        found.sort(reverse=True)
+        out = []
+        for _, f in found[:most]:
+            text = tail(f, lines)
+            if text.strip():
+                out.append((str(f.relative_to(self.rundir)), text))
+        return out
 
     def ns(self, node: str) -> str:
         return f"{NS_PREFIX}{self.token}-{node}"

@@ -1,0 +1,98 @@
+"""Printing tables that never cut a value.
+
+rich fits a table to the console's width by squeezing and truncating columns (`aes1…`,
+`┃┃┃┃`): a number or a name cut short is worse than no table. `show` prints a rich
+table so that every cell appears whole:
+
+- not a terminal (a pipe, a file, CI's log): plain text at the table's natural width,
+  whatever the width of the terminal or $COLUMNS;
+- a terminal wide enough, or `wide=True`: the table at its natural width (with `wide`,
+  lines longer than the terminal wrap instead of being cut);
+- a narrower terminal: one block per row, `column: value` on a line each, so that each
+  value has the whole width.
+"""
+
+from __future__ import annotations
+
+import io
+from typing import IO
+
+from rich import box
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+from rich.text import Text
+
+
+def natural_width(t: Table) -> int:
+    """The width the table takes when nothing limits it."""
+    buf = io.StringIO()
+    Console(file=buf, width=100_000, color_system=None, legacy_windows=False).print(t)
+    return max((len(line.rstrip()) for line in buf.getvalue().splitlines()), default=0)
+
+
+def _plain(cell: object) -> str:
+    if isinstance(cell, Text):
+        return cell.plain
+    return str(cell)
+
+
+def blocks(t: Table) -> list[str]:
+    """The table's rows as text blocks, one per row: `column: value` lines (empty cells
+    left out)."""
+    cols = [_plain(c.header) for c in t.columns]
+    cells = [[_plain(x) for x in c.cells] for c in t.columns]
+    nrows = max((len(c) for c in cells), default=0)
+    pad = max((len(c) for c in cols), default=0)
+    out = []
+    for i in range(nrows):
+        lines = []
+        for name, col in zip(cols, cells, strict=True):
+            v = col[i] if i < len(col) else ""
+            if v.strip():
+                lines.append(f"  {name.rjust(pad)}: {v}")
+        out.append("\n".join(lines))
+    return out
+
+
+def show(t: Table, wide: bool = False, file: IO[str] | None = None,
+         console: Console | None = None) -> None:  # fmt: skip
+    """Print `t` with every cell whole (see the module's doc). `console`: the one to
+    print on (its width and whether it is a terminal decide the layout); default: a new
+    one on `file` (stdout)."""
+    c = console or Console(file=file)
+    need = natural_width(t)
+    if not c.is_terminal:
+        t.box = box.SIMPLE_HEAD if t.box is not None else None
+        Console(file=c.file, width=need, color_system=None, highlight=False).print(t)
+        return
+    if wide or need <= c.width:
+        if need > c.width:
+            Console(file=c.file, width=need, force_terminal=True).print(t)
+        else:
+            c.print(t)
+        return
+    if t.title:
+        c.print(f"[bold]{escape(_plain(t.title))}[/bold]")
+    for b in blocks(t):
+        c.print(escape(b), soft_wrap=True)  # a value longer than the line wraps, whole
+        c.print()
+    if t.caption:
+        c.print(escape(_plain(t.caption)))
+
+
+# Set from `--wide` by the CLI: every table at its natural width even on a narrow terminal.
+WIDE = False
+
+
+class WholeConsole(Console):
+    """A rich Console whose `print` of a lone Table goes through `show` (every cell
+    whole); anything else prints as usual. Outside a terminal, text is not cut either."""
+
+    def print(self, *objects: object, **kwargs: object) -> None:
+        if len(objects) == 1 and isinstance(objects[0], Table) and not kwargs:
+            show(objects[0], wide=WIDE, console=self)
+            return
+        if not self.is_terminal:
+            kwargs.setdefault("soft_wrap", True)
+        super().print(*objects, **kwargs)  # type: ignore[arg-type]
