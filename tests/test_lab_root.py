@@ -385,3 +385,53 @@ def test_the_live_progress_display_on_a_terminal(tmp_path: Path) -> None:
     assert "campaign 1: tty" in text  # the summary table's title
     assert "1/1" in text and "tcp-1x-1s" in text  # the progress line: count and run
     assert "━" in text  # its bar
+
+
+def test_a_failing_run_is_stored_with_the_programs_log_and_the_campaign_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """nginx refuses its config: the HTTP run fails with nginx's own words in its stored
+    reason, the TCP run after it still runs, and `ipsec-lab run` exits non-zero."""
+    from ipsec_lab import cli
+    from ipsec_lab.traffic import apps
+
+    good = apps._nginx_conf
+    monkeypatch.setattr(
+        apps, "_nginx_conf", lambda d, addr: good(d, addr) + "\nno_such_directive_here on;\n"
+    )
+    f = tmp_path / "scenario.toml"
+    f.write_text(
+        """
+name = "fails"
+topology = "line"
+backends = ["none"]
+warmup_s = 0
+[[workloads]]
+kind = "http"
+files = ["1K"]
+[[workloads]]
+kind = "tcp"
+seconds = 1
+"""
+    )
+    lab = tmp_path / "lab"
+    rc = cli.main(["run", str(f), "--lab", str(lab)])
+    out, err = capsys.readouterr()
+    assert rc == 1
+    assert "2 runs planned: 1 done, 1 failed, 0 skipped" in err
+    db = sqlite3.connect(lab / "results.sqlite")
+    runs = dict(db.execute("SELECT workload, status FROM runs").fetchall())
+    assert runs == {"http": "failed", "tcp-1x-1s": "done"}
+    (reason,) = db.execute("SELECT reason FROM runs WHERE status = 'failed'").fetchone()
+    assert "nothing listens on port 8080" in reason
+    assert "no_such_directive_here" in reason  # nginx's own log, tail in the reason
+    (status,) = db.execute("SELECT status FROM campaigns").fetchone()
+    assert status == "failed"
+    assert "FAILED" in out and "no_such_directive_here" in out  # the summary shows it
+    # `results` counts it and shows why, as table, JSON and CSV
+    p = _cli("results", "1", "--lab", str(lab), "--json")
+    data = json.loads(p.stdout)
+    assert data["counts"] == {"planned": 2, "done": 1, "failed": 1, "skipped": 0}
+    assert any("failed" in r for r in data["summary"])
+    p = _cli("results", "1", "--lab", str(lab), "--csv")
+    assert "failed" in p.stdout and "nothing listens on port 8080" in p.stdout

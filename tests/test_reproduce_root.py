@@ -34,11 +34,15 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict[s
     if os.geteuid() != 0:
         pytest.fail("the reproduction tests need root (as CI runs them)")
     before = set(leftovers()[0])
-    d = tmp_path_factory.mktemp("reproduce") / "lab"
+    # The main job's own command (`make run`), run as a newcomer would: from a working
+    # directory of its own with a *relative* lab directory (a relative path once reached
+    # nginx, which resolved it against its prefix: study 4 failed from a fresh clone).
+    cwd = tmp_path_factory.mktemp("reproduce")
+    d = cwd / "lab"
     p = subprocess.run(
-        [sys.executable, "-m", "ipsec_lab.cli", "reproduce", "all", "--quick", "--lab", str(d),
+        [sys.executable, "-m", "ipsec_lab.cli", "reproduce", "all", "--quick", "--lab", "lab",
          "--json"],
-        capture_output=True, text=True, timeout=900,
+        capture_output=True, text=True, timeout=900, cwd=cwd,
     )  # fmt: skip
     assert p.returncode == 0, p.stderr[-4000:]
     out: dict[str, Any] = json.loads(p.stdout)
@@ -81,7 +85,24 @@ def test_every_study_ran_its_campaigns_and_said_how_long(lab: tuple[Path, dict[s
     assert set(studies["ferrante2005"]["campaigns"]) == {"today", "calibrate-ours", "limited-ours"}
     for s in studies.values():
         assert s["seconds"] > 0 and not s["skipped"]
+        assert not s["failed"], s
     assert out["report"] and Path(out["report"]).exists()
+
+
+def test_every_campaign_finished_with_no_failed_run(lab: tuple[Path, dict[str, Any]]) -> None:
+    d, out = lab
+    assert out["lab"] == str(d)  # the relative --lab, made absolute
+    store = Store(d / "results.sqlite")
+    try:
+        camps = store.campaigns()
+        assert len(camps) == sum(len(s["campaigns"]) for s in out["studies"])
+        for c in camps:
+            assert c["status"] == "finished" and c["n_failed"] == 0, dict(c)
+            # every planned run has an outcome stored (done, or skipped with the reason)
+            assert c["n_runs"] == c["n_done"] + c["n_skipped"] > 0, dict(c)
+            assert c["n_done"] > 0, dict(c)
+    finally:
+        store.close()
 
 
 def test_study1_shapes_hold_on_a_100_mbit_link(lab: tuple[Path, dict[str, Any]]) -> None:

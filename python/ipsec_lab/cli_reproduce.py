@@ -84,7 +84,12 @@ def _reproduce(args: argparse.Namespace) -> int:
         r = results[-1]
         skipped = "".join(f"; {k} skipped: {v}" for k, v in r.skipped.items())
         skipped += "".join(f"; {k}: finished campaign kept" for k in r.reused)
+        skipped += "".join(
+            f"; {k} (campaign {r.campaigns[k]}): {n} runs FAILED" for k, n in r.failed.items()
+        )
         print(f"{name}: done in {r.seconds:.0f} s{skipped}", file=sys.stderr)
+        if r.failed:
+            rc = 1
     page = None
     if not args.no_report and results:
         page = _write_report(lab, None, args.out)
@@ -97,6 +102,7 @@ def _reproduce(args: argparse.Namespace) -> int:
                 "campaigns": r.campaigns,
                 "skipped": r.skipped,
                 "reused": r.reused,
+                "failed": r.failed,
                 "seconds": round(r.seconds, 1),
             }
             for r in results
@@ -108,6 +114,10 @@ def _reproduce(args: argparse.Namespace) -> int:
         print()
     elif page:
         print(f"report: {page}")
+    if any(r.failed for r in results):
+        print("ipsec-lab reproduce: some runs failed (see above, the report's reading and "
+              "`ipsec-lab results ID`); retry them with the same command and --resume",
+              file=sys.stderr)  # fmt: skip
     return rc
 
 
