@@ -28,9 +28,10 @@ def _summary() -> list[dict[str, object]]:
                              "wire_up_bytes": 9.9e8, "wire_down_bytes": 1e7,
                              "retransmits": 17}],
             })  # fmt: skip
-    rows.append({"status": "failed", "backend": "strongswan", "configuration": "esp:aes256-sha256",
-                 "link": "ethernet-100-shaped", "flow": "client-server", "workload": "tcp",
-                 "repetition": 1, "reason": "charon did not come up in 10 s", "results": []})  # fmt: skip
+    rows.append({"status": "failed", "backend": "strongswan",
+                 "configuration": "esp:aes256-sha256", "link": "ethernet-100-shaped",
+                 "flow": "client-server", "workload": "tcp", "repetition": 1,
+                 "reason": "charon did not come up in 10 s", "results": []})  # fmt: skip
     return runner.summarize(rows)
 
 
