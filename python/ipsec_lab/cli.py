@@ -238,14 +238,20 @@ _positive_size = cli_model.whole(28, 9000, "IP packet size")
 
 
 def _suite(s: str) -> str:
+    """An ESP proposal, written as everywhere else: `aes128gcm16` or `esp:aes128gcm16`."""
+    import difflib
+
     enc, integ = _native.algorithms()
-    e, _, i = s.partition("-")
+    bare = s.strip().lower().removeprefix("esp:")
+    e, _, i = bare.partition("-")
     if e not in enc or (i and i not in integ):
+        close = difflib.get_close_matches(e if e not in enc else i, enc if e not in enc else integ)
+        hint = f" (did you mean {' or '.join(close[:2])}?)" if close else ""
         raise argparse.ArgumentTypeError(
-            f"{s!r} is not a proposal: encryption one of {', '.join(enc)}, "
+            f"{s!r} is not a proposal{hint}: encryption one of {', '.join(enc)}, "
             f"optionally '-' and integrity one of {', '.join(integ)}"
         )
-    return s
+    return bare
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -253,6 +259,12 @@ def build_parser() -> argparse.ArgumentParser:
         prog="ipsec-lab",
         description="What does IPsec cost, here, and why? Measure, model and explain it.",
     )
+    from ipsec_lab import __version__
+
+    p.add_argument(
+        "--version", action="version", version=f"ipsec-lab {__version__}",
+        help="print the version and exit",
+    )  # fmt: skip
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     b = sub.add_parser(

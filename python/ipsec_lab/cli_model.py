@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import statistics
 import sys
 from pathlib import Path
@@ -77,6 +78,23 @@ def _positive(text: str) -> float:
         v = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not v > 0:
+        raise argparse.ArgumentTypeError(f"{text}: must be greater than 0")
+    return v
+
+
+RATE_UNITS = {"": 1.0, "k": 1e-3, "m": 1.0, "g": 1e3, "t": 1e6}
+
+
+def rate_mbps(text: str) -> float:
+    """A rate in Mbit/s: 100, 100M, 1G, 1.5Gbit/s, 500k, 100mbps (bits, SI prefixes)."""
+    t = text.strip().lower().replace(" ", "")
+    m = re.fullmatch(r"([0-9]*\.?[0-9]+(?:e[-+]?\d+)?)([kmgt]?)(?:bit/s|bps|bit|b)?", t)
+    if not m:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a rate: write Mbit/s, or a number with k, M, G (e.g. 100M, 1G)"
+        )
+    v = float(m.group(1)) * RATE_UNITS[m.group(2)]
     if not v > 0:
         raise argparse.ArgumentTypeError(f"{text}: must be greater than 0")
     return v
@@ -418,7 +436,8 @@ def _add_model(sub: Any) -> None:
     p.add_argument("--mode", choices=["sync", "async"], default="sync", help="default: sync")
     p.add_argument("--lalg", default="ip", metavar="FORM", help=lalg_help)
     p.add_argument("--t-fix-ms", type=_non_negative, metavar="MS", help="per-packet time t_fix")
-    p.add_argument("--r-alg-mbps", type=_positive, metavar="RATE", help="securing rate R_alg")
+    p.add_argument("--r-alg-mbps", type=rate_mbps, metavar="RATE",
+                   help="securing rate R_alg, Mbit/s (or with k/M/G: 1G)")  # fmt: skip
     p.add_argument(
         "--t-oh-ms", type=_non_negative, metavar="MS", help="engine overhead t_oh (async)"
     )
@@ -480,15 +499,57 @@ def _esp_suite(config: str) -> str:
     return suite
 
 
+def _campaign_effort(args: argparse.Namespace) -> tuple[float, str]:
+    """The median IPsec-process µs/kB of a lab campaign's runs of one configuration."""
+    import os
+
+    from ipsec_lab import runner
+    from ipsec_lab.store import Store
+
+    lab = Path(args.lab or os.environ.get("IPSEC_LAB_DIR") or "lab").resolve()
+    db = lab / "results.sqlite"
+    if not db.exists():
+        raise UserError(f"--campaign: no results in {db} (give --lab DIR)")
+    store = Store(db)
+    try:
+        if store.campaign(args.campaign) is None:
+            raise UserError(f"--campaign {args.campaign}: no such campaign in {db}")
+        rows = runner.summarize(store.runs(args.campaign))
+    finally:
+        store.close()
+    rows = [r for r in rows if r.get("ipsec_effort_median")]
+    if args.backend:
+        rows = [r for r in rows if r["backend"] == args.backend]
+    if args.configuration:
+        want = parse_configuration(args.configuration).text
+        rows = [r for r in rows if parse_configuration(r["configuration"]).text == want]
+    pairs = sorted({(r["backend"], r["configuration"]) for r in rows})
+    if not pairs:
+        raise UserError(
+            f"--campaign {args.campaign}: no run with the IPsec processes' CPU measured"
+            + (f" for {args.configuration}" if args.configuration else "")
+        )
+    if len(pairs) > 1:
+        raise UserError(
+            f"--campaign {args.campaign} has several: "
+            + ", ".join(f"{b} {c}" for b, c in pairs)
+            + "; choose with --backend and --configuration"
+        )
+    vals = [float(r["ipsec_effort_median"]) for r in rows]
+    b, c = pairs[0]
+    return statistics.median(vals), f"campaign {args.campaign}, {b} {c}, {len(vals)} measurements"
+
+
 def _plan(args: argparse.Namespace) -> int:
     sources = sum(
         x is not None and x != []
-        for x in (args.t_fix_ms, args.point, args.bench, args.cycles_per_byte)
+        for x in (args.t_fix_ms, args.point, args.bench, args.cycles_per_byte, args.campaign)
     )
     if sources != 1:
         raise UserError(
             "give one source of costs: --t-fix-ms/--r-alg-mbps, --point (to fit), "
-            "--bench CONFIG (measure the engine here) or --cycles-per-byte"
+            "--bench CONFIG (measure the engine here), --campaign N (the lab's gateway "
+            "measurements) or --cycles-per-byte"
         )
     mhz = args.cpu_mhz or cpu_mhz_here()
     notes: list[str] = []
@@ -500,7 +561,19 @@ def _plan(args: argparse.Namespace) -> int:
             "cycles are time x this clock"
         )
     fitted: dict[str, Any] | None = None
-    if args.cycles_per_byte is not None:
+    bound = "as given"
+    if args.campaign is not None:
+        us_per_kb, what = _campaign_effort(args)
+        # µs per kB of payload, both gateways' IPsec processes: half is one gateway's
+        per_gw = us_per_kb / 2
+        costs = CycleCosts.flat(per_gw * mhz / 1024, 0.0, mhz)
+        bound = "measured: the lab's gateways, TUN, sockets and all"
+        notes.append(
+            f"measured in the lab: {what}: {us_per_kb:.3g} µs/kB for both gateways' IPsec "
+            f"processes, {per_gw:.3g} per gateway (TUN and socket costs included; the kernel's "
+            "own forwarding is not)"
+        )
+    elif args.cycles_per_byte is not None:
         costs = CycleCosts.flat(args.cycles_per_byte, args.cycles_per_packet, mhz)
     else:
         if args.bench:
@@ -510,6 +583,10 @@ def _plan(args: argparse.Namespace) -> int:
             notes.append(
                 f"measured here: engine {args.op} of {suite}, tunnel mode, one core, "
                 f"sizes {BENCH_SIZES} (the engine alone: no TUN, sockets or kernel)"
+            )
+            bound = (
+                "upper bound: the engine alone, without the TUN, socket and kernel costs a "
+                "gateway also pays (plan from a lab campaign with --campaign N)"
             )
         else:
             pts = args.point or []
@@ -528,6 +605,7 @@ def _plan(args: argparse.Namespace) -> int:
     plan = Plan(costs, mix, args.target_mbps, args.max_load)
     doc = plan.to_json()
     doc["notes"] = notes
+    doc["costs_are"] = bound
     if fitted:
         doc["fit"] = fitted
     if args.json:
@@ -540,10 +618,13 @@ def _plan(args: argparse.Namespace) -> int:
         f"at {mhz:.0f} MHz; {doc['cycles_per_inner_byte']:.3g} cycles per packet byte at "
         f"mean size {doc['mean_size']:.0f} B (FreeS/WAN's figure: 140 for 3DES + HMAC)"
     )
+    upper = bound.startswith("upper bound")
     c.print(
-        f"one core: {doc['per_core_mbps']:.4g} Mbit/s; "
-        f"{doc['mhz_per_mbps']:.3g} MHz per Mbit/s (FreeS/WAN rule: 25)"
+        f"one core: {'at most ' if upper else ''}{doc['per_core_mbps']:.4g} Mbit/s; "
+        f"{'at least ' if upper else ''}{doc['mhz_per_mbps']:.3g} MHz per Mbit/s "
+        "(FreeS/WAN rule: 25)"
     )
+    c.print(f"[dim]costs: {bound}[/dim]")
     if plan.target_mbps is not None:
         c.print(
             f"[bold]{plan.target_mbps:g} Mbit/s needs {plan.cores} core(s)[/bold] at "
@@ -588,7 +669,8 @@ def _add_plan(sub: Any) -> None:
         "ipsec-lab plan --cycles-per-byte 140 --cpu-mhz 450",
     )
     p.add_argument("--t-fix-ms", type=_non_negative, metavar="MS")
-    p.add_argument("--r-alg-mbps", type=_positive, metavar="RATE")
+    p.add_argument("--r-alg-mbps", type=rate_mbps, metavar="RATE",
+                   help="securing rate R_alg, Mbit/s (or with k/M/G: 1G)")  # fmt: skip
     p.add_argument("--point", action="append", type=_arg(parse_point), metavar="SIZE:MBPS")
     p.add_argument("--lalg", default="ip", metavar="FORM", help="secured-length form (default: ip)")
     p.add_argument(
@@ -597,6 +679,16 @@ def _add_plan(sub: Any) -> None:
         help="measure this ESP configuration with the engine benchmark here, e.g. "
         "esp:aes128gcm16 (about 5 s)",
     )
+    p.add_argument(
+        "--campaign",
+        type=whole(1),
+        metavar="N",
+        help="plan from a lab campaign's measurements: the IPsec processes' µs/kB of its "
+        "gateways (see `ipsec-lab results`); with --configuration when it has several",
+    )
+    p.add_argument("--configuration", metavar="CONFIG", help="with --campaign: which one")
+    p.add_argument("--backend", default=None, metavar="B", help="with --campaign: which one")
+    p.add_argument("--lab", metavar="DIR", help="with --campaign: the lab directory")
     p.add_argument("--op", choices=["seal", "open"], default="seal", help="with --bench")
     p.add_argument("--budget-ms", type=whole(1), default=60, help="with --bench (default: 60)")
     p.add_argument("--trials", type=whole(1), default=5, help="with --bench (default: 5)")
@@ -607,7 +699,8 @@ def _add_plan(sub: Any) -> None:
         "--size", type=_ip_size, default=1500, metavar="BYTES", help="packet size (default: 1500)"
     )
     p.add_argument("--mix", type=_arg(_mix_arg), metavar="MIX", help="a mix instead of --size")
-    p.add_argument("--target-mbps", type=_positive, metavar="RATE", help="rate to plan for")
+    p.add_argument("--target-mbps", type=rate_mbps, metavar="RATE",
+                   help="rate to plan for, Mbit/s (or with k/M/G: 100M, 1G)")  # fmt: skip
     p.add_argument(
         "--max-load",
         type=_positive,
@@ -768,7 +861,8 @@ def _add_advise(sub: Any) -> None:
         metavar="PCT",
         help="no sample: every packet shrinks by this much (a published figure)",
     )
-    p.add_argument("--link-mbps", type=_positive, required=True, metavar="RATE")
+    p.add_argument("--link-mbps", type=rate_mbps, required=True, metavar="RATE",
+                   help="link rate, Mbit/s (or with k/M/G: 100M, 1G)")  # fmt: skip
     p.add_argument(
         "--esp", default="esp:aes128-sha1", metavar="CONFIG", help="default: esp:aes128-sha1"
     )
@@ -837,6 +931,15 @@ def _add_advise(sub: Any) -> None:
 # --- overhead ----------------------------------------------------------------------------
 
 
+def human_bytes(n: float) -> str:
+    """10 MB, 1 KB, 1.5 MB, 300 B (KB = 1024 B, as the lab's file sizes)."""
+    for unit, div in (("GB", 1 << 30), ("MB", 1 << 20), ("KB", 1 << 10)):
+        if n >= div:
+            v = n / div
+            return f"{v:.0f} {unit}" if v == int(v) else f"{v:.3g} {unit}"
+    return f"{n:.0f} B"
+
+
 def _overhead(args: argparse.Namespace) -> int:
     lay = _layout(args)
     configs = args.config or DEFAULT_CONFIGS
@@ -883,11 +986,19 @@ def _overhead(args: argparse.Namespace) -> int:
         ]
         c.print(
             _table(
-                f"a TCP transfer of {t['bytes']} B, MTU {t['mtu']} (study 4's view)",
+                f"a TCP transfer of {human_bytes(t['bytes'])}, MTU {t['mtu']} (study 4's view)",
                 ["config", "packets", "wire B", "load %", "packets %", "data/segment"],
                 trows,
                 caption="both directions; MSS clamped so protected segments fit the MTU",
             )
+        )
+    over = sorted({(r["config"], r["size"], r["wire"]) for r in rows if r["wire"] > args.mtu})
+    for cfg_text, size, wire in over:
+        c.print(
+            f"[yellow]warning:[/yellow] {cfg_text} at {size} B: the protected packet is "
+            f"{wire} B, over the {args.mtu} B MTU — it would be fragmented (or refused with "
+            f"DF set); the largest inner packet that fits is "
+            f"{ovh.largest_inner(parse_configuration(cfg_text), args.mtu, lay)} B"
         )
     legacy = [cfg.text for cfg in parsed if cfg.legacy]
     if legacy:

@@ -102,8 +102,12 @@ def _svg(p: Plot) -> str:
         x = p.lines[names[0]][0]
         ax.stackplot(x, *[p.lines[k][1] for k in names], labels=names, alpha=0.8)
         ax.set_ylim(0, 1)
+        ax.yaxis.set_major_formatter(lambda v, _pos: f"{100 * v:.0f} %")
     else:
         raise ValueError(f"plot kind {p.kind!r}")
+    for i, (label, level) in enumerate(p.hlines.items()):
+        ax.axhline(level, color="#444", linestyle=("--", ":", "-.")[i % 3], linewidth=1,
+                   label=label)  # fmt: skip
     if p.logy:
         ax.set_yscale("log")
     ax.set_title(p.title, fontsize=10)
@@ -111,7 +115,8 @@ def _svg(p: Plot) -> str:
     ax.set_ylabel(p.ylabel)
     ax.grid(alpha=0.3)
     if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=7, ncols=2 if len(ax.get_legend_handles_labels()[0]) > 4 else 1)
+        n = len(ax.get_legend_handles_labels()[0])
+        ax.legend(fontsize=8, ncols=2 if n > 4 else 1, framealpha=0.9)
     buf = io.StringIO()
     fig.savefig(buf, format="svg")
     text = buf.getvalue()

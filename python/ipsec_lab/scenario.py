@@ -329,10 +329,10 @@ def _configurations(r: _Reader, names: list[str]) -> tuple[str, ...]:
                 raise r.fail("configurations", msg) from None
             continue
         try:
-            parse_configuration(name)
+            cfg = parse_configuration(name)
         except ValueError as e:
             raise r.fail("configurations", f"{name!r}: {e}") from None
-        out.append(name)
+        out.append(cfg.text)  # one spelling: a bare suite becomes esp:SUITE
     return tuple(dict.fromkeys(out))
 
 

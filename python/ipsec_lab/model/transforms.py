@@ -24,7 +24,7 @@ per-algorithm split is kept in :attr:`PacketPlan.stages` for the engine's per-st
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -169,7 +169,11 @@ def parse_configuration(text: str) -> Configuration:
     ipcomp = False
     esp: tuple[Cipher, Integrity] | None = None
     ah: Integrity | None = None
+    canonical: list[str] = []
     for part in t.split("+"):
+        if ":" not in part and part not in ("ipcomp", "esp", "ah"):
+            part = "esp:" + part  # one spelling everywhere: a bare suite is ESP's
+        canonical.append(part)
         proto, _, algs = part.partition(":")
         if proto == "ipcomp":
             if ipcomp:
@@ -183,13 +187,15 @@ def parse_configuration(text: str) -> Configuration:
             enc, _, integ = algs.partition("-")
             if enc not in CIPHERS:
                 raise ConfigError(
-                    f"{text!r}: unknown ESP encryption {enc!r}; one of {', '.join(CIPHERS)}"
+                    f"{text!r}: unknown ESP encryption {enc!r}{_did_you_mean(enc, CIPHERS)}; "
+                    f"one of {', '.join(CIPHERS)}"
                 )
             c = CIPHERS[enc]
             integ = integ or "null"
             if integ not in INTEGRITY:
                 raise ConfigError(
-                    f"{text!r}: unknown ESP integrity {integ!r}; one of {', '.join(INTEGRITY)}"
+                    f"{text!r}: unknown ESP integrity {integ!r}{_did_you_mean(integ, INTEGRITY)}"
+                    f"; one of {', '.join(INTEGRITY)}"
                 )
             i = INTEGRITY[integ]
             if c.kind in ("aead", "gmac") and i.name != "null":
@@ -202,7 +208,8 @@ def parse_configuration(text: str) -> Configuration:
                 raise ConfigError(f"{text!r}: ah given twice")
             if algs not in AH_INTEGRITY:
                 raise ConfigError(
-                    f"{text!r}: unknown AH integrity {algs!r}; one of {', '.join(AH_INTEGRITY)}"
+                    f"{text!r}: unknown AH integrity {algs!r}"
+                    f"{_did_you_mean(algs, AH_INTEGRITY)}; one of {', '.join(AH_INTEGRITY)}"
                 )
             ah = AH_INTEGRITY[algs]
         else:
@@ -210,7 +217,14 @@ def parse_configuration(text: str) -> Configuration:
                 f"{text!r}: {part!r} is not a layer; write ipcomp, esp:ENC[-INTEG] or ah:INTEG "
                 "joined by '+'"
             )
-    return Configuration(text.strip(), ipcomp, esp, ah)
+    return Configuration("+".join(canonical), ipcomp, esp, ah)
+
+
+def _did_you_mean(word: str, known: Iterable[str]) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(word, list(known), n=2, cutoff=0.6)
+    return f" (did you mean {' or '.join(close)}?)" if close else ""
 
 
 def _ceil_to(n: int, block: int) -> int:

@@ -58,6 +58,7 @@ class Plot:
     points: dict[str, tuple[list[float], list[float]]] = field(default_factory=dict)
     logy: bool = False
     note: str = ""
+    hlines: dict[str, float] = field(default_factory=dict)  # label -> y: a reference line
 
 
 HOLDS = "holds"

@@ -275,10 +275,15 @@ def analyse(done: dict[str, list[dict[str, Any]]]) -> Analysis:
         ))  # fmt: skip
         an.plots.append(Plot(
             "bars", f"Throughput at 100 Mbit/s ({b}) — paper fig. 3 beside ours", "",
-            "Mbit/s", labels,
+            "payload Mbit/s (TCP data, before compression)", labels,
             {"paper (PIII 500 MHz)": [PUBLISHED_100[x][0] for x in labels],
              "ours, this CPU": [t100.get(x, {}).get("mbps") for x in labels],
              "ours, CPU limited": [lim.get(x, {}).get("mbps") for x in labels]},
+            hlines={"link rate, 100 Mbit/s (wire)": 100.0},
+            note="bars are payload rates: the TCP data delivered, counted before IPComp "
+            "compresses it. IPComp on English text can exceed the link's rate because the "
+            "wire carries fewer bytes than the payload (see the wire-bytes table); every "
+            "other bar stays under the dashed link rate, which counts wire bytes with headers",
         ))  # fmt: skip
         an.plots.append(Plot(
             "bars", f"CPU effort ({b}) — paper fig. 8 beside ours", "", "µs per kB (log)",
@@ -293,8 +298,12 @@ def analyse(done: dict[str, list[dict[str, Any]]]) -> Analysis:
             s = (lim.get(label) or t100.get(label) or {}).get("series") or []
             if s:
                 an.plots.append(Plot(
-                    "area", f"CPU load over time, {label} ({b}) — as figs. 6-7", "s",
-                    "share of all CPUs",
+                    "area", f"CPU load over time, {label} ({b}) — as figs. 6-7",
+                    "time into the measurement (s)", "share of all CPUs' time (%)",
+                    note=f"{len(s)} samples of /proc/stat over the whole machine (both "
+                    "gateways, both traffic ends); user = programs, including a user-space "
+                    "IPsec; system and softirq = the kernel, including forwarding and a "
+                    "kernel IPsec; the rest is idle",
                     lines={k: ([x["t"] for x in s], [x[k] for x in s])
                            for k in ("user", "system", "softirq")},
                 ))  # fmt: skip

@@ -148,13 +148,16 @@ def analyse(done: dict[str, list[dict[str, Any]]]) -> Analysis:
     for b in backends:
         fits: dict[str, SyncModel] = {}
         points: dict[str, dict[int, float]] = {}
+        meta: dict[tuple[str, int], dict[str, Any]] = {}
         for (bb, cfg, _, _, _), xs in by.items():
             if bb != b or cfg not in name_of:
                 continue
             for x in xs:
                 if x.get("size") and x.get("mbps"):
                     points.setdefault(name_of[cfg], {})[int(x["size"])] = float(x["mbps"])
+                    meta[(name_of[cfg], int(x["size"]))] = x
         t1: list[list[Any]] = []
+        flags: list[str] = []  # fit points that look limited by something else
         t2: list[list[Any]] = []
         cause: list[tuple[str, tuple[float, float], tuple[float, float]]] = []
         for tr in CONFIGURATION:
@@ -173,6 +176,10 @@ def analyse(done: dict[str, list[dict[str, Any]]]) -> Analysis:
                 continue
             fits[tr] = m
             q = float(quota or 1.0)
+            for size in FIT_SIZES:
+                why = limited_fit_point(size, pts, meta.get((tr, size), {}), m)
+                if why:
+                    flags.append(f"{tr} at {size} B: {why}")
             t1.append([
                 tr, fmt(TABLE1[tr][2], 4), fmt(TABLE1[tr][3], 4), fmt(m.t_fix_ms, 4),
                 fmt(m.r_alg_mbps, 4), fmt(m.t_fix_ms * q * 1000, 3), fmt(m.r_alg_mbps / q, 4),
@@ -214,7 +221,12 @@ def analyse(done: dict[str, list[dict[str, Any]]]) -> Analysis:
                    for tr, m in fits.items()},
             points={tr: (list(map(float, sorted(p))), [p[s] for s in sorted(p)])
                     for tr, p in points.items()},
+            note=("lines: the model fitted at 128 and 1280 B; dots: measured loss-free rates"
+                  + (". Fit points that look limited by something other than the gateway: "
+                     + "; ".join(flags) if flags else "")),
         ))  # fmt: skip
+        if flags:
+            t1.append(["fit points flagged", *[""] * 6, "; ".join(flags)])
         an.findings += _findings(b, fits, points, cause)
         if cause:
             an.add_cause(b, "; ".join(
@@ -232,6 +244,31 @@ def analyse(done: dict[str, list[dict[str, Any]]]) -> Analysis:
             points={tr: _published_points(tr) for tr in CONFIGURATION},
         ))  # fmt: skip
     return an
+
+
+LIMITED_CHECK = 1.2  # a larger check size this far above the fit: the fit point was held down
+
+
+def limited_fit_point(size: int, pts: dict[int, float], row: dict[str, Any], m: SyncModel) -> str:
+    """Why a fit point looks limited by something other than the gateway ('' if not):
+    the RFC 2544 search passed at its ceiling (the generator's highest rate, not the
+    gateway's), did not converge, or a larger check size ran well above the fit (the
+    model cannot fall and rise again: the point it was fitted to was held down — by the
+    traffic generator or the host, since the gateway did more at the larger size)."""
+    search = str(row.get("search") or "")
+    if "highest rate asked for" in search:
+        return "passed at the search's highest rate: the generator's ceiling, not the gateway's"
+    if row and row.get("converged") is False:
+        return f"the search did not converge ({search})"
+    for s in sorted(pts):
+        if s > size and s not in FIT_SIZES:
+            pred = m.throughput_mbps(s)
+            if pred > 0 and pts[s] > LIMITED_CHECK * pred:
+                return (
+                    f"the {s} B check measured {100 * (pts[s] / pred - 1):.0f} % above the fit: "
+                    "this point was likely held down by the traffic generator or the host"
+                )
+    return ""
 
 
 def _published_points(tr: str) -> tuple[list[float], list[float]]:

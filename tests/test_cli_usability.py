@@ -1,0 +1,116 @@
+"""What a newcomer meets first: one spelling of a configuration everywhere (with a
+did-you-mean), rates with suffixes, --version, sizes in words, the MTU warning, and
+plan saying when its figure is only an upper bound."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+
+import pytest
+
+from ipsec_lab import __version__, scenario
+from ipsec_lab.cli_model import human_bytes, rate_mbps
+from ipsec_lab.model.transforms import ConfigError, parse_configuration
+
+
+def _cli(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "ipsec_lab.cli", *args], capture_output=True,
+                          text=True, timeout=300, check=check)  # fmt: skip
+
+
+@pytest.mark.parametrize("text", ["aes128gcm16", "esp:aes128gcm16", "ESP:AES128GCM16"])
+def test_one_spelling_of_a_configuration(text: str) -> None:
+    assert parse_configuration(text).text == "esp:aes128gcm16"
+    assert parse_configuration("ipcomp+aes128-sha1").text == "ipcomp+esp:aes128-sha1"
+
+
+def test_a_near_miss_gets_a_did_you_mean() -> None:
+    with pytest.raises(ConfigError, match=r"did you mean aes128gcm16"):
+        parse_configuration("aes128gcm")
+    with pytest.raises(ConfigError, match=r"did you mean sha1"):
+        parse_configuration("esp:aes128-sha")
+
+
+def test_scenarios_store_the_one_spelling() -> None:
+    sc = scenario.parse('backends = ["ours"]\nconfigurations = ["aes128gcm16"]\n')
+    assert sc.configurations == ("esp:aes128gcm16",)
+
+
+@pytest.mark.parametrize(
+    ("text", "mbps"),
+    [("100", 100.0), ("100M", 100.0), ("1G", 1000.0), ("1.5Gbit/s", 1500.0),
+     ("500k", 0.5), ("10mbps", 10.0)],
+)  # fmt: skip
+def test_rates_take_suffixes(text: str, mbps: float) -> None:
+    assert rate_mbps(text) == pytest.approx(mbps)
+
+
+@pytest.mark.parametrize("text", ["fast", "-1G", "0", "1X"])
+def test_bad_rates_say_how_to_write_one(text: str) -> None:
+    with pytest.raises(argparse.ArgumentTypeError):
+        rate_mbps(text)
+
+
+def test_sizes_in_words() -> None:
+    assert human_bytes(10 << 20) == "10 MB"
+    assert human_bytes(1024) == "1 KB"
+    assert human_bytes(300) == "300 B"
+    assert human_bytes(1536 * 1024) == "1.5 MB"
+
+
+def test_version() -> None:
+    assert _cli("--version").stdout.strip() == f"ipsec-lab {__version__}"
+
+
+def test_bench_takes_the_configuration_spelling_too() -> None:
+    p = _cli("bench", "--suite", "esp:aes128gcm16", "--size", "64", "--op", "seal",
+             "--budget-ms", "2", "--trials", "1", "--json")  # fmt: skip
+    assert json.loads(p.stdout)["results"][0]["suite"] == "aes128gcm16"
+    bad = _cli("bench", "--suite", "aes128gcm", check=False)
+    assert bad.returncode == 2 and "did you mean aes128gcm16" in bad.stderr
+
+
+def test_overhead_warns_over_the_mtu_and_prints_sizes_in_words() -> None:
+    out = _cli("overhead", "--config", "esp:aes128gcm16", "--size", "1500", "--size", "1000",
+               "--transfer", "10MB").stdout  # fmt: skip
+    assert "a TCP transfer of 10 MB" in out
+    assert "warning: esp:aes128gcm16 at 1500 B" in out and "1446 B" in out
+    assert "at 1000 B" not in out  # only the packet that does not fit
+
+
+def test_plan_from_the_engine_alone_says_it_is_an_upper_bound() -> None:
+    p = _cli("plan", "--bench", "aes128gcm16", "--target-mbps", "1G", "--budget-ms", "5",
+             "--trials", "1")  # fmt: skip
+    assert "one core: at most" in p.stdout and "upper bound" in p.stdout
+    doc = json.loads(_cli("plan", "--bench", "aes128gcm16", "--target-mbps", "100M",
+                          "--budget-ms", "5", "--trials", "1", "--json").stdout)  # fmt: skip
+    assert doc["costs_are"].startswith("upper bound") and doc["target_mbps"] == 100
+    none = _cli("plan", "--campaign", "1", "--lab", "/nonexistent-lab", check=False)
+    assert none.returncode == 2 and "no results in /nonexistent-lab" in none.stderr
+
+
+def test_plan_from_a_lab_campaign(tmp_path: object) -> None:
+    from pathlib import Path
+
+    from ipsec_lab.store import RunKey, Store
+
+    lab = Path(str(tmp_path)) / "lab"
+    store = Store(lab / "results.sqlite")
+    cid = store.new_campaign("mine", "x.toml", 'backends = ["ours"]\n', {})
+    for rep, eff in ((1, 10.0), (2, 12.0), (3, 11.0)):
+        store.record(cid, RunKey("ours", "esp:aes128gcm16", "unshaped", "tcp", "c-s", rep),
+                     "done", 0.0, results=[("tcp", {"mbps": 900.0, "seconds": 8.0,
+                                                    "payload_bytes": 9e8,
+                                                    "ipsec_effort_us_per_kb": eff})])  # fmt: skip
+    store.close()
+    doc = json.loads(_cli("plan", "--campaign", str(cid), "--lab", str(lab), "--cpu-mhz",
+                          "2048", "--target-mbps", "1G", "--json").stdout)  # fmt: skip
+    # median 11 µs/kB for both gateways: 5.5 per gateway = 5.5 x 2048 / 1024 = 11 c/B
+    assert doc["cycles_per_byte"] == pytest.approx(11.0)
+    assert doc["costs_are"].startswith("measured")
+    wrong = _cli("plan", "--campaign", str(cid), "--lab", str(lab), "--configuration",
+                 "ah:sha1", check=False)  # fmt: skip
+    assert wrong.returncode == 2 and "no run with the IPsec processes' CPU measured" in wrong.stderr
