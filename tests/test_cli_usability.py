@@ -114,3 +114,23 @@ def test_plan_from_a_lab_campaign(tmp_path: object) -> None:
     wrong = _cli("plan", "--campaign", str(cid), "--lab", str(lab), "--configuration",
                  "ah:sha1", check=False)  # fmt: skip
     assert wrong.returncode == 2 and "no run with the IPsec processes' CPU measured" in wrong.stderr
+
+
+ROOT = __import__("pathlib").Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("conf", sorted((ROOT / "examples").glob("*.toml")), ids=lambda p: p.name)
+def test_example_gateway_configs_pass_the_gateways_own_check(conf: object) -> None:
+    gw = ROOT / "target" / "release" / "ipsec-gw"
+    p = subprocess.run([str(gw), "--config", str(conf), "--check"], capture_output=True,
+                       text=True, timeout=30)  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    assert "usable" in p.stderr + p.stdout
+
+
+def test_every_shipped_scenario_parses_and_one_uses_ours() -> None:
+    files = sorted((ROOT / "scenarios").glob("*.toml"))
+    backends = set()
+    for f in files:
+        backends |= set(scenario.load(str(f)).backends)
+    assert {"ours", "ours-udp"} <= backends
