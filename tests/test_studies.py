@@ -8,6 +8,7 @@ import copy
 import csv
 import json
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -460,3 +461,58 @@ def test_the_reading_says_why_when_runs_failed(tmp_path: Path) -> None:
     assert "not measured because runs failed: campaign 6" in line and "port 8080" in line
     html = report.render([an], {}, tmp_path)
     assert "Failed runs" in html and "holds, stronger" in html  # the scale is defined
+
+
+def _own_campaign(store: Store) -> int:
+    """A campaign of the user's own (not a reproduction): none and ours, two links, three
+    repetitions with CPU series, one failed run."""
+    cid = store.new_campaign("my gateways", "mine.toml", 'backends = ["none", "ours"]\n', {})
+    series = [{"t": 0.1 * i, "user": 0.2, "system": 0.3, "softirq": 0.1, "idle": 0.4}
+              for i in range(1, 21)]  # fmt: skip
+    for link, cap in (("unshaped", 900.0), ("ethernet-100", 94.0)):
+        for rep in (1, 2, 3):
+            for b, cfg, f in (("none", "none", 1.0), ("ours", "esp:aes128gcm16", 0.6)):
+                store.record(cid, RunKey(b, cfg, link, "tcp-1x-4s", "client-server", rep),
+                             "done", 0.0, version="x", results=[("tcp-1x-4s", {
+                                 "mbps": cap * f * (1 + rep / 100), "seconds": 4.0,
+                                 "payload_bytes": 4e8, "effort_us_per_kb": 3.0 / f,
+                                 "ipsec_effort_us_per_kb": None if b == "none" else 2.0,
+                                 "wire_up_bytes": 4.1e8 / f ** 0.1, "wire_down_bytes": 1e7,
+                                 "cpu_series": series})])  # fmt: skip
+    store.record(cid, RunKey("ours", "esp:chacha20poly1305", "unshaped", "tcp-1x-4s",
+                             "client-server", 1), "failed", 0.0,
+                 reason="backend ours failed to start: ipsec-gw exited\n--- gwA.log ---\nboom")  # fmt: skip
+    return cid
+
+
+def test_report_of_a_users_own_campaign_draws_every_plot_in_chromium(tmp_path: Path) -> None:
+    from ipsec_lab import cli
+
+    lab = tmp_path / "lab"
+    store = Store(lab / "results.sqlite")
+    first, second = _own_campaign(store), _own_campaign(store)
+    store.close()
+    assert cli.main(["report", str(first), str(second), "--lab", str(lab)]) == 0
+    page = lab / "report" / "report.html"
+    html = page.read_text()
+    assert "campaigns measured on this machine" in html
+    assert html.count("Campaign 1 — my gateways") == 1 and "Campaign 2 — my gateways" in html
+    for what in ("Throughput, tcp-1x-4s", "CPU effort, tcp-1x-4s", "Wire bytes per payload byte",
+                 "CPU load over time"):  # fmt: skip
+        assert what in html, what
+    assert "ipsec-gw exited" in html and "Failed runs" in html
+    assert "runs done, 1 failed" in html
+    n = html.count("<figure class=plot")
+    assert n == html.count("<svg") and n >= 2 * 5
+    chromium = shutil.which("chromium")
+    assert chromium, "Debian's chromium is not installed (the Makefile installs it)"
+    p = subprocess.run(
+        [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--enable-logging=stderr",
+         "--virtual-time-budget=10000", "--dump-dom", page.as_uri()],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    body = re.search(r"<body[^>]*>", p.stdout)
+    assert body, p.stderr[-2000:]
+    attrs = dict(re.findall(r'data-([a-z-]+)="([^"]*)"', body.group(0)))
+    assert attrs["plots-total"] == attrs["plots-ok"] == str(n)
+    assert attrs["errors"] == "0"

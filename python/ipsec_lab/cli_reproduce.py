@@ -124,16 +124,27 @@ def _reproduce(args: argparse.Namespace) -> int:
 def _write_report(lab: Path, ids: list[int] | None, out: str | None) -> Path:
     """Write the report of the chosen (or newest) study campaigns to `out`, by default
     LAB/report; return the HTML's path."""
-    from ipsec_lab import report, reproduce
+    from ipsec_lab import campaign_report, report, reproduce
     from ipsec_lab.store import Store
 
     store = Store(lab / "results.sqlite")
     try:
-        chosen = reproduce.latest_campaigns(store, ids)
-        if not chosen:
-            raise ValueError(f"no study campaigns in {store.path}: run `ipsec-lab reproduce` first")
-        analyses = reproduce.analyse(store, chosen)
-        newest = max(c for roles in chosen.values() for c in roles.values())
+        names = {int(c["id"]): c["name"] for c in store.campaigns()}
+        for i in ids or []:
+            if i not in names:
+                raise ValueError(f"no campaign {i} in {store.path}")
+        own = [i for i in ids or [] if reproduce.parse_name(names[i]) is None]
+        study_ids = [i for i in ids or [] if i not in own]
+        chosen = reproduce.latest_campaigns(store, study_ids) if (study_ids or not ids) else {}
+        if not chosen and not own:
+            raise ValueError(
+                f"no study campaigns in {store.path}: run `ipsec-lab reproduce` first, or "
+                "name campaigns (`ipsec-lab results` lists them)"
+            )
+        analyses = reproduce.analyse(store, chosen) + [
+            campaign_report.analyse(i, names[i], store.runs(i, samples=True)) for i in own
+        ]
+        newest = max([c for roles in chosen.values() for c in roles.values()] + own)
         camp = store.campaign(newest)
         env = json.loads(camp["environment"]) if camp else {}
     finally:
@@ -200,10 +211,12 @@ def add_parsers(sub: Any) -> None:
     r.set_defaults(func=_reproduce)
     p = sub.add_parser(
         "report",
-        help="write the HTML report (and CSV/JSON) from study campaigns",
+        help="write the HTML report (and CSV/JSON) of study campaigns or your own",
         description="Without CAMPAIGN: the newest campaign of each study and role in the "
-        "lab. Writes OUT/report.html (self-contained: plots inline, opens offline), "
-        "OUT/report.json and OUT/tables/*.csv.",
+        "lab. With CAMPAIGN ids: those — study reproductions beside their papers, any other "
+        "campaign (from `ipsec-lab run`) as throughput, CPU effort, wire bytes and CPU load "
+        "per backend x configuration x link, several side by side. Writes OUT/report.html "
+        "(self-contained: plots inline, opens offline), OUT/report.json and OUT/tables/*.csv.",
     )
     p.add_argument("campaign", nargs="*", type=int, help="campaign ids (see `ipsec-lab results`)")
     p.add_argument("--lab", metavar="DIR", help=LAB_HELP)

@@ -87,7 +87,15 @@ def _svg(p: Plot) -> str:
         xs = range(len(p.categories))
         for i, (name, vals) in enumerate(p.series.items()):
             ys = [math.nan if v is None else float(v) for v in vals]
-            ax.bar([x + (i - (n - 1) / 2) * width for x in xs], ys, width, label=name)
+            pos = [x + (i - (n - 1) / 2) * width for x in xs]
+            ax.bar(pos, ys, width, label=name)
+            spans = p.errors.get(name) or []
+            bars = [(x, y, e) for x, y, e in zip(pos, ys, spans, strict=False)
+                    if e is not None and not math.isnan(y)]  # fmt: skip
+            if bars:
+                ax.errorbar([b[0] for b in bars], [b[1] for b in bars],
+                            yerr=[[b[1] - b[2][0] for b in bars], [b[2][1] - b[1] for b in bars]],
+                            fmt="none", ecolor="#222", capsize=3, linewidth=1)  # fmt: skip
         ax.set_xticks(list(xs), p.categories, rotation=20, ha="right", fontsize=8)
     elif p.kind == "lines":
         colors: dict[str, Any] = {}
@@ -174,24 +182,35 @@ def _slug(s: str) -> str:
 
 def render(analyses: list[Analysis], env: dict[str, Any], lab: Path) -> str:
     gen = environment.describe()
+    studies = [an for an in analyses if an.findings]
+    title = (
+        "ipsec-lab: the seed studies, reproduced on this machine"
+        if studies and len(studies) == len(analyses)
+        else "ipsec-lab: campaigns measured on this machine"
+    )
     parts = [
         "<!doctype html><html lang=en><head><meta charset=utf-8>",
-        "<title>ipsec-lab: the seed studies, reproduced</title>",
+        f"<title>{html.escape(title)}</title>",
         f"<style>{CSS}</style><script>{CHECK_JS}</script></head><body>",
-        "<h1>ipsec-lab: the seed studies, reproduced on this machine</h1>",
+        f"<h1>{html.escape(title)}</h1>",
         "<p>Each study's published figures beside today's measurement, with the findings "
-        "that still hold and those that changed. Ratios and medians are what to compare: "
+        "that still hold and those that changed; each campaign's throughput, CPU effort and "
+        "wire bytes per backend and configuration. Ratios and medians are what to compare: "
         "absolute figures depend on this machine and its neighbours.</p>",
-        "<h2 id=reading>Reading</h2><ul>",
-        *(f"<li>{html.escape(s)}</li>" for s in reading(analyses)),
-        "</ul>",
-        "<p class=note>Verdicts: "
-        + "; ".join(
-            f"<span class={VERDICT_CLASS.get(k, 'na')}>{html.escape(k)}</span> = {html.escape(v)}"
-            for k, v in VERDICTS.items()
-        )
-        + ".</p>",
     ]
+    if studies:
+        parts += [
+            "<h2 id=reading>Reading</h2><ul>",
+            *(f"<li>{html.escape(s)}</li>" for s in reading(studies)),
+            "</ul>",
+            "<p class=note>Verdicts: "
+            + "; ".join(
+                f"<span class={VERDICT_CLASS.get(k, 'na')}>{html.escape(k)}</span> = "
+                f"{html.escape(v)}"
+                for k, v in VERDICTS.items()
+            )
+            + ".</p>",
+        ]
     if any(an.quick for an in analyses):
         parts.append('<p class="note">Some studies ran with <code>--quick</code>: fewer '
                      "configurations, sizes and seconds — a first look, not the full "
@@ -201,15 +220,17 @@ def render(analyses: list[Analysis], env: dict[str, Any], lab: Path) -> str:
         parts.append(f"<h2 id={an.study}>{html.escape(an.title)}</h2>")
         parts.append(f'<p class="note">{html.escape(an.source)}. Campaigns: ' + ", ".join(
             f"{html.escape(r)} = {c}" for r, c in an.campaigns.items()) + "</p>")  # fmt: skip
-        parts.append("<h3>Findings</h3><table><tr><th>finding</th><th>published</th>"
-                     "<th>this machine</th><th>verdict</th></tr>")  # fmt: skip
+        if an.findings:
+            parts.append("<h3>Findings</h3><table><tr><th>finding</th><th>published</th>"
+                         "<th>this machine</th><th>verdict</th></tr>")  # fmt: skip
         for f in an.findings:
             cls = VERDICT_CLASS.get(f.verdict, "na")
             parts.append(
                 f"<tr><td>{html.escape(f.claim)}</td><td>{html.escape(f.published)}</td>"
                 f"<td>{html.escape(f.ours)}</td><td class={cls}>{html.escape(f.verdict)}</td></tr>"
             )
-        parts.append("</table>")
+        if an.findings:
+            parts.append("</table>")
         if an.failures:
             items = "".join(f"<li class=fail>{html.escape(x)}</li>" for x in an.failures)
             parts.append(
@@ -252,7 +273,7 @@ def write(analyses: list[Analysis], env: dict[str, Any], lab: Path, out: Path) -
         json.dumps(
             {
                 "environment": env,
-                "reading": reading(analyses),
+                "reading": reading([an for an in analyses if an.findings]),
                 "studies": [a.to_json() for a in analyses],
             },
             indent=1,

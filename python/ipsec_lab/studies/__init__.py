@@ -59,6 +59,8 @@ class Plot:
     logy: bool = False
     note: str = ""
     hlines: dict[str, float] = field(default_factory=dict)  # label -> y: a reference line
+    # bars: per series, per category, the (min, max) drawn as an error bar (None: none)
+    errors: dict[str, list[tuple[float, float] | None]] = field(default_factory=dict)
 
 
 HOLDS = "holds"

@@ -1,0 +1,119 @@
+"""The report of any lab campaign (one that `ipsec-lab run` made from the user's own
+scenario): the same plain-data `Analysis` the studies produce, so `report` draws it the
+same way — throughput and CPU effort per backend x configuration x link with min-max
+bars, each as a ratio to `none`, wire bytes per payload byte, CPU load over time, and the
+summary table with failed and skipped runs and their reasons."""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+from ipsec_lab import runner
+from ipsec_lab.studies import Analysis, Plot, Table, fmt
+
+
+def _label(r: dict[str, Any]) -> str:
+    return r["backend"] if r["backend"] == "none" else f"{r['backend']} {r['configuration']}"
+
+
+def analyse(cid: int, name: str, runs: list[dict[str, Any]]) -> Analysis:
+    """One campaign's analysis: tables and plots, no findings (there is no paper)."""
+    an = Analysis(f"campaign-{cid}", f"Campaign {cid} — {name}", f"`ipsec-lab run` campaign {cid}")
+    an.campaigns = {"campaign": cid}
+    summary = runner.summarize(runs)
+    measured = [r for r in summary if r.get("n")]
+    c = runner.counts(runs)
+    rows: list[list[Any]] = []
+    for r in summary:
+        head = [r["backend"], r["configuration"], r["link"], r["flow"], r["measurement"]]
+        if not r.get("n"):
+            why = r.get("failed") or r.get("skipped") or ""
+            rows.append([*head, 0, "FAILED: " + why if r.get("failed") else "skipped: " + why,
+                         *[""] * 6])  # fmt: skip
+            continue
+        rows.append([
+            *head, r["n"],
+            f"{fmt(r['seconds_median'])} s" if r.get("transfer") else fmt(r["mbps_median"]),
+            f"{fmt(r['mbps_min'])}-{fmt(r['mbps_max'])}",
+            "—" if r.get("mbps_cv") is None else f"{100 * r['mbps_cv']:.1f} %",
+            fmt(r["mbps_vs_none"]), fmt(r["effort_median"]), fmt(r["ipsec_effort_median"]),
+            "—" if r.get("wire_pct_of_payload") is None else f"{r['wire_pct_of_payload']:.1f} %",
+        ])  # fmt: skip
+    an.tables.append(Table(
+        f"Campaign {cid}: {c['done']} runs done, {c['failed']} failed, {c['skipped']} skipped",
+        ["backend", "configuration", "link", "flow", "measurement", "n",
+         "Mbit/s (or time) median", "min-max Mbit/s", "CV", "x none", "effort µs/kB",
+         "IPsec µs/kB", "wire % of payload"],
+        rows,
+        note="medians over repetitions; x none: against plain forwarding on the same link, "
+        "flow and measurement; effort: machine-wide busy CPU per kB of payload; IPsec: the "
+        "IPsec processes' own CPU (user-space backends)",
+    ))  # fmt: skip
+    for r in runs:
+        if r["status"] == "failed":
+            an.failures.append(
+                f"campaign {cid}: {r['backend']} {r['configuration']} on {r['link']} "
+                f"{r['workload']} #{r['repetition']} failed — {(r['reason'] or '').splitlines()[0]}"
+            )
+    for meas in sorted({r["measurement"] for r in measured}):
+        of = [r for r in measured if r["measurement"] == meas]
+        links = sorted({r["link"] for r in of})
+        series = sorted({_label(r) for r in of}, key=lambda s: (s != "none", s))
+        for key, what, unit, log in (
+            ("mbps", "Throughput", "payload Mbit/s (median; bars: min-max)", False),
+            ("effort", "CPU effort", "µs per kB of payload (median)", True),
+        ):
+            vals: dict[str, list[float | None]] = {s: [] for s in series}
+            errs: dict[str, list[tuple[float, float] | None]] = {s: [] for s in series}
+            for link in links:
+                for s in series:
+                    hit = [r for r in of if r["link"] == link and _label(r) == s]
+                    v = hit[0][f"{key}_median"] if hit else None
+                    vals[s].append(v)
+                    errs[s].append(
+                        (hit[0]["mbps_min"], hit[0]["mbps_max"]) if hit and key == "mbps" else None
+                    )
+            if not any(v is not None for vs in vals.values() for v in vs):
+                continue
+            an.plots.append(Plot(
+                "bars", f"{what}, {meas}: backends and configurations per link", "link", unit,
+                links, vals, logy=log, errors=errs if key == "mbps" else {},
+                note=f"campaign {cid}; a missing bar: not measured (see the table)",
+            ))  # fmt: skip
+        wire: dict[str, list[float | None]] = {
+            s: [next((r["wire_pct_of_payload"] for r in of
+                      if r["link"] == link and _label(r) == s), None) for link in links]
+            for s in series
+        }  # fmt: skip
+        if any(v is not None for vs in wire.values() for v in vs):
+            an.plots.append(Plot(
+                "bars", f"Wire bytes per payload byte, {meas}", "link", "% of payload",
+                links, wire, hlines={"payload (100 %)": 100.0},
+                note="both directions on the measured wire, headers included",
+            ))  # fmt: skip
+    # CPU load over time: the first repetition of each (backend, configuration) on the
+    # first link, first measurement.
+    done = [r for r in runs if r["status"] == "done" and r["results"]]
+    seen: set[str] = set()
+    for r in done:
+        lab = _label(r)
+        series_ = r["results"][0].get("cpu_series") or []
+        if lab in seen or len(series_) < 2:
+            continue
+        seen.add(lab)
+        an.plots.append(Plot(
+            "area", f"CPU load over time, {lab} ({r['link']}, {r['results'][0]['label']})",
+            "time into the measurement (s)", "share of all CPUs' time (%)",
+            lines={k: ([x["t"] for x in series_], [x[k] for x in series_])
+                   for k in ("user", "system", "softirq")},
+            note=f"{len(series_)} samples of /proc/stat, the whole machine",
+        ))  # fmt: skip
+    ipsec = [r["ipsec_effort_median"] for r in measured if r.get("ipsec_effort_median")]
+    if ipsec:
+        an.cause = (
+            f"The IPsec processes spent a median {fmt(statistics.median(ipsec))} µs per kB "
+            "of payload over this campaign's configurations; `ipsec-lab plan --campaign "
+            f"{cid}` turns that into cores per link rate."
+        )
+    return an
