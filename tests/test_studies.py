@@ -479,9 +479,9 @@ def _own_campaign(store: Store) -> int:
                                  "ipsec_effort_us_per_kb": None if b == "none" else 2.0,
                                  "wire_up_bytes": 4.1e8 / f ** 0.1, "wire_down_bytes": 1e7,
                                  "cpu_series": series})])  # fmt: skip
+    why = "backend ours failed to start: ipsec-gw exited\n--- gwA.log ---\nboom"
     store.record(cid, RunKey("ours", "esp:chacha20poly1305", "unshaped", "tcp-1x-4s",
-                             "client-server", 1), "failed", 0.0,
-                 reason="backend ours failed to start: ipsec-gw exited\n--- gwA.log ---\nboom")  # fmt: skip
+                             "client-server", 1), "failed", 0.0, reason=why)  # fmt: skip
     return cid
 
 
