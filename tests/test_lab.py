@@ -19,7 +19,7 @@ from ipsec_lab.backends.strongswan import _swanctl_conf, esp_proposal
 from ipsec_lab.store import RunKey, Store
 from ipsec_lab.testbed import topology
 from ipsec_lab.traffic.apps import mail_message
-from ipsec_lab.traffic.rfc2544 import search
+from ipsec_lab.traffic.rfc2544 import partial_drop_rate, search
 
 # --- scenarios ---------------------------------------------------------------------------
 
@@ -420,3 +420,19 @@ def test_search_is_not_misled_by_a_device_that_delivers_little_when_overloaded(
 
     r = search(trial, 1000.0, 0.05, 0.0, 60)  # type: ignore[arg-type]
     assert r.converged and capacity - 0.05 <= r.rate_mbps <= capacity
+
+
+def test_ndr_and_pdr_come_from_one_search() -> None:
+    """A device losing nothing up to 100 Mbit/s and 0.3 % up to 120: the search for the
+    NDR (0 loss) tries rates in between, and the PDR (<= 0.5 %, FD.io CSIT) is read from
+    the same trials."""
+
+    def trial(rate: float) -> dict[str, float]:
+        loss = 0.0 if rate <= 100 else 0.3 if rate <= 120 else 20.0
+        return {"offered_mbps": rate, "loss_pct": loss}
+
+    r = search(trial, 1000.0, 1.0, 0.0, 30)
+    assert 99.0 <= r.rate_mbps <= 100.0  # NDR
+    pdr = partial_drop_rate(r.trials)
+    assert r.rate_mbps < pdr <= 120.0  # the trials that lost 0.3 % count toward the PDR
+    assert partial_drop_rate([{"offered_mbps": 5.0, "loss_pct": 1.0}]) == 0.0

@@ -74,8 +74,10 @@ def analyse(cid: int, name: str, runs: list[dict[str, Any]]) -> Analysis:
                     errs[s].append(
                         (hit[0]["mbps_min"], hit[0]["mbps_max"]) if hit and key == "mbps" else None
                     )
-            if not any(v is not None for vs in vals.values() for v in vs):
+            present = [float(v) for vs in vals.values() for v in vs if v is not None]
+            if not present:
                 continue
+            log = log and min(present) > 0 and max(present) / min(present) > 10
             an.plots.append(Plot(
                 "bars", f"{what}, {meas}: backends and configurations per link", "link", unit,
                 links, vals, logy=log, errors=errs if key == "mbps" else {},

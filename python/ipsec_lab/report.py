@@ -242,10 +242,11 @@ def render(analyses: list[Analysis], env: dict[str, Any], lab: Path) -> str:
             parts.append(f"<p><b>Why (the model's terms):</b> {html.escape(an.cause)}</p>")
         for p in an.plots:
             n += 1
-            note = " — " + html.escape(p.note) if p.note else ""
+            # The plot carries its title; the caption adds what the title does not say.
+            caption = html.escape(p.note or p.title)
             parts.append(
                 f"<figure class=plot id=plot-{n}>{_svg(p)}"
-                f"<figcaption>{html.escape(p.title)}{note}</figcaption></figure>"
+                f"<figcaption>{caption}</figcaption></figure>"
             )
         parts += [_table(t) for t in an.tables]
     parts.append("<h2 id=environment>Environment and how to re-run</h2><table>")

@@ -363,7 +363,12 @@ def summarize(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         row["retransmits_median"] = statistics.median(rt) if rt else None
         # An application transfer (HTTP, SMTP) is judged by its time, not its rate.
         row["transfer"] = any("file_bytes" in x for x in xs)
+        pdr = [float(x["pdr_mbps"]) for x in xs if x.get("pdr_mbps") is not None]
+        row["pdr_mbps_median"] = statistics.median(pdr) if pdr else None
         notes = sorted({str(x["cpu_note"]) for x in xs if x.get("cpu_note")})
+        if pdr:
+            notes.insert(0, f"NDR {row['mbps_median']:.4g}, PDR (<= 0.5 % loss) "
+                         f"{statistics.median(pdr):.4g} Mbit/s")  # fmt: skip
         if not eff and not notes:
             notes = ["no CPU figure: the measurement metered none"]
         row["note"] = "; ".join(notes)

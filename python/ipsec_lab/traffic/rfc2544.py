@@ -72,6 +72,18 @@ def search(
     return res
 
 
+PDR_LOSS_PCT = 0.5  # FD.io CSIT's partial drop rate: at most 0.5 % of packets lost
+
+
+def partial_drop_rate(trials: list[Row], loss_pct: float = PDR_LOSS_PCT) -> float:
+    """The PDR from a search's own trials: the highest offered rate whose loss was at
+    most `loss_pct` (0.0 if none). The search bisects on the NDR's tolerance, so this is
+    a lower bound of the true PDR — the trials between the NDR and the first failure
+    that lost little count, none is run for it alone."""
+    ok = [float(t["offered_mbps"]) for t in trials if float(t["loss_pct"]) <= loss_pct]
+    return max(ok, default=0.0)
+
+
 def _trial(tb: Testbed, flow: Flow, size: int, rate: float, seconds: float) -> Row:
     """One trial; an iperf3 whose control connection broke (it shares the overloaded
     path with the flood) is tried once more, then counted as a failed trial."""
@@ -106,6 +118,8 @@ def rfc2544(tb: Testbed, flow: Flow, w: Workload, metered: Metered, warmup_s: fl
             return {
                 "size": w.size,
                 "mbps": r.rate_mbps,  # the loss-free rate (inner IP packet bits)
+                "ndr_mbps": r.rate_mbps if w.loss_tolerance_pct == 0 else None,
+                "pdr_mbps": partial_drop_rate(r.trials),
                 "converged": r.converged,
                 "search": r.reason,
                 "trials": r.trials,
