@@ -516,3 +516,19 @@ def test_report_of_a_users_own_campaign_draws_every_plot_in_chromium(tmp_path: P
     attrs = dict(re.findall(r'data-([a-z-]+)="([^"]*)"', body.group(0)))
     assert attrs["plots-total"] == attrs["plots-ok"] == str(n)
     assert attrs["errors"] == "0"
+
+
+def test_study2_flags_a_fit_point_held_down_by_something_else() -> None:
+    truth = {"ESP-aes128": SyncModel(0.05, 300.0, parse_lalg("esp:aes128"))}
+    runs = _study2_runs(truth, 0.1)
+    for r in runs:
+        x = r["results"][0]
+        if x["size"] == 1280:
+            x["mbps"] *= 0.6  # a ceiling: the fit point, not the gateway, is low
+    an = tisovsky2013.analyse({"loss-free": runs})
+    note = an.tables[0].note
+    assert "ESP-aes128 at 1280 B: the 1420 B check measured" in note
+    assert "limited" in an.plots[0].note
+    assert {r[0] for r in an.tables[0].rows} == {"ESP-aes128"}  # rows stay transforms
+    clean = tisovsky2013.analyse({"loss-free": _study2_runs(truth, 0.1)})
+    assert "limited" not in clean.tables[0].note  # an exact fit flags nothing

@@ -226,7 +226,9 @@ def analyse(done: dict[str, list[dict[str, Any]]]) -> Analysis:
                      + "; ".join(flags) if flags else "")),
         ))  # fmt: skip
         if flags:
-            t1.append(["fit points flagged", *[""] * 6, "; ".join(flags)])
+            an.tables[-2].note += " Fit points that look limited by something else: " + (
+                "; ".join(flags) + "."
+            )
         an.findings += _findings(b, fits, points, cause)
         if cause:
             an.add_cause(b, "; ".join(
@@ -260,14 +262,15 @@ def limited_fit_point(size: int, pts: dict[int, float], row: dict[str, Any], m: 
         return "passed at the search's highest rate: the generator's ceiling, not the gateway's"
     if row and row.get("converged") is False:
         return f"the search did not converge ({search})"
-    for s in sorted(pts):
-        if s > size and s not in FIT_SIZES:
-            pred = m.throughput_mbps(s)
-            if pred > 0 and pts[s] > LIMITED_CHECK * pred:
-                return (
-                    f"the {s} B check measured {100 * (pts[s] / pred - 1):.0f} % above the fit: "
-                    "this point was likely held down by the traffic generator or the host"
-                )
+    # the next larger check size only: it shares the fit point's regime
+    nxt = [s for s in sorted(pts) if s > size and s not in FIT_SIZES][:1]
+    for s in nxt:
+        pred = m.throughput_mbps(s)
+        if pred > 0 and pts[s] > LIMITED_CHECK * pred:
+            return (
+                f"the {s} B check measured {100 * (pts[s] / pred - 1):.0f} % above the fit: "
+                "this point was likely held down by the traffic generator or the host"
+            )
     return ""
 
 
