@@ -436,3 +436,32 @@ def test_ndr_and_pdr_come_from_one_search() -> None:
     pdr = partial_drop_rate(r.trials)
     assert r.rate_mbps < pdr <= 120.0  # the trials that lost 0.3 % count toward the PDR
     assert partial_drop_rate([{"offered_mbps": 5.0, "loss_pct": 1.0}]) == 0.0
+
+
+def test_forwarding_rate_at_overload_is_the_median_delivery_of_overloaded_trials() -> None:
+    from ipsec_lab.traffic.rfc2544 import forwarding_rate_at_overload
+
+    trials = [
+        {"offered_mbps": 500.0, "loss_pct": 97.0, "mbps": 40.0},  # livelock: left out
+        {"offered_mbps": 45.0, "loss_pct": 0.0, "mbps": 45.0},  # passed: not overloaded
+        {"offered_mbps": 90.0, "loss_pct": 10.0, "mbps": 80.0},
+        {"offered_mbps": 84.0, "loss_pct": 0.0, "mbps": 78.0},  # 0 loss, arrived late
+        {"offered_mbps": 81.0, "loss_pct": 1.0, "mbps": 79.0},
+    ]
+    mfr, spread, n = forwarding_rate_at_overload(trials, 0.1)
+    assert (mfr, n) == (79.0, 3) and spread == pytest.approx(2 / 79)
+    # dedicated overload trials at a fixed rate keep even a far-off one
+    assert forwarding_rate_at_overload(trials[:1], 0.1, livelock=False)[0] == 40.0
+    assert forwarding_rate_at_overload(trials[1:2], 0.1) == (None, None, 0)
+
+
+def test_a_trial_counts_what_never_arrived_beyond_what_was_in_flight() -> None:
+    from ipsec_lab.traffic.rfc2544 import with_unarrived
+
+    row = {"loss_pct": 0.0, "lost_packets": 0, "sender_packets": 1000,
+           "sent_packets": 850, "unarrived_packets": 150, "seconds": 1.0}  # fmt: skip
+    out = with_unarrived(row)
+    # 1000 pps x 20 ms + 2 = 22 may be in flight; 128 more were queued: 12.8 %
+    assert out["loss_pct"] == pytest.approx(12.8) and out["receiver_loss_pct"] == 0.0
+    calm = with_unarrived({**row, "sent_packets": 990, "unarrived_packets": 10})
+    assert calm["loss_pct"] == 0.0

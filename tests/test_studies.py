@@ -532,3 +532,32 @@ def test_study2_flags_a_fit_point_held_down_by_something_else() -> None:
     assert {r[0] for r in an.tables[0].rows} == {"ESP-aes128"}  # rows stay transforms
     clean = tisovsky2013.analyse({"loss-free": _study2_runs(truth, 0.1)})
     assert "limited" not in clean.tables[0].note  # an exact fit flags nothing
+
+
+def test_paired_noise_says_when_a_difference_is_within_two_standard_errors() -> None:
+    m, note = studies.paired_noise([-5.0, 3.0, -10.0, 2.0])
+    assert m == -2.5 and note.startswith("within noise: -2.5 ±")
+    m, note = studies.paired_noise([9.0, 11.0, 10.0, 10.5])
+    assert m == 10.125 and note == ""  # a clear effect
+    assert "cannot be judged" in studies.paired_noise([4.0])[1]
+
+
+def test_study4_findings_within_noise_are_marked_and_read_apart() -> None:
+    runs = _study4_runs(slow_time=2.0)
+    an = hadjichristofi2003.analyse({"transfers": runs})
+    f = next(x for x in an.findings if x.claim == "The slow client makes more transactions (HTTP)")
+    # the made-up runs: slow +30 % packets, fast +10 %, the same for every pair: no noise
+    assert f.verdict == "holds" and f.noise == ""
+    # make the pairs disagree: half slow ahead, half fast ahead
+    for r in runs:
+        if not r["results"]:
+            continue
+        x = r["results"][0]
+        if r["backend"] == "ours" and r["flow"].startswith("slow") and x["label"].endswith("1KB"):
+            x["wire_up_packets"] = x["wire_down_packets"] = 10 * 1.0  # slow: +0 % at 1 KB
+    an = hadjichristofi2003.analyse({"transfers": runs})
+    f = next(x for x in an.findings if x.claim == "The slow client makes more transactions (HTTP)")
+    assert f.noise.startswith("within noise")
+    (line,) = report.reading([an])
+    assert "may differ between runs: " in line and "transactions (HTTP)" in line.split(
+        "may differ between runs: ")[1]  # fmt: skip

@@ -160,8 +160,14 @@ def reading(analyses: list[Analysis]) -> list[str]:
         parts = [f"{len(n[v])} {v.removeprefix('holds, ')}" for v in (STRONGER, WEAKER) if n[v]]
         if parts:
             s += " (" + ", ".join(parts) + ")"
-        if n[REVERSED]:
-            s += "; reversed: " + "; ".join(f"{f.claim} (here {f.ours})" for f in n[REVERSED])
+        firm = [f for f in n[REVERSED] if not f.noise]
+        if firm:
+            s += "; reversed: " + "; ".join(f"{f.claim} (here {f.ours})" for f in firm)
+        noisy = [f for f in an.findings if f.noise]
+        if noisy:
+            s += "; within this run's noise, so the verdict may differ between runs: " + (
+                "; ".join(f"{f.claim} ({f.verdict})" for f in noisy)
+            )
         if n[NOT_MEASURED]:
             s += f"; {len(n[NOT_MEASURED])} not measured"
             if an.failures:
@@ -225,9 +231,11 @@ def render(analyses: list[Analysis], env: dict[str, Any], lab: Path) -> str:
                          "<th>this machine</th><th>verdict</th></tr>")  # fmt: skip
         for f in an.findings:
             cls = VERDICT_CLASS.get(f.verdict, "na")
+            noise = f"<br><small class=na>{html.escape(f.noise)}</small>" if f.noise else ""
             parts.append(
                 f"<tr><td>{html.escape(f.claim)}</td><td>{html.escape(f.published)}</td>"
-                f"<td>{html.escape(f.ours)}</td><td class={cls}>{html.escape(f.verdict)}</td></tr>"
+                f"<td>{html.escape(f.ours)}</td><td class={cls}>{html.escape(f.verdict)}"
+                f"{noise}</td></tr>"
             )
         if an.findings:
             parts.append("</table>")

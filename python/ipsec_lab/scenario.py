@@ -98,6 +98,9 @@ class Workload:
     resolution_mbit: float = 1.0
     max_rate_mbit: float = 1000.0
     max_trials: int = 20
+    # rfc2544: after the search, this many trials at 1.25 x its loss-free rate measure the
+    # forwarding rate at overload (RFC 2285's MFR) on their own (0: from the search's)
+    overload_trials: int = 0
     files: tuple[int, ...] = (1024, 10 * 1024, 1024 * 1024, 10 * 1024 * 1024)  # http/smtp
     label: str = ""
     # tcp: "iperf" (iperf3's own random payload), or a plain sender of "text" (English
@@ -153,7 +156,7 @@ _LINK_KEYS = {
 _WORKLOAD_KEYS = {
     "kind", "seconds", "bytes", "streams", "size", "rate_mbit", "trial_s",
     "loss_tolerance_pct", "resolution_mbit", "max_rate_mbit", "max_trials", "files", "label",
-    "data",
+    "data", "overload_trials",
 }  # fmt: skip
 
 
@@ -280,6 +283,7 @@ def _workload(r: _Reader, t: Any, where: str) -> Workload:
         resolution_mbit=n(t, "resolution_mbit", where, d.resolution_mbit, 0.001, 10_000),
         max_rate_mbit=n(t, "max_rate_mbit", where, d.max_rate_mbit, 0.01, 100_000),
         max_trials=n(t, "max_trials", where, d.max_trials, 1, 100, integer=True),
+        overload_trials=n(t, "overload_trials", where, d.overload_trials, 0, 50, integer=True),
         files=files,
         label=label,
         data=data,

@@ -91,6 +91,9 @@ class Finding:
     published: str
     ours: str
     verdict: str
+    # set when the effect is smaller than this run's own noise: the verdict may differ
+    # between runs (the text says the difference and its uncertainty)
+    noise: str = ""
 
 
 @dataclass
@@ -241,3 +244,19 @@ def stage_split(xs: list[dict[str, Any]]) -> tuple[float, float] | None:
             else:
                 fixed += ns
     return (fixed, byte) if seen and fixed + byte > 0 else None
+
+
+def paired_noise(diffs: list[float], unit: str = "pp") -> tuple[float, str]:
+    """The mean of paired differences (slow minus fast, per configuration, application
+    and size) and, when that mean is within two standard errors of zero, a note saying
+    so; a single pair has no measurable noise and is reported as such."""
+    m = statistics.mean(diffs)
+    if len(diffs) < 2:
+        return m, f"one pair only ({m:+.1f} {unit}): its noise cannot be judged"
+    se = statistics.stdev(diffs) / math.sqrt(len(diffs))
+    if abs(m) < 2 * se:
+        return m, (
+            f"within noise: {m:+.1f} ± {2 * se:.1f} {unit} (2 standard errors over "
+            f"{len(diffs)} pairs); the verdict may differ between runs"
+        )
+    return m, ""

@@ -99,10 +99,16 @@ def udp_trial(
     lost = int(s.get("lost_packets", 0))
     got = max(packets - lost, 0)
     secs = float(s["seconds"]) or seconds
+    # The receiver counts a datagram lost only below the highest sequence number it saw:
+    # what was still queued in the path when the test ended (a deep queue in front of an
+    # overloaded gateway) is neither received nor lost. The sender's own count shows it.
+    sender_packets = int(sent.get("packets") or packets)
     return {
         "size": ip_size,
         "offered_mbps": rate_mbit,
         "sent_packets": packets,
+        "sender_packets": sender_packets,
+        "unarrived_packets": max(sender_packets - packets, 0),
         "lost_packets": lost,
         "loss_pct": 100.0 * lost / packets if packets else 100.0,
         "payload_bytes": got * payload,

@@ -7,6 +7,7 @@ it with iperf3 UDP trials of a fixed inner IP packet size.
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -84,12 +85,75 @@ def partial_drop_rate(trials: list[Row], loss_pct: float = PDR_LOSS_PCT) -> floa
     return max(ok, default=0.0)
 
 
+# What the path may hold when a trial ends without the gateway being overloaded: the
+# packets of this much time in flight (a quota'd gateway runs 1 ms in every 5 or 10).
+IN_FLIGHT_S = 0.02
+
+
+def with_unarrived(row: Row, in_flight_s: float = IN_FLIGHT_S) -> Row:
+    """A trial's loss counted against what the sender sent (RFC 2544 §26.1: frames
+    offered vs forwarded): the receiver's own loss, plus the datagrams that never arrived
+    before the test ended beyond what `in_flight_s` of traffic in flight explains. An
+    overloaded gateway with a deep queue in front hides its excess there for a short
+    trial; the receiver alone would call that trial loss-free."""
+    sent = int(row.get("sender_packets") or row.get("sent_packets") or 0)
+    if not sent:
+        return row
+    late = int(row.get("unarrived_packets") or 0)
+    pps = sent / max(float(row.get("seconds") or 1.0), 1e-3)
+    excess = max(late - (pps * in_flight_s + 2), 0)
+    out = dict(row)
+    out["receiver_loss_pct"] = row["loss_pct"]
+    out["loss_pct"] = 100.0 * (int(row.get("lost_packets") or 0) + excess) / sent
+    return out
+
+
+# A trial overloaded the path when it lost more than the tolerance or delivered this
+# much less than it offered (a queue in front of the gateway stretched its arrival).
+OVERLOAD_SHORTFALL = 0.05
+LIVELOCK_FACTOR = 1.5
+OVERLOAD_FACTOR = 1.25  # the offered rate of dedicated overload trials, x the NDR
+
+
+def forwarding_rate_at_overload(
+    trials: list[Row], tolerance_pct: float, livelock: bool = True
+) -> tuple[float | None, float | None, int]:
+    """RFC 2285's maximum forwarding rate, from a search's own trials: the median rate
+    delivered by the trials that overloaded the path (lost more than the tolerance, or
+    delivered under 95 % of what they offered); with the relative spread (max-min over
+    median) of those deliveries and how many there were. (None, None, 0) if no trial
+    overloaded it (the capacity is above the search's ceiling).
+
+    A device that does not livelock forwards about its capacity however hard it is
+    pushed, so every overloaded trial measures the same thing, averaged over the whole
+    trial: a steadier estimate than the loss-free rate, which one scheduling hiccup
+    moves (one dropped packet fails a trial) and a deep queue fools (it hides a short
+    trial's excess)."""
+    best = max((float(t.get("mbps") or 0) for t in trials), default=0.0)
+    over = [
+        float(t["mbps"])
+        for t in trials
+        if t.get("mbps")
+        # pushed far beyond what the path ever delivered (the search's first trial at
+        # its ceiling), a host can livelock and deliver less: not the device's rate
+        and (not livelock or float(t["offered_mbps"]) <= LIVELOCK_FACTOR * best)
+        and (
+            float(t["loss_pct"]) > tolerance_pct
+            or float(t["mbps"]) < (1 - OVERLOAD_SHORTFALL) * float(t["offered_mbps"])
+        )
+    ]
+    if not over:
+        return None, None, 0
+    mid = statistics.median(over)
+    return mid, (max(over) - min(over)) / mid if mid else None, len(over)
+
+
 def _trial(tb: Testbed, flow: Flow, size: int, rate: float, seconds: float) -> Row:
     """One trial; an iperf3 whose control connection broke (it shares the overloaded
     path with the flood) is tried once more, then counted as a failed trial."""
     for attempt in (1, 2):
         try:
-            return udp_trial(tb, flow, size, rate, seconds)
+            return with_unarrived(udp_trial(tb, flow, size, rate, seconds))
         except LabError as e:
             if attempt == 2:
                 return {"size": size, "offered_mbps": rate, "loss_pct": 100.0,
@@ -114,17 +178,32 @@ def rfc2544(tb: Testbed, flow: Flow, w: Workload, metered: Metered, warmup_s: fl
                 w.max_trials,
             )
             passed = [t for t in r.trials if t["passed"]]
+            overload: list[Row] = []
+            if w.overload_trials and r.rate_mbps > 0:
+                # a fixed offered rate above the capacity the search found, repeated:
+                # each trial's delivered rate is the device's forwarding rate
+                top = min(OVERLOAD_FACTOR * r.rate_mbps, w.max_rate_mbit)
+                for _ in range(w.overload_trials):
+                    t = _trial(tb, flow, w.size, top, w.trial_s)
+                    t["overload"] = True
+                    overload.append(t)
+            mfr, spread, n_over = forwarding_rate_at_overload(
+                overload or r.trials, w.loss_tolerance_pct, livelock=not overload
+            )
             best = max(passed, key=lambda t: t["offered_mbps"]) if passed else None
             return {
                 "size": w.size,
                 "mbps": r.rate_mbps,  # the loss-free rate (inner IP packet bits)
                 "ndr_mbps": r.rate_mbps if w.loss_tolerance_pct == 0 else None,
                 "pdr_mbps": partial_drop_rate(r.trials),
+                "mfr_mbps": mfr,
+                "mfr_spread": spread,
+                "mfr_trials": n_over,
                 "converged": r.converged,
                 "search": r.reason,
-                "trials": r.trials,
-                "payload_bytes": sum(int(t["payload_bytes"]) for t in r.trials),
-                "seconds": sum(float(t["seconds"]) for t in r.trials),
+                "trials": r.trials + overload,
+                "payload_bytes": sum(int(t["payload_bytes"]) for t in r.trials + overload),
+                "seconds": sum(float(t["seconds"]) for t in r.trials + overload),
                 "best_trial_loss_pct": best["loss_pct"] if best else None,
             }
 
