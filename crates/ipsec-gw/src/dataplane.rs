@@ -13,6 +13,7 @@
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, UdpSocket};
 use std::os::fd::{AsRawFd, RawFd};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::Receiver;
 use std::sync::Arc;
@@ -28,6 +29,7 @@ use tun_rs::SyncDevice;
 
 use crate::config::{Config, Lifetime, PolicyAction};
 use crate::gro::Coalescer;
+use crate::seqstate::{self, SeqState};
 use crate::stats::{DirStats, Io, IpcompStats, SaStats, Shared, StageStat};
 
 /// RFC 3948 §2: ESP in UDP to and from port 4500.
@@ -52,6 +54,11 @@ pub struct DirEngine {
     sas: Vec<SaEntry>,
     /// (bundle name, IPComp association id) of bundles with IPComp.
     ipcomps: Vec<(String, usize)>,
+    /// The SAs of each bundle (engine bundle id -> its layers), for their lifetimes.
+    bundle_sas: Vec<(usize, Vec<SaId>)>,
+    /// Where this direction's sequence numbers outlive the process (None: a dry build,
+    /// for `--check` and reload validation).
+    state: Option<SeqState>,
 }
 
 struct SaEntry {
@@ -63,69 +70,169 @@ struct SaEntry {
     expired: bool,
     /// The SA after its hard lifetime: out of the engine, kept for its final counters.
     retired: Option<ipsec::Sa>,
+    /// (SPI, key fingerprint): the SA's line in the state file.
+    key: crate::seqstate::Key,
+    /// Outbound: the highest sequence number reserved in the state file; inbound: the
+    /// highest accepted number last written there.
+    stored: u64,
 }
 
 impl DirEngine {
     /// Build the engine for one direction of `cfg`. SAs of `old` whose definition is
-    /// unchanged move over live (sequence numbers, replay window and counters kept).
-    pub fn build(cfg: &Config, direction: Direction, old: Option<DirEngine>) -> DirEngine {
+    /// unchanged move over live (sequence numbers, replay window and counters kept); the
+    /// others resume from the sequence state (outbound above every number they may have
+    /// used, inbound refusing every number they accepted) and outbound numbers are
+    /// reserved ahead before any packet goes. An SA the state records as expired stays
+    /// expired. `state`: the direction's state file (ignored when `old` has one); None
+    /// builds without one (a check). Errors name the SA and what is wrong.
+    pub fn build(
+        cfg: &Config,
+        direction: Direction,
+        old: Option<DirEngine>,
+        state: Option<SeqState>,
+    ) -> Result<DirEngine, String> {
         let mut engine = Engine::new();
         if cfg.stage_timing {
             engine.set_clock(Some(clock));
         }
         let mut old = old;
+        let mut state = old.as_mut().and_then(|o| o.state.take()).or(state);
         let mut sas = Vec::new();
         for spec in cfg.sas.iter().filter(|s| s.config.direction == direction) {
+            let c = &spec.config;
+            let key = (
+                c.spi,
+                seqstate::fingerprint(direction, c.spi, c.enc_key.expose(), c.integ_key.expose()),
+            );
             let kept = old.as_mut().and_then(|o| {
                 let i = o
                     .sas
                     .iter()
                     .position(|e| !e.expired && e.spec.same_as(spec))?;
                 let e = o.sas.remove(i);
-                o.engine.remove_sa(e.id).map(|sa| (sa, e.soft_logged))
+                o.engine
+                    .remove_sa(e.id)
+                    .map(|sa| (sa, e.soft_logged, e.stored))
             });
-            let (id, soft_logged) = match kept {
-                Some((sa, soft)) => (engine.insert_sa(sa), soft),
-                None => (engine.add_sa(&spec.config), false),
+            let named = |e: String| format!("sa {} (spi 0x{:x}): {e}", spec.name, c.spi);
+            let stored = state.as_ref().and_then(|s| s.get(&key));
+            let was_kept = kept.is_some();
+            let (id, soft_logged, mut stored_value, expired) = match kept {
+                Some((sa, soft, v)) => (
+                    engine.insert_sa(sa).map_err(|e| named(e.to_string()))?,
+                    soft,
+                    v,
+                    false,
+                ),
+                None => {
+                    let id = engine.add_sa(c).map_err(|e| named(e.to_string()))?;
+                    let entry = stored.unwrap_or_default();
+                    let sa = engine.sa_mut(id).expect("just added");
+                    if entry.value > 0 && !entry.expired {
+                        match direction {
+                            Direction::Out => {
+                                sa.set_next_seq(entry.value.saturating_add(1))
+                                    .map_err(|e| named(e.to_string()))?;
+                                eprintln!(
+                                    "ipsec-gw: sa {}: resuming above sequence number {} (from {})",
+                                    spec.name,
+                                    entry.value,
+                                    state
+                                        .as_ref()
+                                        .map_or(Path::new("?"), |s| s.path())
+                                        .display()
+                                );
+                            }
+                            Direction::In => sa.resume_inbound(entry.value),
+                        }
+                    }
+                    if entry.expired {
+                        eprintln!(
+                            "ipsec-gw: sa {} (spi 0x{:x}) reached its hard lifetime before under                              these keys: it stays expired (give it new keys to use it again)",
+                            spec.name, c.spi
+                        );
+                    }
+                    (id, false, entry.value, entry.expired)
+                }
             };
-            // The config was validated: SPIs are unique per direction, keys fit.
-            let id = id.expect("validated SA");
+            let retired = if expired { engine.remove_sa(id) } else { None };
+            // A new or resumed outbound SA reserves its first block now, before it seals
+            // anything; one kept live over a reload goes on with its reservation.
+            if direction == Direction::Out && !expired && !was_kept && state.is_some() {
+                let used = engine.sa(id).expect("live").next_seq() - 1;
+                stored_value = stored_value.max(used.saturating_add(seqstate::RESERVE));
+            }
             sas.push(SaEntry {
                 id,
                 name: spec.name.clone(),
                 spec: spec.clone(),
                 lifetime: spec.lifetime,
                 soft_logged,
-                expired: false,
-                retired: None,
+                expired,
+                retired,
+                key,
+                stored: stored_value,
             });
         }
-        let id_of = |name: &str| sas.iter().find(|e| e.name == name).expect("validated").id;
+        if let Some(st) = state.as_mut() {
+            for e in &sas {
+                let prev = st.get(&e.key).unwrap_or_default();
+                st.set(
+                    e.key.clone(),
+                    seqstate::Entry {
+                        value: prev.value.max(e.stored),
+                        expired: prev.expired || e.expired,
+                    },
+                );
+            }
+            // before any packet of this engine goes: the reservations are on disk
+            st.save().map_err(|e| {
+                format!(
+                    "cannot write the sequence state {}: {e} (without it a restart would                      reuse sequence numbers under the same keys; refusing to run)",
+                    st.path().display()
+                )
+            })?;
+        }
+        let id_of = |name: &str| -> Result<SaId, String> {
+            sas.iter()
+                .find(|e| e.name == name)
+                .map(|e| e.id)
+                .ok_or_else(|| format!("no SA named {name:?} in this direction"))
+        };
         let mut bundles = Vec::new();
+        let mut bundle_sas = Vec::new();
         for b in cfg.bundles.iter().filter(|b| b.direction == direction) {
-            let ipcomp = b.ipcomp_cpi.map(|cpi| {
-                engine
-                    .add_ipcomp(ipsec::IpcompConfig::new(cpi))
-                    .expect("validated CPI")
-            });
-            let bundle = ipsec::Bundle {
-                ipcomp,
-                esp: id_of(&b.esp),
-                ah: b.ah.as_deref().map(id_of),
+            let named = |e: String| format!("bundle {}: {e}", b.name);
+            let ipcomp = match b.ipcomp_cpi {
+                Some(cpi) => Some(
+                    engine
+                        .add_ipcomp(ipsec::IpcompConfig::new(cpi))
+                        .map_err(|e| named(e.to_string()))?,
+                ),
+                None => None,
             };
-            let id = engine.add_bundle(bundle).expect("validated bundle");
+            let esp = id_of(&b.esp).map_err(named)?;
+            let ah = match b.ah.as_deref() {
+                Some(n) => Some(id_of(n).map_err(named)?),
+                None => None,
+            };
+            let bundle = ipsec::Bundle { ipcomp, esp, ah };
+            let id = engine
+                .add_bundle(bundle)
+                .map_err(|e| named(e.to_string()))?;
             bundles.push((b.name.clone(), id, ipcomp));
+            bundle_sas.push((id, [Some(esp), ah].into_iter().flatten().collect()));
         }
         for p in cfg.policies.iter().filter(|p| p.direction == direction) {
             let action = match &p.action {
                 PolicyAction::Bypass => Action::Bypass,
                 PolicyAction::Discard => Action::Discard,
-                PolicyAction::Protect(name) => Action::Protect(id_of(name)),
+                PolicyAction::Protect(name) => Action::Protect(id_of(name)?),
                 PolicyAction::ProtectBundle(name) => {
                     let (_, id, _) = bundles
                         .iter()
                         .find(|(n, _, _)| n == name)
-                        .expect("validated");
+                        .ok_or_else(|| format!("no bundle named {name:?} in this direction"))?;
                     Action::ProtectBundle(*id)
                 }
             };
@@ -142,12 +249,23 @@ impl DirEngine {
             .iter()
             .filter_map(|(n, _, c)| c.map(|c| (n.clone(), c)))
             .collect();
-        DirEngine {
+        Ok(DirEngine {
             direction,
             engine,
             sas,
             ipcomps,
+            bundle_sas,
+            state,
+        })
+    }
+
+    /// Build both directions' engines of `cfg` without touching anything: what `--check`
+    /// and a reload run first, so that a config they accept is one the gateway runs.
+    pub fn check(cfg: &Config) -> Result<(), String> {
+        for dir in [Direction::Out, Direction::In] {
+            DirEngine::build(cfg, dir, None, None)?;
         }
+        Ok(())
     }
 
     /// An engine with nothing in it (a placeholder while a reload builds the next one).
@@ -157,12 +275,170 @@ impl DirEngine {
             engine: Engine::new(),
             sas: Vec::new(),
             ipcomps: Vec::new(),
+            bundle_sas: Vec::new(),
+            state: None,
+        }
+    }
+
+    /// After a bundle sealed or opened a packet: each of its SAs' lifetimes and
+    /// sequence reservations, as for a lone SA.
+    fn after_bundle(&mut self, bundle: usize) {
+        let ids = self
+            .bundle_sas
+            .iter()
+            .find(|(b, _)| *b == bundle)
+            .map(|(_, ids)| ids.clone())
+            .unwrap_or_default();
+        for id in ids {
+            self.after(id);
+        }
+    }
+
+    /// Mark an SA expired in the state file (a reload or restart must not revive it).
+    fn record_expired(&mut self, i: usize) {
+        let Some(st) = self.state.as_mut() else {
+            return;
+        };
+        let e = &self.sas[i];
+        let prev = st.get(&e.key).unwrap_or_default();
+        st.set(
+            e.key.clone(),
+            seqstate::Entry {
+                value: prev.value.max(e.stored),
+                expired: true,
+            },
+        );
+        if let Err(err) = st.save() {
+            eprintln!(
+                "ipsec-gw: cannot record SA {}'s expiry in {}: {err}",
+                e.name,
+                st.path().display()
+            );
+        }
+    }
+
+    /// Outbound: before the SA's numbers reach its reservation, reserve the next block
+    /// (written and fsync'd). If that write fails the SA stops (fail closed): no packet
+    /// ever carries a number the state file does not cover.
+    fn reserve(&mut self, i: usize) {
+        if self.direction != Direction::Out || self.state.is_none() {
+            return;
+        }
+        let e = &self.sas[i];
+        let Some(sa) = self.engine.sa(e.id) else {
+            return;
+        };
+        let used = sa.next_seq() - 1;
+        if used.saturating_add(seqstate::RESERVE / 2) < e.stored {
+            return;
+        }
+        let want = used.saturating_add(seqstate::RESERVE);
+        let st = self.state.as_mut().expect("checked");
+        let prev = st.get(&e.key).unwrap_or_default();
+        st.set(
+            e.key.clone(),
+            seqstate::Entry {
+                value: want,
+                expired: prev.expired,
+            },
+        );
+        match st.save() {
+            Ok(()) => self.sas[i].stored = want,
+            Err(err) => {
+                let e = &mut self.sas[i];
+                eprintln!(
+                    "ipsec-gw: SA {} (spi 0x{:x}) stops: cannot reserve sequence numbers in {}:                      {err}; its traffic is now dropped (no_sa), never sent with a number that                      could repeat",
+                    e.name,
+                    e.spec.config.spi,
+                    st.path().display()
+                );
+                e.expired = true;
+                e.retired = self.engine.remove_sa(e.id);
+            }
+        }
+    }
+
+    /// At a clean stop: outbound, give back the unused part of each reservation (no
+    /// packet went out above the last number taken), so a clean restart skips nothing;
+    /// inbound, write the highest accepted numbers.
+    pub fn release(&mut self) {
+        if self.direction == Direction::In {
+            self.persist_tops();
+            return;
+        }
+        let Some(st) = self.state.as_mut() else {
+            return;
+        };
+        for e in &mut self.sas {
+            let Some(sa) = self.engine.sa(e.id) else {
+                continue;
+            };
+            let used = sa.next_seq() - 1;
+            let prev = st.get(&e.key).unwrap_or_default();
+            e.stored = used;
+            st.set(
+                e.key.clone(),
+                seqstate::Entry {
+                    value: used,
+                    expired: prev.expired || e.expired,
+                },
+            );
+        }
+        if let Err(err) = st.save() {
+            eprintln!(
+                "ipsec-gw: cannot write the outbound sequence state {}: {err} (the \
+                 reservations on disk stand: a restart skips them)",
+                st.path().display()
+            );
+        }
+    }
+
+    /// Inbound: write each SA's highest accepted number when it moved (at most every
+    /// publish interval, and when the worker stops).
+    fn persist_tops(&mut self) {
+        if self.direction != Direction::In || self.state.is_none() {
+            return;
+        }
+        let mut changed = false;
+        for e in &mut self.sas {
+            let Some(sa) = self.engine.sa(e.id) else {
+                continue;
+            };
+            let top = sa.replay_window().top();
+            if top > e.stored {
+                e.stored = top;
+                changed = true;
+            }
+        }
+        if !changed {
+            return;
+        }
+        let st = self.state.as_mut().expect("checked");
+        for e in &self.sas {
+            let prev = st.get(&e.key).unwrap_or_default();
+            st.set(
+                e.key.clone(),
+                seqstate::Entry {
+                    value: prev.value.max(e.stored),
+                    expired: prev.expired || e.expired,
+                },
+            );
+        }
+        if let Err(err) = st.save() {
+            eprintln!(
+                "ipsec-gw: cannot write the inbound sequence state {}: {err}",
+                st.path().display()
+            );
         }
     }
 
     /// After an SA sealed or opened a packet: enforce its lifetimes (RFC 4301 §4.4.2.1).
     fn after(&mut self, id: SaId) {
-        let Some(e) = self.sas.iter_mut().find(|e| e.id == id && !e.expired) else {
+        let Some(i) = self.sas.iter().position(|e| e.id == id && !e.expired) else {
+            return;
+        };
+        self.reserve(i);
+        let Some(e) = self.sas.get_mut(i).filter(|e| !e.expired) else {
             return;
         };
         let Some(sa) = self.engine.sa(id) else { return };
@@ -176,6 +452,7 @@ impl DirEngine {
             );
             e.expired = true;
             e.retired = self.engine.remove_sa(id);
+            self.record_expired(i);
         } else if !e.soft_logged
             && (over(e.lifetime.soft_bytes, bytes) || over(e.lifetime.soft_packets, packets))
         {
@@ -668,6 +945,35 @@ fn poll_readable(pfds: &mut [libc::pollfd], ready: &mut [bool]) -> io::Result<bo
     }
     for (r, p) in ready.iter_mut().zip(pfds.iter()) {
         *r = p.revents & libc::POLLIN != 0;
+        if p.revents & (libc::POLLHUP | libc::POLLNVAL) != 0 {
+            return Err(io::Error::other(format!(
+                "descriptor {} hung up or closed (revents 0x{:x})",
+                p.fd, p.revents
+            )));
+        }
+        if p.revents & libc::POLLERR != 0 {
+            // A socket's pending error (an ICMP error for a datagram sent earlier) is
+            // taken and the socket goes on; the TUN device reports POLLERR only when
+            // it is gone (deleted): fatal, or poll would return at once forever.
+            let mut err: libc::c_int = 0;
+            let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+            // SAFETY: SO_ERROR writes one c_int into `err`, `len` says its size.
+            let rc = unsafe {
+                libc::getsockopt(
+                    p.fd,
+                    libc::SOL_SOCKET,
+                    libc::SO_ERROR,
+                    (&mut err as *mut libc::c_int).cast(),
+                    &mut len,
+                )
+            };
+            if rc != 0 {
+                return Err(io::Error::other(format!(
+                    "descriptor {} (the TUN device) reports an error: the device is gone",
+                    p.fd
+                )));
+            }
+        }
     }
     Ok(n > 0)
 }
@@ -685,16 +991,22 @@ pub struct Worker {
 impl Worker {
     /// Between wakeups, either direction: take a new config if one came, and publish the
     /// counters when due.
-    fn tend(&mut self, io: &Io, last: &mut Instant) {
+    fn tend(&mut self, io: &Io, last: &mut Instant) -> Result<(), String> {
         if let Ok(cfg) = self.reload.try_recv() {
             let dir = self.engine.direction;
             let old = std::mem::replace(&mut self.engine, DirEngine::empty(dir));
-            self.engine = DirEngine::build(&cfg, dir, Some(old));
+            // Checked by the main thread before it was sent (`DirEngine::check`): only
+            // the state file can fail here. Fail closed: the worker stops, and the
+            // gateway with it, rather than run on with no SAs.
+            self.engine = DirEngine::build(&cfg, dir, Some(old), None)
+                .map_err(|e| format!("reload failed: {e}"))?;
         }
         if last.elapsed() >= PUBLISH_EVERY {
+            self.engine.persist_tops();
             self.engine.publish(io, &self.shared);
             *last = Instant::now();
         }
+        Ok(())
     }
 }
 
@@ -759,8 +1071,9 @@ impl OutboundPath {
                         batch.pkts.push((b, pkt.head(), pkt.len()));
                         engine.after(sa);
                     }
-                    Ok(Outbound::SealedBundle { .. }) => {
-                        batch.pkts.push((b, pkt.head(), pkt.len()))
+                    Ok(Outbound::SealedBundle { bundle }) => {
+                        batch.pkts.push((b, pkt.head(), pkt.len()));
+                        engine.after_bundle(bundle);
                     }
                     Ok(Outbound::Bypass) => {
                         io.bypassed += 1;
@@ -776,31 +1089,49 @@ impl OutboundPath {
 }
 
 /// The loop every worker runs until told to stop: tend (reload, publish), wait for one
-/// of `fds` to be readable, handle what is ready. An `Err` from `step` stops the worker,
-/// its message logged.
+/// of `fds` to be readable, handle what is ready. Returns why it stopped when not told
+/// to: a failed `tend` (a reload that could not be applied), `step` (the TUN device
+/// failed) or `poll` (a descriptor gone).
 fn serve<S>(
     state: &mut S,
     stop: &AtomicBool,
     fds: &[RawFd],
-    tend: impl Fn(&mut S),
+    tend: impl Fn(&mut S) -> Result<(), String>,
     step: impl Fn(&mut S, &[bool]) -> Result<(), String>,
-) {
+) -> Option<String> {
     let mut ready = vec![false; fds.len()];
     let mut pfds = pollfds(fds);
     while !stop.load(Ordering::Relaxed) {
-        tend(state);
+        if let Err(e) = tend(state) {
+            return Some(e);
+        }
         match poll_readable(&mut pfds, &mut ready) {
             Ok(true) => {}
             Ok(false) => continue,
-            Err(e) => {
-                eprintln!("ipsec-gw: poll failed: {e}");
-                break;
-            }
+            Err(e) => return Some(format!("poll failed: {e}")),
         }
         if let Err(e) = step(state, &ready) {
-            eprintln!("ipsec-gw: {e}");
-            break;
+            return Some(e);
         }
+    }
+    None
+}
+
+/// A worker stopped on its own: the gateway must not go on half alive (a supervisor —
+/// systemd, the lab — sees it exit non-zero with the reason). Recorded for the main
+/// thread, which a SIGTERM to this process wakes to tear down (TUN device, routing
+/// rule) and exit 1.
+fn worker_failed(shared: &Shared, stop: &AtomicBool, why: String) {
+    eprintln!("ipsec-gw: a worker stopped: {why}");
+    let mut f = shared.failed.lock().expect("failed lock");
+    if f.is_none() {
+        *f = Some(why);
+    }
+    drop(f);
+    stop.store(true, Ordering::Relaxed);
+    // SAFETY: kill(2) on our own PID with a valid signal number has no memory effects.
+    unsafe {
+        libc::kill(libc::getpid(), libc::SIGTERM);
     }
 }
 
@@ -821,6 +1152,11 @@ fn reading_tun(e: io::Error) -> String {
 /// The outbound worker: TUN → seal → outside, on its own thread.
 pub fn run_outbound(w: Worker) {
     if !nonblocking(&w.tun) {
+        worker_failed(
+            &w.shared,
+            &w.stop,
+            "the TUN device cannot be made non-blocking".into(),
+        );
         return;
     }
     let fds = [w.tun.as_raw_fd()];
@@ -858,14 +1194,18 @@ fn serve_one<P: Counted>(
 ) {
     let stop = w.stop.clone();
     let mut st = (w, path, Instant::now());
-    serve(
+    let why = serve(
         &mut st,
         &stop,
         fds,
         |(w, path, last)| w.tend(path.io(), last),
         |(w, path, _), ready| step(w, path, ready),
     );
-    let (w, path, _) = st;
+    let (mut w, path, _) = st;
+    w.engine.release();
+    if let Some(why) = why {
+        worker_failed(&w.shared, &stop, why);
+    }
     w.engine.publish(path.io(), &w.shared);
 }
 
@@ -1205,6 +1545,11 @@ pub fn run_inbound(w: Worker) {
 /// workers, with no hand-over between threads.
 pub fn run_both(out: Worker, inb: Worker) {
     if !nonblocking(&out.tun) {
+        worker_failed(
+            &out.shared,
+            &out.stop,
+            "the TUN device cannot be made non-blocking".into(),
+        );
         return;
     }
     let stop = out.stop.clone();
@@ -1214,13 +1559,13 @@ pub fn run_both(out: Worker, inb: Worker) {
     let opath = OutboundPath::new(out.mtu, &out.outside);
     let now = Instant::now();
     let mut st = (out, opath, now, inb, ipath, now);
-    serve(
+    let why = serve(
         &mut st,
         &stop,
         &fds,
         |(out, opath, last_out, inb, ipath, last_in)| {
-            out.tend(&opath.io, last_out);
-            inb.tend(&ipath.io, last_in);
+            out.tend(&opath.io, last_out)?;
+            inb.tend(&ipath.io, last_in)
         },
         |(out, opath, _, inb, ipath, _), ready| {
             if ready[0] {
@@ -1234,9 +1579,14 @@ pub fn run_both(out: Worker, inb: Worker) {
             Ok(())
         },
     );
-    let (out, opath, _, inb, ipath, _) = st;
+    let (mut out, opath, _, mut inb, ipath, _) = st;
+    out.engine.release();
+    inb.engine.release();
     out.engine.publish(&opath.io, &out.shared);
     inb.engine.publish(&ipath.io, &inb.shared);
+    if let Some(why) = why {
+        worker_failed(&out.shared, &stop, why);
+    }
 }
 
 /// An IPv6 header (RFC 8200 §3) for an ESP or AH payload that arrived on a raw IPv6 or a

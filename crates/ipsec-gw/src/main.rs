@@ -8,6 +8,7 @@ mod ceiling;
 mod config;
 mod dataplane;
 mod gro;
+mod seqstate;
 mod stats;
 
 use std::path::PathBuf;
@@ -82,12 +83,19 @@ fn main() -> ExitCode {
     for w in &cfg.warnings {
         eprintln!("ipsec-gw: warning: {w}");
     }
+    // The engines themselves, built as the gateway will build them: a config --check
+    // calls usable is one that starts (every rule of the engine's, not a copy of them).
+    if let Err(e) = dataplane::DirEngine::check(&cfg) {
+        eprintln!("ipsec-gw: {}: {e}", path.display());
+        return ExitCode::from(2);
+    }
     if cli.check {
         eprintln!(
-            "ipsec-gw: {}: usable ({} SAs, {} policies)",
+            "ipsec-gw: {}: usable ({} SAs, {} policies; sequence state in {}.out/.in)",
             path.display(),
             cfg.sas.len(),
-            cfg.policies.len()
+            cfg.policies.len(),
+            cfg.state.display()
         );
         return ExitCode::SUCCESS;
     }
@@ -179,6 +187,13 @@ fn ip(args: &[&str]) -> Result<(), String> {
 }
 
 fn run(cfg: config::Config) -> Result<(), String> {
+    // The engines first, sequence state read and reservations written: nothing is
+    // created (TUN device, routes) for a gateway that cannot keep its numbers.
+    let engine = |dir: Direction| -> Result<dataplane::DirEngine, String> {
+        let state = seqstate::SeqState::load(&seqstate::path_for(&cfg.state, dir))?;
+        dataplane::DirEngine::build(&cfg, dir, None, Some(state))
+    };
+    let (eng_out, eng_in) = (engine(Direction::Out)?, engine(Direction::In)?);
     let tun = tun_rs::DeviceBuilder::new()
         .name(&cfg.tun)
         .mtu(cfg.mtu)
@@ -204,17 +219,17 @@ fn run(cfg: config::Config) -> Result<(), String> {
     let stop = Arc::new(AtomicBool::new(false));
     let (out_tx, out_rx) = mpsc::channel();
     let (in_tx, in_rx) = mpsc::channel();
-    let worker = |dir: Direction, rx| dataplane::Worker {
+    let worker = |engine, rx| dataplane::Worker {
         tun: tun.clone(),
         mtu: cfg.mtu,
         outside: outside.clone(),
         shared: shared.clone(),
         stop: stop.clone(),
         reload: rx,
-        engine: dataplane::DirEngine::build(&cfg, dir, None),
+        engine,
     };
-    let wo = worker(Direction::Out, out_rx);
-    let wi = worker(Direction::In, in_rx);
+    let wo = worker(eng_out, out_rx);
+    let wi = worker(eng_in, in_rx);
     let spawn = |name: &str, f: Box<dyn FnOnce() + Send>| {
         std::thread::Builder::new()
             .name(name.into())
@@ -286,6 +301,13 @@ fn run(cfg: config::Config) -> Result<(), String> {
                      with a restart; the running config stays"
                 );
             }
+            Ok(new) if reload_problem(&current, &new).is_some() => {
+                shared.reloads_refused.fetch_add(1, Ordering::Relaxed);
+                eprintln!(
+                    "ipsec-gw: reload refused, the running config stays: {}",
+                    reload_problem(&current, &new).unwrap_or_default()
+                );
+            }
             Ok(new) => {
                 for w in &new.warnings {
                     eprintln!("ipsec-gw: warning: {w}");
@@ -319,7 +341,37 @@ fn run(cfg: config::Config) -> Result<(), String> {
         let _ = std::fs::remove_file(p);
     }
     drop(routing);
-    Ok(())
+    let failed = shared.failed.lock().expect("failed lock").take();
+    match failed {
+        Some(why) => Err(format!("stopped because a worker failed: {why}")),
+        None => Ok(()),
+    }
+}
+
+/// Why a reload of `new` over `current` must be refused, if it must: the engines it
+/// would build fail (every rule the engine enforces), or an SA changes what it does
+/// while keeping its keys — the same keys under new parameters would restart or
+/// reinterpret its sequence numbers (RFC 4301 §4.4.2: a changed SA is a new SA, which
+/// needs new keys).
+fn reload_problem(current: &config::Config, new: &config::Config) -> Option<String> {
+    if let Err(e) = dataplane::DirEngine::check(new) {
+        return Some(e);
+    }
+    for n in &new.sas {
+        let same_keys = |c: &config::SaSpec| {
+            c.config.direction == n.config.direction
+                && c.config.enc_key.expose() == n.config.enc_key.expose()
+                && c.config.integ_key.expose() == n.config.integ_key.expose()
+                && !(c.config.enc_key.is_empty() && c.config.integ_key.is_empty())
+        };
+        if let Some(c) = current.sas.iter().find(|c| same_keys(c) && !c.same_as(n)) {
+            return Some(format!(
+                "sa {} changes its parameters (SPI, suite, mode, ESN, window or endpoints) but                  keeps the keys of sa {}: give it new keys",
+                n.name, c.name
+            ));
+        }
+    }
+    None
 }
 
 /// The routes into the TUN device live in their own table, looked up by every packet
@@ -344,12 +396,24 @@ impl Routing {
         .iter()
         .map(|s| s.to_string())
         .collect();
+        let mut installed = Routing { rule: Vec::new() };
         for family in ["-4", "-6"] {
+            // A rule left by a gateway that was killed (kill -9 runs no cleanup) would
+            // make `rule add` fail, or stack a second copy: take every copy away first.
+            for _ in 0..16 {
+                let mut del = vec![family, "rule", "del"];
+                del.extend(rule.iter().map(String::as_str));
+                if ip(&del).is_err() {
+                    break;
+                }
+            }
             let mut args = vec![family, "rule", "add"];
             args.extend(rule.iter().map(String::as_str));
+            // On failure `installed` drops here and removes what was added before.
             ip(&args)?;
+            installed.rule = rule.clone();
         }
-        Ok(Routing { rule })
+        Ok(installed)
     }
 
     fn routes(cfg: &config::Config) -> Result<(), String> {
@@ -364,6 +428,9 @@ impl Routing {
 
 impl Drop for Routing {
     fn drop(&mut self) {
+        if self.rule.is_empty() {
+            return; // nothing installed (and `ip rule del` with no selector would take any)
+        }
         for family in ["-4", "-6"] {
             let mut args = vec![family, "rule", "del"];
             args.extend(self.rule.iter().map(String::as_str));

@@ -84,6 +84,8 @@ pub struct Shared {
     pub started: Instant,
     pub reloads: std::sync::atomic::AtomicU64,
     pub reloads_refused: std::sync::atomic::AtomicU64,
+    /// Why a worker stopped on its own (the gateway then exits non-zero with it).
+    pub failed: Mutex<Option<String>>,
 }
 
 impl Shared {
@@ -94,6 +96,7 @@ impl Shared {
             started: Instant::now(),
             reloads: Default::default(),
             reloads_refused: Default::default(),
+            failed: Mutex::new(None),
         }
     }
 
@@ -221,22 +224,49 @@ impl Shared {
 /// Serve `shared` on a Unix socket: a client writes one line, `json` (the default) or
 /// `prometheus`, and reads the answer until the socket closes.
 pub fn serve(path: &Path, shared: std::sync::Arc<Shared>) -> std::io::Result<()> {
-    let _ = std::fs::remove_file(path);
+    use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+    // Only a socket (one a previous gateway left) is replaced: a typo that names a
+    // config or a key file must not delete it, as root.
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_socket() => std::fs::remove_file(path)?,
+        Ok(_) => {
+            return Err(std::io::Error::other(
+                "it exists and is not a socket: refusing to replace it",
+            ))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
     let listener = UnixListener::bind(path)?;
+    // Counters only, but still this gateway's business: owner only.
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
     std::thread::Builder::new()
         .name("stats".into())
         .spawn(move || {
-            for stream in listener.incoming().flatten() {
-                let _ = answer(stream, &shared);
+            for stream in listener.incoming() {
+                match stream {
+                    Ok(s) => {
+                        let _ = answer(s, &shared);
+                    }
+                    // EMFILE and the like: wait instead of spinning on accept
+                    Err(_) => std::thread::sleep(Duration::from_millis(100)),
+                }
             }
         })?;
     Ok(())
 }
 
+/// The longest request line taken ("json" or "prometheus").
+const MAX_REQUEST: u64 = 64;
+
 fn answer(stream: UnixStream, shared: &Shared) -> std::io::Result<()> {
+    use std::io::Read;
+    // A client that sends nothing, or reads nothing, holds the (one) stats thread for at
+    // most these: it cannot wedge it.
     stream.set_read_timeout(Some(Duration::from_secs(2)))?;
+    stream.set_write_timeout(Some(Duration::from_secs(2)))?;
     let mut line = String::new();
-    BufReader::new(&stream).read_line(&mut line)?;
+    BufReader::new((&stream).take(MAX_REQUEST)).read_line(&mut line)?;
     let body = if line.trim() == "prometheus" {
         shared.prometheus()
     } else {

@@ -94,6 +94,26 @@ impl ReplayWindow {
         Ok(())
     }
 
+    /// Resume a window whose highest accepted number was `top` before a restart, not
+    /// knowing which numbers below it arrived: every number up to `top` counts as
+    /// received (refused as a replay or as too old), every number above it is new. A
+    /// window already past `top` is left as it is.
+    pub fn resume(&mut self, top: u64) {
+        if top <= self.top {
+            return;
+        }
+        self.top = top;
+        if self.enabled {
+            for w in self.bitmap.iter_mut() {
+                *w = u64::MAX;
+            }
+            // the bits above `top` in its own word stand for numbers not yet seen (the
+            // words after it are cleared by `commit` as the window moves into them)
+            let word = ((top % self.bits()) / WORD_BITS) as usize;
+            self.bitmap[word] &= u64::MAX >> (WORD_BITS - 1 - top % WORD_BITS);
+        }
+    }
+
     /// Record `seq` as received. Call only after its ICV verified and `check` passed.
     pub fn commit(&mut self, seq: u64) {
         if seq > self.top {
@@ -181,6 +201,40 @@ mod tests {
                 w.commit(*seq);
             }
         }
+    }
+
+    /// After a restart resumed at `top`, nothing up to `top` is accepted again (the
+    /// receiver cannot know which of them arrived), and every number above it is, once,
+    /// in any order — also those in `top`'s own bitmap word and across word boundaries.
+    #[test]
+    fn resume_refuses_everything_up_to_the_top_and_nothing_above() {
+        for size in [32u32, 64, 1024] {
+            for top in [1u64, 63, 64, 65, 127, 1000, u64::from(u32::MAX) - 5] {
+                let mut w = ReplayWindow::new(size).unwrap();
+                w.resume(top);
+                assert_eq!(w.top(), top);
+                let low = top.saturating_sub(u64::from(size) + 3).max(1);
+                for seq in low..=top {
+                    assert!(
+                        w.check(seq).is_err(),
+                        "size {size} top {top}: {seq} accepted"
+                    );
+                }
+                // above the top, out of order: each accepted once
+                let above: Vec<u64> = (top + 1..=top + 30).rev().collect();
+                for &seq in &above {
+                    assert_eq!(w.check(seq), Ok(()), "size {size} top {top}: {seq}");
+                    w.commit(seq);
+                    assert_eq!(w.check(seq), Err(DropReason::Replay));
+                }
+            }
+        }
+        // a window already past the resumed top is not moved back
+        let mut w = ReplayWindow::new(64).unwrap();
+        w.commit(500);
+        w.resume(100);
+        assert_eq!(w.top(), 500);
+        assert_eq!(w.check(499), Ok(()));
     }
 
     /// Every number in the window is accepted exactly once, in any order, across the

@@ -220,9 +220,14 @@ impl Sa {
         if cfg.protocol == Protocol::Ah && cfg.suite.encryption != crate::Encryption::Null {
             return Err(SaError::AhWithEncryption(cfg.suite.encryption.name()));
         }
+        // RFC 4303 §3.4.3: anti-replay needs integrity — without it the sequence number
+        // is not authenticated, and one forged packet numbered 2^32 - 1 would close the
+        // window to every genuine one. Such an SA keeps no window.
         let replay = match cfg.replay_window {
-            Some(w) => ReplayWindow::new(w).map_err(SaError::ReplayWindow)?,
-            None => ReplayWindow::disabled(),
+            Some(w) if cfg.suite.has_integrity() => {
+                ReplayWindow::new(w).map_err(SaError::ReplayWindow)?
+            }
+            _ => ReplayWindow::disabled(),
         };
         match (cfg.mode, cfg.tunnel) {
             (Mode::Tunnel, None) => return Err(SaError::TunnelEndpointsMissing),
@@ -295,6 +300,12 @@ impl Sa {
         if top > self.replay.top() {
             self.replay.commit(top);
         }
+    }
+
+    /// Resume an inbound SA after a restart whose highest accepted sequence number was
+    /// `top`: every number up to it counts as received (see [`ReplayWindow::resume`]).
+    pub fn resume_inbound(&mut self, top: u64) {
+        self.replay.resume(top);
     }
 
     /// Take the next sequence number, refusing to cycle (RFC 4303 §3.3.3): without ESN

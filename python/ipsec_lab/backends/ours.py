@@ -7,7 +7,9 @@ from __future__ import annotations
 import json
 import secrets
 import shutil
+import signal
 import subprocess
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -272,6 +274,29 @@ class Ours:
 
     def process(self, node: str) -> subprocess.Popen[bytes]:
         return self._procs[node]
+
+    def restart(self, tb: Testbed, key: str, sig: int = signal.SIGTERM) -> subprocess.Popen[bytes]:
+        """Stop one gateway with `sig` (SIGKILL: a crash, no cleanup), start it again with
+        the same config, and wait until it is up again (its log says so)."""
+        p = self._procs[key]
+        p.send_signal(sig)
+        p.wait(10)
+        binary = self._binary()
+        assert binary is not None
+        conf = self.configs[key]
+        node = key.split("-t")[0]
+        name = f"ipsec-gw-{key}"
+        self._procs[key] = q = tb.spawn(
+            node, [str(binary), "--config", str(conf)], name,
+            limited=node in tb.topo.limited_nodes,
+        )  # fmt: skip
+        log = tb.rundir / f"{name}.log"
+        deadline = time.monotonic() + 10
+        while b"ipsec-gw: up" not in (log.read_bytes() if log.exists() else b""):
+            if q.poll() is not None or time.monotonic() > deadline:
+                raise LabError(f"ipsec-gw {key} did not start again:\n{tail(log)}")
+            time.sleep(0.05)
+        return q
 
     def version(self) -> str:
         binary = self._binary()

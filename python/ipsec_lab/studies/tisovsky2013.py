@@ -115,7 +115,7 @@ def scenario(
     transforms = QUICK_TRANSFORMS if quick else tuple(CONFIGURATION)
     sizes = FIT_SIZES + (QUICK_CHECK if quick else CHECK_SIZES)
     cfgs = ", ".join(f'"{CONFIGURATION[t]}"' for t in transforms)
-    trial_s, trials, over = (1, 6, 3) if quick else (2, 7, 3)
+    trial_s, trials, over = (1, 6, 3) if quick else (2, 7, 5)
     wl = "".join(
         f'[[workloads]]\nkind = "rfc2544"\nsize = {s}\nmax_rate_mbit = {MAX_RATE[s]}\n'
         f"resolution_mbit = {MAX_RATE[s] / 500:g}\ntrial_s = {trial_s}\n"

@@ -312,6 +312,12 @@ impl Suite {
         Ok(())
     }
 
+    /// Whether the suite authenticates what it carries (a combined-mode cipher, or an
+    /// integrity algorithm): without it the sequence number is not authenticated.
+    pub fn has_integrity(&self) -> bool {
+        self.encryption.is_aead() || self.integrity != Integrity::Null
+    }
+
     pub fn is_legacy(&self) -> bool {
         self.encryption.is_legacy() || self.integrity.is_legacy()
     }

@@ -1,0 +1,239 @@
+"""The gateway's life cycle, as a security device: restarts never repeat a (key, SPI,
+sequence number) — with AES-GCM that is a repeated nonce — a restarted receiver refuses
+what it accepted before, an SA past its hard lifetime stays dead, a config is refused
+alike by --check, start and reload, a worker that dies takes the gateway down with it,
+a killed gateway starts again, and the stats socket cannot delete a file. Needs root
+(CI runs as root)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from ipsec_lab.backends.ours import gateway_binary
+from test_gateway_root import blast, capture, sa, settle, tcp, tunnel
+
+pytestmark = pytest.mark.root
+
+
+@pytest.fixture(autouse=True)
+def root() -> None:
+    if os.geteuid() != 0:
+        pytest.fail("the gateway tests need root (as CI runs them)")
+
+
+def _esp_numbers(pcap: Path, src: str) -> list[tuple[int, int]]:
+    """(SPI, sequence number) of every ESP packet `src` sent, in capture order."""
+    from scapy.all import IP, rdpcap
+
+    out = []
+    for p in rdpcap(str(pcap)):
+        if IP in p and p[IP].src == src and p[IP].proto == 50:
+            b = bytes(p[IP].payload)
+            out.append((int.from_bytes(b[0:4], "big"), int.from_bytes(b[4:8], "big")))
+    return out
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["stop", "crash"])
+def test_a_restart_with_the_same_keys_never_repeats_a_sequence_number(
+    tmp_path: Path, sig: int
+) -> None:
+    """The reproduction from the issue: 20 datagrams, gwA stopped (or killed) and started
+    again with the same config and keys, 20 more. Before the fix the second 20 reused
+    the first 20's numbers (GCM nonces) and gwB dropped them all as replays."""
+    with tunnel(tmp_path) as (tb, gw):
+        with capture(tb, "gwA", "wan", "wan") as pcap:
+            blast(tb, 20)
+            time.sleep(0.3)
+            gw.restart(tb, "gwA", sig)
+            blast(tb, 20)
+            time.sleep(0.3)
+        b = settle(gw, "gwB")
+        log = (tb.rundir / "ipsec-gw-gwA.log").read_text()
+    seen = _esp_numbers(pcap, "192.0.2.1")
+    assert len(seen) >= 40, seen
+    assert len(set(seen)) == len(seen), "a (SPI, sequence number) went out twice"
+    first, second = seen[:20], seen[20:]
+    assert min(s for _, s in second) > max(s for _, s in first)
+    assert "resuming above sequence number" in log
+    # and the second 20 arrived: no replay drops at gwB
+    inb = sa(b, "inbound", "in")
+    assert inb["packets"] >= 40 and not inb["drops"], inb
+
+
+def test_a_restarted_receiver_refuses_what_it_accepted_before(tmp_path: Path) -> None:
+    with tunnel(tmp_path) as (tb, gw):
+        with capture(tb, "gwA", "wan", "wan") as pcap:
+            blast(tb, 50)
+            time.sleep(0.5)  # > the 100 ms in which gwB writes its highest number
+        gw.restart(tb, "gwB")
+        script = (
+            "import sys; from scapy.all import rdpcap, sendp; "
+            "from scapy.layers.inet import IP; "
+            "ps = [p for p in rdpcap(sys.argv[1]) if IP in p and p[IP].proto == 50]; "
+            "sendp(ps, iface='wan', verbose=False); print(len(ps))"
+        )
+        sent = int(tb.run("gwA", [sys.executable, "-c", script, str(pcap)], timeout=60))
+        b = settle(gw, "gwB")
+    inb = sa(b, "inbound", "in")
+    assert sent >= 50
+    assert inb["packets"] == 0, "a replayed packet was accepted after the restart"
+    refused = inb["drops"].get("replay", 0) + inb["drops"].get("replay_too_old", 0)
+    assert refused >= 0.9 * sent
+
+
+def test_an_sa_past_its_hard_lifetime_stays_expired_across_reload_and_restart(
+    tmp_path: Path,
+) -> None:
+    def hard_limit(node: str, text: str) -> str:
+        if node != "gwA":
+            return text
+        return text.replace('name = "out"', 'name = "out"\nhard_packets = 100', 1)
+
+    with tunnel(tmp_path, edit=hard_limit) as (tb, gw):
+        with capture(tb, "gwA", "wan", "wan") as pcap:
+            blast(tb, 150)
+            os.kill(gw.process("gwA").pid, signal.SIGHUP)
+            time.sleep(0.5)
+            blast(tb, 50)
+            after_reload = settle(gw, "gwA")
+            gw.restart(tb, "gwA")
+            blast(tb, 50)
+            after_restart = settle(gw, "gwA")
+        log = (tb.rundir / "ipsec-gw-gwA.log").read_text()
+    assert sa(after_reload, "outbound", "out")["state"] == "expired"
+    assert sa(after_restart, "outbound", "out")["state"] == "expired"
+    assert "stays expired" in log
+    seen = _esp_numbers(pcap, "192.0.2.1")
+    assert len(seen) == 100 and len(set(seen)) == 100  # 100 sent, then nothing at all
+
+
+# Each a config rule: (what to change in gwA's good config, the key the error names).
+BAD = [
+    (("spi = 4097", "spi = 4097\nreplay_window = 100"), "replay_window"),
+    (("spi = 4097", "spi = 5"), "spi"),
+    (('encryption = "aes128gcm16"', 'encryption = "aes999"'), "encryption"),
+    (('encryption = "aes128gcm16"', 'encryption = "3des"'), "legacy"),
+    (('mode = "tunnel"', 'mode = "sideways"'), "mode"),
+    (('tun = "ipsec0"', 'tun = "this-name-is-too-long"'), "tun"),
+    (("[gateway]\n", "[gateway]\nno_such_key = 1\n"), "no_such_key"),
+]
+
+
+def _with(text: str, old: str, new: str) -> str:
+    assert old in text, old
+    return text.replace(old, new, 1)
+
+
+def test_every_config_rule_is_refused_alike_by_check_start_and_reload(tmp_path: Path) -> None:
+    binary = str(gateway_binary())
+    with tunnel(tmp_path) as (tb, gw):
+        conf = gw.configs["gwA"]
+        good = conf.read_text()
+        for (old, new), key in BAD:
+            bad = tmp_path / "bad.toml"
+            bad.write_text(_with(good, old, new))
+            check = subprocess.run([binary, "--config", str(bad), "--check"],
+                                   capture_output=True, text=True, timeout=10)  # fmt: skip
+            assert check.returncode == 2 and key in check.stderr, (key, check.stderr)
+            start = subprocess.run(["ip", "netns", "exec", tb.ns("gwA"), binary,
+                                    "--config", str(bad)],
+                                   capture_output=True, text=True, timeout=10)  # fmt: skip
+            assert start.returncode == 2 and key in start.stderr, (key, start.stderr)
+            assert "panicked" not in check.stderr + start.stderr
+            # reload: refused, and the running config still carries traffic
+            before = settle(gw, "gwA")["reloads_refused"]
+            conf.write_text(_with(good, old, new))
+            os.kill(gw.process("gwA").pid, signal.SIGHUP)
+            time.sleep(0.4)
+            assert settle(gw, "gwA")["reloads_refused"] == before + 1, key
+            assert gw.process("gwA").poll() is None, f"{key}: the gateway died on reload"
+        conf.write_text(good)
+        assert tcp(tb, seconds=1)["mbps"] > 10
+
+
+def test_a_reload_that_changes_an_sa_but_keeps_its_keys_is_refused(tmp_path: Path) -> None:
+    with tunnel(tmp_path) as (tb, gw):
+        conf = gw.configs["gwA"]
+        good = conf.read_text()
+        conf.write_text(_with(good, 'name = "out"\ndirection = "out"\nspi = 4097',
+                              'name = "out"\ndirection = "out"\nspi = 4098'))  # fmt: skip
+        os.kill(gw.process("gwA").pid, signal.SIGHUP)
+        time.sleep(0.4)
+        st = settle(gw, "gwA")
+        log = (tb.rundir / "ipsec-gw-gwA.log").read_text()
+    assert st["reloads_refused"] == 1 and st["reloads"] == 0
+    assert "keeps the keys" in log
+
+
+def _rules(tb: object, node: str) -> list[str]:
+    out = tb.run(node, ["ip", "rule", "show"])  # type: ignore[attr-defined]
+    return [ln for ln in out.splitlines() if "lookup 220" in ln]
+
+
+def test_a_killed_gateway_starts_again_and_leaves_one_rule(tmp_path: Path) -> None:
+    with tunnel(tmp_path) as (tb, gw):
+        assert len(_rules(tb, "gwA")) == 1
+        gw.restart(tb, "gwA", signal.SIGKILL)  # no cleanup: its rule stays behind
+        assert len(_rules(tb, "gwA")) == 1  # replaced, not doubled
+        assert tcp(tb, seconds=1)["mbps"] > 10
+        gw.stop(tb)
+        assert _rules(tb, "gwA") == []  # a clean stop removes it
+
+
+def test_the_tun_device_deleted_under_traffic_brings_the_gateway_down(tmp_path: Path) -> None:
+    with tunnel(tmp_path) as (tb, gw):
+        p = gw.process("gwA")
+        tb.run("gwA", ["ip", "link", "del", "ipsec0"])
+        try:
+            blast(tb, 50)
+        except Exception:
+            pass
+        rc = p.wait(10)
+        log = (tb.rundir / "ipsec-gw-gwA.log").read_text()
+        rules = _rules(tb, "gwA")
+    assert rc == 1, log  # non-zero: a supervisor sees it
+    assert "a worker stopped" in log and "worker failed" in log
+    assert rules == []  # the routing rule went with it
+
+
+def test_the_stats_socket_never_replaces_a_file(tmp_path: Path) -> None:
+    binary = str(gateway_binary())
+    with tunnel(tmp_path) as (tb, gw):
+        sock = gw.sockets["gwA"]
+        assert (os.stat(sock).st_mode & 0o777) == 0o600
+        precious = tmp_path / "precious.toml"
+        precious.write_text("do not delete me\n")
+        conf = gw.configs["gwA"]
+        other = tmp_path / "other.toml"
+        text = conf.read_text().replace(f'stats = "{sock}"', f'stats = "{precious}"', 1)
+        text = text.replace('tun = "ipsec0"', 'tun = "ipsec9"', 1)
+        text = text.replace("table = 220", "table = 229", 1)
+        other.write_text(text)
+        p = subprocess.run(["ip", "netns", "exec", tb.ns("gwA"), binary, "--config", str(other)],
+                           capture_output=True, text=True, timeout=10)  # fmt: skip
+    assert p.returncode == 1 and "not a socket" in p.stderr, p.stderr
+    assert precious.read_text() == "do not delete me\n"
+
+
+def test_encryption_without_integrity_is_warned_about(tmp_path: Path) -> None:
+    binary = str(gateway_binary())
+    key = tmp_path / "k.hex"
+    key.write_text("00" * 16)
+    conf = tmp_path / "gw.toml"
+    conf.write_text(
+        '[gateway]\ntun = "ipsec0"\nlocal = "192.0.2.1"\nremote = "192.0.2.2"\n'
+        'routes = ["10.2.0.0/24"]\n[[sa]]\nname = "in"\ndirection = "in"\nspi = 4097\n'
+        'encryption = "aes128"\nenc_key = "@k.hex"\n[[policy]]\ndirection = "in"\n'
+        'src = "10.2.0.0/24"\ndst = "10.1.0.0/24"\naction = "protect"\nsa = "in"\n'
+    )
+    p = subprocess.run([binary, "--config", str(conf), "--check"], capture_output=True,
+                       text=True, timeout=10)  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    assert "no anti-replay window" in p.stderr and "RFC 4303" in p.stderr
