@@ -21,7 +21,7 @@ STUDY_HELP = {
     "hadjichristofi2003": "study 4: HTTP and SMTP transfers, slow and fast client, % "
     "increase in load, transactions and time",
 }
-TIMES = "full: about 7 / 11 / 1.5 / 6 minutes (25 in all); --quick: about 60 / 50 / 15 / 20 s"
+TIMES = "full: about 7 / 16 / 1.5 / 6 minutes (31 in all); --quick: about 60 / 75 / 15 / 20 s"
 
 
 def _backends(args: argparse.Namespace) -> tuple[str, ...] | str:

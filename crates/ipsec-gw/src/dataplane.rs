@@ -1064,6 +1064,12 @@ impl OutboundPath {
                 io.rx_packets += 1;
                 io.rx_bytes += len as u64;
                 let Ok(mut pkt) = PacketBuf::new(buf, HEADROOM, len) else {
+                    // longer than a slot (tun-rs split it wrongly): named, counted
+                    engine
+                        .engine
+                        .counters
+                        .drops
+                        .count(ipsec::DropReason::TooBig);
                     continue;
                 };
                 match seal(engine, &mut pkt) {
@@ -1429,9 +1435,23 @@ fn open_one(
             (h, n + 40)
         }
         (IpAddr::V4(_), _) if !from.udp => (at, n), // raw IPv4: the header came with it
-        _ => return,
+        _ => {
+            // from an address of the other family (a v4-mapped peer on a v6 socket):
+            // not from this gateway's peer, a named drop all the same
+            engine
+                .engine
+                .counters
+                .drops
+                .count(ipsec::DropReason::MalformedIp);
+            return;
+        }
     };
     let Ok(mut pkt) = PacketBuf::new(buf, head, len) else {
+        engine
+            .engine
+            .counters
+            .drops
+            .count(ipsec::DropReason::TooBig);
         return;
     };
     match open(engine, &mut pkt) {

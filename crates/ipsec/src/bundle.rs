@@ -83,6 +83,8 @@ impl Layers<'_> {
         if let Some(ah) = self.ah.as_deref_mut() {
             let r = ah.open_ah(pkt);
             if ah.count(r)? != proto::ESP {
+                // AH verified, but covers something other than the bundle's ESP
+                ah.counters.drops.count(DropReason::BundleMismatch);
                 return Err(DropReason::BundleMismatch);
             }
         }

@@ -324,8 +324,19 @@ impl Engine {
         // RFC 4301 §5.2 step 4: the decrypted packet must match the policy of the SA (or
         // bundle) it came by.
         let t1 = self.now();
+        // A transport-mode SA that opens to IP-in-IP (next header 4 or 41) would hand the
+        // host a packet to decapsulate whose inner source the peer chose freely — the
+        // policy checked above covers only the outer addresses. Only a policy that names
+        // that protocol itself lets it in.
+        let ip_in_ip =
+            (next_header == proto::IPV4 || next_header == proto::IPV6) && self.transport_sa(id);
         let ok = PacketInfo::parse(pkt.data())
-            .map(|info| self.spd_in.lookup(&info) == want)
+            .map(|info| match self.spd_in.rule(&info) {
+                Some(r) if r.action == want => {
+                    !ip_in_ip || r.selector.protocol == Some(next_header)
+                }
+                _ => false,
+            })
             .unwrap_or(false);
         let policy_ns = self.since(t1);
         if let Some(sa) = self.sas.get_mut(id).and_then(Option::as_mut) {
@@ -342,6 +353,14 @@ impl Engine {
             sa: id,
             next_header,
         })
+    }
+
+    /// Whether the SA (or the bundle's ESP SA) `id` is in transport mode.
+    fn transport_sa(&self, id: SaId) -> bool {
+        self.sas
+            .get(id)
+            .and_then(Option::as_ref)
+            .is_some_and(|sa| sa.mode() == crate::sa::Mode::Transport)
     }
 
     /// Outbound for a batch: `results[i]` is the outcome of `pkts[i]`.

@@ -234,7 +234,9 @@ impl IpcompSa {
             _ => return Err(DropReason::BadCompressedData),
         }
         if at + out > buf.len() {
-            return Err(DropReason::NoRoom);
+            // the peer's data inflates past the room the caller gave: the peer's doing
+            // (counted as such), not a caller fault
+            return Err(DropReason::DecompressedTooBig);
         }
         buf[at..at + out].copy_from_slice(&self.scratch[..out]);
         self.stages.stop(Stage::Copy, t);
@@ -283,6 +285,28 @@ impl IpcompSa {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A peer's compressed payload that inflates past the room the caller gave is the
+    /// peer's doing: `decompressed_too_big`, counted — never `no_room` (a caller fault).
+    #[test]
+    fn inflating_past_the_room_given_is_the_peers_drop() {
+        let mut c = IpcompSa::new(IpcompConfig::new(0x3000)).unwrap();
+        let mut buf = vec![b'a'; 4096];
+        let Ok(Compressed::Yes(n)) = c.compress_payload(&mut buf, 0, 1400, 4) else {
+            panic!("1400 'a's compress");
+        };
+        let mut small = buf[..n + 64].to_vec(); // room for 64 more bytes, not 1400
+        let mut d = IpcompSa::new(IpcompConfig::new(0x3000)).unwrap();
+        assert_eq!(
+            d.decompress_payload(&mut small, 0, n),
+            Err(DropReason::DecompressedTooBig)
+        );
+        assert_eq!(d.counters.drops.get(DropReason::DecompressedTooBig), 1);
+        // with the room, the same payload opens
+        let mut room = buf[..n].to_vec();
+        room.resize(4096, 0);
+        assert_eq!(d.decompress_payload(&mut room, 0, n), Ok((1400, 4)));
+    }
 
     /// Regression: incompressible payloads, over and over through one association, as the
     /// benchmark sends them. With DEFLATE's output capped at "just smaller than the input",

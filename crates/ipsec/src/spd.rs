@@ -172,10 +172,12 @@ impl Spd {
     }
     /// The first matching rule's action; `Discard` when none matches (RFC 4301 §4.4.1).
     pub fn lookup(&self, p: &PacketInfo) -> Action {
-        self.rules
-            .iter()
-            .find(|r| r.selector.matches(p))
-            .map_or(Action::Discard, |r| r.action)
+        self.rule(p).map_or(Action::Discard, |r| r.action)
+    }
+
+    /// The first matching rule, if any.
+    pub fn rule(&self, p: &PacketInfo) -> Option<&SpdRule> {
+        self.rules.iter().find(|r| r.selector.matches(p))
     }
 }
 

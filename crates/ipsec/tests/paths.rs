@@ -649,6 +649,8 @@ fn a_packet_through_the_wrong_layers_is_a_bundle_mismatch() {
     let (mut esp_only, _) = pair("aes128", Mode::Tunnel, v4, inner);
     let wire = seal_via(&mut esp_only, &pkt);
     assert_eq!(bundle_open(&mut b, &wire), Err(DropReason::BundleMismatch));
+    // (the inner ESP SPI on its own: refused before any SA opens it, an engine drop)
+    assert_eq!(b.counters.drops.get(DropReason::BundleMismatch), 1);
     // AH alone (over the inner packet, not over ESP) with the bundle's AH SPI.
     let mut c = cfg("null-sha1", Mode::Tunnel, Direction::Out, v4);
     c.protocol = Protocol::Ah;
@@ -659,6 +661,9 @@ fn a_packet_through_the_wrong_layers_is_a_bundle_mismatch() {
     ah_sa.seal(&mut p).unwrap();
     let wire = p.data().to_vec();
     assert_eq!(bundle_open(&mut b, &wire), Err(DropReason::BundleMismatch));
+    // AH verified it, so it is the AH SA's drop, counted there (it went uncounted)
+    let (_, ah) = b.sas().find(|(_, s)| s.protocol() == Protocol::Ah).unwrap();
+    assert_eq!(ah.counters.drops.get(DropReason::BundleMismatch), 1);
     // The bundle's own packets still open.
     let (mut a, mut b) = bundle_pair("aes128", true, false);
     let wire = bundle_seal(&mut a, &pkt);
@@ -814,4 +819,47 @@ fn encryption_without_integrity_keeps_no_replay_window() {
         open_via(&mut b, &seal_via(&mut a2, &pkt)),
         Err(DropReason::ReplayTooOld)
     );
+}
+
+/// An IPv4 packet `src` -> `dst` carrying `inner` as IP-in-IP (protocol 4).
+fn ipip(src: &str, dst: &str, inner: &[u8]) -> Vec<u8> {
+    let (s, d): (core::net::Ipv4Addr, core::net::Ipv4Addr) =
+        (src.parse().unwrap(), dst.parse().unwrap());
+    let mut h = vec![0x45, 0, 0, 0, 0, 1, 0x40, 0, 64, 4, 0, 0];
+    h[2..4].copy_from_slice(&((20 + inner.len()) as u16).to_be_bytes());
+    h.extend(s.octets());
+    h.extend(d.octets());
+    let c = ipsec::wire::checksum(&h);
+    h[10..12].copy_from_slice(&c.to_be_bytes());
+    [h, inner.to_vec()].concat()
+}
+
+/// A transport-mode SA authenticates only the hosts' own addresses: IP-in-IP inside it
+/// (next header 4) would let the authenticated peer hand this host a packet to
+/// decapsulate with any inner source. It is a `policy_mismatch` — unless the policy
+/// names protocol 4 itself.
+#[test]
+fn transport_mode_refuses_ip_in_ip_unless_a_policy_names_it() {
+    let v4 = ("192.0.2.1", "192.0.2.2");
+    let spoofed = udp("10.66.0.1", "10.2.0.1", 20); // any source the peer likes
+    let pkt = ipip(v4.0, v4.1, &spoofed);
+    let (mut a, mut b) = pair("aes128gcm16", Mode::Transport, v4, v4);
+    let wire = seal_via(&mut a, &pkt);
+    assert_eq!(open_via(&mut b, &wire), Err(DropReason::PolicyMismatch));
+    let (_, sa) = b.sas().next().unwrap();
+    assert_eq!(sa.counters.drops.get(DropReason::PolicyMismatch), 1);
+    // ordinary traffic on the same SA still passes
+    let plain = udp(v4.0, v4.1, 30);
+    assert_eq!(open_via(&mut b, &seal_via(&mut a, &plain)).unwrap(), plain);
+    // a policy that says protocol 4 is wanted lets it in
+    let (mut a, mut b) = pair("aes128gcm16", Mode::Transport, v4, v4);
+    let mut sel = Selector::between(Prefix::parse(v4.0).unwrap(), Prefix::parse(v4.1).unwrap());
+    sel.protocol = Some(4);
+    let (id, _) = b.sas().next().unwrap();
+    b.spd_in.clear();
+    b.spd_in.push(SpdRule {
+        selector: sel,
+        action: Action::Protect(id),
+    });
+    assert_eq!(open_via(&mut b, &seal_via(&mut a, &pkt)).unwrap(), pkt);
 }
