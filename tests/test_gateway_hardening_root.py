@@ -237,3 +237,27 @@ def test_encryption_without_integrity_is_warned_about(tmp_path: Path) -> None:
                        text=True, timeout=10)  # fmt: skip
     assert p.returncode == 0, p.stderr
     assert "no anti-replay window" in p.stderr and "RFC 4303" in p.stderr
+
+
+def test_a_hard_lifetime_on_any_sa_of_a_bundle_stops_the_bundle(tmp_path: Path) -> None:
+    """The limit is on the bundle's inner ESP SA (not the outermost AH): outbound on gwA,
+    inbound on gwB. Before, a sealed bundle never checked its SAs' lifetimes and an
+    opened one only the outermost SA's."""
+
+    def limits(node: str, text: str) -> str:
+        name = {"gwA": "esp-out", "gwB": "esp-in"}[node]
+        limit = {"gwA": 100, "gwB": 60}[node]
+        return text.replace(f'name = "{name}"', f'name = "{name}"\nhard_packets = {limit}', 1)
+
+    with tunnel(tmp_path, "ah:sha1+esp:aes128", edit=limits) as (tb, gw):
+        with capture(tb, "gwA", "wan", "wan") as pcap:
+            blast(tb, 150)
+        a, b = settle(gw, "gwA"), settle(gw, "gwB")
+    assert sa(a, "outbound", "esp-out")["state"] == "expired"
+    assert sa(a, "outbound", "esp-out")["packets"] == 100
+    from scapy.all import IP, rdpcap
+
+    sent = [p for p in rdpcap(str(pcap)) if IP in p and p[IP].src == "192.0.2.1"]
+    assert len(sent) == 100 and {p[IP].proto for p in sent} == {51}  # then nothing
+    assert sa(b, "inbound", "esp-in")["state"] == "expired"
+    assert sa(b, "inbound", "esp-in")["packets"] == 60

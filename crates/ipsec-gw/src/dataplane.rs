@@ -294,6 +294,20 @@ impl DirEngine {
         }
     }
 
+    /// After a packet opened through SA `id`: the lifetimes of every SA of its bundle
+    /// when it is a bundle's outermost SA (the engine reports that one), else its own.
+    fn after_opened(&mut self, id: SaId) {
+        let bundle = self
+            .bundle_sas
+            .iter()
+            .find(|(_, ids)| ids.contains(&id))
+            .map(|(b, _)| *b);
+        match bundle {
+            Some(b) => self.after_bundle(b),
+            None => self.after(id),
+        }
+    }
+
     /// Mark an SA expired in the state file (a reload or restart must not revive it).
     fn record_expired(&mut self, i: usize) {
         let Some(st) = self.state.as_mut() else {
@@ -1457,7 +1471,7 @@ fn open_one(
     match open(engine, &mut pkt) {
         Ok(Inbound::Opened { sa, .. }) => {
             sink.push(pkt.data(), io);
-            engine.after(sa);
+            engine.after_opened(sa);
         }
         Ok(Inbound::Bypass) => io.bypassed += 1, // not expected here
         Err(_) => {}                             // a named drop, counted by the engine
