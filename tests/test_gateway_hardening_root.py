@@ -261,3 +261,39 @@ def test_a_hard_lifetime_on_any_sa_of_a_bundle_stops_the_bundle(tmp_path: Path) 
     assert len(sent) == 100 and {p[IP].proto for p in sent} == {51}  # then nothing
     assert sa(b, "inbound", "esp-in")["state"] == "expired"
     assert sa(b, "inbound", "esp-in")["packets"] == 60
+
+
+def test_the_gateway_keeps_only_net_admin_and_net_raw(tmp_path: Path) -> None:
+    with tunnel(tmp_path) as (tb, gw):
+        assert tcp(tb, seconds=1)["mbps"] > 10  # it works with what it kept
+        pid = gw.process("gwA").pid
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+        status = {t.name: (t / "status").read_text() for t in tasks}
+    assert len(status) >= 3  # main, the workers, stats: every thread
+    want = 1 << 12 | 1 << 13  # CAP_NET_ADMIN, CAP_NET_RAW
+    for tid, text in status.items():
+        fields = dict(ln.split(":\t", 1) for ln in text.splitlines() if ":\t" in ln)
+        assert int(fields["CapEff"], 16) == want, (tid, fields["CapEff"])
+        assert int(fields["CapPrm"], 16) == want, (tid, fields["CapPrm"])
+        assert int(fields["CapInh"], 16) == 0
+        assert fields["NoNewPrivs"].strip() == "1"
+
+
+def test_a_key_file_others_can_read_is_warned_about(tmp_path: Path) -> None:
+    binary = str(gateway_binary())
+    key = tmp_path / "k.hex"
+    key.write_text("00" * 20)
+    conf = tmp_path / "gw.toml"
+    conf.write_text(
+        '[gateway]\ntun = "ipsec0"\nlocal = "192.0.2.1"\nremote = "192.0.2.2"\n'
+        'routes = ["10.2.0.0/24"]\n[[sa]]\nname = "out"\ndirection = "out"\nspi = 4097\n'
+        'encryption = "aes128gcm16"\nenc_key = "@k.hex"\n[[policy]]\ndirection = "out"\n'
+        'src = "10.1.0.0/24"\ndst = "10.2.0.0/24"\naction = "protect"\nsa = "out"\n'
+    )
+    for mode, warned in ((0o644, True), (0o600, False)):
+        key.chmod(mode)
+        p = subprocess.run([binary, "--config", str(conf), "--check"], capture_output=True,
+                           text=True, timeout=10)  # fmt: skip
+        assert p.returncode == 0, p.stderr
+        assert ("may be read by others" in p.stderr) == warned, p.stderr
+        assert "00" * 20 not in p.stderr  # the key itself never

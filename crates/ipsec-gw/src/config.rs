@@ -395,8 +395,8 @@ pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
         suite
             .check_legacy(s.legacy)
             .map_err(|e| cx.err(k("legacy"), format!("{e}; set legacy = true to allow it")))?;
-        let enc_key = key(&cx, path, &k("enc_key"), &s.enc_key)?;
-        let integ_key = key(&cx, path, &k("integ_key"), &s.integ_key)?;
+        let enc_key = key(&cx, path, &k("enc_key"), &s.enc_key, &mut sa_warnings)?;
+        let integ_key = key(&cx, path, &k("integ_key"), &s.integ_key, &mut sa_warnings)?;
         let want = suite.encryption.key_len();
         if enc_key.expose().len() != want {
             return Err(cx.err(
@@ -703,10 +703,28 @@ pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
     })
 }
 
-/// A key given as hex, or `@FILE` holding hex (relative to the config's directory).
-fn key(cx: &Ctx<'_>, cfg: &Path, name: &str, v: &str) -> Result<SecretBytes, ConfigError> {
+/// A key given as hex, or `@FILE` holding hex (relative to the config's directory). A
+/// key file others may read is a warning.
+fn key(
+    cx: &Ctx<'_>,
+    cfg: &Path,
+    name: &str,
+    v: &str,
+    warnings: &mut Vec<String>,
+) -> Result<SecretBytes, ConfigError> {
     if let Some(f) = v.strip_prefix('@') {
         let p = cfg.parent().unwrap_or(Path::new(".")).join(f);
+        if let Ok(m) = std::fs::metadata(&p) {
+            use std::os::unix::fs::PermissionsExt;
+            if m.permissions().mode() & 0o077 != 0 {
+                warnings.push(format!(
+                    "{}: {name}: the key file {} may be read by others (mode {:o}): chmod 600 it",
+                    cfg.display(),
+                    p.display(),
+                    m.permissions().mode() & 0o777
+                ));
+            }
+        }
         let text = std::fs::read_to_string(&p)
             .map_err(|e| cx.err(name, format!("cannot read {}: {e}", p.display())))?;
         return SecretBytes::from_hex(&text)

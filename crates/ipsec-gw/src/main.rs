@@ -8,6 +8,7 @@ mod ceiling;
 mod config;
 mod dataplane;
 mod gro;
+mod privilege;
 mod seqstate;
 mod stats;
 
@@ -171,8 +172,16 @@ fn print_stats(socket: &std::path::Path, json: bool, prometheus: bool) -> ExitCo
 }
 
 /// `ip ...` for the TUN device's link and routes (iproute2: what a user would type).
+/// iproute2's `ip`, by absolute path (not whatever `ip` comes first on $PATH).
+fn ip_binary() -> &'static str {
+    ["/usr/sbin/ip", "/usr/bin/ip", "/sbin/ip", "/bin/ip"]
+        .into_iter()
+        .find(|p| std::path::Path::new(p).exists())
+        .unwrap_or("/usr/sbin/ip")
+}
+
 fn ip(args: &[&str]) -> Result<(), String> {
-    let out = Command::new("ip")
+    let out = Command::new(ip_binary())
         .args(args)
         .output()
         .map_err(|e| format!("cannot run ip: {e}"))?;
@@ -187,6 +196,8 @@ fn ip(args: &[&str]) -> Result<(), String> {
 }
 
 fn run(cfg: config::Config) -> Result<(), String> {
+    // Least privilege before anything is made: every step below proves it needs no more.
+    privilege::drop_to_net_admin_and_raw()?;
     // The engines first, sequence state read and reservations written: nothing is
     // created (TUN device, routes) for a gateway that cannot keep its numbers.
     let engine = |dir: Direction| -> Result<dataplane::DirEngine, String> {
@@ -204,8 +215,10 @@ fn run(cfg: config::Config) -> Result<(), String> {
     ip(&["link", "set", "dev", &cfg.tun, "up"])?;
     // Loose reverse-path filtering on the TUN device: a host-to-host peer's packets come
     // out of it with a source whose route is the outer interface.
-    let rp = format!("net.ipv4.conf.{}.rp_filter=2", cfg.tun);
-    let _ = Command::new("sysctl").args(["-qw", &rp]).status();
+    let rp = format!("/proc/sys/net/ipv4/conf/{}/rp_filter", cfg.tun);
+    if let Err(e) = std::fs::write(&rp, "2") {
+        eprintln!("ipsec-gw: warning: cannot set loose reverse-path filtering ({rp}): {e}");
+    }
     let routing = Routing::install(&cfg)?;
     let outside = Arc::new(
         dataplane::Outside::open(&cfg)
