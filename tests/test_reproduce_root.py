@@ -134,10 +134,20 @@ def test_study1_shapes_hold_on_a_100_mbit_link(lab: tuple[Path, dict[str, Any]])
 
 def test_study2_fits_a_model_with_positive_terms(lab: tuple[Path, dict[str, Any]]) -> None:
     d, _ = lab
-    rows = _summary(d, "tisovsky2013", "loss-free")
+    # The rates the study fits: the forwarding rate at overload (RFC 2285 MFR, the median
+    # of repeated trials). The loss-free rate beside it can be held down by one dropped
+    # packet in one trial on a busy 2-core machine (seen: AES-128 at 128 B, 6.4 instead of
+    # ~11 Mbit/s), which is why the study does not fit it.
+    store = Store(d / "results.sqlite")
+    try:
+        cid = reproduce.latest_campaigns(store)["tisovsky2013"]["loss-free"]
+        mfr = {(r["configuration"], x["size"]): x["mfr_mbps"]
+               for r in store.runs(cid) for x in r["results"]}  # fmt: skip
+    finally:
+        store.close()
     for cfg in ("esp:aes128", "esp:3des"):
-        small = _row(rows, configuration=cfg, measurement="rfc2544-128")["mbps_median"]
-        big = _row(rows, configuration=cfg, measurement="rfc2544-1280")["mbps_median"]
+        small, big = mfr[(cfg, 128)], mfr[(cfg, 1280)]
+        assert small and big, mfr
         assert 0 < small < big  # bit/s grows with size...
         assert big / 1280 < small / 128  # ...packets/s falls
     an = next(s for s in _report(d)["studies"] if s["study"] == "tisovsky2013")
