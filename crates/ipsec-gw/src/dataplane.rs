@@ -378,6 +378,14 @@ impl DirEngine {
     pub fn release(&mut self) {
         if self.direction == Direction::In {
             self.persist_tops();
+            if let Some(st) = self.state.as_ref() {
+                if let Err(err) = st.save() {
+                    eprintln!(
+                        "ipsec-gw: cannot write the inbound sequence state {}: {err}",
+                        st.path().display()
+                    );
+                }
+            }
             return;
         }
         let Some(st) = self.state.as_mut() else {
@@ -438,7 +446,7 @@ impl DirEngine {
                 },
             );
         }
-        if let Err(err) = st.save() {
+        if let Err(err) = st.save_quick() {
             eprintln!(
                 "ipsec-gw: cannot write the inbound sequence state {}: {err}",
                 st.path().display()
