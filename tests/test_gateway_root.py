@@ -299,19 +299,24 @@ def test_mismatched_keys_are_icv_failures_and_nothing_passes(tmp_path: Path) -> 
     assert got["drops"].get("icv_failure", 0) == received
 
 
+def replay_esp(tb: Testbed, pcap: Path) -> int:
+    """Send every ESP packet of `pcap` again from gwA's outer interface (scapy); how many."""
+    script = (
+        "import sys; from scapy.all import rdpcap, sendp; "
+        "from scapy.layers.inet import IP; "
+        "ps = [p for p in rdpcap(sys.argv[1]) if IP in p and p[IP].proto == 50]; "
+        "sendp(ps, iface='wan', verbose=False); print(len(ps))"
+    )
+    return int(tb.run("gwA", [sys.executable, "-c", script, str(pcap)], timeout=60))
+
+
 def test_replayed_packets_are_counted_replay_drops(tmp_path: Path) -> None:
     with tunnel(tmp_path) as (tb, gw):
         with capture(tb, "gwA", "wan", "wan") as pcap:
             udp(tb, rate=5, seconds=1)
         b0 = settle(gw, "gwB")
         before, before_io = sa(b0, "inbound", "in"), b0["inbound"]["io"]
-        script = (
-            "import sys; from scapy.all import rdpcap, sendp; "
-            "from scapy.layers.inet import IP; "
-            "ps = [p for p in rdpcap(sys.argv[1]) if IP in p and p[IP].proto == 50]; "
-            "sendp(ps, iface='wan', verbose=False); print(len(ps))"
-        )
-        sent = int(tb.run("gwA", [sys.executable, "-c", script, str(pcap)], timeout=60))
+        sent = replay_esp(tb, pcap)
         b1 = settle(gw, "gwB")
         after, after_io = sa(b1, "inbound", "in"), b1["inbound"]["io"]
     assert sent > 100
