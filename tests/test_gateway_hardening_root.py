@@ -16,7 +16,16 @@ from pathlib import Path
 import pytest
 
 from ipsec_lab.backends.ours import gateway_binary
-from test_gateway_root import blast, capture, replay_esp, sa, settle, tcp, tunnel
+from test_gateway_root import (
+    blast,
+    capture,
+    replay_esp,
+    sa,
+    sa_key,
+    settle,
+    tcp,
+    tunnel,
+)
 
 pytestmark = pytest.mark.root
 
@@ -87,11 +96,7 @@ def test_a_restarted_receiver_refuses_what_it_accepted_before(tmp_path: Path) ->
 def test_an_sa_past_its_hard_lifetime_stays_expired_across_reload_and_restart(
     tmp_path: Path,
 ) -> None:
-    def hard_limit(node: str, text: str) -> str:
-        if node != "gwA":
-            return text
-        return text.replace('name = "out"', 'name = "out"\nhard_packets = 100', 1)
-
+    hard_limit = sa_key({"gwA": ("out", "hard_packets = 100")})
     with tunnel(tmp_path, edit=hard_limit) as (tb, gw):
         with capture(tb, "gwA", "wan", "wan") as pcap:
             blast(tb, 150)
@@ -249,11 +254,8 @@ def test_a_hard_lifetime_on_any_sa_of_a_bundle_stops_the_bundle(tmp_path: Path) 
     inbound on gwB. Before, a sealed bundle never checked its SAs' lifetimes and an
     opened one only the outermost SA's."""
 
-    def limits(node: str, text: str) -> str:
-        name = {"gwA": "esp-out", "gwB": "esp-in"}[node]
-        limit = {"gwA": 100, "gwB": 60}[node]
-        return text.replace(f'name = "{name}"', f'name = "{name}"\nhard_packets = {limit}', 1)
-
+    limits = sa_key({"gwA": ("esp-out", "hard_packets = 100"),
+                     "gwB": ("esp-in", "hard_packets = 60")})  # fmt: skip
     with tunnel(tmp_path, "ah:sha1+esp:aes128", edit=limits) as (tb, gw):
         with capture(tb, "gwA", "wan", "wan") as pcap:
             blast(tb, 150)

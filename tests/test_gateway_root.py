@@ -120,6 +120,19 @@ def gateway_key(line: str) -> Callable[[str, str], str]:
     return lambda node, text: text.replace("[gateway]\n", f"[gateway]\n{line}\n", 1)
 
 
+def sa_key(lines: dict[str, tuple[str, str]]) -> Callable[[str, str], str]:
+    """An `edit` for `tunnel`: per node, `line` added to the SA named `name` ({node:
+    (name, line)}); other nodes' configs unchanged."""
+
+    def edit(node: str, text: str) -> str:
+        if node not in lines:
+            return text
+        name, line = lines[node]
+        return text.replace(f'name = "{name}"', f'name = "{name}"\n{line}', 1)
+
+    return edit
+
+
 def blast(tb: Testbed, n: int, size: int = 200) -> None:
     """Send `n` UDP datagrams client -> server (no handshake needed, unlike iperf3's)."""
     script = (
@@ -384,12 +397,8 @@ def test_reordering_within_the_window_drops_nothing_and_loss_does_not_stall(
 
 
 def test_an_expired_sa_sends_nothing_in_clear(tmp_path: Path) -> None:
-    def hard_limit(node: str, text: str) -> str:
-        # gwA's outbound SA stops after 200 packets (its hard lifetime)
-        if node != "gwA":
-            return text
-        return text.replace('name = "out"', 'name = "out"\nhard_packets = 200', 1)
-
+    # gwA's outbound SA stops after 200 packets (its hard lifetime)
+    hard_limit = sa_key({"gwA": ("out", "hard_packets = 200")})
     with tunnel(tmp_path, edit=hard_limit) as (tb, gw):
         with capture(tb, "gwA", "wan", "wan") as pcap:
             blast(tb, 500)

@@ -501,13 +501,11 @@ def _esp_suite(config: str) -> str:
 
 def _campaign_effort(args: argparse.Namespace) -> tuple[float, str]:
     """The median IPsec-process µs/kB of a lab campaign's runs of one configuration."""
-    import os
-
     from ipsec_lab import runner
+    from ipsec_lab.cli_lab import _lab_dir
     from ipsec_lab.store import Store
 
-    lab = Path(args.lab or os.environ.get("IPSEC_LAB_DIR") or "lab").resolve()
-    db = lab / "results.sqlite"
+    db = _lab_dir(args) / "results.sqlite"
     if not db.exists():
         raise UserError(f"--campaign: no results in {db} (give --lab DIR)")
     store = Store(db)

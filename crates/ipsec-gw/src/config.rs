@@ -465,7 +465,9 @@ pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
         };
         if !suite.has_integrity() && s.replay_window != 0 && direction == Direction::In {
             sa_warnings.push(format!(
-                "{}: {}: {} has no integrity, so its sequence numbers are not                  authenticated: it gets no anti-replay window (RFC 4303 §3.4.3) — one forged                  packet would otherwise block it; use an AEAD or add integrity",
+                "{}: {}: {} has no integrity, so its sequence numbers are not \
+                 authenticated: it gets no anti-replay window (RFC 4303 §3.4.3) — one forged \
+                 packet would otherwise block it; use an AEAD or add integrity",
                 path.display(),
                 k("replay_window"),
                 suite.name()

@@ -55,7 +55,7 @@ pub struct DirEngine {
     /// (bundle name, IPComp association id) of bundles with IPComp.
     ipcomps: Vec<(String, usize)>,
     /// The SAs of each bundle (engine bundle id -> its layers), for their lifetimes.
-    bundle_sas: Vec<(usize, Vec<SaId>)>,
+    bundle_sas: Vec<(usize, [Option<SaId>; 2])>,
     /// Where this direction's sequence numbers outlive the process (None: a dry build,
     /// for `--check` and reload validation).
     state: Option<SeqState>,
@@ -148,7 +148,8 @@ impl DirEngine {
                     }
                     if entry.expired {
                         eprintln!(
-                            "ipsec-gw: sa {} (spi 0x{:x}) reached its hard lifetime before under                              these keys: it stays expired (give it new keys to use it again)",
+                            "ipsec-gw: sa {} (spi 0x{:x}) reached its hard lifetime before under \
+                             these keys: it stays expired (give it new keys to use it again)",
                             spec.name, c.spi
                         );
                     }
@@ -176,19 +177,13 @@ impl DirEngine {
         }
         if let Some(st) = state.as_mut() {
             for e in &sas {
-                let prev = st.get(&e.key).unwrap_or_default();
-                st.set(
-                    e.key.clone(),
-                    seqstate::Entry {
-                        value: prev.value.max(e.stored),
-                        expired: prev.expired || e.expired,
-                    },
-                );
+                st.raise(&e.key, e.stored, e.expired);
             }
             // before any packet of this engine goes: the reservations are on disk
             st.save().map_err(|e| {
                 format!(
-                    "cannot write the sequence state {}: {e} (without it a restart would                      reuse sequence numbers under the same keys; refusing to run)",
+                    "cannot write the sequence state {}: {e} (without it a restart would \
+                     reuse sequence numbers under the same keys; refusing to run)",
                     st.path().display()
                 )
             })?;
@@ -221,7 +216,7 @@ impl DirEngine {
                 .add_bundle(bundle)
                 .map_err(|e| named(e.to_string()))?;
             bundles.push((b.name.clone(), id, ipcomp));
-            bundle_sas.push((id, [Some(esp), ah].into_iter().flatten().collect()));
+            bundle_sas.push((id, [Some(esp), ah]));
         }
         for p in cfg.policies.iter().filter(|p| p.direction == direction) {
             let action = match &p.action {
@@ -283,13 +278,13 @@ impl DirEngine {
     /// After a bundle sealed or opened a packet: each of its SAs' lifetimes and
     /// sequence reservations, as for a lone SA.
     fn after_bundle(&mut self, bundle: usize) {
+        // copied out (two ids, no allocation): `after` needs `self` mutably
         let ids = self
             .bundle_sas
             .iter()
             .find(|(b, _)| *b == bundle)
-            .map(|(_, ids)| ids.clone())
-            .unwrap_or_default();
-        for id in ids {
+            .map_or([None; 2], |(_, ids)| *ids);
+        for id in ids.into_iter().flatten() {
             self.after(id);
         }
     }
@@ -300,7 +295,7 @@ impl DirEngine {
         let bundle = self
             .bundle_sas
             .iter()
-            .find(|(_, ids)| ids.contains(&id))
+            .find(|(_, ids)| ids.contains(&Some(id)))
             .map(|(b, _)| *b);
         match bundle {
             Some(b) => self.after_bundle(b),
@@ -314,14 +309,7 @@ impl DirEngine {
             return;
         };
         let e = &self.sas[i];
-        let prev = st.get(&e.key).unwrap_or_default();
-        st.set(
-            e.key.clone(),
-            seqstate::Entry {
-                value: prev.value.max(e.stored),
-                expired: true,
-            },
-        );
+        st.raise(&e.key, e.stored, true);
         if let Err(err) = st.save() {
             eprintln!(
                 "ipsec-gw: cannot record SA {}'s expiry in {}: {err}",
@@ -348,20 +336,15 @@ impl DirEngine {
         }
         let want = used.saturating_add(seqstate::RESERVE);
         let st = self.state.as_mut().expect("checked");
-        let prev = st.get(&e.key).unwrap_or_default();
-        st.set(
-            e.key.clone(),
-            seqstate::Entry {
-                value: want,
-                expired: prev.expired,
-            },
-        );
+        st.raise(&e.key, want, false);
         match st.save() {
             Ok(()) => self.sas[i].stored = want,
             Err(err) => {
                 let e = &mut self.sas[i];
                 eprintln!(
-                    "ipsec-gw: SA {} (spi 0x{:x}) stops: cannot reserve sequence numbers in {}:                      {err}; its traffic is now dropped (no_sa), never sent with a number that                      could repeat",
+                    "ipsec-gw: SA {} (spi 0x{:x}) stops: cannot reserve sequence numbers in {}: \
+                     {err}; its traffic is now dropped (no_sa), never sent with a number that \
+                     could repeat",
                     e.name,
                     e.spec.config.spi,
                     st.path().display()
@@ -437,14 +420,7 @@ impl DirEngine {
         }
         let st = self.state.as_mut().expect("checked");
         for e in &self.sas {
-            let prev = st.get(&e.key).unwrap_or_default();
-            st.set(
-                e.key.clone(),
-                seqstate::Entry {
-                    value: prev.value.max(e.stored),
-                    expired: prev.expired || e.expired,
-                },
-            );
+            st.raise(&e.key, e.stored, e.expired);
         }
         if let Err(err) = st.save_quick() {
             eprintln!(

@@ -299,7 +299,15 @@ fn run(cfg: config::Config) -> Result<(), String> {
             eprintln!("ipsec-gw: stopping");
             break;
         }
-        match config::load(&current.file) {
+        // A config that loads but that the engines refuse, or that changes an SA but
+        // not its keys, is refused like one that does not load (each checked once).
+        let loaded = config::load(&current.file)
+            .map_err(|e| e.to_string())
+            .and_then(|new| match reload_problem(&current, &new) {
+                Some(why) => Err(why),
+                None => Ok(new),
+            });
+        match loaded {
             Ok(new)
                 if (&new.tun, new.mtu, new.offload, new.workers)
                     != (&current.tun, current.mtu, current.offload, current.workers)
@@ -312,13 +320,6 @@ fn run(cfg: config::Config) -> Result<(), String> {
                     "ipsec-gw: reload refused: the TUN device (name, MTU, offloads), outer \
                      addresses, UDP encapsulation, table, fwmark and workers change only \
                      with a restart; the running config stays"
-                );
-            }
-            Ok(new) if reload_problem(&current, &new).is_some() => {
-                shared.reloads_refused.fetch_add(1, Ordering::Relaxed);
-                eprintln!(
-                    "ipsec-gw: reload refused, the running config stays: {}",
-                    reload_problem(&current, &new).unwrap_or_default()
                 );
             }
             Ok(new) => {
@@ -379,7 +380,8 @@ fn reload_problem(current: &config::Config, new: &config::Config) -> Option<Stri
         };
         if let Some(c) = current.sas.iter().find(|c| same_keys(c) && !c.same_as(n)) {
             return Some(format!(
-                "sa {} changes its parameters (SPI, suite, mode, ESN, window or endpoints) but                  keeps the keys of sa {}: give it new keys",
+                "sa {} changes its parameters (SPI, suite, mode, ESN, window or endpoints) but \
+                 keeps the keys of sa {}: give it new keys",
                 n.name, c.name
             ));
         }

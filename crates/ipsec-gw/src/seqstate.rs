@@ -141,6 +141,14 @@ impl SeqState {
         self.entries.insert(key, entry);
     }
 
+    /// Merge into an SA's entry: its value only ever rises, and once expired it stays
+    /// expired (what every write but a clean stop's release does).
+    pub fn raise(&mut self, key: &Key, value: u64, expired: bool) {
+        let e = self.entries.entry(key.clone()).or_default();
+        e.value = e.value.max(value);
+        e.expired |= expired;
+    }
+
     /// Write the whole state durably: a temporary file, fsync'd, renamed over the old
     /// one, and the directory fsync'd (so the rename itself survives a power cut).
     pub fn save(&self) -> io::Result<()> {

@@ -144,21 +144,20 @@ def _findings(
 ) -> list[Finding]:
     out: list[Finding] = []
 
-    def vals(**want: str) -> list[float]:
-        names = ("backend", "cfg", "link", "client", "app", "size", "metric")
-        return [v for k, v in incr.items() if v is not None
+    names = ("backend", "cfg", "link", "client", "app", "size", "metric")
+
+    def picked(**want: str) -> list[tuple[tuple[str, ...], float]]:
+        """(key, % increase) of every measured cell matching `want` (by key name)."""
+        return [(k, v) for k, v in incr.items() if v is not None
                 and all(k[names.index(n)] == w for n, w in want.items())]  # fmt: skip
+
+    def vals(**want: str) -> list[float]:
+        return [v for _, v in picked(**want)]
 
     def pairs(**want: str) -> list[float]:
         """slow minus fast, paired by everything else."""
-        names = ("backend", "cfg", "link", "client", "app", "size", "metric")
         out_ = []
-        for k, v in incr.items():
-            if v is None or k[3] != "slow":
-                continue
-            if not all(k[names.index(n)] == w for n, w in want.items()):
-                continue
-            b, cfg, ln, _, app, size, metric = k
+        for (b, cfg, ln, _, app, size, metric), v in picked(client="slow", **want):
             f = incr.get((b, cfg, ln, "fast", app, size, metric))
             if f is not None:
                 out_.append(v - f)
