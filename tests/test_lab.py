@@ -103,6 +103,16 @@ def test_plan_runs_none_once_per_link_workload_and_repetition() -> None:
             "workloads[0].data",
             "one stream",
         ),
+        (
+            "[[workloads]]\nkind = 'rfc2544'\noverload_trials = 51",
+            "workloads[0].overload_trials",
+            "outside",
+        ),
+        (
+            "[[workloads]]\nkind = 'rfc2544'\noverload_trials = 2.5",
+            "workloads[0].overload_trials",
+            "whole number",
+        ),
         ("stage_timing = 'yes'", "stage_timing", "true or false"),
         ("[gateway]\ncpus = [99]", "gateway.cpus", "CPU numbers"),
         ("[gateway]\ncpu_quota = 0", "gateway.cpu_quota", "outside"),
