@@ -284,6 +284,13 @@ impl Sa {
         self.last_seq.wrapping_add(1)
     }
 
+    /// Replace a CBC SA's secret IV key: for known-answer tests of the IV derivation
+    /// only (see `crypto::state::CbcIvs`). False for a suite without CBC.
+    #[doc(hidden)]
+    pub fn set_cbc_iv_key_for_tests(&mut self, key: [u8; 16]) -> bool {
+        self.keys.set_cbc_iv_key_for_tests(key)
+    }
+
     /// Set the sequence number of the next sealed packet (known-answer tests, and
     /// resuming an SA). `0` is refused: sequence numbers start at 1.
     pub fn set_next_seq(&mut self, seq: u64) -> Result<(), crate::DropReason> {

@@ -50,62 +50,65 @@ fn open_esp(sa: &mut Sa, esp: &[u8]) -> (Vec<u8>, u8) {
 
 /// RFC 3602 §4, cases 5–8: ESP with AES-128-CBC and no integrity. Cases 5 and 6 carry
 /// ICMP in transport mode (next header 1), 7 and 8 an IPv4 packet in tunnel mode (4).
+/// (case, key, SPI, sequence number, IV, payload, next header, ESP packet).
+#[allow(clippy::type_complexity)]
+const RFC3602: &[(u32, &str, u32, u64, &str, &str, u8, &str)] = &[
+    (
+        5,
+        "90d382b410eeba7ad938c46cec1a82bf",
+        0x4321,
+        1,
+        "e96e8c08ab465763fd098d45dd3ff893",
+        "08000ebda70a00008e9c083db95b070008090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f\
+      202122232425262728292a2b2c2d2e2f3031323334353637",
+        1,
+        "0000432100000001e96e8c08ab465763fd098d45dd3ff893f663c25d325c18c6a9453e194e120849\
+      a4870b66cc6b9965330013b4898dc856a4699e523a55db080b59ec3a8e4b7e52775b07d1db34ed9c\
+      538ab50c551b874aa269add047ad2d5913ac19b7cfbad4a6",
+    ),
+    (
+        6,
+        "90d382b410eeba7ad938c46cec1a82bf",
+        0x4321,
+        8,
+        "69d08df7d203329db093fc4924e5bd80",
+        "0800b5e8a80a0500a69c083d0b660e00777777777777777777777777",
+        1,
+        "000043210000000869d08df7d203329db093fc4924e5bd80f51995881ec4e0c4488987ce742e8109\
+      689bb379d2d750c0d915dca346a89f75",
+    ),
+    (
+        7,
+        "0123456789abcdef0123456789abcdef",
+        0x8765,
+        2,
+        "f4e765244f6407adf13dc1380f673f37",
+        "45000054090400004001f988c0a87b03c0a87bc808009f76a90a0100b49c083d02a204000809\
+      0a0b0c0d0e0f101112131415161718191a1b1c1d1e1f202122232425262728292a2b2c2d2e2f\
+      3031323334353637",
+        4,
+        "0000876500000002f4e765244f6407adf13dc1380f673f37773b5241a4c449225e4f3ce5ed611b0c\
+      237ca96cf74a93013c1b0ea1a0cf70f8e4ecaec78ac53aad7a0f022b859243c647752e94a859352b\
+      8a4d4d2decd136e5c177f132ad3fbfb2201ac9904c74ee0a109e0ca1e4dfe9d5a100b842f1c22f0d",
+    ),
+    (
+        8,
+        "0123456789abcdef0123456789abcdef",
+        0x8765,
+        5,
+        "85d47224b5f3dd5d2101d4ea8dffab22",
+        "45000044090c00004001f990c0a87b03c0a87bc80800d63caa0a0200c69c083da3de0300\
+      ffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff",
+        4,
+        "000087650000000585d47224b5f3dd5d2101d4ea8dffab2215b92683819596a8047232cc00f7048f\
+      e45318e11f8a0f62ede3c3fc61203bb50f980a08c9843fd3a1b06d5c07ff9639b7eb7dfb3512e5de\
+      435e7207ed971ef3d2726d9b5ef6affc6d17a0decbb13892",
+    ),
+];
+
 #[test]
 fn rfc3602_cases_5_to_8() {
-    let cases = [
-        (
-            5,
-            "90d382b410eeba7ad938c46cec1a82bf",
-            0x4321,
-            1,
-            "e96e8c08ab465763fd098d45dd3ff893",
-            "08000ebda70a00008e9c083db95b070008090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f\
-          202122232425262728292a2b2c2d2e2f3031323334353637",
-            1,
-            "0000432100000001e96e8c08ab465763fd098d45dd3ff893f663c25d325c18c6a9453e194e120849\
-          a4870b66cc6b9965330013b4898dc856a4699e523a55db080b59ec3a8e4b7e52775b07d1db34ed9c\
-          538ab50c551b874aa269add047ad2d5913ac19b7cfbad4a6",
-        ),
-        (
-            6,
-            "90d382b410eeba7ad938c46cec1a82bf",
-            0x4321,
-            8,
-            "69d08df7d203329db093fc4924e5bd80",
-            "0800b5e8a80a0500a69c083d0b660e00777777777777777777777777",
-            1,
-            "000043210000000869d08df7d203329db093fc4924e5bd80f51995881ec4e0c4488987ce742e8109\
-          689bb379d2d750c0d915dca346a89f75",
-        ),
-        (
-            7,
-            "0123456789abcdef0123456789abcdef",
-            0x8765,
-            2,
-            "f4e765244f6407adf13dc1380f673f37",
-            "45000054090400004001f988c0a87b03c0a87bc808009f76a90a0100b49c083d02a204000809\
-          0a0b0c0d0e0f101112131415161718191a1b1c1d1e1f202122232425262728292a2b2c2d2e2f\
-          3031323334353637",
-            4,
-            "0000876500000002f4e765244f6407adf13dc1380f673f37773b5241a4c449225e4f3ce5ed611b0c\
-          237ca96cf74a93013c1b0ea1a0cf70f8e4ecaec78ac53aad7a0f022b859243c647752e94a859352b\
-          8a4d4d2decd136e5c177f132ad3fbfb2201ac9904c74ee0a109e0ca1e4dfe9d5a100b842f1c22f0d",
-        ),
-        (
-            8,
-            "0123456789abcdef0123456789abcdef",
-            0x8765,
-            5,
-            "85d47224b5f3dd5d2101d4ea8dffab22",
-            "45000044090c00004001f990c0a87b03c0a87bc80800d63caa0a0200c69c083da3de0300\
-          ffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff",
-            4,
-            "000087650000000585d47224b5f3dd5d2101d4ea8dffab2215b92683819596a8047232cc00f7048f\
-          e45318e11f8a0f62ede3c3fc61203bb50f980a08c9843fd3a1b06d5c07ff9639b7eb7dfb3512e5de\
-          435e7207ed971ef3d2726d9b5ef6affc6d17a0decbb13892",
-        ),
-    ];
-    for (case, key, spi, seq, iv, payload, nh, esp) in cases {
+    for &(case, key, spi, seq, iv, payload, nh, esp) in RFC3602 {
         let (key, iv, payload, esp) = (hex(key), hex(iv), hex(payload), hex(esp));
         let mut tx = sa("aes128", spi, &key, &[], false);
         tx.set_next_seq(seq).unwrap();
@@ -201,7 +204,7 @@ fn draft_mcgrew_gcm_test_01() {
         let want = [&aad[..4], &seq_lo, iv, &hex(ct), &hex(tag)].concat();
 
         // The crypto layer, for every case (some use SPIs an SA may not: 0, < 256).
-        let state = CipherState::new(
+        let mut state = CipherState::new(
             Suite::parse(suite).unwrap(),
             &SecretBytes::from_slice(&keymat),
             &SecretBytes::default(),
@@ -275,7 +278,7 @@ fn rfc2202_rfc4231_hmac() {
         // ICV a null-encryption ESP seal appends over exactly these bytes.
         if hex(key).len() == integ.key_len() {
             let suite = Suite::new(ipsec::Encryption::Null, *integ).unwrap();
-            let state =
+            let mut state =
                 CipherState::new(suite, &SecretBytes::default(), &SecretBytes::new(hex(key)))
                     .unwrap();
             let data = hex(data);
@@ -355,7 +358,7 @@ fn rfc2202_hmac_md5() {
 #[test]
 fn fips81_des_cbc_through_the_esp_cipher() {
     let suite = Suite::parse("des").unwrap();
-    let keys = CipherState::new(
+    let mut keys = CipherState::new(
         suite,
         &SecretBytes::from_slice(&hex("0123456789abcdef")),
         &SecretBytes::default(),
@@ -376,4 +379,119 @@ fn fips81_des_cbc_through_the_esp_cipher() {
     );
     keys.open(&mut buf, 0, 16 + plain.len(), 1, false).unwrap();
     assert_eq!(&buf[16..], plain);
+}
+
+/// Generated CBC IVs are AES-128(K_iv, 0…0 ‖ seq) (`CbcIvs`). With K_iv set to zero
+/// the IVs must be AES-128 of the sequence number under the all-zero key, as Python
+/// `cryptography`'s AES-ECB gives them (computed when written), across the edges of a
+/// batch of 32 and above 2^32 (ESN); and RFC 3602 §4's cases 5–8, sealed with such an IV,
+/// must be the RFC's plaintext CBC-encrypted under that IV (the expected packets: the
+/// RFC's ciphertext decrypted with its IV and encrypted again with ours, by Python).
+#[test]
+fn cbc_derived_ivs_known_answers() {
+    let ivs = [
+        (1u64, "58e2fccefa7e3061367f1d57a4e7455a"),
+        (2, "0388dace60b6a392f328c2b971b2fe78"),
+        (31, "7941dd0a63d994703e63d94a44680421"),
+        (32, "3ab4fb1d2b7ba376590a2c241d1f508d"),
+        (33, "c6a7f418a14503deb89b17aadb2806f7"),
+        (0xffff_ffff, "28c16380c491088ca019f8a76853b1e8"),
+        (0x1_0000_0000, "72535b7fe0f0f777cedcd55cd77e2ddf"),
+        (0x1_0000_0005, "8f831d167de80d272a17f337f3c7980d"),
+    ];
+    let mut tx = sa("aes128-sha1", 0x1000, &[7; 16], &[9; 20], true);
+    assert!(tx.set_cbc_iv_key_for_tests([0; 16]));
+    for (seq, want) in ivs {
+        tx.set_next_seq(seq).unwrap();
+        let mut buf = vec![0u8; HEAD + 8 + 16 + 32 + 64];
+        tx.seal_esp(&mut buf, HEAD, 32, 59, IvSource::Generate)
+            .unwrap();
+        assert_eq!(buf[HEAD + 8..HEAD + 24], hex(want), "IV for seq {seq:#x}");
+    }
+    let packets = [
+        "000043210000000158e2fccefa7e3061367f1d57a4e7455a4ce2b01fa8e17d3980cb2a35b3cbf18b871f9f34ceba0670\
+         f51ed04c113c49a04784aefcc5a978c0710ebf6e7d05d8066e1561b6bac0c3b5dbfc033c6cc9101e3fac34f0ff01b6a9\
+         d83ee20751087548",
+        "00004321000000080253786e126504f0dab90c48a30321de59e4a3525d8cbe52680634d539d54988a891bfd6fe7e31f0\
+         9c7049644941ac81",
+        "00008765000000020388dace60b6a392f328c2b971b2fe78522efa70c5822d2544c146033c5da9b920606dd24bd36f4b\
+         e67a7fd8ab046c6f4feb1f53f99669f37f580bed9e30d69ce515efadf645c5a9361cd6b639360cec3d4d6743d9c164b6\
+         ddcc30501e96809d5551aaa9716ee27b79625159340d298d",
+        "0000876500000005c94da219118e297d7b7ebcbcc9c388f29d5e6f1f3fc53a9ecd3d69e0ff22820bbc233bc2a0624ca1\
+         2968590afb5a2c1e014cdeb5bb1662b196a889900d921c2db1a0ff8646e17e3bd7d5c2e3f626b36c8383dcb7b4e0a992\
+         0b2e5e0859519b9b",
+    ];
+    for (&(case, key, spi, seq, _, payload, nh, _), want) in RFC3602.iter().zip(packets) {
+        let (key, payload) = (hex(key), hex(payload));
+        let mut tx = sa("aes128", spi, &key, &[], false);
+        tx.set_next_seq(seq).unwrap();
+        assert!(tx.set_cbc_iv_key_for_tests([0; 16]));
+        let mut buf = vec![0xEEu8; HEAD + 8 + 16 + payload.len() + 64];
+        let at = HEAD + 8 + 16;
+        buf[at..at + payload.len()].copy_from_slice(&payload);
+        let n = tx
+            .seal_esp(&mut buf, HEAD, payload.len(), nh, IvSource::Generate)
+            .unwrap();
+        assert_eq!(buf[HEAD..HEAD + n], hex(want), "RFC 3602 case {case}");
+    }
+    // GCM has no CBC IV key to set.
+    assert!(!sa("aes128gcm16", 0x1000, &[7; 20], &[], false).set_cbc_iv_key_for_tests([0; 16]));
+}
+
+/// Sealed with generated IVs, every CBC SA (AES and the legacy DES family) puts a
+/// different IV on each packet, none is the bare sequence number, a second SA under the
+/// same keys draws different IVs (its own IV key), and every packet opens to its payload.
+#[test]
+fn cbc_generated_ivs_are_distinct_per_packet_and_per_sa() {
+    for (suite, enc_len, iv_len) in [
+        ("aes128-sha1", 16, 16),
+        ("aes256-sha256", 32, 16),
+        ("3des-md5", 24, 8),
+        ("des-sha1", 8, 8),
+    ] {
+        let s = Suite::parse(suite).unwrap();
+        let enc: Vec<u8> = (0..enc_len as u8)
+            .map(|b| b.wrapping_mul(37) ^ 0x5a)
+            .collect();
+        let integ = vec![0x11u8; s.integrity.key_len()];
+        let mk = || {
+            let mut c = SaConfig::new(
+                0x1077,
+                s,
+                SecretBytes::from_slice(&enc),
+                SecretBytes::from_slice(&integ),
+            );
+            c.mode = Mode::Transport;
+            c.legacy = true;
+            Sa::new(&c).unwrap()
+        };
+        let (mut a, mut b, mut rx) = (mk(), mk(), mk());
+        let payload = b"the same payload each time, so only the IV differs";
+        let mut seen = std::collections::HashSet::new();
+        for seq in 1..=2000u64 {
+            let mut buf = vec![0u8; HEAD + 8 + iv_len + payload.len() + 64];
+            let at = HEAD + 8 + iv_len;
+            buf[at..at + payload.len()].copy_from_slice(payload);
+            let n = a
+                .seal_esp(&mut buf, HEAD, payload.len(), 6, IvSource::Generate)
+                .unwrap();
+            let iv = buf[HEAD + 8..HEAD + 8 + iv_len].to_vec();
+            assert_ne!(
+                iv[iv_len - 8..],
+                seq.to_be_bytes(),
+                "{suite}: IV is the bare counter"
+            );
+            assert!(seen.insert(iv), "{suite}: IV repeated at seq {seq}");
+            let (pt, nh) = open_esp(&mut rx, &buf[HEAD..HEAD + n]);
+            assert_eq!((pt.as_slice(), nh), (&payload[..], 6), "{suite} seq {seq}");
+        }
+        let mut buf = vec![0u8; HEAD + 8 + iv_len + payload.len() + 64];
+        b.seal_esp(&mut buf, HEAD, payload.len(), 6, IvSource::Generate)
+            .unwrap();
+        let first_b = buf[HEAD + 8..HEAD + 8 + iv_len].to_vec();
+        assert!(
+            !seen.contains(&first_b),
+            "{suite}: a second SA drew the first SA's IV"
+        );
+    }
 }

@@ -331,7 +331,7 @@ fn bad_padding_is_refused_after_the_icv_verified() {
     let (e, i) = keys(&suite);
     let mut c = SaConfig::new(0x1000, suite, e.clone(), i.clone());
     c.mode = Mode::Transport;
-    let state = CipherState::new(suite, &e, &i).unwrap();
+    let mut state = CipherState::new(suite, &e, &i).unwrap();
     for (trailer, want) in [
         // payload aa bb cc, padding 1,2,4 (not 1,2,3), pad length 3, next header 6
         (

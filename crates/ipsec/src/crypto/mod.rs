@@ -222,6 +222,8 @@ pub enum SuiteError {
     Legacy(&'static str),
     /// 3DES keys with K1 = K2 or K2 = K3: the cipher collapses to single DES.
     DegenerateKey,
+    /// The system's random generator failed while drawing a CBC IV key.
+    Random,
 }
 
 impl fmt::Display for SuiteError {
@@ -258,6 +260,9 @@ impl fmt::Display for SuiteError {
             SuiteError::DegenerateKey => f.write_str(
                 "3des key has K1 = K2 or K2 = K3, which makes it single DES (RFC 2451 §2.3): refused",
             ),
+            SuiteError::Random => {
+                f.write_str("the system's random generator failed drawing the SA's CBC IV key")
+            }
         }
     }
 }
