@@ -172,7 +172,14 @@ def capture(tb: Testbed, node: str, iface: str, name: str) -> Iterator[Path]:
 
 @pytest.mark.parametrize(
     "configuration",
-    ["esp:aes128gcm16", "esp:aes256-sha256", "esp:chacha20poly1305", "esp:null-sha1", "ah:sha1"],
+    [
+        "esp:aes128gcm16",
+        "esp:aes256-sha256",
+        "esp:chacha20poly1305",
+        "esp:null-sha1",
+        "ah:sha1",
+        "ah:aes128gmac",
+    ],
 )
 def test_tcp_and_udp_through_the_tunnel(tmp_path: Path, configuration: str) -> None:
     with tunnel(tmp_path, configuration) as (tb, gw):

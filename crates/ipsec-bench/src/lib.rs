@@ -465,6 +465,8 @@ impl RawCrypto {
             Integrity::HmacSha256_128 => Some(aws(hmac::HMAC_SHA256)),
             Integrity::HmacSha384_192 => Some(aws(hmac::HMAC_SHA384)),
             Integrity::HmacSha512_256 => Some(aws(hmac::HMAC_SHA512)),
+            // AH's GMAC is no ESP suite (`Sa::new` refuses it), so it has no raw baseline.
+            Integrity::AuthAes128Gmac | Integrity::AuthAes256Gmac => None,
         }
         .map(|m| (m, suite.integrity.icv_len()));
         RawCrypto {

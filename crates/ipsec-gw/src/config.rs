@@ -392,6 +392,16 @@ pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
         if protocol == Protocol::Ah && s.encryption != "null" {
             return Err(cx.err(k("encryption"), "AH does no encryption: set it to null"));
         }
+        if protocol == Protocol::Esp && suite.integrity.is_gmac() {
+            return Err(cx.err(
+                k("integrity"),
+                format!(
+                    "{}: AES-GMAC as integrity is AH's (RFC 4543 §5.3); for ESP set \
+                     encryption = \"{}\" and integrity = \"null\"",
+                    s.integrity, s.integrity
+                ),
+            ));
+        }
         suite
             .check_legacy(s.legacy)
             .map_err(|e| cx.err(k("legacy"), format!("{e}; set legacy = true to allow it")))?;
@@ -917,6 +927,15 @@ sa = "in"
                 with("spi = 0x2002", "spi = 0x2002\nreplay_window = 100"),
                 "sa[1].replay_window",
                 "multiple of 32",
+            ),
+            (
+                // AH's AES-GMAC (RFC 4543 §4) as an ESP integrity algorithm
+                with(
+                    "encryption = \"aes256\"\nintegrity = \"sha256\"",
+                    "encryption = \"null\"\nintegrity = \"aes256gmac\"",
+                ),
+                "sa[1].integrity",
+                "AH's (RFC 4543 §5.3)",
             ),
         ];
         for (text, key, words) in cases {

@@ -1,6 +1,13 @@
 //! AH (RFC 4302): outbound seal and inbound open, tunnel and transport mode, IPv4 and
 //! IPv6, with the HMAC integrity algorithms (md5 on SAs marked legacy, sha1, sha256,
-//! sha384, sha512).
+//! sha384, sha512) and AES-GMAC (RFC 4543 §4).
+//!
+//! With GMAC the Authentication Data is an 8-byte IV (the 64-bit sequence number, unique
+//! under the key as the sequence number is) followed by the 16-byte tag; the header is 36
+//! bytes over IPv4 and 40 over IPv6 (4 bytes of padding for 8-byte alignment, RFC 4543
+//! erratum 3643). The tag is GMAC with nonce salt ‖ IV over the same AH-authenticated
+//! data an HMAC covers, in which only the tag field is zeroed: the IV is authenticated
+//! (RFC 4543 §7).
 //!
 //! The ICV covers the whole IP packet (§3.3.3): the IP header(s) with their mutable
 //! fields zeroed (§3.3.3.1), the AH header with a zero ICV field, and the payload; with
@@ -41,7 +48,19 @@ pub fn ah_length(icv_len: usize, v4: bool) -> usize {
 
 impl Sa {
     fn ah_len(&self, v4: bool) -> usize {
-        ah_length(self.suite.icv_len(), v4)
+        ah_length(self.suite.integrity.auth_data_len(), v4)
+    }
+
+    /// Offset of the ICV (GMAC: the tag, after the IV) from the start of the AH header.
+    fn ah_icv_offset(&self) -> usize {
+        AhHeader::<&[u8]>::icv_offset() + self.suite.integrity.iv_len()
+    }
+
+    /// Write the IV GMAC carries (the 64-bit sequence number) into a fresh AH header.
+    fn ah_write_iv(&self, ah: &mut [u8], seq: u64) {
+        let at = AhHeader::<&[u8]>::icv_offset();
+        let n = self.suite.integrity.iv_len();
+        ah[at..at + n].copy_from_slice(&seq.to_be_bytes()[..n]);
     }
 
     pub(crate) fn seal_ah(&mut self, pkt: &mut PacketBuf<'_>) -> Result<(), DropReason> {
@@ -84,8 +103,8 @@ impl Sa {
         let raw = pkt.raw();
         let ah_at = head + hdr_len;
         let end = ah_at + loc.len;
-        let n = self.suite.icv_len();
-        let icv_at = ah_at + AhHeader::<&[u8]>::icv_offset();
+        let n = self.suite.integrity.icv_len();
+        let icv_at = ah_at + self.ah_icv_offset();
         let mut got = [0u8; MAX_ICV_LEN];
         got[..n].copy_from_slice(&raw[icv_at..icv_at + n]);
         raw[icv_at..icv_at + n].fill(0);
@@ -157,11 +176,12 @@ impl Sa {
             self.spi,
             seq as u32,
         );
+        self.ah_write_iv(&mut raw[ah_at..head], seq);
         self.stages.stop(Stage::Header, t);
         let end = head + inner.len;
         let icv = self.ah_icv(raw, outer_at, ah_at, end, v4, seq, None)?;
-        let n = self.suite.icv_len();
-        let icv_at = ah_at + AhHeader::<&[u8]>::icv_offset();
+        let n = self.suite.integrity.icv_len();
+        let icv_at = ah_at + self.ah_icv_offset();
         raw[icv_at..icv_at + n].copy_from_slice(&icv[..n]);
         self.counters.packets += 1;
         self.counters.bytes += inner.len as u64;
@@ -203,13 +223,14 @@ impl Sa {
             self.spi,
             seq as u32,
         );
+        self.ah_write_iv(&mut raw[ah_at..ah_at + ah_len], seq);
         let ip = &mut raw[new_head..ah_at];
         rewrite_ip_header(ip, sp.v4, sp.nh_at, proto::AH, ah_len + payload_len);
         self.stages.stop(Stage::Header, t);
         let end = ah_at + ah_len + payload_len;
         let icv = self.ah_icv(raw, new_head, ah_at, end, sp.v4, seq, Some(zeroed))?;
-        let n = self.suite.icv_len();
-        let icv_at = ah_at + AhHeader::<&[u8]>::icv_offset();
+        let n = self.suite.integrity.icv_len();
+        let icv_at = ah_at + self.ah_icv_offset();
         raw[icv_at..icv_at + n].copy_from_slice(&icv[..n]);
         self.counters.packets += 1;
         self.counters.bytes += payload_len as u64;
@@ -218,10 +239,13 @@ impl Sa {
 
     /// The untruncated ICV over `raw[ip_at..end]`, whose AH header at `ah_at` has a zero
     /// ICV field. `zeroed` is the IP header region already zeroed, if the caller has it.
+    /// GMAC takes its AAD in one piece, so for it the zeroed header is laid over the real
+    /// one (and, with ESN, the high half of the sequence number after the payload, in the
+    /// buffer's tailroom) while the tag is computed, and both are put back after.
     #[allow(clippy::too_many_arguments)]
     fn ah_icv(
         &mut self,
-        raw: &[u8],
+        raw: &mut [u8],
         ip_at: usize,
         ah_at: usize,
         end: usize,
@@ -236,14 +260,56 @@ impl Sa {
             None => zeroed_headers(&raw[ip_at..ah_at], v4, &mut scratch)?,
         };
         let t = self.stages.stop(Stage::Header, t);
-        let icv = self
-            .keys
-            .icv_over(&[hdr, &raw[ah_at..end]], seq, self.esn)
-            .ok_or(DropReason::CryptoError)?;
-        self.stages.stop(Stage::Mac, t);
         let mut out = [0u8; 64];
-        out[..icv.as_ref().len()].copy_from_slice(icv.as_ref());
+        if self.suite.integrity.is_gmac() {
+            let tag = self.ah_gmac(raw, ip_at, ah_at, end, hdr, seq)?;
+            out[..16].copy_from_slice(&tag);
+        } else {
+            let icv = self
+                .keys
+                .icv_over(&[hdr, &raw[ah_at..end]], seq, self.esn)
+                .ok_or(DropReason::CryptoError)?;
+            out[..icv.as_ref().len()].copy_from_slice(icv.as_ref());
+        }
+        self.stages.stop(Stage::Mac, t);
         Ok(out)
+    }
+
+    /// RFC 4543 §4 with RFC 4302 §3.3.3: the GMAC tag over `zeroed_hdr ‖ raw[ah_at..end]`
+    /// (‖ the sequence number's high half with ESN, RFC 4302 §2.5.1).
+    fn ah_gmac(
+        &self,
+        raw: &mut [u8],
+        ip_at: usize,
+        ah_at: usize,
+        end: usize,
+        zeroed_hdr: &[u8],
+        seq: u64,
+    ) -> Result<[u8; 16], DropReason> {
+        let hi_len = if self.esn { 4 } else { 0 };
+        let iv_at = ah_at + AhHeader::<&[u8]>::icv_offset();
+        let iv: [u8; 8] = raw[iv_at..iv_at + 8].try_into().unwrap();
+        let hi = ((seq >> 32) as u32).to_be_bytes();
+        if raw.len() < end + hi_len {
+            // No tailroom for the ESN half (a caller's exact-size buffer): lay the AAD out
+            // in a copy. The gateway's buffers always have room, so this stays off its path.
+            let mut aad = Vec::with_capacity(end - ip_at + 4);
+            aad.extend_from_slice(zeroed_hdr);
+            aad.extend_from_slice(&raw[ah_at..end]);
+            aad.extend_from_slice(&hi);
+            return self.keys.ah_gmac(&iv, &aad).ok_or(DropReason::CryptoError);
+        }
+        let hl = ah_at - ip_at;
+        let mut saved = [0u8; MAX_AH_IP_HEADER];
+        saved[..hl].copy_from_slice(&raw[ip_at..ah_at]);
+        raw[ip_at..ah_at].copy_from_slice(zeroed_hdr);
+        let mut tail = [0u8; 4];
+        tail[..hi_len].copy_from_slice(&raw[end..end + hi_len]);
+        raw[end..end + hi_len].copy_from_slice(&hi[..hi_len]);
+        let tag = self.keys.ah_gmac(&iv, &raw[ip_at..end + hi_len]);
+        raw[end..end + hi_len].copy_from_slice(&tail[..hi_len]);
+        raw[ip_at..ah_at].copy_from_slice(&saved[..hl]);
+        tag.ok_or(DropReason::CryptoError)
     }
 }
 

@@ -138,6 +138,8 @@ pub enum SaError {
     DuplicateSpi(u32),
     /// AH authenticates only: its SA takes an integrity algorithm and no encryption.
     AhWithEncryption(&'static str),
+    /// AES-GMAC as an integrity algorithm is AH's (RFC 4543 §5.3); ESP has its own GMAC.
+    GmacIntegrityWithEsp(&'static str),
     /// An IPComp association's parameters.
     Ipcomp(String),
     /// SAs that do not form a bundle.
@@ -162,6 +164,11 @@ impl fmt::Display for SaError {
                 write!(f, "SPI {s:#x} is already used by another inbound SA")
             }
             SaError::Ipcomp(m) | SaError::Bundle(m) => f.write_str(m),
+            SaError::GmacIntegrityWithEsp(i) => write!(
+                f,
+                "integrity {i} (AUTH_AES_GMAC) is for AH only (RFC 4543 §5.3); for ESP use \
+                 encryption {i} with integrity null (ENCR_NULL_AUTH_AES_GMAC)"
+            ),
             SaError::AhWithEncryption(e) => write!(
                 f,
                 "AH authenticates only: give it an integrity algorithm and encryption null \
@@ -219,6 +226,9 @@ impl Sa {
         cfg.suite.check_legacy(cfg.legacy)?;
         if cfg.protocol == Protocol::Ah && cfg.suite.encryption != crate::Encryption::Null {
             return Err(SaError::AhWithEncryption(cfg.suite.encryption.name()));
+        }
+        if cfg.protocol == Protocol::Esp && cfg.suite.integrity.is_gmac() {
+            return Err(SaError::GmacIntegrityWithEsp(cfg.suite.integrity.name()));
         }
         // RFC 4303 §3.4.3: anti-replay needs integrity — without it the sequence number
         // is not authenticated, and one forged packet numbered 2^32 - 1 would close the

@@ -26,7 +26,10 @@ ENC_KEY = {
     "aes256gcm16": 36, "chacha20poly1305": 36, "aes128gmac": 20, "aes256gmac": 36,
     "3des": 24, "des": 8,
 }  # fmt: skip
-INTEG_KEY = {"null": 0, "md5": 16, "sha1": 20, "sha256": 32, "sha384": 48, "sha512": 64}
+INTEG_KEY = {
+    "null": 0, "md5": 16, "sha1": 20, "sha256": 32, "sha384": 48, "sha512": 64,
+    "aes128gmac": 20, "aes256gmac": 36,  # AH only (RFC 4543 §4): AES key ‖ 4-byte salt
+}  # fmt: skip
 # The lab's outer links have an MTU of 1600, room for a whole 1500-byte inner packet plus
 # ESP's overhead: the gateways' TUN takes 1500-byte packets and nothing is fragmented.
 TUN_MTU = 1500

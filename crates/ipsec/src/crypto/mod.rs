@@ -36,7 +36,7 @@ pub enum Encryption {
     DesCbc,
 }
 
-/// ESP integrity algorithm (for non-combined encryption).
+/// Integrity algorithm: ESP's (for non-combined encryption) and AH's.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Integrity {
     Null,
@@ -48,6 +48,12 @@ pub enum Integrity {
     HmacSha512_256,
     /// Legacy: HMAC-MD5-96 (RFC 2403).
     HmacMd5_96,
+    /// AES-GMAC for AH only (RFC 4543 §4, AUTH_AES_128_GMAC / AUTH_AES_256_GMAC): the
+    /// Authentication Data is an 8-byte IV and the untruncated 16-byte tag. RFC 4543
+    /// §5.3: "This transform MUST NOT be used with ESP" (ESP has ENCR_NULL_AUTH_AES_GMAC,
+    /// [`Encryption::Aes128Gmac`], instead).
+    AuthAes128Gmac,
+    AuthAes256Gmac,
 }
 
 const ENCRYPTION_NAMES: &[(&str, Encryption)] = &[
@@ -71,6 +77,8 @@ const INTEGRITY_NAMES: &[(&str, Integrity)] = &[
     ("sha384", Integrity::HmacSha384_192),
     ("sha512", Integrity::HmacSha512_256),
     ("md5", Integrity::HmacMd5_96),
+    ("aes128gmac", Integrity::AuthAes128Gmac),
+    ("aes256gmac", Integrity::AuthAes256Gmac),
 ];
 
 impl Encryption {
@@ -169,9 +177,12 @@ impl Integrity {
     pub fn is_legacy(self) -> bool {
         self == Integrity::HmacMd5_96
     }
-    /// HMAC key length: the hash output length (RFC 2403 §3, RFC 2404 §3, RFC 4868 §2.1.1).
+    /// HMAC key length: the hash output length (RFC 2403 §3, RFC 2404 §3, RFC 4868 §2.1.1);
+    /// GMAC: the AES key and the 4-byte salt (RFC 4543 §5.4).
     pub fn key_len(self) -> usize {
         match self {
+            Integrity::AuthAes128Gmac => 16 + 4,
+            Integrity::AuthAes256Gmac => 32 + 4,
             Integrity::Null => 0,
             Integrity::HmacMd5_96 => 16,
             Integrity::HmacSha1_96 => 20,
@@ -180,15 +191,32 @@ impl Integrity {
             Integrity::HmacSha512_256 => 64,
         }
     }
-    /// Truncated ICV length.
+    /// Truncated ICV length (GMAC's tag is never truncated, RFC 4543 §3.4).
     pub fn icv_len(self) -> usize {
         match self {
+            Integrity::AuthAes128Gmac | Integrity::AuthAes256Gmac => 16,
             Integrity::Null => 0,
             Integrity::HmacSha1_96 | Integrity::HmacMd5_96 => 12,
             Integrity::HmacSha256_128 => 16,
             Integrity::HmacSha384_192 => 24,
             Integrity::HmacSha512_256 => 32,
         }
+    }
+    /// AES-GMAC, which only AH takes as an integrity algorithm.
+    pub fn is_gmac(self) -> bool {
+        matches!(self, Integrity::AuthAes128Gmac | Integrity::AuthAes256Gmac)
+    }
+    /// The IV AH carries in front of the ICV: 8 bytes for GMAC (RFC 4543 §4), else none.
+    pub fn iv_len(self) -> usize {
+        if self.is_gmac() {
+            8
+        } else {
+            0
+        }
+    }
+    /// AH's Authentication Data: the IV (GMAC) and the ICV, before alignment padding.
+    pub fn auth_data_len(self) -> usize {
+        self.iv_len() + self.icv_len()
     }
 }
 

@@ -150,11 +150,16 @@ impl LegacyBlock {
     }
 }
 
-/// An HMAC keyed once per SA: aws-lc-rs, or RustCrypto for MD5 (which aws-lc-rs lacks).
+/// An integrity key, set up once per SA: an HMAC (aws-lc-rs, or RustCrypto for MD5,
+/// which aws-lc-rs lacks), or AH's AES-GMAC (RFC 4543 §4).
 #[allow(clippy::large_enum_variant)] // one per SA, as `Cipher`
 enum MacKey {
     AwsLc(awshmac::Key),
     Md5(::hmac::Hmac<md5::Md5>),
+    Gmac {
+        key: LessSafeKey,
+        salt: Zeroizing<[u8; 4]>,
+    },
 }
 
 /// An untruncated HMAC output (up to SHA-512's 64 bytes).
@@ -286,7 +291,16 @@ impl CipherState {
                 }
             }
         };
-        let mac = mac_key(suite.integrity, integ_key.expose());
+        let mac = mac_key(suite.integrity, integ_key.expose()).ok_or(SuiteError::KeyLength {
+            what: "integrity",
+            algorithm: suite.integrity.name(),
+            expected: suite.integrity.key_len(),
+            got: integ_key.len(),
+        });
+        let mac = match suite.integrity {
+            Integrity::Null => None,
+            _ => Some(mac?),
+        };
         Ok(CipherState { suite, cipher, mac })
     }
 
@@ -311,7 +325,24 @@ impl CipherState {
     /// §3.3.3.1: zeroed IP headers, AH header with a zero ICV, payload). `None` when the
     /// suite has no HMAC.
     pub fn icv_over(&self, parts: &[&[u8]], seq: u64, esn: bool) -> Option<Icv> {
-        self.mac.as_ref().map(|m| hmac_icv(m, parts, seq, esn))
+        match self.mac.as_ref()? {
+            MacKey::Gmac { .. } => None,
+            m => Some(hmac_icv(m, parts, seq, esn)),
+        }
+    }
+
+    /// AH's AES-GMAC tag (RFC 4543 §4): GCM under the SA's key with nonce salt ‖ `iv`,
+    /// no plaintext, and `aad` — the whole AH-authenticated data, the IV in it and the
+    /// ICV field zeroed — as the additional authenticated data. `None` unless the
+    /// integrity algorithm is GMAC.
+    pub fn ah_gmac(&self, iv: &[u8; 8], aad: &[u8]) -> Option<[u8; 16]> {
+        let Some(MacKey::Gmac { key, salt }) = &self.mac else {
+            return None;
+        };
+        let tag = key
+            .seal_in_place_separate_tag(nonce(salt, iv), Aad::from(aad), &mut [])
+            .ok()?;
+        tag.as_ref().try_into().ok()
     }
 
     /// Encrypt and authenticate an ESP packet in place.
@@ -396,7 +427,7 @@ impl CipherState {
         if let Some(mac) = &self.mac {
             let n = self.suite.integrity.icv_len();
             let (covered, icv) = buf.split_at_mut(end);
-            hmac_into(mac, &covered[esp..], seq, esn, &mut icv[..n]);
+            hmac_into(mac, &covered[esp..], seq, esn, &mut icv[..n])?;
             st.stop(Stage::Mac, t);
         }
         Ok(())
@@ -442,7 +473,7 @@ impl CipherState {
         if let Some(mac) = &self.mac {
             let n = self.suite.integrity.icv_len();
             let mut tag = [0u8; 32];
-            hmac_into(mac, &buf[esp..ct_end], seq, esn, &mut tag[..n]);
+            hmac_into(mac, &buf[esp..ct_end], seq, esn, &mut tag[..n])?;
             let ok = verify_slices_are_equal(&tag[..n], &buf[ct_end..ct_end + n]);
             t = st.stop(Stage::Mac, t);
             ok.map_err(|_| DropReason::IcvFailure)?;
@@ -481,9 +512,24 @@ impl CipherState {
     }
 }
 
+/// The integrity key for `i`; `None` for `null`, and for a GMAC key of the wrong length.
 fn mac_key(i: Integrity, key: &[u8]) -> Option<MacKey> {
     let alg = match i {
         Integrity::Null => return None,
+        Integrity::AuthAes128Gmac | Integrity::AuthAes256Gmac => {
+            if key.len() != i.key_len() {
+                return None;
+            }
+            let alg = match i {
+                Integrity::AuthAes128Gmac => &aead::AES_128_GCM,
+                _ => &aead::AES_256_GCM,
+            };
+            let (k, salt) = split_salt(key);
+            return Some(MacKey::Gmac {
+                key: LessSafeKey::new(UnboundKey::new(alg, k).ok()?),
+                salt,
+            });
+        }
         Integrity::HmacMd5_96 => {
             // HMAC takes a key of any length (RFC 2104 §2): this cannot fail.
             return Some(MacKey::Md5(
@@ -502,8 +548,12 @@ fn mac_key(i: Integrity, key: &[u8]) -> Option<MacKey> {
 impl Integrity {
     /// The untruncated and truncated ICV of `data` under a key of any length, through the
     /// same HMAC path ESP uses (for known-answer tests against RFC 2202 / RFC 4231, whose
-    /// keys are not all of the length RFC 4868 requires of an SA). Empty for `null`.
+    /// keys are not all of the length RFC 4868 requires of an SA). Empty for `null` and
+    /// for GMAC (not an HMAC; see [`CipherState::ah_gmac`]).
     pub fn icv(self, key: &[u8], data: &[u8]) -> (Vec<u8>, Vec<u8>) {
+        if self.is_gmac() {
+            return (Vec::new(), Vec::new());
+        }
         let Some(mac) = mac_key(self, key) else {
             return (Vec::new(), Vec::new());
         };
@@ -537,8 +587,15 @@ fn aead_aad(header: &[u8], seq: u64, esn: bool) -> ([u8; 12], usize) {
 }
 
 /// ESP's ICV: the HMAC of `data` (with the ESN high half, as [`hmac_icv`]) truncated to
-/// `out.len()` and written straight into `out`, with no intermediate tag buffer.
-fn hmac_into(mac: &MacKey, data: &[u8], seq: u64, esn: bool, out: &mut [u8]) {
+/// `out.len()` and written straight into `out`, with no intermediate tag buffer. AH's
+/// GMAC is no ESP integrity algorithm (`Sa::new` refuses it): a crypto error here.
+fn hmac_into(
+    mac: &MacKey,
+    data: &[u8],
+    seq: u64,
+    esn: bool,
+    out: &mut [u8],
+) -> Result<(), DropReason> {
     let hi = ((seq >> 32) as u32).to_be_bytes();
     match mac {
         MacKey::AwsLc(k) => {
@@ -553,7 +610,9 @@ fn hmac_into(mac: &MacKey, data: &[u8], seq: u64, esn: bool, out: &mut [u8]) {
             let tag = hmac_icv(mac, &[data], seq, esn);
             out.copy_from_slice(&tag.as_ref()[..out.len()]);
         }
+        MacKey::Gmac { .. } => return Err(DropReason::CryptoError),
     }
+    Ok(())
 }
 
 /// RFC 4303 §2.2.1 / §3.3.2.1: with ESN the high 32 bits are appended, after the next
@@ -577,6 +636,7 @@ fn hmac_icv(mac: &MacKey, parts: &[&[u8]], seq: u64, esn: bool) -> Icv {
             out.len = tag.as_ref().len();
             out.bytes[..out.len].copy_from_slice(tag.as_ref());
         }
+        MacKey::Gmac { .. } => {} // not an HMAC: `icv_over` and `hmac_into` refuse it
         MacKey::Md5(k) => {
             // The keyed inner/outer states are cloned, not recomputed, per packet.
             let mut ctx = k.clone();
