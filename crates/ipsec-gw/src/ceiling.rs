@@ -9,6 +9,7 @@
 
 use ipsec::engine::{Inbound, Outbound};
 use ipsec::sa::Direction;
+use ipsec::wire::ip::Ipv4Header;
 use ipsec::{DropReason, PacketBuf};
 
 use crate::dataplane::DirEngine;
@@ -44,10 +45,7 @@ pub fn seal(engine: &mut DirEngine, pkt: &mut PacketBuf<'_>) -> Result<Outbound,
     let at = head - FRONT;
     let raw = pkt.raw();
     let h = &mut raw[at..at + FRONT];
-    h[..12].copy_from_slice(&[0x45, 0, 0, 0, 0, 0, 0x40, 0, 64, 50, 0, 0]);
-    h[2..4].copy_from_slice(&(total as u16).to_be_bytes());
-    h[12..16].copy_from_slice(&src.octets());
-    h[16..20].copy_from_slice(&dst.octets());
+    Ipv4Header::new_unchecked(&mut h[..20]).emit(0, total as u16, 0, 0x4000, 64, 50, src, dst);
     h[20..24].copy_from_slice(&spi.to_be_bytes());
     h[24..36].fill(0);
     let t = head + len;

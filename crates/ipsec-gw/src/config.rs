@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
+use zeroize::{Zeroize, Zeroizing};
 
 use ipsec::crypto::{SecretBytes, Suite};
 use ipsec::sa::{Direction, Mode, Protocol, SaConfig, TunnelEndpoints};
@@ -128,6 +129,14 @@ struct RawSa {
     hard_bytes: Option<u64>,
     soft_packets: Option<u64>,
     hard_packets: Option<u64>,
+}
+
+/// The hex (or `@file` names) of the keys, as read: wiped when the raw config goes.
+impl Drop for RawSa {
+    fn drop(&mut self) {
+        self.enc_key.zeroize();
+        self.integ_key.zeroize();
+    }
 }
 
 fn default_esp() -> String {
@@ -254,7 +263,7 @@ pub struct Config {
 
 impl Config {
     pub fn udp_peer(&self) -> SocketAddr {
-        SocketAddr::new(self.remote, crate::dataplane::NAT_T_PORT)
+        SocketAddr::new(self.remote, ipsec::constants::NAT_T_PORT)
     }
 }
 
@@ -274,11 +283,12 @@ impl Ctx<'_> {
 
 /// Read and check a config file.
 pub fn load(path: &Path) -> Result<Config, ConfigError> {
-    let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+    // The text holds the keys (hex): wiped once parsed.
+    let text = Zeroizing::new(std::fs::read_to_string(path).map_err(|e| ConfigError {
         file: path.to_path_buf(),
         key: "(file)".into(),
         message: e.to_string(),
-    })?;
+    })?);
     parse(&text, path)
 }
 
@@ -293,6 +303,65 @@ pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
         cx.err(key, e.message().to_string())
     })?;
     let g = &raw.gateway;
+    let (local, remote, routes) = gateway(&cx, g)?;
+    let mut warnings = Vec::new();
+    let mut sas: Vec<SaSpec> = Vec::new();
+    let mut seen_spi = HashMap::new();
+    for (i, s) in raw.sa.iter().enumerate() {
+        let spec = sa(
+            &cx,
+            (i, s),
+            g,
+            (local, remote),
+            &sas,
+            &mut seen_spi,
+            &mut warnings,
+        )?;
+        sas.push(spec);
+    }
+    let mut bundles: Vec<BundleSpec> = Vec::new();
+    for (i, b) in raw.bundle.iter().enumerate() {
+        bundles.push(bundle(&cx, (i, b), &sas, &bundles)?);
+    }
+    let mut policies: Vec<PolicySpec> = Vec::new();
+    for (i, p) in raw.policy.iter().enumerate() {
+        let spec = policy(&cx, (i, p), &sas, &bundles, &policies, &mut warnings)?;
+        policies.push(spec);
+    }
+    unused_sas(&cx, &sas, &bundles, &policies, &mut warnings);
+    Ok(Config {
+        file: path.to_path_buf(),
+        tun: g.tun.clone(),
+        mtu: g.mtu,
+        workers: g.workers,
+        local,
+        remote,
+        routes,
+        udp_encap: g.udp_encap,
+        stats: g.stats.as_ref().map(PathBuf::from),
+        state: match &g.state {
+            Some(p) => path.parent().unwrap_or(Path::new(".")).join(p),
+            // beside the config: one per gateway, also for several gateways on one host
+            // (namespaces may reuse a TUN device's name)
+            None => {
+                let mut s = path.as_os_str().to_owned();
+                s.push(".state");
+                PathBuf::from(s)
+            }
+        },
+        stage_timing: g.stage_timing,
+        table: g.table,
+        fwmark: g.fwmark,
+        offload: g.offload,
+        sas,
+        bundles,
+        policies,
+        warnings,
+    })
+}
+
+/// `[gateway]`: its own checks; the outer addresses and the routes into the TUN device.
+fn gateway(cx: &Ctx<'_>, g: &RawGateway) -> Result<(IpAddr, IpAddr, Vec<Prefix>), ConfigError> {
     if g.tun.is_empty() || g.tun.len() > 15 || g.tun.contains('/') {
         return Err(cx.err(
             "gateway.tun",
@@ -337,334 +406,364 @@ pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
     if g.fwmark == 0 {
         return Err(cx.err("gateway.fwmark", "must not be 0 (unmarked)"));
     }
+    Ok((local, remote, routes))
+}
 
-    let mut sas: Vec<SaSpec> = Vec::new();
-    let mut sa_warnings: Vec<String> = Vec::new();
-    let mut seen_spi: HashMap<(u32, &str), usize> = HashMap::new();
-    for (i, s) in raw.sa.iter().enumerate() {
-        let k = |f: &str| format!("sa[{i}].{f}");
-        if s.name.is_empty() {
-            return Err(cx.err(k("name"), "must not be empty"));
-        }
-        if sas.iter().any(|x| x.name == s.name) {
-            return Err(cx.err(k("name"), format!("a second SA named {:?}", s.name)));
-        }
-        let direction = match s.direction.as_str() {
-            "out" => Direction::Out,
-            "in" => Direction::In,
-            d => return Err(cx.err(k("direction"), format!("{d:?}: must be in or out"))),
+/// `sa[i]`: one SA, checked key by key and against those before it (`sas`, and the SPIs
+/// each direction has used, `seen_spi`).
+fn sa<'r>(
+    cx: &Ctx<'_>,
+    (i, s): (usize, &'r RawSa),
+    g: &RawGateway,
+    (local, remote): (IpAddr, IpAddr),
+    sas: &[SaSpec],
+    seen_spi: &mut HashMap<(u32, &'r str), usize>,
+    warnings: &mut Vec<String>,
+) -> Result<SaSpec, ConfigError> {
+    let k = |f: &str| format!("sa[{i}].{f}");
+    if s.name.is_empty() {
+        return Err(cx.err(k("name"), "must not be empty"));
+    }
+    if sas.iter().any(|x| x.name == s.name) {
+        return Err(cx.err(k("name"), format!("a second SA named {:?}", s.name)));
+    }
+    let direction = match s.direction.as_str() {
+        "out" => Direction::Out,
+        "in" => Direction::In,
+        d => return Err(cx.err(k("direction"), format!("{d:?}: must be in or out"))),
+    };
+    if s.spi < 256 {
+        return Err(cx.err(
+            k("spi"),
+            format!("{} is reserved (SPIs 0-255, RFC 4303 §2.1)", s.spi),
+        ));
+    }
+    if let Some(j) = seen_spi.insert((s.spi, s.direction.as_str()), i) {
+        return Err(cx.err(
+            k("spi"),
+            format!(
+                "0x{:x} is already the SPI of sa[{j}] in the same direction",
+                s.spi
+            ),
+        ));
+    }
+    let protocol = Protocol::from_name(&s.protocol).ok_or_else(|| {
+        cx.err(
+            k("protocol"),
+            format!("{:?}: must be esp or ah", s.protocol),
+        )
+    })?;
+    let mode = Mode::from_name(&s.mode).ok_or_else(|| {
+        cx.err(
+            k("mode"),
+            format!("{:?}: must be tunnel or transport", s.mode),
+        )
+    })?;
+    let suite = Suite::from_names(&s.encryption, &s.integrity).map_err(|e| {
+        let key = if matches!(e, ipsec::crypto::SuiteError::UnknownIntegrity(_)) {
+            k("integrity")
+        } else {
+            k("encryption")
         };
-        if s.spi < 256 {
-            return Err(cx.err(
-                k("spi"),
-                format!("{} is reserved (SPIs 0-255, RFC 4303 §2.1)", s.spi),
-            ));
-        }
-        if let Some(j) = seen_spi.insert((s.spi, s.direction.as_str()), i) {
-            return Err(cx.err(
-                k("spi"),
-                format!(
-                    "0x{:x} is already the SPI of sa[{j}] in the same direction",
-                    s.spi
-                ),
-            ));
-        }
-        let protocol = Protocol::from_name(&s.protocol).ok_or_else(|| {
-            cx.err(
-                k("protocol"),
-                format!("{:?}: must be esp or ah", s.protocol),
-            )
-        })?;
-        let mode = Mode::from_name(&s.mode).ok_or_else(|| {
-            cx.err(
-                k("mode"),
-                format!("{:?}: must be tunnel or transport", s.mode),
-            )
-        })?;
-        let suite = Suite::from_names(&s.encryption, &s.integrity).map_err(|e| {
-            let key = if matches!(e, ipsec::crypto::SuiteError::UnknownIntegrity(_)) {
-                k("integrity")
-            } else {
-                k("encryption")
-            };
-            cx.err(key, e.to_string())
-        })?;
-        if protocol == Protocol::Ah && s.encryption != "null" {
-            return Err(cx.err(k("encryption"), "AH does no encryption: set it to null"));
-        }
-        if protocol == Protocol::Esp && suite.integrity.is_gmac() {
-            return Err(cx.err(
-                k("integrity"),
-                format!(
-                    "{}: AES-GMAC as integrity is AH's (RFC 4543 §5.3); for ESP set \
-                     encryption = \"{}\" and integrity = \"null\"",
-                    s.integrity, s.integrity
-                ),
-            ));
-        }
-        suite
-            .check_legacy(s.legacy)
-            .map_err(|e| cx.err(k("legacy"), format!("{e}; set legacy = true to allow it")))?;
-        let enc_key = key(&cx, path, &k("enc_key"), &s.enc_key, &mut sa_warnings)?;
-        let integ_key = key(&cx, path, &k("integ_key"), &s.integ_key, &mut sa_warnings)?;
-        let want = suite.encryption.key_len();
-        if enc_key.expose().len() != want {
-            return Err(cx.err(
-                k("enc_key"),
-                format!(
-                    "{} needs {want} key bytes{} ({} hex digits), got {}",
-                    s.encryption,
-                    if suite.encryption.is_aead() {
-                        ", the 4-byte salt included"
-                    } else {
-                        ""
-                    },
-                    want * 2,
-                    enc_key.expose().len()
-                ),
-            ));
-        }
-        let want = suite.integrity.key_len();
-        if integ_key.expose().len() != want {
-            return Err(cx.err(
-                k("integ_key"),
-                format!(
-                    "{} needs {want} key bytes ({} hex digits), got {}",
-                    s.integrity,
-                    want * 2,
-                    integ_key.expose().len()
-                ),
-            ));
-        }
-        if s.replay_window != 0
-            && (!(32..=65536).contains(&s.replay_window) || s.replay_window % 32 != 0)
-        {
-            return Err(cx.err(
-                k("replay_window"),
-                "must be 0 (no anti-replay) or a multiple of 32 from 32 to 65536",
-            ));
-        }
-        let lifetime = Lifetime {
-            soft_bytes: s.soft_bytes,
-            hard_bytes: s.hard_bytes,
-            soft_packets: s.soft_packets,
-            hard_packets: s.hard_packets,
-        };
-        for (soft, hard, what) in [
-            (lifetime.soft_bytes, lifetime.hard_bytes, "bytes"),
-            (lifetime.soft_packets, lifetime.hard_packets, "packets"),
-        ] {
-            if let (Some(sv), Some(hv)) = (soft, hard) {
-                if sv >= hv {
-                    return Err(cx.err(
-                        k(&format!("soft_{what}")),
-                        format!("must be below hard_{what} ({hv})"),
-                    ));
-                }
+        cx.err(key, e.to_string())
+    })?;
+    if protocol == Protocol::Ah && s.encryption != "null" {
+        return Err(cx.err(k("encryption"), "AH does no encryption: set it to null"));
+    }
+    if protocol == Protocol::Esp && suite.integrity.is_gmac() {
+        return Err(cx.err(
+            k("integrity"),
+            format!(
+                "{}: AES-GMAC as integrity is AH's (RFC 4543 §5.3); for ESP set \
+                 encryption = \"{}\" and integrity = \"null\"",
+                s.integrity, s.integrity
+            ),
+        ));
+    }
+    suite
+        .check_legacy(s.legacy)
+        .map_err(|e| cx.err(k("legacy"), format!("{e}; set legacy = true to allow it")))?;
+    let enc_key = key(cx, cx.file, &k("enc_key"), &s.enc_key, warnings)?;
+    let integ_key = key(cx, cx.file, &k("integ_key"), &s.integ_key, warnings)?;
+    let want = suite.encryption.key_len();
+    if enc_key.expose().len() != want {
+        return Err(cx.err(
+            k("enc_key"),
+            format!(
+                "{} needs {want} key bytes{} ({} hex digits), got {}",
+                s.encryption,
+                if suite.encryption.is_aead() {
+                    ", the 4-byte salt included"
+                } else {
+                    ""
+                },
+                want * 2,
+                enc_key.expose().len()
+            ),
+        ));
+    }
+    let want = suite.integrity.key_len();
+    if integ_key.expose().len() != want {
+        return Err(cx.err(
+            k("integ_key"),
+            format!(
+                "{} needs {want} key bytes ({} hex digits), got {}",
+                s.integrity,
+                want * 2,
+                integ_key.expose().len()
+            ),
+        ));
+    }
+    if s.replay_window != 0
+        && (!(32..=65536).contains(&s.replay_window) || s.replay_window % 32 != 0)
+    {
+        return Err(cx.err(
+            k("replay_window"),
+            "must be 0 (no anti-replay) or a multiple of 32 from 32 to 65536",
+        ));
+    }
+    let lifetime = Lifetime {
+        soft_bytes: s.soft_bytes,
+        hard_bytes: s.hard_bytes,
+        soft_packets: s.soft_packets,
+        hard_packets: s.hard_packets,
+    };
+    for (soft, hard, what) in [
+        (lifetime.soft_bytes, lifetime.hard_bytes, "bytes"),
+        (lifetime.soft_packets, lifetime.hard_packets, "packets"),
+    ] {
+        if let (Some(sv), Some(hv)) = (soft, hard) {
+            if sv >= hv {
+                return Err(cx.err(
+                    k(&format!("soft_{what}")),
+                    format!("must be below hard_{what} ({hv})"),
+                ));
             }
         }
-        let tunnel = match direction {
-            Direction::Out => TunnelEndpoints {
-                src: local,
-                dst: remote,
-            },
-            Direction::In => TunnelEndpoints {
-                src: remote,
-                dst: local,
-            },
-        };
-        if !suite.has_integrity() && s.replay_window != 0 && direction == Direction::In {
-            sa_warnings.push(format!(
-                "{}: {}: {} has no integrity, so its sequence numbers are not \
-                 authenticated: it gets no anti-replay window (RFC 4303 §3.4.3) — one forged \
-                 packet would otherwise block it; use an AEAD or add integrity",
-                path.display(),
-                k("replay_window"),
-                suite.name()
-            ));
-        }
-        let mut c = SaConfig::new(s.spi, suite, enc_key, integ_key);
-        c.protocol = protocol;
-        c.direction = direction;
-        c.mode = mode;
-        c.esn = s.esn;
-        c.replay_window = (s.replay_window != 0).then_some(s.replay_window);
-        // Transport mode keeps the packet's own addresses (RFC 4303 §3.1.1): host-to-host.
-        c.tunnel = (mode == Mode::Tunnel).then_some(tunnel);
-        c.legacy = s.legacy;
-        if protocol == Protocol::Ah && g.udp_encap {
-            return Err(cx.err(
-                k("protocol"),
-                "AH cannot cross UDP encapsulation (RFC 3948 carries ESP only)",
-            ));
-        }
-        sas.push(SaSpec {
-            name: s.name.clone(),
-            config: c,
-            lifetime,
-        });
     }
+    let tunnel = match direction {
+        Direction::Out => TunnelEndpoints {
+            src: local,
+            dst: remote,
+        },
+        Direction::In => TunnelEndpoints {
+            src: remote,
+            dst: local,
+        },
+    };
+    if !suite.has_integrity() && s.replay_window != 0 && direction == Direction::In {
+        warnings.push(format!(
+            "{}: {}: {} has no integrity, so its sequence numbers are not \
+             authenticated: it gets no anti-replay window (RFC 4303 §3.4.3) — one forged \
+             packet would otherwise block it; use an AEAD or add integrity",
+            cx.file.display(),
+            k("replay_window"),
+            suite.name()
+        ));
+    }
+    let mut c = SaConfig::new(s.spi, suite, enc_key, integ_key);
+    c.protocol = protocol;
+    c.direction = direction;
+    c.mode = mode;
+    c.esn = s.esn;
+    c.replay_window = (s.replay_window != 0).then_some(s.replay_window);
+    // Transport mode keeps the packet's own addresses (RFC 4303 §3.1.1): host-to-host.
+    c.tunnel = (mode == Mode::Tunnel).then_some(tunnel);
+    c.legacy = s.legacy;
+    if protocol == Protocol::Ah && g.udp_encap {
+        return Err(cx.err(
+            k("protocol"),
+            "AH cannot cross UDP encapsulation (RFC 3948 carries ESP only)",
+        ));
+    }
+    Ok(SaSpec {
+        name: s.name.clone(),
+        config: c,
+        lifetime,
+    })
+}
 
-    let mut bundles: Vec<BundleSpec> = Vec::new();
-    for (i, b) in raw.bundle.iter().enumerate() {
-        let k = |f: &str| format!("bundle[{i}].{f}");
-        if bundles.iter().any(|x| x.name == b.name) || b.name.is_empty() {
-            return Err(cx.err(k("name"), format!("{:?}: empty or used twice", b.name)));
+/// `bundle[i]`: its SAs exist, are of its direction and protocol, and in no other bundle.
+fn bundle(
+    cx: &Ctx<'_>,
+    (i, b): (usize, &RawBundle),
+    sas: &[SaSpec],
+    bundles: &[BundleSpec],
+) -> Result<BundleSpec, ConfigError> {
+    let k = |f: &str| format!("bundle[{i}].{f}");
+    if bundles.iter().any(|x| x.name == b.name) || b.name.is_empty() {
+        return Err(cx.err(k("name"), format!("{:?}: empty or used twice", b.name)));
+    }
+    let direction = match b.direction.as_str() {
+        "out" => Direction::Out,
+        "in" => Direction::In,
+        d => return Err(cx.err(k("direction"), format!("{d:?}: must be in or out"))),
+    };
+    let layer = |f: &str, name: &str, want: Protocol| -> Result<(), ConfigError> {
+        let sa = sas
+            .iter()
+            .find(|s| s.name == name)
+            .ok_or_else(|| cx.err(k(f), format!("no SA named {name:?} in this file")))?;
+        if sa.config.protocol != want {
+            return Err(cx.err(k(f), format!("SA {name:?} is not {}", want.name())));
         }
-        let direction = match b.direction.as_str() {
-            "out" => Direction::Out,
-            "in" => Direction::In,
-            d => return Err(cx.err(k("direction"), format!("{d:?}: must be in or out"))),
-        };
-        let layer = |f: &str, name: &str, want: Protocol| -> Result<(), ConfigError> {
+        if sa.config.direction != direction {
+            return Err(cx.err(k(f), format!("SA {name:?} is of the other direction")));
+        }
+        if want == Protocol::Esp && sa.config.mode != Mode::Tunnel {
+            return Err(cx.err(
+                k(f),
+                "a bundle's ESP SA is tunnel mode (it builds the outer header)",
+            ));
+        }
+        let taken = bundles
+            .iter()
+            .any(|x| x.esp == name || x.ah.as_deref() == Some(name));
+        if taken {
+            return Err(cx.err(k(f), format!("SA {name:?} is already in a bundle")));
+        }
+        Ok(())
+    };
+    layer("esp", &b.esp, Protocol::Esp)?;
+    if let Some(ah) = &b.ah {
+        layer("ah", ah, Protocol::Ah)?;
+    }
+    if let Some(cpi) = b.ipcomp_cpi {
+        ipsec::IpcompConfig::new(cpi)
+            .check()
+            .map_err(|e| cx.err(k("ipcomp_cpi"), e))?;
+    }
+    Ok(BundleSpec {
+        name: b.name.clone(),
+        direction,
+        esp: b.esp.clone(),
+        ah: b.ah.clone(),
+        ipcomp_cpi: b.ipcomp_cpi,
+    })
+}
+
+/// `policy[i]`: its selector and action, checked against the SAs and bundles; an overlap
+/// with an earlier policy of its direction is a warning (the first match wins).
+fn policy(
+    cx: &Ctx<'_>,
+    (i, p): (usize, &RawPolicy),
+    sas: &[SaSpec],
+    bundles: &[BundleSpec],
+    policies: &[PolicySpec],
+    warnings: &mut Vec<String>,
+) -> Result<PolicySpec, ConfigError> {
+    let k = |f: &str| format!("policy[{i}].{f}");
+    let direction = match p.direction.as_str() {
+        "out" => Direction::Out,
+        "in" => Direction::In,
+        d => return Err(cx.err(k("direction"), format!("{d:?}: must be in or out"))),
+    };
+    let pfx = |f: &str, v: &Option<String>| -> Result<Option<Prefix>, ConfigError> {
+        v.as_deref()
+            .map(Prefix::parse)
+            .transpose()
+            .map_err(|e| cx.err(k(f), e))
+    };
+    let selector = Selector {
+        src: pfx("src", &p.src)?,
+        dst: pfx("dst", &p.dst)?,
+        protocol: p.protocol,
+        ..Selector::default()
+    };
+    let in_bundle = |name: &str| {
+        bundles
+            .iter()
+            .any(|b| b.esp == name || b.ah.as_deref() == Some(name))
+    };
+    let action = match (p.action.as_str(), &p.sa) {
+        ("protect", None) if p.bundle.is_some() => {
+            let name = p.bundle.as_deref().unwrap_or_default();
+            let b = bundles.iter().find(|b| b.name == name).ok_or_else(|| {
+                cx.err(
+                    k("bundle"),
+                    format!("no bundle named {name:?} in this file"),
+                )
+            })?;
+            if b.direction != direction {
+                return Err(cx.err(
+                    k("bundle"),
+                    format!("bundle {name:?} is of the other direction"),
+                ));
+            }
+            PolicyAction::ProtectBundle(name.to_string())
+        }
+        (_, Some(_)) if p.bundle.is_some() => {
+            return Err(cx.err(k("bundle"), "a policy names an SA or a bundle, not both"))
+        }
+        ("protect", Some(name)) if in_bundle(name) => {
+            return Err(cx.err(
+                k("sa"),
+                format!("SA {name:?} is in a bundle: protect with the bundle"),
+            ))
+        }
+        ("protect", Some(name)) => {
             let sa = sas
                 .iter()
-                .find(|s| s.name == name)
-                .ok_or_else(|| cx.err(k(f), format!("no SA named {name:?} in this file")))?;
-            if sa.config.protocol != want {
-                return Err(cx.err(k(f), format!("SA {name:?} is not {}", want.name())));
-            }
+                .find(|s| &s.name == name)
+                .ok_or_else(|| cx.err(k("sa"), format!("no SA named {name:?} in this file")))?;
             if sa.config.direction != direction {
-                return Err(cx.err(k(f), format!("SA {name:?} is of the other direction")));
-            }
-            if want == Protocol::Esp && sa.config.mode != Mode::Tunnel {
                 return Err(cx.err(
-                    k(f),
-                    "a bundle's ESP SA is tunnel mode (it builds the outer header)",
+                    k("sa"),
+                    format!(
+                        "SA {name:?} is {}bound, this policy is {}",
+                        if sa.config.direction == Direction::Out {
+                            "out"
+                        } else {
+                            "in"
+                        },
+                        p.direction
+                    ),
                 ));
             }
-            let taken = bundles
-                .iter()
-                .any(|x| x.esp == name || x.ah.as_deref() == Some(name));
-            if taken {
-                return Err(cx.err(k(f), format!("SA {name:?} is already in a bundle")));
-            }
-            Ok(())
-        };
-        layer("esp", &b.esp, Protocol::Esp)?;
-        if let Some(ah) = &b.ah {
-            layer("ah", ah, Protocol::Ah)?;
+            PolicyAction::Protect(name.clone())
         }
-        if let Some(cpi) = b.ipcomp_cpi {
-            ipsec::IpcompConfig::new(cpi)
-                .check()
-                .map_err(|e| cx.err(k("ipcomp_cpi"), e))?;
+        ("protect", None) => {
+            return Err(cx.err(
+                k("sa"),
+                "a protect policy names the SA (or `bundle`) to protect with",
+            ))
         }
-        bundles.push(BundleSpec {
-            name: b.name.clone(),
-            direction,
-            esp: b.esp.clone(),
-            ah: b.ah.clone(),
-            ipcomp_cpi: b.ipcomp_cpi,
-        });
+        ("bypass", None) => PolicyAction::Bypass,
+        ("discard", None) => PolicyAction::Discard,
+        ("bypass" | "discard", Some(_)) => {
+            return Err(cx.err(k("sa"), format!("a {} policy takes no SA", p.action)))
+        }
+        (a, _) => {
+            return Err(cx.err(
+                k("action"),
+                format!("{a:?}: must be protect, bypass or discard"),
+            ))
+        }
+    };
+    for (j, q) in policies.iter().enumerate() {
+        if q.direction == direction && q.selector.overlaps(&selector) {
+            warnings.push(format!(
+                "{}: policy[{i}] overlaps policy[{j}]: the first one that matches wins \
+                 (RFC 4301 §4.4.1)",
+                cx.file.display()
+            ));
+        }
     }
+    Ok(PolicySpec {
+        direction,
+        selector,
+        action,
+    })
+}
 
-    let mut policies: Vec<PolicySpec> = Vec::new();
-    let mut warnings = sa_warnings;
-    for (i, p) in raw.policy.iter().enumerate() {
-        let k = |f: &str| format!("policy[{i}].{f}");
-        let direction = match p.direction.as_str() {
-            "out" => Direction::Out,
-            "in" => Direction::In,
-            d => return Err(cx.err(k("direction"), format!("{d:?}: must be in or out"))),
-        };
-        let pfx = |f: &str, v: &Option<String>| -> Result<Option<Prefix>, ConfigError> {
-            v.as_deref()
-                .map(Prefix::parse)
-                .transpose()
-                .map_err(|e| cx.err(k(f), e))
-        };
-        let selector = Selector {
-            src: pfx("src", &p.src)?,
-            dst: pfx("dst", &p.dst)?,
-            protocol: p.protocol,
-            ..Selector::default()
-        };
-        let in_bundle = |name: &str| {
-            bundles
-                .iter()
-                .any(|b| b.esp == name || b.ah.as_deref() == Some(name))
-        };
-        let action = match (p.action.as_str(), &p.sa) {
-            ("protect", None) if p.bundle.is_some() => {
-                let name = p.bundle.as_deref().unwrap_or_default();
-                let b = bundles.iter().find(|b| b.name == name).ok_or_else(|| {
-                    cx.err(
-                        k("bundle"),
-                        format!("no bundle named {name:?} in this file"),
-                    )
-                })?;
-                if b.direction != direction {
-                    return Err(cx.err(
-                        k("bundle"),
-                        format!("bundle {name:?} is of the other direction"),
-                    ));
-                }
-                PolicyAction::ProtectBundle(name.to_string())
-            }
-            (_, Some(_)) if p.bundle.is_some() => {
-                return Err(cx.err(k("bundle"), "a policy names an SA or a bundle, not both"))
-            }
-            ("protect", Some(name)) if in_bundle(name) => {
-                return Err(cx.err(
-                    k("sa"),
-                    format!("SA {name:?} is in a bundle: protect with the bundle"),
-                ))
-            }
-            ("protect", Some(name)) => {
-                let sa = sas
-                    .iter()
-                    .find(|s| &s.name == name)
-                    .ok_or_else(|| cx.err(k("sa"), format!("no SA named {name:?} in this file")))?;
-                if sa.config.direction != direction {
-                    return Err(cx.err(
-                        k("sa"),
-                        format!(
-                            "SA {name:?} is {}bound, this policy is {}",
-                            if sa.config.direction == Direction::Out {
-                                "out"
-                            } else {
-                                "in"
-                            },
-                            p.direction
-                        ),
-                    ));
-                }
-                PolicyAction::Protect(name.clone())
-            }
-            ("protect", None) => {
-                return Err(cx.err(
-                    k("sa"),
-                    "a protect policy names the SA (or `bundle`) to protect with",
-                ))
-            }
-            ("bypass", None) => PolicyAction::Bypass,
-            ("discard", None) => PolicyAction::Discard,
-            ("bypass" | "discard", Some(_)) => {
-                return Err(cx.err(k("sa"), format!("a {} policy takes no SA", p.action)))
-            }
-            (a, _) => {
-                return Err(cx.err(
-                    k("action"),
-                    format!("{a:?}: must be protect, bypass or discard"),
-                ))
-            }
-        };
-        for (j, q) in policies.iter().enumerate() {
-            if q.direction == direction && q.selector.overlaps(&selector) {
-                warnings.push(format!(
-                    "{}: policy[{i}] overlaps policy[{j}]: the first one that matches wins \
-                     (RFC 4301 §4.4.1)",
-                    path.display()
-                ));
-            }
-        }
-        policies.push(PolicySpec {
-            direction,
-            selector,
-            action,
-        });
-    }
+/// A warning for each SA no policy uses (directly or through its bundle).
+fn unused_sas(
+    cx: &Ctx<'_>,
+    sas: &[SaSpec],
+    bundles: &[BundleSpec],
+    policies: &[PolicySpec],
+    warnings: &mut Vec<String>,
+) {
     for (i, s) in sas.iter().enumerate() {
         let in_used_bundle = bundles.iter().any(|b| {
             (b.esp == s.name || b.ah.as_deref() == Some(&s.name))
@@ -679,40 +778,11 @@ pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
         if !used {
             warnings.push(format!(
                 "{}: sa[{i}] ({}) is used by no policy",
-                path.display(),
+                cx.file.display(),
                 s.name
             ));
         }
     }
-    Ok(Config {
-        file: path.to_path_buf(),
-        tun: g.tun.clone(),
-        mtu: g.mtu,
-        workers: g.workers,
-        local,
-        remote,
-        routes,
-        udp_encap: g.udp_encap,
-        stats: g.stats.as_ref().map(PathBuf::from),
-        state: match &g.state {
-            Some(p) => path.parent().unwrap_or(Path::new(".")).join(p),
-            // beside the config: one per gateway, also for several gateways on one host
-            // (namespaces may reuse a TUN device's name)
-            None => {
-                let mut s = path.as_os_str().to_owned();
-                s.push(".state");
-                PathBuf::from(s)
-            }
-        },
-        stage_timing: g.stage_timing,
-        table: g.table,
-        fwmark: g.fwmark,
-        offload: g.offload,
-        sas,
-        bundles,
-        policies,
-        warnings,
-    })
 }
 
 /// A key given as hex, or `@FILE` holding hex (relative to the config's directory). A
@@ -737,8 +807,10 @@ fn key(
                 ));
             }
         }
-        let text = std::fs::read_to_string(&p)
-            .map_err(|e| cx.err(name, format!("cannot read {}: {e}", p.display())))?;
+        let text = Zeroizing::new(
+            std::fs::read_to_string(&p)
+                .map_err(|e| cx.err(name, format!("cannot read {}: {e}", p.display())))?,
+        );
         return SecretBytes::from_hex(&text)
             .map_err(|e| cx.err(name, format!("in {}: {e}", p.display())));
     }

@@ -100,7 +100,7 @@ impl Coalescer {
         Coalescer {
             bufs: (0..slots)
                 .map(|_| {
-                    let mut b = crate::dataplane::resident(VIRTIO_NET_HDR_LEN + MAX_IP);
+                    let mut b = crate::sys::resident(VIRTIO_NET_HDR_LEN + MAX_IP);
                     b.clear();
                     b
                 })

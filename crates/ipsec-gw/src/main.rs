@@ -3,14 +3,7 @@
 //! and AH (the outside), optionally ESP in UDP on port 4500 (RFC 3948). Foreground; logs
 //! to stderr; SIGHUP reloads the config, SIGTERM/SIGINT stop it (the TUN device goes).
 
-#[cfg(feature = "io-ceiling")]
-mod ceiling;
-mod config;
-mod dataplane;
-mod gro;
-mod privilege;
-mod seqstate;
-mod stats;
+#![forbid(unsafe_code)]
 
 use std::path::PathBuf;
 use std::process::{Command, ExitCode};
@@ -20,6 +13,7 @@ use std::sync::Arc;
 
 use clap::{Parser, Subcommand};
 use ipsec::sa::Direction;
+use ipsec_gw::{config, dataplane, privilege, seqstate, stats};
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
 
@@ -202,7 +196,7 @@ fn run(cfg: config::Config) -> Result<(), String> {
     // created (TUN device, routes) for a gateway that cannot keep its numbers.
     let engine = |dir: Direction| -> Result<dataplane::DirEngine, String> {
         let state = seqstate::SeqState::load(&seqstate::path_for(&cfg.state, dir))?;
-        dataplane::DirEngine::build(&cfg, dir, None, Some(state))
+        dataplane::DirEngine::build(&cfg, dir, None, Some(state)).map_err(|e| e.to_string())
     };
     let (eng_out, eng_in) = (engine(Direction::Out)?, engine(Direction::In)?);
     let tun = tun_rs::DeviceBuilder::new()
@@ -369,7 +363,7 @@ fn run(cfg: config::Config) -> Result<(), String> {
 /// needs new keys).
 fn reload_problem(current: &config::Config, new: &config::Config) -> Option<String> {
     if let Err(e) = dataplane::DirEngine::check(new) {
-        return Some(e);
+        return Some(e.to_string());
     }
     for n in &new.sas {
         let same_keys = |c: &config::SaSpec| {

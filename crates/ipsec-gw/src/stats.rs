@@ -88,6 +88,12 @@ pub struct Shared {
     pub failed: Mutex<Option<String>>,
 }
 
+impl Default for Shared {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl Shared {
     pub fn new() -> Self {
         Shared {

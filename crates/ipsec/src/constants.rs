@@ -20,6 +20,9 @@ pub mod proto {
     pub const IPV6_OPTS: u8 = 60;
 }
 
+/// RFC 3948 §2 / RFC 7296 §2.23: UDP port for ESP in UDP (and IKE behind NAT).
+pub const NAT_T_PORT: u16 = 4500;
+
 pub const IPV4_HEADER_LEN: usize = 20;
 pub const IPV6_HEADER_LEN: usize = 40;
 /// RFC 4303 §2: SPI (4) + sequence number (4).

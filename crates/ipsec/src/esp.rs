@@ -10,15 +10,17 @@ use core::net::IpAddr;
 use core::ops::Range;
 
 use crate::buf::PacketBuf;
-use crate::constants::{
-    proto, ESP_HEADER_LEN, ESP_TRAILER_LEN, IPV4_HEADER_LEN, IPV6_HEADER_LEN, MAX_PACKET,
-};
+use crate::constants::{proto, ESP_HEADER_LEN, ESP_TRAILER_LEN, IPV4_HEADER_LEN, MAX_PACKET};
 use crate::crypto::state::IvSource;
 use crate::drop::DropReason;
-use crate::sa::{Mode, Protocol, Sa};
+use crate::sa::Sa;
 use crate::stage::Stage;
 use crate::wire::esp::EspHeader;
-use crate::wire::ip::{ipv6_split, IpPacket, Ipv4Header, Ipv6Header, IPV4_DF};
+use crate::wire::ip::{IpPacket, Ipv4Header, Ipv6Header};
+pub use crate::wire::locate::{esp_location, ipsec_location, EspLocation};
+pub(crate) use crate::wire::locate::{
+    outer_header_len, rewrite_ip_header, TransportSplit, TunnelInner,
+};
 
 pub use crate::crypto::state::IvSource as Iv;
 
@@ -33,45 +35,6 @@ pub struct OpenedEsp {
 }
 
 impl Sa {
-    /// Seal the IP packet in `pkt` according to this SA's mode; on success `pkt` holds
-    /// the ESP packet with its (outer or moved) IP header. Drops are counted on the SA.
-    pub fn seal(&mut self, pkt: &mut PacketBuf<'_>) -> Result<(), DropReason> {
-        self.seal_with(pkt, IvSource::Generate)
-    }
-
-    /// As [`Sa::seal`], with the IV chosen by the caller (known-answer tests only).
-    pub fn seal_with(
-        &mut self,
-        pkt: &mut PacketBuf<'_>,
-        iv: IvSource<'_>,
-    ) -> Result<(), DropReason> {
-        let r = match (self.protocol, self.mode) {
-            (Protocol::Ah, _) => self.seal_ah(pkt),
-            (Protocol::Esp, Mode::Tunnel) => self.seal_tunnel(pkt, iv),
-            (Protocol::Esp, Mode::Transport) => self.seal_transport(pkt, iv),
-        };
-        self.count(r)
-    }
-
-    /// Open the ESP (or AH) packet in `pkt` (an IP packet whose payload is ESP or AH). On
-    /// success `pkt` holds the inner packet (tunnel) or the restored IP packet (transport),
-    /// and the result is the ESP or AH next header. Drops are counted on the SA.
-    pub fn open(&mut self, pkt: &mut PacketBuf<'_>) -> Result<u8, DropReason> {
-        let r = match (self.protocol, self.mode) {
-            (Protocol::Ah, _) => self.open_ah(pkt),
-            (Protocol::Esp, Mode::Tunnel) => self.open_tunnel(pkt, false),
-            (Protocol::Esp, Mode::Transport) => self.open_transport(pkt),
-        };
-        self.count(r)
-    }
-
-    pub(crate) fn count<T>(&mut self, r: Result<T, DropReason>) -> Result<T, DropReason> {
-        if let Err(d) = r {
-            self.counters.drops.count(d);
-        }
-        r
-    }
-
     /// ESP alone: `buf[esp_at + 8 + iv_len ..][..payload_len]` is the payload; write the
     /// header, IV, padding, trailer and ICV around it. Returns the ESP packet's length.
     pub fn seal_esp(
@@ -187,7 +150,11 @@ impl Sa {
         self.suite.pad_len(len) + ESP_TRAILER_LEN + self.suite.icv_len()
     }
 
-    fn seal_tunnel(&mut self, pkt: &mut PacketBuf<'_>, iv: IvSource<'_>) -> Result<(), DropReason> {
+    pub(crate) fn seal_tunnel(
+        &mut self,
+        pkt: &mut PacketBuf<'_>,
+        iv: IvSource<'_>,
+    ) -> Result<(), DropReason> {
         let inner = TunnelInner::parse(pkt.data())?;
         self.seal_tunnel_payload(pkt, inner, iv)
     }
@@ -271,7 +238,7 @@ impl Sa {
         Ok(())
     }
 
-    fn seal_transport(
+    pub(crate) fn seal_transport(
         &mut self,
         pkt: &mut PacketBuf<'_>,
         iv: IvSource<'_>,
@@ -339,7 +306,7 @@ impl Sa {
         Ok(o.next_header)
     }
 
-    fn open_transport(&mut self, pkt: &mut PacketBuf<'_>) -> Result<u8, DropReason> {
+    pub(crate) fn open_transport(&mut self, pkt: &mut PacketBuf<'_>) -> Result<u8, DropReason> {
         let loc = esp_location(pkt.data())?;
         let (head, hdr_len) = (pkt.head(), loc.offset);
         let o = self.open_esp(pkt.raw(), head + hdr_len, loc.len)?;
@@ -358,161 +325,5 @@ impl Sa {
         self.stages.stop(Stage::Header, t);
         pkt.set(new_head, hdr_len + payload_len)?;
         Ok(o.next_header)
-    }
-}
-
-/// What tunnel mode needs to know of the packet it wraps (or of the payload it builds an
-/// outer header for).
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct TunnelInner {
-    /// Next header of the outer layer: IP-in-IP 4 or 41 for the inner packet.
-    pub next_header: u8,
-    /// DSCP and ECN, copied outward (RFC 4301 §5.1.2.1, RFC 6040 normal mode).
-    pub tos: u8,
-    /// DF of an IPv4 inner header, copied outward (RFC 4301 §8.1).
-    pub df: u16,
-    pub len: usize,
-}
-
-impl TunnelInner {
-    pub(crate) fn parse(pkt: &[u8]) -> Result<Self, DropReason> {
-        let inner = IpPacket::parse(pkt)?;
-        let (next_header, df) = match &inner {
-            IpPacket::V4(h) => (proto::IPV4, h.flags_frag() & IPV4_DF),
-            IpPacket::V6(_) => (proto::IPV6, 0),
-        };
-        Ok(TunnelInner {
-            next_header,
-            tos: inner.tos(),
-            df,
-            len: inner.packet_len(),
-        })
-    }
-}
-
-pub(crate) fn outer_header_len(t: &crate::sa::TunnelEndpoints) -> usize {
-    if t.dst.is_ipv4() {
-        IPV4_HEADER_LEN
-    } else {
-        IPV6_HEADER_LEN
-    }
-}
-
-/// Where transport mode inserts its header: after the IPv4 header (options included) or
-/// after the IPv6 extension headers that must precede it (RFC 4303 §3.1.1, RFC 4302 §3.1.1).
-pub(crate) struct TransportSplit {
-    pub hdr_len: usize,
-    /// Offset of the byte naming the upper layer (IPv4 protocol or the last next header).
-    pub nh_at: usize,
-    pub next_header: u8,
-    pub pkt_len: usize,
-    pub v4: bool,
-}
-
-impl TransportSplit {
-    pub(crate) fn parse(data: &[u8]) -> Result<Self, DropReason> {
-        Ok(match IpPacket::parse(data)? {
-            IpPacket::V4(h) => {
-                if h.is_fragment() {
-                    return Err(DropReason::Fragment);
-                }
-                TransportSplit {
-                    hdr_len: h.header_len(),
-                    nh_at: 9,
-                    next_header: h.protocol(),
-                    pkt_len: h.total_len() as usize,
-                    v4: true,
-                }
-            }
-            IpPacket::V6(h) => {
-                let s = ipv6_split(data, None)?;
-                if s.is_fragment() {
-                    return Err(DropReason::Fragment);
-                }
-                TransportSplit {
-                    hdr_len: s.offset,
-                    nh_at: s.nh_at,
-                    next_header: s.next_header,
-                    pkt_len: IPV6_HEADER_LEN + h.payload_len() as usize,
-                    v4: false,
-                }
-            }
-        })
-    }
-}
-
-/// Set the protocol / next-header byte at `nh_at` and the length fields of the IP header
-/// `ip` (all `ip.len()` bytes of it, extension headers included) for a payload of
-/// `payload_len` bytes; IPv4 gets a fresh header checksum.
-pub(crate) fn rewrite_ip_header(
-    ip: &mut [u8],
-    v4: bool,
-    nh_at: usize,
-    next_header: u8,
-    payload_len: usize,
-) {
-    let hdr_len = ip.len();
-    ip[nh_at] = next_header;
-    if v4 {
-        let mut h = Ipv4Header::new_unchecked(ip);
-        h.set_total_len((hdr_len + payload_len) as u16);
-        h.fill_checksum();
-    } else {
-        Ipv6Header::new_unchecked(ip)
-            .set_payload_len((hdr_len - IPV6_HEADER_LEN + payload_len) as u16);
-    }
-}
-
-/// Where the ESP (or AH) packet sits inside an IP packet whose payload is ESP (or AH).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct EspLocation {
-    /// Offset of the ESP / AH header: the IP header length, extension headers included.
-    pub offset: usize,
-    /// Length of the ESP packet (ICV included), or of AH and what follows it.
-    pub len: usize,
-    /// Offset of the byte that says "ESP" (IPv4 protocol or the last next header).
-    pub nh_at: usize,
-    pub v4: bool,
-}
-
-/// Find the ESP packet inside an IP packet whose payload is ESP.
-pub fn esp_location(pkt: &[u8]) -> Result<EspLocation, DropReason> {
-    ipsec_location(pkt, proto::ESP)
-}
-
-/// Find the `protocol` (ESP or AH) header inside an IP packet.
-pub fn ipsec_location(pkt: &[u8], protocol: u8) -> Result<EspLocation, DropReason> {
-    match IpPacket::parse(pkt)? {
-        IpPacket::V4(h) => {
-            if h.protocol() != protocol {
-                return Err(DropReason::BadNextHeader);
-            }
-            if h.is_fragment() {
-                return Err(DropReason::Fragment);
-            }
-            let offset = h.header_len();
-            Ok(EspLocation {
-                offset,
-                len: h.total_len() as usize - offset,
-                nh_at: 9,
-                v4: true,
-            })
-        }
-        IpPacket::V6(h) => {
-            let s = ipv6_split(pkt, Some(protocol))?;
-            if s.is_fragment() {
-                return Err(DropReason::Fragment);
-            }
-            if s.next_header != protocol {
-                return Err(DropReason::BadNextHeader);
-            }
-            let len = IPV6_HEADER_LEN + h.payload_len() as usize - s.offset;
-            Ok(EspLocation {
-                offset: s.offset,
-                len,
-                nh_at: s.nh_at,
-                v4: false,
-            })
-        }
     }
 }

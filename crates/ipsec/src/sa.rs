@@ -4,8 +4,10 @@
 use core::fmt;
 use core::net::IpAddr;
 
+use crate::buf::PacketBuf;
+use crate::crypto::state::IvSource;
 use crate::crypto::{CipherState, SecretBytes, Suite, SuiteError};
-use crate::drop::DropCounters;
+use crate::drop::{DropCounters, DropReason};
 use crate::replay::{ReplayWindow, DEFAULT_WINDOW};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -338,5 +340,47 @@ impl Sa {
         }
         self.last_seq += 1;
         Ok(self.last_seq)
+    }
+}
+
+/// Seal and open by protocol and mode: ESP ([`crate::esp`]) or AH ([`crate::ah`]).
+impl Sa {
+    /// Seal the IP packet in `pkt` according to this SA's mode; on success `pkt` holds
+    /// the ESP packet with its (outer or moved) IP header. Drops are counted on the SA.
+    pub fn seal(&mut self, pkt: &mut PacketBuf<'_>) -> Result<(), DropReason> {
+        self.seal_with(pkt, IvSource::Generate)
+    }
+
+    /// As [`Sa::seal`], with the IV chosen by the caller (known-answer tests only).
+    pub fn seal_with(
+        &mut self,
+        pkt: &mut PacketBuf<'_>,
+        iv: IvSource<'_>,
+    ) -> Result<(), DropReason> {
+        let r = match (self.protocol, self.mode) {
+            (Protocol::Ah, _) => self.seal_ah(pkt),
+            (Protocol::Esp, Mode::Tunnel) => self.seal_tunnel(pkt, iv),
+            (Protocol::Esp, Mode::Transport) => self.seal_transport(pkt, iv),
+        };
+        self.count(r)
+    }
+
+    /// Open the ESP (or AH) packet in `pkt` (an IP packet whose payload is ESP or AH). On
+    /// success `pkt` holds the inner packet (tunnel) or the restored IP packet (transport),
+    /// and the result is the ESP or AH next header. Drops are counted on the SA.
+    pub fn open(&mut self, pkt: &mut PacketBuf<'_>) -> Result<u8, DropReason> {
+        let r = match (self.protocol, self.mode) {
+            (Protocol::Ah, _) => self.open_ah(pkt),
+            (Protocol::Esp, Mode::Tunnel) => self.open_tunnel(pkt, false),
+            (Protocol::Esp, Mode::Transport) => self.open_transport(pkt),
+        };
+        self.count(r)
+    }
+
+    pub(crate) fn count<T>(&mut self, r: Result<T, DropReason>) -> Result<T, DropReason> {
+        if let Err(d) = r {
+            self.counters.drops.count(d);
+        }
+        r
     }
 }

@@ -415,14 +415,16 @@ impl SecretBytes {
     pub fn from_hex(s: &str) -> Result<Self, &'static str> {
         let s = s.trim();
         let s = s.strip_prefix("0x").unwrap_or(s);
-        let digits: Vec<u8> = s
-            .bytes()
-            .filter(|c| !c.is_ascii_whitespace() && *c != b':')
-            .collect();
+        // Both the digits and the bytes are key material: zeroised on every way out.
+        let digits: zeroize::Zeroizing<Vec<u8>> = zeroize::Zeroizing::new(
+            s.bytes()
+                .filter(|c| !c.is_ascii_whitespace() && *c != b':')
+                .collect(),
+        );
         if !digits.len().is_multiple_of(2) {
             return Err("hex key has an odd number of digits");
         }
-        let mut out = Vec::with_capacity(digits.len() / 2);
+        let mut out = zeroize::Zeroizing::new(Vec::with_capacity(digits.len() / 2));
         for pair in digits.chunks_exact(2) {
             let hi = (pair[0] as char)
                 .to_digit(16)
@@ -432,7 +434,7 @@ impl SecretBytes {
                 .ok_or("hex key has a non-hex character")?;
             out.push((hi * 16 + lo) as u8);
         }
-        Ok(SecretBytes(out))
+        Ok(SecretBytes(std::mem::take(&mut *out)))
     }
     pub fn expose(&self) -> &[u8] {
         &self.0

@@ -390,3 +390,38 @@ impl PacketInfo {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_emitted_ipv4_header_checksums_to_zero() {
+        // RFC 1071: the one's-complement sum over a header with its checksum is 0xffff.
+        let mut h = [0u8; 20];
+        Ipv4Header::new_unchecked(&mut h[..]).emit(
+            0,
+            120,
+            0,
+            0x4000,
+            64,
+            50,
+            Ipv4Addr::new(192, 0, 2, 2),
+            Ipv4Addr::new(192, 0, 2, 1),
+        );
+        let mut sum: u32 = h
+            .chunks_exact(2)
+            .map(|w| u32::from(u16::from_be_bytes([w[0], w[1]])))
+            .sum();
+        while sum > 0xffff {
+            sum = (sum & 0xffff) + (sum >> 16);
+        }
+        assert_eq!(sum, 0xffff);
+        let v = Ipv4Header::new_unchecked(&h[..]);
+        assert!(v.checksum_ok());
+        assert_eq!(
+            (u16::from_be_bytes([h[2], h[3]]), h[6], h[8], h[9]),
+            (120, 0x40, 64, 50)
+        );
+    }
+}

@@ -1,0 +1,97 @@
+//! TUN → SPD → seal → outside.
+
+use std::io;
+
+use ipsec::engine::Outbound;
+use ipsec::{PacketBuf, HEADROOM, TAILROOM};
+use tun_rs::SyncDevice;
+
+use super::outside::{Outside, SendBatch};
+use super::sas::DirEngine;
+use super::{seal, BATCH, MAX_PACKET};
+use crate::stats::Io;
+use crate::sys::resident;
+
+/// TUN → SPD → seal → outside: the outbound direction's buffers and counters, kept for
+/// the worker's life. The TUN device is non-blocking: each wakeup drains it and the worker
+/// polls only when it is empty. With offloads (IFF_VNET_HDR), one read may bring a TCP or
+/// UDP super-packet of up to 64 KiB, which tun-rs splits into MTU-sized packets (as the
+/// kernel would have before handing them over one read each).
+pub(super) struct OutboundPath {
+    original: Vec<u8>,
+    bufs: Vec<Vec<u8>>,
+    sizes: Vec<usize>,
+    batch: SendBatch,
+    pub(super) io: Io,
+}
+
+impl OutboundPath {
+    pub(super) fn new(mtu: u16, outside: &Outside) -> OutboundPath {
+        let slots = tun_rs::IDEAL_BATCH_SIZE;
+        let size = HEADROOM + usize::from(mtu) + TAILROOM + 64;
+        let mut batch = SendBatch::default();
+        batch.udp.set_gso(outside.udp_gso);
+        OutboundPath {
+            original: resident(tun_rs::VIRTIO_NET_HDR_LEN + MAX_PACKET),
+            bufs: (0..slots).map(|_| resident(size)).collect(),
+            sizes: vec![0usize; slots],
+            batch,
+            io: Io::default(),
+        }
+    }
+
+    /// Up to BATCH reads from the TUN device, each read's packets sealed and sent
+    /// together. `Err`: the device failed (the worker stops).
+    pub(super) fn drain(
+        &mut self,
+        tun: &SyncDevice,
+        engine: &mut DirEngine,
+        outside: &Outside,
+    ) -> io::Result<()> {
+        let io = &mut self.io;
+        for _ in 0..BATCH {
+            let n = match tun.recv_multiple(
+                &mut self.original,
+                &mut self.bufs,
+                &mut self.sizes,
+                HEADROOM,
+            ) {
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            };
+            let batch = &mut self.batch;
+            for (b, (buf, &len)) in self.bufs.iter_mut().zip(&self.sizes).take(n).enumerate() {
+                io.rx_packets += 1;
+                io.rx_bytes += len as u64;
+                let Ok(mut pkt) = PacketBuf::new(buf, HEADROOM, len) else {
+                    // longer than a slot (tun-rs split it wrongly): named, counted
+                    engine
+                        .engine
+                        .counters
+                        .drops
+                        .count(ipsec::DropReason::TooBig);
+                    continue;
+                };
+                match seal(engine, &mut pkt) {
+                    Ok(Outbound::Sealed { sa }) => {
+                        batch.pkts.push((b, pkt.head(), pkt.len()));
+                        engine.after(sa);
+                    }
+                    Ok(Outbound::SealedBundle { bundle }) => {
+                        batch.pkts.push((b, pkt.head(), pkt.len()));
+                        engine.after_bundle(bundle);
+                    }
+                    Ok(Outbound::Bypass) => {
+                        io.bypassed += 1;
+                        batch.pkts.push((b, pkt.head(), pkt.len()));
+                    }
+                    Err(_) => {} // a named drop, counted by the engine
+                }
+            }
+            outside.send_batch(batch, &self.bufs, io);
+        }
+        Ok(())
+    }
+}

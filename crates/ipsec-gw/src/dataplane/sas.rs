@@ -1,0 +1,557 @@
+//! One direction's SAs as the gateway keeps them: the engine built from the config,
+//! each SA's lifetimes and sequence-number state (reserved ahead, persisted), and the
+//! counters published for `ipsec-gw stats`.
+
+use std::fmt;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use ipsec::sa::Direction;
+use ipsec::sad::SaId;
+use ipsec::spd::{Action, SpdRule};
+use ipsec::{Engine, SaError};
+
+use crate::config::{Config, Lifetime, PolicyAction};
+use crate::seqstate::{self, SeqState};
+use crate::stats::{DirStats, Io, IpcompStats, SaStats, Shared, StageStat};
+
+fn clock() -> u64 {
+    static START: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    START.get_or_init(Instant::now).elapsed().as_nanos() as u64
+}
+
+/// Why a direction's engine could not be built from a config — at start, on a reload,
+/// or for `--check` — typed as the engine's own `DropReason` is, and named for the user.
+#[derive(Debug)]
+pub enum BuildError {
+    /// The engine refused an SA.
+    Sa {
+        name: String,
+        spi: u32,
+        source: SaError,
+    },
+    /// The sequence state says an outbound SA has used every number it may send.
+    SequenceSpent { name: String, spi: u32, used: u64 },
+    /// The engine refused a bundle (or its IPComp association).
+    Bundle { name: String, source: SaError },
+    /// A policy or bundle names an SA or bundle this direction does not have.
+    Unknown { what: &'static str, name: String },
+    /// The sequence state could not be written: without it a restart would reuse
+    /// sequence numbers under the same keys.
+    State { path: PathBuf, source: io::Error },
+}
+
+impl fmt::Display for BuildError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BuildError::Sa { name, spi, source } => {
+                write!(f, "sa {name} (spi 0x{spi:x}): {source}")
+            }
+            BuildError::SequenceSpent { name, spi, used } => write!(
+                f,
+                "sa {name} (spi 0x{spi:x}): the sequence state records number {used} used: \
+                 none is left to send under these keys (give the SA new keys)"
+            ),
+            BuildError::Bundle { name, source } => write!(f, "bundle {name}: {source}"),
+            BuildError::Unknown { what, name } => {
+                write!(f, "no {what} named {name:?} in this direction")
+            }
+            BuildError::State { path, source } => write!(
+                f,
+                "cannot write the sequence state {}: {source} (without it a restart would \
+                 reuse sequence numbers under the same keys; refusing to run)",
+                path.display()
+            ),
+        }
+    }
+}
+
+impl std::error::Error for BuildError {}
+
+/// One direction's engine and what the gateway keeps about each of its SAs.
+pub struct DirEngine {
+    pub(super) direction: Direction,
+    pub engine: Engine,
+    sas: Vec<SaEntry>,
+    /// (bundle name, IPComp association id) of bundles with IPComp.
+    pub(super) ipcomps: Vec<(String, usize)>,
+    /// The SAs of each bundle (engine bundle id -> its layers), for their lifetimes.
+    bundle_sas: Vec<(usize, [Option<SaId>; 2])>,
+    /// Where this direction's sequence numbers outlive the process (None: a dry build,
+    /// for `--check` and reload validation).
+    state: Option<SeqState>,
+}
+
+struct SaEntry {
+    id: SaId,
+    name: String,
+    spec: crate::config::SaSpec,
+    lifetime: Lifetime,
+    soft_logged: bool,
+    expired: bool,
+    /// The SA after its hard lifetime: out of the engine, kept for its final counters.
+    retired: Option<ipsec::Sa>,
+    /// (SPI, key fingerprint): the SA's line in the state file.
+    key: crate::seqstate::Key,
+    /// Outbound: the highest sequence number reserved in the state file; inbound: the
+    /// highest accepted number last written there.
+    stored: u64,
+}
+
+impl DirEngine {
+    /// Build the engine for one direction of `cfg`. SAs of `old` whose definition is
+    /// unchanged move over live (sequence numbers, replay window and counters kept); the
+    /// others resume from the sequence state (outbound above every number they may have
+    /// used, inbound refusing every number they accepted) and outbound numbers are
+    /// reserved ahead before any packet goes. An SA the state records as expired stays
+    /// expired. `state`: the direction's state file (ignored when `old` has one); None
+    /// builds without one (a check). Errors name the SA and what is wrong.
+    pub fn build(
+        cfg: &Config,
+        direction: Direction,
+        old: Option<DirEngine>,
+        state: Option<SeqState>,
+    ) -> Result<DirEngine, BuildError> {
+        let mut engine = Engine::new();
+        if cfg.stage_timing {
+            engine.set_clock(Some(clock));
+        }
+        let mut old = old;
+        let mut state = old.as_mut().and_then(|o| o.state.take()).or(state);
+        let mut sas = Vec::new();
+        for spec in cfg.sas.iter().filter(|s| s.config.direction == direction) {
+            let c = &spec.config;
+            let key = (
+                c.spi,
+                seqstate::fingerprint(direction, c.spi, c.enc_key.expose(), c.integ_key.expose()),
+            );
+            let kept = old.as_mut().and_then(|o| {
+                let i = o
+                    .sas
+                    .iter()
+                    .position(|e| !e.expired && e.spec.same_as(spec))?;
+                let e = o.sas.remove(i);
+                o.engine
+                    .remove_sa(e.id)
+                    .map(|sa| (sa, e.soft_logged, e.stored))
+            });
+            let named = |e: SaError| BuildError::Sa {
+                name: spec.name.clone(),
+                spi: c.spi,
+                source: e,
+            };
+            let stored = state.as_ref().and_then(|s| s.get(&key));
+            let was_kept = kept.is_some();
+            let (id, soft_logged, mut stored_value, expired) = match kept {
+                Some((sa, soft, v)) => (engine.insert_sa(sa).map_err(named)?, soft, v, false),
+                None => {
+                    let id = engine.add_sa(c).map_err(named)?;
+                    let entry = stored.unwrap_or_default();
+                    let sa = engine.sa_mut(id).expect("just added");
+                    if entry.value > 0 && !entry.expired {
+                        match direction {
+                            Direction::Out => {
+                                sa.set_next_seq(entry.value.saturating_add(1))
+                                    .map_err(|_| BuildError::SequenceSpent {
+                                        name: spec.name.clone(),
+                                        spi: c.spi,
+                                        used: entry.value,
+                                    })?;
+                                eprintln!(
+                                    "ipsec-gw: sa {}: resuming above sequence number {} (from {})",
+                                    spec.name,
+                                    entry.value,
+                                    state
+                                        .as_ref()
+                                        .map_or(Path::new("?"), |s| s.path())
+                                        .display()
+                                );
+                            }
+                            Direction::In => sa.resume_inbound(entry.value),
+                        }
+                    }
+                    if entry.expired {
+                        eprintln!(
+                            "ipsec-gw: sa {} (spi 0x{:x}) reached its hard lifetime before under \
+                             these keys: it stays expired (give it new keys to use it again)",
+                            spec.name, c.spi
+                        );
+                    }
+                    (id, false, entry.value, entry.expired)
+                }
+            };
+            let retired = if expired { engine.remove_sa(id) } else { None };
+            // A new or resumed outbound SA reserves its first block now, before it seals
+            // anything; one kept live over a reload goes on with its reservation.
+            if direction == Direction::Out && !expired && !was_kept && state.is_some() {
+                let used = engine.sa(id).expect("live").next_seq() - 1;
+                stored_value = stored_value.max(used.saturating_add(seqstate::RESERVE));
+            }
+            sas.push(SaEntry {
+                id,
+                name: spec.name.clone(),
+                spec: spec.clone(),
+                lifetime: spec.lifetime,
+                soft_logged,
+                expired,
+                retired,
+                key,
+                stored: stored_value,
+            });
+        }
+        if let Some(st) = state.as_mut() {
+            for e in &sas {
+                st.raise(&e.key, e.stored, e.expired);
+            }
+            // before any packet of this engine goes: the reservations are on disk
+            st.save().map_err(|e| BuildError::State {
+                path: st.path().to_path_buf(),
+                source: e,
+            })?;
+        }
+        let id_of = |name: &str| -> Result<SaId, BuildError> {
+            sas.iter()
+                .find(|e| e.name == name)
+                .map(|e| e.id)
+                .ok_or_else(|| BuildError::Unknown {
+                    what: "SA",
+                    name: name.to_string(),
+                })
+        };
+        let mut bundles = Vec::new();
+        let mut bundle_sas = Vec::new();
+        for b in cfg.bundles.iter().filter(|b| b.direction == direction) {
+            let named = |e: SaError| BuildError::Bundle {
+                name: b.name.clone(),
+                source: e,
+            };
+            let ipcomp = match b.ipcomp_cpi {
+                Some(cpi) => Some(
+                    engine
+                        .add_ipcomp(ipsec::IpcompConfig::new(cpi))
+                        .map_err(named)?,
+                ),
+                None => None,
+            };
+            let esp = id_of(&b.esp)?;
+            let ah = match b.ah.as_deref() {
+                Some(n) => Some(id_of(n)?),
+                None => None,
+            };
+            let bundle = ipsec::Bundle { ipcomp, esp, ah };
+            let id = engine.add_bundle(bundle).map_err(named)?;
+            bundles.push((b.name.clone(), id, ipcomp));
+            bundle_sas.push((id, [Some(esp), ah]));
+        }
+        for p in cfg.policies.iter().filter(|p| p.direction == direction) {
+            let action = match &p.action {
+                PolicyAction::Bypass => Action::Bypass,
+                PolicyAction::Discard => Action::Discard,
+                PolicyAction::Protect(name) => Action::Protect(id_of(name)?),
+                PolicyAction::ProtectBundle(name) => {
+                    let (_, id, _) =
+                        bundles.iter().find(|(n, _, _)| n == name).ok_or_else(|| {
+                            BuildError::Unknown {
+                                what: "bundle",
+                                name: name.clone(),
+                            }
+                        })?;
+                    Action::ProtectBundle(*id)
+                }
+            };
+            let rule = SpdRule {
+                selector: p.selector.clone(),
+                action,
+            };
+            match direction {
+                Direction::Out => engine.spd_out.push(rule),
+                Direction::In => engine.spd_in.push(rule),
+            }
+        }
+        let ipcomps = bundles
+            .iter()
+            .filter_map(|(n, _, c)| c.map(|c| (n.clone(), c)))
+            .collect();
+        Ok(DirEngine {
+            direction,
+            engine,
+            sas,
+            ipcomps,
+            bundle_sas,
+            state,
+        })
+    }
+
+    /// Build both directions' engines of `cfg` without touching anything: what `--check`
+    /// and a reload run first, so that a config they accept is one the gateway runs.
+    pub fn check(cfg: &Config) -> Result<(), BuildError> {
+        for dir in [Direction::Out, Direction::In] {
+            DirEngine::build(cfg, dir, None, None)?;
+        }
+        Ok(())
+    }
+
+    /// An engine with nothing in it (a placeholder while a reload builds the next one).
+    pub(super) fn empty(direction: Direction) -> DirEngine {
+        DirEngine {
+            direction,
+            engine: Engine::new(),
+            sas: Vec::new(),
+            ipcomps: Vec::new(),
+            bundle_sas: Vec::new(),
+            state: None,
+        }
+    }
+
+    /// After a bundle sealed or opened a packet: each of its SAs' lifetimes and
+    /// sequence reservations, as for a lone SA.
+    pub(super) fn after_bundle(&mut self, bundle: usize) {
+        // copied out (two ids, no allocation): `after` needs `self` mutably
+        let ids = self
+            .bundle_sas
+            .iter()
+            .find(|(b, _)| *b == bundle)
+            .map_or([None; 2], |(_, ids)| *ids);
+        for id in ids.into_iter().flatten() {
+            self.after(id);
+        }
+    }
+
+    /// After a packet opened through SA `id`: the lifetimes of every SA of its bundle
+    /// when it is a bundle's outermost SA (the engine reports that one), else its own.
+    pub(super) fn after_opened(&mut self, id: SaId) {
+        let bundle = self
+            .bundle_sas
+            .iter()
+            .find(|(_, ids)| ids.contains(&Some(id)))
+            .map(|(b, _)| *b);
+        match bundle {
+            Some(b) => self.after_bundle(b),
+            None => self.after(id),
+        }
+    }
+
+    /// Mark an SA expired in the state file (a reload or restart must not revive it).
+    fn record_expired(&mut self, i: usize) {
+        let Some(st) = self.state.as_mut() else {
+            return;
+        };
+        let e = &self.sas[i];
+        st.raise(&e.key, e.stored, true);
+        if let Err(err) = st.save() {
+            eprintln!(
+                "ipsec-gw: cannot record SA {}'s expiry in {}: {err}",
+                e.name,
+                st.path().display()
+            );
+        }
+    }
+
+    /// Outbound: before the SA's numbers reach its reservation, reserve the next block
+    /// (written and fsync'd). If that write fails the SA stops (fail closed): no packet
+    /// ever carries a number the state file does not cover.
+    fn reserve(&mut self, i: usize) {
+        if self.direction != Direction::Out || self.state.is_none() {
+            return;
+        }
+        let e = &self.sas[i];
+        let Some(sa) = self.engine.sa(e.id) else {
+            return;
+        };
+        let used = sa.next_seq() - 1;
+        if used.saturating_add(seqstate::RESERVE / 2) < e.stored {
+            return;
+        }
+        let want = used.saturating_add(seqstate::RESERVE);
+        let st = self.state.as_mut().expect("checked");
+        st.raise(&e.key, want, false);
+        match st.save() {
+            Ok(()) => self.sas[i].stored = want,
+            Err(err) => {
+                let e = &mut self.sas[i];
+                eprintln!(
+                    "ipsec-gw: SA {} (spi 0x{:x}) stops: cannot reserve sequence numbers in {}: \
+                     {err}; its traffic is now dropped (no_sa), never sent with a number that \
+                     could repeat",
+                    e.name,
+                    e.spec.config.spi,
+                    st.path().display()
+                );
+                e.expired = true;
+                e.retired = self.engine.remove_sa(e.id);
+            }
+        }
+    }
+
+    /// At a clean stop: outbound, give back the unused part of each reservation (no
+    /// packet went out above the last number taken), so a clean restart skips nothing;
+    /// inbound, write the highest accepted numbers.
+    pub fn release(&mut self) {
+        if self.direction == Direction::In {
+            self.persist_tops();
+            if let Some(st) = self.state.as_ref() {
+                if let Err(err) = st.save() {
+                    eprintln!(
+                        "ipsec-gw: cannot write the inbound sequence state {}: {err}",
+                        st.path().display()
+                    );
+                }
+            }
+            return;
+        }
+        let Some(st) = self.state.as_mut() else {
+            return;
+        };
+        for e in &mut self.sas {
+            let Some(sa) = self.engine.sa(e.id) else {
+                continue;
+            };
+            let used = sa.next_seq() - 1;
+            let prev = st.get(&e.key).unwrap_or_default();
+            e.stored = used;
+            st.set(
+                e.key.clone(),
+                seqstate::Entry {
+                    value: used,
+                    expired: prev.expired || e.expired,
+                },
+            );
+        }
+        if let Err(err) = st.save() {
+            eprintln!(
+                "ipsec-gw: cannot write the outbound sequence state {}: {err} (the \
+                 reservations on disk stand: a restart skips them)",
+                st.path().display()
+            );
+        }
+    }
+
+    /// Inbound: write each SA's highest accepted number when it moved (at most every
+    /// publish interval, and when the worker stops).
+    pub(super) fn persist_tops(&mut self) {
+        if self.direction != Direction::In || self.state.is_none() {
+            return;
+        }
+        let mut changed = false;
+        for e in &mut self.sas {
+            let Some(sa) = self.engine.sa(e.id) else {
+                continue;
+            };
+            let top = sa.replay_window().top();
+            if top > e.stored {
+                e.stored = top;
+                changed = true;
+            }
+        }
+        if !changed {
+            return;
+        }
+        let st = self.state.as_mut().expect("checked");
+        for e in &self.sas {
+            st.raise(&e.key, e.stored, e.expired);
+        }
+        if let Err(err) = st.save_quick() {
+            eprintln!(
+                "ipsec-gw: cannot write the inbound sequence state {}: {err}",
+                st.path().display()
+            );
+        }
+    }
+
+    /// After an SA sealed or opened a packet: enforce its lifetimes (RFC 4301 §4.4.2.1).
+    pub(super) fn after(&mut self, id: SaId) {
+        let Some(i) = self.sas.iter().position(|e| e.id == id && !e.expired) else {
+            return;
+        };
+        self.reserve(i);
+        let Some(e) = self.sas.get_mut(i).filter(|e| !e.expired) else {
+            return;
+        };
+        let Some(sa) = self.engine.sa(id) else { return };
+        let (bytes, packets) = (sa.counters.bytes, sa.counters.packets);
+        let over = |limit: Option<u64>, v: u64| limit.is_some_and(|l| v >= l);
+        if over(e.lifetime.hard_bytes, bytes) || over(e.lifetime.hard_packets, packets) {
+            eprintln!(
+                "ipsec-gw: SA {} (spi 0x{:x}) reached its hard lifetime after {packets} \
+                 packets, {bytes} bytes: it stops; its traffic is now dropped (no_sa)",
+                e.name, e.spec.config.spi
+            );
+            e.expired = true;
+            e.retired = self.engine.remove_sa(id);
+            self.record_expired(i);
+        } else if !e.soft_logged
+            && (over(e.lifetime.soft_bytes, bytes) || over(e.lifetime.soft_packets, packets))
+        {
+            eprintln!(
+                "ipsec-gw: SA {} (spi 0x{:x}) reached its soft lifetime after {packets} \
+                 packets, {bytes} bytes",
+                e.name, e.spec.config.spi
+            );
+            e.soft_logged = true;
+        }
+    }
+
+    fn snapshot(&self, io: &Io) -> DirStats {
+        let mut st = DirStats {
+            io: io.clone(),
+            ..DirStats::default()
+        };
+        for (label, n) in self.engine.counters.drops.nonzero() {
+            st.drops.insert(label, n);
+        }
+        for e in &self.sas {
+            let mut s = SaStats {
+                name: e.name.clone(),
+                spi: format!("0x{:08x}", e.spec.config.spi),
+                protocol: e.spec.config.protocol.name(),
+                suite: e.spec.config.suite.name(),
+                state: if e.expired { "expired" } else { "active" },
+                soft_lifetime_reached: e.soft_logged,
+                ..SaStats::default()
+            };
+            let live = if e.expired {
+                None
+            } else {
+                self.engine.sa(e.id)
+            };
+            if let Some(sa) = live.or(e.retired.as_ref()) {
+                s.packets = sa.counters.packets;
+                s.bytes = sa.counters.bytes;
+                for (label, n) in sa.counters.drops.nonzero() {
+                    s.drops.insert(label, n);
+                }
+                for (label, ns, calls) in sa.stages.nonzero() {
+                    s.stages.insert(label, StageStat { ns, calls });
+                }
+            }
+            st.sas.push(s);
+        }
+        for (bundle, id) in &self.ipcomps {
+            if let Some(c) = self.engine.ipcomp(*id) {
+                let n = &c.counters;
+                st.ipcomp.push(IpcompStats {
+                    bundle: bundle.clone(),
+                    cpi: c.config().cpi,
+                    compressed: n.compressed,
+                    incompressible: n.incompressible,
+                    too_small: n.too_small,
+                    bytes_in: n.bytes_in,
+                    bytes_out: n.bytes_out,
+                    decompressed: n.decompressed,
+                    drops: n.drops.nonzero().collect(),
+                });
+            }
+        }
+        st
+    }
+
+    pub(super) fn publish(&self, io: &Io, shared: &Shared) {
+        let snap = self.snapshot(io);
+        let slot = match self.direction {
+            Direction::Out => &shared.outbound,
+            Direction::In => &shared.inbound,
+        };
+        *slot.lock().expect("stats lock") = snap;
+    }
+}

@@ -1,0 +1,24 @@
+//! The ipsec-lab gateway as a library: what the `ipsec-gw` binary (`main.rs`: command
+//! line, start-up, signals, routing) runs, and what the fuzz targets reach (the config's
+//! parse into engines, GRO into the TUN device).
+//!
+//! - [`config`]: the TOML config, checked key by key.
+//! - [`dataplane`]: the workers and each direction's path, SAs and outer sockets.
+//! - [`gro`]: joining opened segments for the TUN device.
+//! - [`seqstate`]: sequence numbers that outlive the process.
+//! - [`stats`]: counters and the stats socket.
+//! - [`privilege`]: dropping to the capabilities the data path needs.
+//! - [`sys`]: every system call that needs `unsafe` — the only module allowed any.
+
+#![deny(unsafe_code)]
+
+#[cfg(feature = "io-ceiling")]
+pub mod ceiling;
+pub mod config;
+pub mod dataplane;
+pub mod gro;
+pub mod privilege;
+pub mod seqstate;
+pub mod stats;
+#[allow(unsafe_code)]
+pub mod sys;
