@@ -15,6 +15,7 @@ APT_PKGS  := build-essential pkg-config python3 python3-venv python3-dev git ca-
              strongswan-charon strongswan-swanctl libcharon-extra-plugins chromium
 FUZZ_SECONDS ?= 60
 IPCOMP_FUZZ_SECONDS ?= 20
+SMALL_FUZZ_SECONDS ?= 20
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 
 .PHONY: run test deps apt rust venv native gateway lint cargo-test pytest fuzz bench-json clean
@@ -74,14 +75,20 @@ cargo-test: rust
 pytest: native gateway
 	$(VENV)/bin/pytest -q
 
-# Bounded coverage-guided fuzzing of the inbound path (libFuzzer via cargo-fuzz on the
-# stable toolchain: RUSTC_BOOTSTRAP lets it pass the sanitizer flags). Crashes found
-# are kept in fuzz/artifacts and become regression tests in crates/ipsec/tests.
+# Bounded coverage-guided fuzzing (libFuzzer via cargo-fuzz on the stable toolchain:
+# RUSTC_BOOTSTRAP lets it pass the sanitizer flags), optimised and with debug assertions
+# and overflow checks on (-O -a), each target from its kept corpus in fuzz/corpus/<target>:
+# the inbound path, IPComp, GRO into the TUN device (differential against tun-rs's
+# segmentation), the replay window (against a set model), and the gateway's config text
+# to engines. Crashes are kept in fuzz/artifacts and become regression tests.
+FUZZ = cd fuzz && RUSTC_BOOTSTRAP=1 cargo fuzz run --sanitizer none -O -a
+FUZZ_ARGS = -rss_limit_mb=2048 -print_final_stats=1
 fuzz: rust
-	cd fuzz && RUSTC_BOOTSTRAP=1 cargo fuzz run inbound --sanitizer none -- \
-	  -max_total_time=$(FUZZ_SECONDS) -rss_limit_mb=2048 -print_final_stats=1
-	cd fuzz && RUSTC_BOOTSTRAP=1 cargo fuzz run ipcomp --sanitizer none -- \
-	  -max_total_time=$(IPCOMP_FUZZ_SECONDS) -rss_limit_mb=2048 -print_final_stats=1
+	$(FUZZ) inbound corpus/inbound -- -max_total_time=$(FUZZ_SECONDS) $(FUZZ_ARGS)
+	$(FUZZ) ipcomp corpus/ipcomp -- -max_total_time=$(IPCOMP_FUZZ_SECONDS) $(FUZZ_ARGS)
+	$(FUZZ) gro corpus/gro -- -max_total_time=$(SMALL_FUZZ_SECONDS) $(FUZZ_ARGS)
+	$(FUZZ) replay corpus/replay -- -max_total_time=$(SMALL_FUZZ_SECONDS) $(FUZZ_ARGS)
+	$(FUZZ) config corpus/config -- -max_total_time=$(SMALL_FUZZ_SECONDS) -max_len=8192 $(FUZZ_ARGS)
 
 
 bench-json: native

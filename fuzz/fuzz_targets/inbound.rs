@@ -13,16 +13,25 @@
 use ipsec::crypto::SecretBytes;
 use ipsec::spd::Prefix;
 use ipsec::{
-    Action, Bundle, Direction, Engine, IpcompConfig, Mode, PacketBuf, Protocol, SaConfig,
-    Selector, SpdRule, Suite, TunnelEndpoints, HEADROOM, TAILROOM,
+    Action, Bundle, Direction, Engine, IpcompConfig, Mode, PacketBuf, Protocol, SaConfig, Selector,
+    SpdRule, Suite, TunnelEndpoints, HEADROOM, TAILROOM,
 };
 use libfuzzer_sys::fuzz_target;
 
-/// (proposal, AH?): ESP suites, then AH with HMACs.
+/// (proposal, AH?): ESP suites, then AH with HMACs and AES-GMAC (RFC 4543 §4).
 const SUITES: &[(&str, bool)] = &[
-    ("aes128gcm16", false), ("aes128-sha1", false), ("null-sha256", false),
-    ("aes128gmac", false), ("chacha20poly1305", false), ("3des-md5", false),
-    ("des-sha1", false), ("null-sha1", true), ("null-sha256", true), ("null-md5", true),
+    ("aes128gcm16", false),
+    ("aes128-sha1", false),
+    ("null-sha256", false),
+    ("aes128gmac", false),
+    ("chacha20poly1305", false),
+    ("3des-md5", false),
+    ("des-sha1", false),
+    ("null-sha1", true),
+    ("null-sha256", true),
+    ("null-md5", true),
+    ("null-aes128gmac", true),
+    ("aes256-sha256", false),
 ];
 
 fn config(suite: (&str, bool), mode: Mode, dir: Direction, esn: bool, v6: bool) -> SaConfig {
@@ -31,7 +40,11 @@ fn config(suite: (&str, bool), mode: Mode, dir: Direction, esn: bool, v6: bool) 
         0x1000,
         s,
         // Distinct bytes: a 3DES key of equal thirds would be refused as single DES.
-        SecretBytes::new((0..s.encryption.key_len()).map(|i| i as u8 ^ 0x5a).collect()),
+        SecretBytes::new(
+            (0..s.encryption.key_len())
+                .map(|i| i as u8 ^ 0x5a)
+                .collect(),
+        ),
         SecretBytes::new(vec![9; s.integrity.key_len()]),
     );
     c.legacy = s.is_legacy();
@@ -40,25 +53,57 @@ fn config(suite: (&str, bool), mode: Mode, dir: Direction, esn: bool, v6: bool) 
     c.direction = dir;
     c.esn = esn;
     c.replay_window = Some(64);
-    let (a, b) = if v6 { ("2001:db8::1", "2001:db8::2") } else { ("192.0.2.1", "192.0.2.2") };
-    c.tunnel = Some(TunnelEndpoints { src: a.parse().unwrap(), dst: b.parse().unwrap() });
+    let (a, b) = if v6 {
+        ("2001:db8::1", "2001:db8::2")
+    } else {
+        ("192.0.2.1", "192.0.2.2")
+    };
+    c.tunnel = Some(TunnelEndpoints {
+        src: a.parse().unwrap(),
+        dst: b.parse().unwrap(),
+    });
     c
 }
 
 /// An engine whose one policy protects with an IPComp → ESP → AH bundle.
 fn bundle_engine(dir: Direction, v6: bool) -> Engine {
     let mut e = Engine::new();
-    let esp = e.add_sa(&config(("aes128-sha1", false), Mode::Tunnel, dir, false, v6)).unwrap();
+    let esp = e
+        .add_sa(&config(
+            ("aes128-sha1", false),
+            Mode::Tunnel,
+            dir,
+            false,
+            v6,
+        ))
+        .unwrap();
     let mut ah = config(("null-sha1", true), Mode::Tunnel, dir, false, v6);
     ah.spi = 0x2000;
     let ah = e.add_sa(&ah).unwrap();
-    let ipcomp = e.add_ipcomp(IpcompConfig { min_size: 0, ..IpcompConfig::new(0x3000) }).unwrap();
-    let b = e.add_bundle(Bundle { ipcomp: Some(ipcomp), esp, ah: Some(ah) }).unwrap();
+    let ipcomp = e
+        .add_ipcomp(IpcompConfig {
+            min_size: 0,
+            ..IpcompConfig::new(0x3000)
+        })
+        .unwrap();
+    let b = e
+        .add_bundle(Bundle {
+            ipcomp: Some(ipcomp),
+            esp,
+            ah: Some(ah),
+        })
+        .unwrap();
     let any = |v6: bool| Prefix::parse(if v6 { "::/0" } else { "0.0.0.0/0" }).unwrap();
     for inner6 in [false, true] {
         let sel = Selector::between(any(inner6), any(inner6));
-        e.spd_in.push(SpdRule { selector: sel.clone(), action: Action::ProtectBundle(b) });
-        e.spd_out.push(SpdRule { selector: sel, action: Action::ProtectBundle(b) });
+        e.spd_in.push(SpdRule {
+            selector: sel.clone(),
+            action: Action::ProtectBundle(b),
+        });
+        e.spd_out.push(SpdRule {
+            selector: sel,
+            action: Action::ProtectBundle(b),
+        });
     }
     e
 }
@@ -69,8 +114,14 @@ fn engine(c: &SaConfig) -> Engine {
     let any = |v6: bool| Prefix::parse(if v6 { "::/0" } else { "0.0.0.0/0" }).unwrap();
     for v6 in [false, true] {
         let sel = Selector::between(any(v6), any(v6));
-        e.spd_in.push(SpdRule { selector: sel.clone(), action: Action::Protect(id) });
-        e.spd_out.push(SpdRule { selector: sel, action: Action::Protect(id) });
+        e.spd_in.push(SpdRule {
+            selector: sel.clone(),
+            action: Action::Protect(id),
+        });
+        e.spd_out.push(SpdRule {
+            selector: sel,
+            action: Action::Protect(id),
+        });
     }
     e
 }
@@ -81,7 +132,11 @@ fuzz_target!(|data: &[u8]| {
     }
     let sel = data[0];
     let suite = SUITES[usize::from(sel >> 1) % SUITES.len()];
-    let mode = if sel & 0x10 != 0 { Mode::Transport } else { Mode::Tunnel };
+    let mode = if sel & 0x10 != 0 {
+        Mode::Transport
+    } else {
+        Mode::Tunnel
+    };
     let esn = sel & 0x20 != 0;
     let v6 = sel & 0x40 != 0;
     let body = &data[1..];
@@ -119,7 +174,11 @@ fuzz_target!(|data: &[u8]| {
             buf[head + at] ^= body[k] | 1;
         }
     }
-    let cut = if body[0] & 0x80 != 0 { len - usize::from(body[0] & 0x0f).min(len) } else { len };
+    let cut = if body[0] & 0x80 != 0 {
+        len - usize::from(body[0] & 0x0f).min(len)
+    } else {
+        len
+    };
     let mut p = PacketBuf::new(&mut buf, head, cut).unwrap();
     let _ = rx.inbound(&mut p);
 });

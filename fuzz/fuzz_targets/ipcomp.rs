@@ -32,7 +32,9 @@ fuzz_target!(|data: &[u8]| {
     .unwrap();
     buf[..data.len()].copy_from_slice(data);
     if let Ok(Compressed::Yes(n)) = tx.compress_payload(&mut buf, 0, data.len(), 4) {
-        let (m, nh) = rx.decompress_payload(&mut buf, 0, n).expect("our own output inflates");
+        let (m, nh) = rx
+            .decompress_payload(&mut buf, 0, n)
+            .expect("our own output inflates");
         assert_eq!(nh, 4);
         assert_eq!(&buf[..m], data);
     }

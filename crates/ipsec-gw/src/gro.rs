@@ -176,6 +176,7 @@ impl Coalescer {
                 it.segments < MAX_UDP_SEGMENTS
             }
             && ip_headers_match(pkt, head)
+            && ipv4_id_follows(pkt, head, it.segments)
             && segment_checksum_ok(pkt, s);
         if !fits {
             return false;
@@ -348,14 +349,28 @@ fn tcp_options<'a>(pkt: &'a [u8], s: &Segment) -> &'a [u8] {
 }
 
 /// The fields that must be equal for IP packets to join (as the kernel's `inet_gro_receive`
-/// and `ipv6_gro_receive` compare them): IPv4 TOS, DF and TTL; IPv6 traffic class and hop
-/// limit.
+/// and `ipv6_gro_receive` compare them): IPv4 TOS, DF and TTL; IPv6 traffic class, flow
+/// label and hop limit (the first 32-bit word whole: segmentation copies the first
+/// segment's header to every segment, so a different flow label would be lost — found by
+/// the `gro` fuzz target).
 fn ip_headers_match(a: &[u8], b: &[u8]) -> bool {
     if a[0] >> 4 == 6 {
-        a[0] == b[0] && a[1] >> 4 == b[1] >> 4 && a[7] == b[7]
+        a[..4] == b[..4] && a[7] == b[7]
     } else {
         a[1] == b[1] && a[6] >> 5 == b[6] >> 5 && a[8] == b[8]
     }
+}
+
+/// IPv4 without DF: the ID must be the first segment's plus the segments joined so far,
+/// as `inet_gro_receive` requires — segmentation numbers the segments so, and the ID of a
+/// packet that may be fragmented on its way must be kept (found by the `gro` fuzz
+/// target). With DF the ID identifies nothing (RFC 6864 §4.1) and is renumbered.
+fn ipv4_id_follows(pkt: &[u8], first: &[u8], joined: usize) -> bool {
+    if pkt[0] >> 4 != 4 || pkt[6] & 0x40 != 0 {
+        return true;
+    }
+    let id = |p: &[u8]| u16::from_be_bytes([p[4], p[5]]);
+    id(pkt) == id(first).wrapping_add(joined as u16)
 }
 
 /// Fix a joined packet's IP length (and IPv4 header checksum), UDP length, and put the
@@ -697,6 +712,53 @@ mod tests {
             2
         );
         assert_eq!(run(&mut Coalescer::new(8, true, true), &[a, c]).len(), 2);
+    }
+
+    /// Found by the `gro` fuzz target: an IPv6 flow label, and an IPv4 ID where DF is
+    /// clear, would have been lost in the cut (segmentation copies the first segment's
+    /// header and numbers IDs from it): such segments do not join, and each comes back
+    /// as it came.
+    #[test]
+    fn flow_labels_and_ids_segmentation_cannot_keep_do_not_join() {
+        let mut a6 = tcp(true, 0, 1, TCP_ACK, &data(100, 1), 0);
+        let mut b6 = tcp(true, 100, 1, TCP_ACK, &data(100, 2), 0);
+        a6[1..4].copy_from_slice(&[0x00, 0x12, 0x34]);
+        b6[1..4].copy_from_slice(&[0x00, 0x56, 0x78]); // another flow label
+        seal_checksums(&mut a6, TCP);
+        seal_checksums(&mut b6, TCP);
+        let out = run(
+            &mut Coalescer::new(8, true, true),
+            &[a6.clone(), b6.clone()],
+        );
+        assert_eq!(out.len(), 2, "different flow labels stay apart");
+        let got: Vec<Vec<u8>> = out.iter().flat_map(|o| cut(o, true).1).collect();
+        assert_eq!(got, vec![a6.clone(), b6]);
+        let mut c6 = tcp(true, 100, 1, TCP_ACK, &data(100, 2), 0);
+        c6[1..4].copy_from_slice(&[0x00, 0x12, 0x34]); // the same label: joins
+        seal_checksums(&mut c6, TCP);
+        assert_eq!(run(&mut Coalescer::new(8, true, true), &[a6, c6]).len(), 1);
+        // IPv4 without DF: IDs 7 then 9 stay apart, 7 then 8 join; with DF, 7 then 9 join.
+        let v4 = |seq: u32, id: u16, df: bool| {
+            let mut p = tcp(false, seq, 1, TCP_ACK, &data(100, 1), id);
+            if !df {
+                p[6] = 0;
+                seal_checksums(&mut p, TCP);
+            }
+            p
+        };
+        for (ids, df, writes) in [((7, 9), false, 2), ((7, 8), false, 1), ((7, 9), true, 1)] {
+            let pkts = [v4(0, ids.0, df), v4(100, ids.1, df)];
+            let out = run(&mut Coalescer::new(8, true, true), &pkts);
+            assert_eq!(out.len(), writes, "ids {ids:?} DF {df}");
+            if !df {
+                let got: Vec<Vec<u8>> = out.iter().flat_map(|o| cut(o, false).1).collect();
+                assert_eq!(
+                    got,
+                    pkts.to_vec(),
+                    "ids {ids:?}: each comes back as it came"
+                );
+            }
+        }
     }
 
     #[test]
