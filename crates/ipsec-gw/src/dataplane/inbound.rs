@@ -225,3 +225,70 @@ impl InboundPath {
         self.sink.flush(io);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ipsec::sa::Direction;
+    use ipsec::DropReason;
+
+    const CONFIG: &str = r#"
+[gateway]
+tun = "ipsec0"
+local = "192.0.2.1"
+remote = "192.0.2.2"
+routes = ["10.2.0.0/24"]
+
+[[sa]]
+name = "in"
+direction = "in"
+spi = 0x2002
+encryption = "aes128gcm16"
+enc_key = "000102030405060708090a0b0c0d0e0f10111213"
+
+[[policy]]
+direction = "in"
+src = "10.2.0.0/24"
+dst = "10.1.0.0/24"
+action = "protect"
+sa = "in"
+"#;
+
+    fn engine() -> DirEngine {
+        let cfg = crate::config::parse(CONFIG, std::path::Path::new("gw.toml")).unwrap();
+        DirEngine::build(&cfg, Direction::In, None, None).unwrap()
+    }
+
+    /// The gateway's own refusals before the engine sees a packet are named, counted
+    /// drops: a datagram from an address of the other family (a v4-mapped peer on a v6
+    /// socket) is `malformed_ip`; one that does not fit its buffer is `too_big`.
+    #[test]
+    fn what_the_gateway_refuses_is_a_named_counted_drop() {
+        let mut e = engine();
+        let mut sink = TunSink {
+            gro: Coalescer::new(4, false, false),
+            fd: -1,
+        };
+        let mut io = Io::default();
+        let mut buf = vec![0u8; 256];
+        let v6 = Arrival {
+            udp: true,
+            next: 50,
+            src: "2001:db8::2".parse().unwrap(),
+        };
+        buf[100..104].copy_from_slice(&0x2002u32.to_be_bytes());
+        let local: IpAddr = "192.0.2.1".parse().unwrap();
+        open_one(&mut e, local, (&mut buf, 100, 40), v6, &mut sink, &mut io);
+        assert_eq!(e.engine.counters.drops.get(DropReason::MalformedIp), 1);
+        let raw_v4 = Arrival {
+            udp: false,
+            next: 50,
+            src: "192.0.2.2".parse().unwrap(),
+        };
+        // 200 bytes said to start at 100 of a 256-byte buffer
+        open_one(&mut e, local, (&mut buf, 100, 200), raw_v4, &mut sink, &mut io);
+        assert_eq!(e.engine.counters.drops.get(DropReason::TooBig), 1);
+        assert_eq!(io.rx_packets, 2);
+        assert!(sink.gro.is_empty(), "nothing went towards the TUN device");
+    }
+}
