@@ -19,7 +19,9 @@
 use aws_lc_rs::constant_time::verify_slices_are_equal;
 
 use crate::buf::PacketBuf;
-use crate::constants::{proto, AH_FIXED_LEN, MAX_ICV_LEN, MAX_PACKET};
+use crate::constants::{
+    proto, AH_FIXED_LEN, IPV4_HEADER_LEN, IPV6_HEADER_LEN, MAX_ICV_LEN, MAX_PACKET,
+};
 use crate::drop::DropReason;
 use crate::esp::{
     ipsec_location, outer_header_len, rewrite_ip_header, TransportSplit, TunnelInner,
@@ -27,7 +29,7 @@ use crate::esp::{
 use crate::sa::{Mode, Sa};
 use crate::stage::Stage;
 use crate::wire::ah::AhHeader;
-use crate::wire::ip::IpPacket;
+use crate::wire::ip::{ext, opt, v4, v6, IpPacket};
 
 /// Longest IP header region (IPv6 with extension headers) AH covers here: it is zeroed
 /// in a stack copy of this size. Longer is [`DropReason::UnsupportedHeader`].
@@ -337,20 +339,21 @@ pub fn zeroed_headers<'s>(
 /// §3.3.3.1.1: DSCP/ECN, flags and fragment offset, TTL and checksum are mutable;
 /// options other than the immutable ones are zeroed whole (§3.3.3.1.1.2).
 fn zero_ipv4(h: &mut [u8]) -> Result<(), DropReason> {
-    if h.len() < 20 {
+    if h.len() < IPV4_HEADER_LEN {
         return Err(DropReason::Truncated);
     }
-    h[1] = 0;
-    h[6..9].fill(0);
-    h[10..12].fill(0);
-    let mut i = 20;
+    h[v4::TOS] = 0;
+    h[v4::FLAGS_FRAG].fill(0);
+    h[v4::TTL] = 0;
+    h[v4::CHECKSUM].fill(0);
+    let mut i = IPV4_HEADER_LEN;
     while i < h.len() {
-        let kind = h[i];
+        let kind = h[i + opt::TYPE];
         match kind {
             0 => break, // end of option list; what follows is padding
             1 => i += 1,
             _ => {
-                let len = usize::from(*h.get(i + 1).ok_or(DropReason::MalformedIp)?);
+                let len = usize::from(*h.get(i + opt::LEN).ok_or(DropReason::MalformedIp)?);
                 if len < 2 || i + len > h.len() {
                     return Err(DropReason::MalformedIp);
                 }
@@ -369,30 +372,31 @@ fn zero_ipv4(h: &mut [u8]) -> Result<(), DropReason> {
 /// RFC 8200 §4.2) is zeroed. A routing header is covered as it will arrive only when it
 /// has no segments left; otherwise the sender would have to predict it (not supported).
 fn zero_ipv6(h: &mut [u8]) -> Result<(), DropReason> {
-    if h.len() < 40 {
+    if h.len() < IPV6_HEADER_LEN {
         return Err(DropReason::Truncated);
     }
-    h[0] &= 0xf0;
-    h[1..4].fill(0);
-    h[7] = 0;
-    let mut nh = h[6];
-    let mut off = 40;
+    // version stays; traffic class and flow label go
+    let w = u32::from_be_bytes(h[v6::VER_TC_FLOW].try_into().unwrap()) & 0xf000_0000;
+    h[v6::VER_TC_FLOW].copy_from_slice(&w.to_be_bytes());
+    h[v6::HOP_LIMIT] = 0;
+    let mut nh = h[v6::NEXT_HEADER];
+    let mut off = IPV6_HEADER_LEN;
     while off < h.len() {
         if off + 8 > h.len() {
             return Err(DropReason::MalformedIp);
         }
-        let len = (usize::from(h[off + 1]) + 1) * 8;
+        let len = ext::len(&h[off..]);
         if off + len > h.len() {
             return Err(DropReason::MalformedIp);
         }
         match nh {
             proto::HOPOPT | proto::IPV6_OPTS => zero_ipv6_options(&mut h[off + 2..off + len])?,
-            proto::IPV6_ROUTE if h[off + 3] == 0 => {}
+            proto::IPV6_ROUTE if h[off + ext::ROUTING_SEGMENTS_LEFT] == 0 => {}
             proto::IPV6_ROUTE => return Err(DropReason::UnsupportedHeader),
             proto::IPV6_FRAG => return Err(DropReason::Fragment),
             _ => return Err(DropReason::MalformedIp),
         }
-        nh = h[off];
+        nh = h[off + ext::NEXT_HEADER];
         off += len;
     }
     Ok(())
@@ -401,12 +405,12 @@ fn zero_ipv6(h: &mut [u8]) -> Result<(), DropReason> {
 fn zero_ipv6_options(opts: &mut [u8]) -> Result<(), DropReason> {
     let mut i = 0;
     while i < opts.len() {
-        let kind = opts[i];
+        let kind = opts[i + opt::TYPE];
         if kind == 0 {
             i += 1; // Pad1
             continue;
         }
-        let len = usize::from(*opts.get(i + 1).ok_or(DropReason::MalformedIp)?);
+        let len = usize::from(*opts.get(i + opt::LEN).ok_or(DropReason::MalformedIp)?);
         if i + 2 + len > opts.len() {
             return Err(DropReason::MalformedIp);
         }

@@ -15,7 +15,7 @@ use crate::crypto::state::IvSource;
 use crate::drop::DropReason;
 use crate::sa::Sa;
 use crate::stage::Stage;
-use crate::wire::esp::EspHeader;
+use crate::wire::esp::{read_trailer, write_trailer, EspHeader};
 use crate::wire::ip::{IpPacket, Ipv4Header, Ipv6Header};
 pub use crate::wire::locate::{esp_location, ipsec_location, EspLocation};
 pub(crate) use crate::wire::locate::{
@@ -59,13 +59,7 @@ impl Sa {
         h.set_spi(self.spi);
         h.set_seq(seq as u32);
         let t = self.stages.stop(Stage::Header, t);
-        // RFC 4303 §2.4: padding bytes are 1, 2, 3, …, then pad length and next header.
-        let trailer = &mut buf[payload_at + payload_len..ct_end];
-        for (i, b) in trailer[..pad].iter_mut().enumerate() {
-            *b = (i + 1) as u8;
-        }
-        trailer[pad] = pad as u8;
-        trailer[pad + 1] = next_header;
+        write_trailer(&mut buf[payload_at + payload_len..ct_end], next_header);
         self.stages.stop(Stage::Padding, t);
         let st = &mut self.stages;
         self.keys
@@ -116,20 +110,8 @@ impl Sa {
         let t = self.stages.stop(Stage::ReplayUpdate, t);
         let payload_at = esp_at + ESP_HEADER_LEN + iv_len;
         let ct_end = end - icv_len;
-        let next_header = buf[ct_end - 1];
-        let pad = usize::from(buf[ct_end - 2]);
-        if pad + ESP_TRAILER_LEN > ct_end - payload_at {
-            return Err(DropReason::BadPadding);
-        }
-        let payload_end = ct_end - ESP_TRAILER_LEN - pad;
-        // RFC 4303 §2.4: the receiver checks the default padding 1, 2, 3, ….
-        if buf[payload_end..payload_end + pad]
-            .iter()
-            .enumerate()
-            .any(|(i, b)| *b != (i + 1) as u8)
-        {
-            return Err(DropReason::BadPadding);
-        }
+        let (payload_len, next_header) = read_trailer(&buf[payload_at..ct_end])?;
+        let payload_end = payload_at + payload_len;
         self.stages.stop(Stage::Padding, t);
         self.counters.packets += 1;
         self.counters.bytes += (payload_end - payload_at) as u64;
@@ -293,7 +275,7 @@ impl Sa {
             proto::IPV4 | proto::IPV6 => {
                 let inner = IpPacket::parse(payload).map_err(|_| DropReason::MalformedInner)?;
                 let want = if o.next_header == proto::IPV4 { 4 } else { 6 };
-                if payload[0] >> 4 != want {
+                if !matches!((&inner, want), (IpPacket::V4(_), 4) | (IpPacket::V6(_), 6)) {
                     return Err(DropReason::MalformedInner);
                 }
                 // Any bytes after the inner packet are TFC padding (RFC 4303 §2.7).

@@ -286,7 +286,14 @@ sa = "in"
             src: "192.0.2.2".parse().unwrap(),
         };
         // 200 bytes said to start at 100 of a 256-byte buffer
-        open_one(&mut e, local, (&mut buf, 100, 200), raw_v4, &mut sink, &mut io);
+        open_one(
+            &mut e,
+            local,
+            (&mut buf, 100, 200),
+            raw_v4,
+            &mut sink,
+            &mut io,
+        );
         assert_eq!(e.engine.counters.drops.get(DropReason::TooBig), 1);
         assert_eq!(io.rx_packets, 2);
         assert!(sink.gro.is_empty(), "nothing went towards the TUN device");

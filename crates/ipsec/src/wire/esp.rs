@@ -1,6 +1,6 @@
 //! The ESP header (RFC 4303 §2): SPI and sequence number, then the payload.
 
-use crate::constants::ESP_HEADER_LEN;
+use crate::constants::{ESP_HEADER_LEN, ESP_TRAILER_LEN};
 use crate::drop::DropReason;
 
 mod field {
@@ -42,4 +42,40 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> EspHeader<T> {
 /// Read the SPI of an ESP packet without building a view (used for SAD lookup).
 pub fn peek_spi(esp: &[u8]) -> Result<u32, DropReason> {
     Ok(EspHeader::new_checked(esp)?.spi())
+}
+
+/// Write the ESP trailer (RFC 4303 §2.4–2.6) into `t`, the bytes after the payload up to
+/// the ICV: the default padding 1, 2, 3, … (`t.len() - 2` bytes of it), the pad length,
+/// the next header.
+pub fn write_trailer(t: &mut [u8], next_header: u8) {
+    let pad = t.len() - ESP_TRAILER_LEN;
+    for (i, b) in t[..pad].iter_mut().enumerate() {
+        *b = (i + 1) as u8;
+    }
+    t[pad] = pad as u8;
+    t[pad + 1] = next_header;
+}
+
+/// Read the trailer at the end of `plain` (a decrypted payload with its padding, pad
+/// length and next header): the payload's length and the next header. The padding must
+/// be the default 1, 2, 3, … (RFC 4303 §2.4: the receiver checks it when the sender
+/// used the default) and fit: otherwise [`DropReason::BadPadding`].
+pub fn read_trailer(plain: &[u8]) -> Result<(usize, u8), DropReason> {
+    let n = plain.len();
+    if n < ESP_TRAILER_LEN {
+        return Err(DropReason::BadPadding);
+    }
+    let (next_header, pad) = (plain[n - 1], usize::from(plain[n - 2]));
+    if pad + ESP_TRAILER_LEN > n {
+        return Err(DropReason::BadPadding);
+    }
+    let payload = n - ESP_TRAILER_LEN - pad;
+    if plain[payload..payload + pad]
+        .iter()
+        .enumerate()
+        .any(|(i, b)| *b != (i + 1) as u8)
+    {
+        return Err(DropReason::BadPadding);
+    }
+    Ok((payload, next_header))
 }

@@ -7,7 +7,8 @@ use crate::constants::{proto, IPV4_HEADER_LEN, IPV6_HEADER_LEN};
 use crate::drop::DropReason;
 use crate::wire::checksum;
 
-mod v4 {
+/// IPv4 header fields (RFC 791 §3.1).
+pub(crate) mod v4 {
     use core::ops::Range;
     pub const VER_IHL: usize = 0;
     pub const TOS: usize = 1;
@@ -21,7 +22,8 @@ mod v4 {
     pub const DST: Range<usize> = 16..20;
 }
 
-mod v6 {
+/// IPv6 header fields (RFC 8200 §3).
+pub(crate) mod v6 {
     use core::ops::Range;
     pub const VER_TC_FLOW: Range<usize> = 0..4;
     pub const PAYLOAD_LEN: Range<usize> = 4..6;
@@ -29,6 +31,26 @@ mod v6 {
     pub const HOP_LIMIT: usize = 7;
     pub const SRC: Range<usize> = 8..24;
     pub const DST: Range<usize> = 24..40;
+}
+
+/// Fields of an IPv6 extension header (RFC 8200 §4): every one starts with next header
+/// and length (in 8-byte units, not counting the first 8); a routing header's fourth
+/// byte is segments left.
+pub(crate) mod ext {
+    pub const NEXT_HEADER: usize = 0;
+    pub const LEN: usize = 1;
+    pub const ROUTING_SEGMENTS_LEFT: usize = 3;
+    /// The length in bytes of the extension header starting at `h[0]`.
+    pub fn len(h: &[u8]) -> usize {
+        (usize::from(h[LEN]) + 1) * 8
+    }
+}
+
+/// Fields of an IPv4 option (RFC 791 §3.1) and of an IPv6 option (RFC 8200 §4.2): type
+/// then length, except the one-byte IPv4 end-of-list and no-op.
+pub(crate) mod opt {
+    pub const TYPE: usize = 0;
+    pub const LEN: usize = 1;
 }
 
 /// IPv4 "don't fragment" flag in the flags/fragment-offset word.
@@ -270,8 +292,9 @@ pub fn ipv6_split(pkt: &[u8], until: Option<u8>) -> Result<V6Split, DropReason> 
                 next_header: nh,
             });
         }
-        let follows_routing =
-            nh == proto::IPV6_OPTS && off + 2 <= end && pkt[off] == proto::IPV6_ROUTE;
+        let follows_routing = nh == proto::IPV6_OPTS
+            && off + 2 <= end
+            && pkt[off + ext::NEXT_HEADER] == proto::IPV6_ROUTE;
         let skip = matches!(nh, proto::HOPOPT | proto::IPV6_ROUTE)
             || follows_routing
             || (until.is_some() && nh == proto::IPV6_OPTS);
@@ -285,12 +308,12 @@ pub fn ipv6_split(pkt: &[u8], until: Option<u8>) -> Result<V6Split, DropReason> 
         if off + 8 > end {
             return Err(DropReason::Truncated);
         }
-        let len = (usize::from(pkt[off + 1]) + 1) * 8;
+        let len = ext::len(&pkt[off..]);
         if off + len > end {
             return Err(DropReason::Truncated);
         }
         nh_at = off;
-        nh = pkt[off];
+        nh = pkt[off + ext::NEXT_HEADER];
         off += len;
     }
     Err(DropReason::MalformedIp)
