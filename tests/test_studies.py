@@ -561,3 +561,15 @@ def test_study4_findings_within_noise_are_marked_and_read_apart() -> None:
     (line,) = report.reading([an])
     assert "may differ between runs: " in line and "transactions (HTTP)" in line.split(
         "may differ between runs: ")[1]  # fmt: skip
+
+
+def test_chain_noise_names_the_steps_repetitions_do_not_tell_apart() -> None:
+    from ipsec_lab.studies import chain_noise
+
+    names = ["a", "b", "c"]
+    # a → b: 10 ± ~1.4 apart (resolved); b → c: 0.5 apart with a spread of ~2 (not)
+    note = chain_noise([[10.0, 10.5], [20.0, 21.0], [19.0, 22.5]], names, "µs/kB")
+    assert note.startswith("within noise: b → c")
+    assert "a → b" not in note
+    assert chain_noise([[10.0, 10.2], [20.0, 20.2], [30.0, 30.1]], names, "µs/kB") == ""
+    assert "cannot be judged" in chain_noise([[10.0], [20.0], [30.0]], names, "µs/kB")

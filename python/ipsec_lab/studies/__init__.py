@@ -185,6 +185,30 @@ def chain(vals: list[float | None], reverse: bool = False, digits: int = 3) -> t
     return text, WEAKER if good * 2 > steps else REVERSED
 
 
+def chain_noise(samples: list[list[float]], names: list[str], unit: str) -> str:
+    """The steps of an order finding ("a < b < c") that this run's own repetitions do not
+    tell apart: neighbours whose means differ by less than two standard errors of that
+    difference (Welch). Empty when every step is resolved; says so when a value has a
+    single measurement (its noise cannot be judged)."""
+    flagged, single = [], False
+    for a, b, na, nb in zip(samples, samples[1:], names, names[1:], strict=False):
+        if len(a) < 2 or len(b) < 2:
+            single = True
+            continue
+        se = math.sqrt(statistics.variance(a) / len(a) + statistics.variance(b) / len(b))
+        d = statistics.mean(b) - statistics.mean(a)
+        if abs(d) < 2 * se:
+            flagged.append(f"{na} → {nb} {d:+.1f} ± {2 * se:.1f} {unit}")
+    if flagged:
+        return (
+            "within noise: " + "; ".join(flagged) + " (2 standard errors over the "
+            "repetitions); the verdict may differ between runs"
+        )
+    if single:
+        return "one measurement per configuration: the steps' noise cannot be judged"
+    return ""
+
+
 def fmt(v: float | None, digits: int = 3) -> str:
     if v is None or not math.isfinite(v):
         return "—"
