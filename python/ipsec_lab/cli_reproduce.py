@@ -44,6 +44,10 @@ def _reproduce(args: argparse.Namespace) -> int:
     from ipsec_lab.cli_lab import run_with_progress
     from ipsec_lab.testbed.build import LabError, require_root
 
+    if args.vm:
+        from ipsec_lab.cli_lab import in_vm
+
+        return in_vm(args, "reproduce")
     which = list(studies.NAMES) if args.study == "all" else [args.study]
     backends = _backends(args)
     if isinstance(backends, str):
@@ -208,6 +212,9 @@ def add_parsers(sub: Any) -> None:
     r.add_argument("--no-report", action="store_true", help="only run; write no report")
     r.add_argument("--json", action="store_true",
                    help="print the campaigns, timings and report path as JSON")  # fmt: skip
+    from ipsec_lab.cli_lab import add_vm_arguments
+
+    add_vm_arguments(r)
     r.set_defaults(func=_reproduce)
     p = sub.add_parser(
         "report",

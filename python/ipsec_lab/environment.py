@@ -63,4 +63,6 @@ def describe() -> dict[str, object]:
         "python": platform.python_version(),
         "ipsec_lab": __version__,
         "git": git_revision(),
+        # set by `--vm`: "kvm|tcg, kernel …" — TCG figures are emulated
+        "vm": os.environ.get("IPSEC_LAB_VM"),
     }

@@ -1,39 +1,238 @@
-"""The Linux kernel's IPsec (xfrm), when the kernel has it.
+"""The Linux kernel's IPsec (xfrm), keyed by hand: states and policies made fresh per run
+with `ip xfrm`, in each IPsec node of the testbed.
+
+What it installs, per tunnel and direction (RFC 4301 §4.4: an SPD entry and the SAs of
+the SAD it points to):
+
+- an SA per layer — ESP, AH, IPComp (DEFLATE, CPI 2) — with keys drawn fresh for the run
+  (the same key lengths as `ours`: AES-GCM, GMAC and ChaCha20-Poly1305 keys carry their
+  4-byte salt), a 32-packet replay window (the largest the kernel takes without ESN);
+- output, input and (on gateways, for forwarded traffic) forward policies whose
+  templates list the layers innermost first, as strongSwan installs them: a bundle's
+  innermost layer is in tunnel mode and builds the outer header, the layers outside it
+  are in transport mode (IPComp tunnel + ESP transport gives IP / ESP / IPComp / inner,
+  the same packets as ours). Inbound IPComp templates are optional (`level use`): a
+  datagram too small to compress arrives without IPComp (RFC 3173 §2.2).
+
+The commands go to the kernel through `ip -batch` from a file only root can read, so the
+keys never appear in a command line, `commands.log` or a process list; the file is the
+run's record of exactly what was installed (`ip -n NODE -batch FILE` replays it).
 
 Detection adds one ESP state in a scratch namespace: a kernel without ESP answers
-"Requested type not found" (as this project's development machines do).
+"Requested type not found" (as this project's development machines do); each layer's
+module is probed so.
 """
 
 from __future__ import annotations
 
 import functools
 import platform
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
 
 from ipsec_lab.backends import Processless, Unsupported
-from ipsec_lab.testbed.build import probe
+from ipsec_lab.backends.ours import ENC_KEY, INTEG_KEY, IPCOMP_CPI, SPI, Layer, Layers, layers
+from ipsec_lab.testbed import Tunnel
+from ipsec_lab.testbed.build import Testbed, probe
+
+# ours' algorithm names -> the kernel's (crypto API) names
+AEAD = {
+    "aes128gcm16": "rfc4106(gcm(aes))",
+    "aes256gcm16": "rfc4106(gcm(aes))",
+    "chacha20poly1305": "rfc7539esp(chacha20,poly1305)",
+    "aes128gmac": "rfc4543(gcm(aes))",
+    "aes256gmac": "rfc4543(gcm(aes))",
+}
+CIPHER = {
+    "null": "ecb(cipher_null)",
+    "aes128": "cbc(aes)",
+    "aes192": "cbc(aes)",
+    "aes256": "cbc(aes)",
+    "3des": "cbc(des3_ede)",
+    "des": "cbc(des)",
+}
+# (kernel name, truncated ICV bits): RFC 2403/2404 96, RFC 4868 half the hash
+AUTH = {
+    "md5": ("hmac(md5)", 96),
+    "sha1": ("hmac(sha1)", 96),
+    "sha256": ("hmac(sha256)", 128),
+    "sha384": ("hmac(sha384)", 192),
+    "sha512": ("hmac(sha512)", 256),
+}
+REPLAY_WINDOW = 32
+# Probe states: a throwaway key of the right length for each kind of SA
+_PROBES = {
+    "esp": ["proto", "esp", "spi", "0x100", "mode", "tunnel",
+            "aead", "rfc4106(gcm(aes))", "0x" + "11" * 20, "128"],
+    "ah": ["proto", "ah", "spi", "0x101", "mode", "tunnel",
+           "auth-trunc", "hmac(sha1)", "0x" + "22" * 20, "96"],
+    "comp": ["proto", "comp", "spi", "0x102", "mode", "tunnel", "comp", "deflate"],
+}  # fmt: skip
 
 
 @functools.cache
-def kernel_has_esp() -> tuple[bool, str]:
-    """Probed once per process."""
+def kernel_has(kind: str) -> tuple[bool, str]:
+    """Whether the kernel's xfrm has `kind` (esp, ah, comp); probed once per process."""
     return probe(
-        "xfrmprobe",
+        f"xfrm{kind}",
         [],
-        ["ip", "xfrm", "state", "add", "src", "192.0.2.1", "dst", "192.0.2.2", "proto", "esp",
-         "spi", "0x100", "mode", "tunnel", "aead", "rfc4106(gcm(aes))", "0x" + "11" * 20, "128"],
-    )  # fmt: skip
+        ["ip", "xfrm", "state", "add", "src", "192.0.2.1", "dst", "192.0.2.2", *_PROBES[kind]],
+    )
+
+
+def kernel_has_esp() -> tuple[bool, str]:
+    return kernel_has("esp")
+
+
+def unsupported_by_kernel_xfrm(ls: Layers) -> str | None:
+    """Why the kernel cannot run these layers at all (whatever its modules), or None."""
+    if ls.ah and ls.ah.integrity not in AUTH:
+        return f"the kernel has no AH with {ls.ah.integrity} (RFC 4543 AH-GMAC is not in Linux)"
+    if ls.esp and ls.esp.encryption not in AEAD and ls.esp.encryption not in CIPHER:
+        return f"the kernel has no ESP encryption {ls.esp.encryption}"
+    if ls.esp and ls.esp.integrity not in AUTH and ls.esp.integrity != "null":
+        return f"the kernel has no ESP integrity {ls.esp.integrity}"
+    return None
+
+
+@dataclass(frozen=True)
+class Keys:
+    """Fresh keys of one tunnel: (protocol, "lr"|"rl") -> (encryption hex, integrity hex)."""
+
+    keys: dict[tuple[str, str], tuple[str, str]]
+
+    @staticmethod
+    def fresh(ls: Layers) -> Keys:
+        return Keys({
+            (x.protocol, d): (
+                secrets.token_hex(ENC_KEY[x.encryption]),
+                secrets.token_hex(INTEG_KEY[x.integrity]),
+            )
+            for x in ls.sas()
+            for d in ("lr", "rl")
+        })  # fmt: skip
+
+
+def _algorithms(x: Layer, enc: str, integ: str) -> list[str]:
+    """The `ip xfrm state` algorithm arguments of one ESP or AH layer."""
+    if x.protocol == "ah":
+        name, bits = AUTH[x.integrity]
+        return ["auth-trunc", name, f"0x{integ}", str(bits)]
+    if x.encryption in AEAD:
+        return ["aead", AEAD[x.encryption], f"0x{enc}", "128"]  # 16-byte ICV, never cut
+    args = ["enc", CIPHER[x.encryption], f"0x{enc}" if enc else '""']
+    if x.integrity != "null":
+        name, bits = AUTH[x.integrity]
+        args += ["auth-trunc", name, f"0x{integ}", str(bits)]
+    return args
+
+
+def _plain(prefix: str) -> str:
+    return prefix.split("/")[0]
+
+
+def commands(node: str, tunnel: Tunnel, ls: Layers, keys: Keys, forward: bool) -> list[str]:
+    """The `ip -batch` lines (`xfrm …`) for `node`'s end of `tunnel`: its SAs both ways and its
+    policies (out; in, and fwd when it forwards for a subnet). Host-to-host tunnels (the
+    selectors are the hosts' own /32s) use transport mode unless the layers are a bundle
+    with IPComp (IPComp's tunnel mode then carries the packet)."""
+    left = tunnel.left == node
+    me, peer = (
+        (tunnel.left_outer, tunnel.right_outer) if left else (tunnel.right_outer, tunnel.left_outer)
+    )
+    me, peer = _plain(me), _plain(peer)
+    mine, theirs = (tunnel.left_ts, tunnel.right_ts) if left else (tunnel.right_ts, tunnel.left_ts)
+    way = {"out": "lr" if left else "rl", "in": "rl" if left else "lr"}
+    host_to_host = tunnel.left_ts.endswith("/32") and not ls.ipcomp
+    # Innermost first: IPComp, ESP, AH. The innermost builds the outer header (tunnel
+    # mode); those outside it are transport mode (RFC 4301 §4.5 bundles).
+    stack: list[tuple[str, Layer | None]] = []
+    if ls.ipcomp:
+        stack.append(("comp", None))
+    if ls.esp:
+        stack.append(("esp", ls.esp))
+    if ls.ah:
+        stack.append(("ah", ls.ah))
+    mode = ["transport" if host_to_host or i else "tunnel" for i in range(len(stack))]
+    lines: list[str] = []
+    for direction in ("out", "in"):
+        src, dst = (me, peer) if direction == "out" else (peer, me)
+        for (proto, x), m in zip(stack, mode, strict=True):
+            head = f"xfrm state add src {src} dst {dst}"
+            if x is None:
+                lines.append(f"{head} proto comp spi {IPCOMP_CPI} mode {m} comp deflate")
+                continue
+            enc, integ = keys.keys[(proto, way[direction])]
+            spi = SPI[(proto, way[direction])]
+            algs = " ".join(_algorithms(x, enc, integ))
+            lines.append(
+                f"{head} proto {proto} spi {spi:#x} mode {m} replay-window {REPLAY_WINDOW} {algs}"
+            )
+    dirs = [("out", mine, theirs, me, peer), ("in", theirs, mine, peer, me)]
+    if forward:
+        dirs.append(("fwd", theirs, mine, peer, me))
+    for d, src, dst, tsrc, tdst in dirs:
+        tmpls = []
+        for (proto, _), m in zip(stack, mode, strict=True):
+            t = f"tmpl src {tsrc} dst {tdst} proto {proto} mode {m}"
+            if proto == "comp":
+                t += f" spi {IPCOMP_CPI}"
+                if d != "out":
+                    t += " level use"
+            tmpls.append(t)
+        lines.append(f"xfrm policy add dir {d} src {src} dst {dst} " + " ".join(tmpls))
+    return lines
 
 
 class Xfrm(Processless):
     name = "xfrm"
 
+    def __init__(self) -> None:
+        self.nodes: list[str] = []
+
     def check(self, configuration: str) -> None:
-        ok, why = kernel_has_esp()
-        if not ok:
-            raise Unsupported(f"this kernel ({platform.release()}) has no ESP in xfrm: {why}")
-        raise Unsupported(
-            "the kernel has ESP, but configuring xfrm states from the lab is not built yet"
-        )
+        ls = layers(configuration)
+        why = unsupported_by_kernel_xfrm(ls)
+        if why:
+            raise Unsupported(why)
+        kinds = ["esp"] * bool(ls.esp) + ["ah"] * bool(ls.ah) + ["comp"] * ls.ipcomp
+        for kind in kinds:
+            ok, said = kernel_has(kind)
+            if not ok:
+                raise Unsupported(
+                    f"this kernel ({platform.release()}) has no {kind.upper()} in xfrm "
+                    f"({said or 'refused'}): run the lab on a kernel that has it, e.g. "
+                    "Debian's linux-image-amd64"
+                )
+
+    def start(self, tb: Testbed, configuration: str) -> None:
+        self.check(configuration)
+        ls = layers(configuration)
+        d = tb.rundir / "xfrm"
+        d.mkdir(parents=True, exist_ok=True)
+        d.chmod(0o700)
+        for i, t in enumerate(tb.topo.tunnels):
+            keys = Keys.fresh(ls)
+            for node in (t.left, t.right):
+                lines = commands(node, t, ls, keys, forward=node in tb.topo.forwarding)
+                batch = d / f"{node}-t{i}.ip"
+                batch.touch(mode=0o600)
+                batch.write_text("\n".join(lines) + "\n")
+                tb.run(node, ["ip", "-batch", str(batch)])
+                if node not in self.nodes:
+                    self.nodes.append(node)
+
+    def stop(self, tb: Testbed) -> None:
+        for node in self.nodes:
+            tb.run(node, ["ip", "xfrm", "policy", "flush"], check=False)
+            tb.run(node, ["ip", "xfrm", "state", "flush"], check=False)
+        self.nodes.clear()
 
     def version(self) -> str:
         return f"Linux {platform.release()} xfrm"
+
+
+def batch_files(rundir: Path) -> list[Path]:
+    """The `ip -batch` files a run installed (its record of states and policies)."""
+    return sorted((rundir / "xfrm").glob("*.ip"))

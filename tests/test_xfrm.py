@@ -1,0 +1,117 @@
+"""The `xfrm` backend's command lines (host side: this machine's kernel has no ESP, so
+what the kernel does with them is checked in the VM tests): algorithms and key lengths
+as the kernel's crypto API names them, bundle templates innermost first with the right
+modes, host-to-host transport mode, forward policies only on gateways, fresh keys shared
+by the two ends of a tunnel, and what the kernel cannot do refused with why."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from ipsec_lab.backends import Unsupported
+from ipsec_lab.backends.ours import layers
+from ipsec_lab.backends.xfrm import Keys, Xfrm, commands, kernel_has
+from ipsec_lab.testbed import Tunnel
+
+GATEWAYS = Tunnel("gwA", "gwB", "192.0.2.1/24", "192.0.2.2/24", "10.1.0.0/24", "10.2.0.0/24")
+HOSTS = Tunnel("hA", "hB", "192.0.2.1/24", "192.0.2.2/24", "192.0.2.1/32", "192.0.2.2/32")
+
+
+def lines(configuration: str, node: str = "gwA", t: Tunnel = GATEWAYS, fwd: bool = True):
+    ls = layers(configuration)
+    keys = Keys.fresh(ls)
+    return commands(node, t, ls, keys, forward=fwd), keys
+
+
+def states(ls: list[str]) -> list[str]:
+    return [x for x in ls if x.startswith("xfrm state add")]
+
+
+def policies(ls: list[str]) -> list[str]:
+    return [x for x in ls if x.startswith("xfrm policy add")]
+
+
+@pytest.mark.parametrize(
+    "configuration, algo, key_hex, icv_bits",
+    [
+        ("esp:aes128gcm16", "aead rfc4106(gcm(aes))", 40, "128"),
+        ("esp:aes256gcm16", "aead rfc4106(gcm(aes))", 72, "128"),
+        ("esp:chacha20poly1305", "aead rfc7539esp(chacha20,poly1305)", 72, "128"),
+        ("esp:aes128gmac", "aead rfc4543(gcm(aes))", 40, "128"),
+        ("esp:aes128-sha1", "auth-trunc hmac(sha1)", 40, "96"),
+        ("esp:aes256-sha256", "auth-trunc hmac(sha256)", 64, "128"),
+        ("esp:aes256-sha512", "auth-trunc hmac(sha512)", 128, "256"),
+        ("esp:3des-md5", "auth-trunc hmac(md5)", 32, "96"),
+        ("ah:sha384", "auth-trunc hmac(sha384)", 96, "192"),
+    ],
+)
+def test_algorithms_and_key_lengths(
+    configuration: str, algo: str, key_hex: int, icv_bits: str
+) -> None:
+    out, _ = lines(configuration)
+    for s in states(out):
+        m = re.search(re.escape(algo) + r" 0x([0-9a-f]+) (\d+)", s)
+        assert m, s
+        assert len(m.group(1)) == key_hex and m.group(2) == icv_bits, s
+        assert "replay-window 32" in s
+    assert len(states(out)) == 2 and len(policies(out)) == 3
+
+
+def test_cbc_and_null_encryption() -> None:
+    out, _ = lines("esp:aes192-sha1")
+    assert all(re.search(r"enc cbc\(aes\) 0x[0-9a-f]{48} auth-trunc", s) for s in states(out))
+    out, _ = lines("esp:null-sha256")
+    assert all('enc ecb(cipher_null) "" auth-trunc hmac(sha256)' in s for s in states(out))
+    out, _ = lines("esp:des-sha1")
+    assert all(re.search(r"enc cbc\(des\) 0x[0-9a-f]{16} ", s) for s in states(out))
+
+
+def test_bundles_list_templates_innermost_first() -> None:
+    out, _ = lines("ah:sha1+esp:aes128")
+    pol = policies(out)
+    for p in pol:
+        esp, ah = p.index("proto esp mode tunnel"), p.index("proto ah mode transport")
+        assert esp < ah, p  # ESP (tunnel, builds the outer header) inside AH
+    out, _ = lines("ipcomp+esp:aes128-sha1")
+    st = states(out)
+    assert sum("proto comp spi 2 mode tunnel comp deflate" in s for s in st) == 2
+    assert sum("proto esp" in s and "mode transport" in s for s in st) == 2
+    for p in policies(out):
+        comp, esp = p.index("proto comp mode tunnel spi 2"), p.index("proto esp mode transport")
+        assert comp < esp, p
+        # inbound, IPComp may be absent (too small to compress, RFC 3173 §2.2)
+        assert ("level use" in p) == (" dir out " not in p), p
+
+
+def test_host_to_host_is_transport_mode_and_gateways_forward() -> None:
+    out, _ = lines("esp:aes128gcm16", "hA", HOSTS, fwd=False)
+    assert all("mode transport" in x for x in out if "mode" in x)
+    assert [p.split(" src ")[0] for p in policies(out)] == [
+        "xfrm policy add dir out", "xfrm policy add dir in",
+    ]  # fmt: skip
+    assert "src 192.0.2.1/32 dst 192.0.2.2/32" in policies(out)[0]
+    out, _ = lines("esp:aes128gcm16")
+    assert "xfrm policy add dir fwd src 10.2.0.0/24 dst 10.1.0.0/24" in policies(out)[2]
+
+
+def test_both_ends_share_a_tunnels_fresh_keys() -> None:
+    ls = layers("esp:aes128-sha1")
+    keys = Keys.fresh(ls)
+    a = states(commands("gwA", GATEWAYS, ls, keys, True))
+    b = states(commands("gwB", GATEWAYS, ls, keys, True))
+    # gwA's outbound SA (SPI 0x1001, A -> B) is gwB's inbound one, keys and all
+    a_out = next(s for s in a if "spi 0x1001" in s)
+    b_in = next(s for s in b if "spi 0x1001" in s)
+    assert a_out == b_in and "src 192.0.2.1 dst 192.0.2.2" in a_out
+    assert Keys.fresh(ls).keys != keys.keys  # drawn fresh each time
+
+
+def test_what_the_kernel_cannot_do_is_refused_with_why() -> None:
+    with pytest.raises(Unsupported, match="AH-GMAC is not in Linux"):
+        Xfrm().check("ah:aes128gmac")
+    ok, _ = kernel_has("esp")
+    if not ok:  # this machine's kernel: no ESP; say what to do
+        with pytest.raises(Unsupported, match=r"has no ESP in xfrm.*linux-image-amd64"):
+            Xfrm().check("esp:aes128gcm16")
