@@ -215,7 +215,8 @@ def test_study3_cycles_per_byte_and_the_mhz_table() -> None:
 
 def _study4_runs(slow_time: float) -> list[dict[str, Any]]:
     out = []
-    for b, cfg in (("none", "none"), ("ours", "esp:3des-sha1")):
+    # two IPsec configurations: three or more slow-fast pairs per finding, as the lab has
+    for b, cfg in (("none", "none"), ("ours", "esp:3des-sha1"), ("ours", "esp:aes128-sha1")):
         for client in ("fast", "slow"):
             for app in ("http", "smtp"):
                 for size, (wire, secs) in {"1KB": (1000, 0.01), "10MB": (1e7, 8.0)}.items():
@@ -539,7 +540,7 @@ def test_paired_noise_says_when_a_difference_is_within_two_standard_errors() -> 
     assert m == -2.5 and note.startswith("within noise: -2.5 ±")
     m, note = studies.paired_noise([9.0, 11.0, 10.0, 10.5])
     assert m == 10.125 and note == ""  # a clear effect
-    assert "cannot be judged" in studies.paired_noise([4.0])[1]
+    assert "too few to judge" in studies.paired_noise([4.0])[1]
 
 
 def test_study4_findings_within_noise_are_marked_and_read_apart() -> None:
@@ -573,3 +574,23 @@ def test_chain_noise_names_the_steps_repetitions_do_not_tell_apart() -> None:
     assert "a → b" not in note
     assert chain_noise([[10.0, 10.2], [20.0, 20.2], [30.0, 30.1]], names, "µs/kB") == ""
     assert "cannot be judged" in chain_noise([[10.0], [20.0], [30.0]], names, "µs/kB")
+
+
+def test_few_repetitions_widen_the_noise_interval() -> None:
+    """Two repetitions give a 95 % factor of 12.7 standard errors, not 2: a difference
+    of 3 standard errors is within noise with two, resolved with twenty."""
+    from ipsec_lab.studies import paired_noise, ratio_noise, ratio_verdict, t975
+
+    assert t975(1) == 12.71 and t975(4) == 2.78 and t975(100) == 1.96
+    three = [1.0, 3.0, 2.0]  # mean 2, standard error 0.58: ± 2.5 at 95 %
+    assert "within noise" in paired_noise(three)[1]
+    assert "too few to judge" in paired_noise([1.0, 1.1])[1]  # agreeing, but only two
+    many = [1.0, 3.0] * 10  # mean 2, standard error ~0.23
+    assert paired_noise(many)[1] == ""
+    # a ratio of ~1.0 against a published 1.66: "reversed" or not depends on the noise
+    pub = 1.66
+    noisy = ratio_noise([10.0, 12.0], [10.5, 11.0], lambda x: ratio_verdict(x, pub))
+    assert noisy.startswith("within noise:")
+    tight = ratio_noise([20.0, 20.1, 19.9], [10.0, 10.05, 9.95], lambda x: ratio_verdict(x, pub))
+    assert tight == ""
+    assert "cannot be judged" in ratio_noise([1.0], [2.0], lambda x: "holds")

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from types import ModuleType
 from typing import Any
@@ -185,23 +186,39 @@ def chain(vals: list[float | None], reverse: bool = False, digits: int = 3) -> t
     return text, WEAKER if good * 2 > steps else REVERSED
 
 
+# Student's t, two-sided 95 % (t_0.975) by degrees of freedom: with a handful of
+# repetitions the interval is far wider than 2 standard errors (12.7 x for two).
+_T975 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26,
+         10: 2.23, 12: 2.18, 15: 2.13, 20: 2.09, 30: 2.04}  # fmt: skip
+
+
+def t975(df: int) -> float:
+    """The 95 % two-sided Student t factor for `df` degrees of freedom (df ≥ 1)."""
+    for k in sorted(_T975):
+        if df <= k:
+            return _T975[k]
+    return 1.96
+
+
 def chain_noise(samples: list[list[float]], names: list[str], unit: str) -> str:
     """The steps of an order finding ("a < b < c") that this run's own repetitions do not
-    tell apart: neighbours whose means differ by less than two standard errors of that
-    difference (Welch). Empty when every step is resolved; says so when a value has a
-    single measurement (its noise cannot be judged)."""
+    tell apart: neighbours whose means differ by less than the 95 % interval of that
+    difference (Welch's standard error, Student's t with the smaller sample's degrees of
+    freedom — conservative for few repetitions). Empty when every step is resolved; says
+    so when a value has a single measurement (its noise cannot be judged)."""
     flagged, single = [], False
     for a, b, na, nb in zip(samples, samples[1:], names, names[1:], strict=False):
         if len(a) < 2 or len(b) < 2:
             single = True
             continue
         se = math.sqrt(statistics.variance(a) / len(a) + statistics.variance(b) / len(b))
+        half = t975(min(len(a), len(b)) - 1) * se
         d = statistics.mean(b) - statistics.mean(a)
-        if abs(d) < 2 * se:
-            flagged.append(f"{na} → {nb} {d:+.1f} ± {2 * se:.1f} {unit}")
+        if abs(d) < half:
+            flagged.append(f"{na} → {nb} {d:+.1f} ± {half:.1f} {unit}")
     if flagged:
         return (
-            "within noise: " + "; ".join(flagged) + " (2 standard errors over the "
+            "within noise: " + "; ".join(flagged) + " (95 % intervals over the "
             "repetitions); the verdict may differ between runs"
         )
     if single:
@@ -273,14 +290,42 @@ def stage_split(xs: list[dict[str, Any]]) -> tuple[float, float] | None:
 def paired_noise(diffs: list[float], unit: str = "pp") -> tuple[float, str]:
     """The mean of paired differences (slow minus fast, per configuration, application
     and size) and, when that mean is within two standard errors of zero, a note saying
-    so; a single pair has no measurable noise and is reported as such."""
+    so; fewer than three pairs are too few to judge and are reported as such."""
     m = statistics.mean(diffs)
-    if len(diffs) < 2:
-        return m, f"one pair only ({m:+.1f} {unit}): its noise cannot be judged"
-    se = statistics.stdev(diffs) / math.sqrt(len(diffs))
-    if abs(m) < 2 * se:
+    if len(diffs) < 3:
+        # two pairs that happen to agree would look resolved: too few to judge
+        n = "one pair" if len(diffs) == 1 else f"{len(diffs)} pairs"
+        return m, f"{n} only ({m:+.1f} {unit}): too few to judge its noise"
+    half = t975(len(diffs) - 1) * statistics.stdev(diffs) / math.sqrt(len(diffs))
+    if abs(m) < half:
         return m, (
-            f"within noise: {m:+.1f} ± {2 * se:.1f} {unit} (2 standard errors over "
+            f"within noise: {m:+.1f} ± {half:.1f} {unit} (95 % interval over "
             f"{len(diffs)} pairs); the verdict may differ between runs"
         )
     return m, ""
+
+
+def ratio_noise(
+    num: list[float], den: list[float], verdict: Callable[[float], str], digits: int = 3
+) -> str:
+    """For a finding on the ratio of two measured means: empty when `verdict` is the same
+    across the ratio's 95 % interval (the delta method on each mean's relative standard
+    error, Student's t), else a note saying the verdict may differ between runs; says so
+    when a side has a single measurement."""
+    if len(num) < 2 or len(den) < 2:
+        return "one measurement per configuration: the ratio's noise cannot be judged"
+    mn, md = statistics.mean(num), statistics.mean(den)
+    if mn <= 0 or md <= 0:
+        return ""
+    rel = math.sqrt(
+        statistics.variance(num) / len(num) / mn**2 + statistics.variance(den) / len(den) / md**2
+    )
+    k = t975(min(len(num), len(den)) - 1) * rel
+    r = mn / md
+    lo, hi = r * math.exp(-k), r * math.exp(k)
+    if len({verdict(lo), verdict(r), verdict(hi)}) == 1:
+        return ""
+    return (
+        f"within noise: {fmt(r, digits)} x, {fmt(lo, digits)} to {fmt(hi, digits)} at 95 % over "
+        "the repetitions; the verdict may differ between runs"
+    )
