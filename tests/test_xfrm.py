@@ -79,7 +79,7 @@ def test_bundles_list_templates_innermost_first() -> None:
     assert sum("proto comp spi 2 mode tunnel comp deflate" in s for s in st) == 2
     assert sum("proto esp" in s and "mode transport" in s for s in st) == 2
     for p in policies(out):
-        comp, esp = p.index("proto comp mode tunnel spi 2"), p.index("proto esp mode transport")
+        comp, esp = p.index("proto comp spi 2 mode tunnel"), p.index("proto esp mode transport")
         assert comp < esp, p
         # inbound, IPComp may be absent (too small to compress, RFC 3173 §2.2)
         assert ("level use" in p) == (" dir out " not in p), p

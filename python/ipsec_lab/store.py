@@ -15,6 +15,7 @@ repeats no run that is done or skipped.
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import time
 from collections.abc import Sequence
@@ -85,9 +86,16 @@ class Store:
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
-        self.db = sqlite3.connect(path)
+        if os.environ.get("IPSEC_LAB_VM"):
+            # In `--vm` the lab directory is the host's, shared over 9p, which has neither
+            # the shared memory WAL needs nor POSIX locks: a rollback journal and no
+            # locking (the host does not touch the store while the VM runs).
+            self.db = sqlite3.connect(f"file:{path}?vfs=unix-none", uri=True)
+            self.db.execute("PRAGMA journal_mode=DELETE")
+        else:
+            self.db = sqlite3.connect(path)
+            self.db.execute("PRAGMA journal_mode=WAL")
         self.db.row_factory = sqlite3.Row
-        self.db.execute("PRAGMA journal_mode=WAL")
         self.db.executescript(SCHEMA)
         self.db.commit()
 

@@ -167,8 +167,11 @@ def run(
         Path(d).mkdir(parents=True, exist_ok=True)
     env = {"IPSEC_LAB_VM": note, "PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")}
     cmd = vng_argv(k, inside(argv, env), kvm, rwdirs, vng=vng)
+    # vng runs virtme-ng's other programs (virtme-run) from its own directory
+    host_env = dict(os.environ)
+    host_env["PATH"] = f"{Path(vng).parent}:{host_env.get('PATH', '/usr/bin:/bin')}"
     try:
-        return subprocess.run(cmd, check=False, timeout=timeout).returncode
+        return subprocess.run(cmd, check=False, timeout=timeout, env=host_env).returncode
     except subprocess.TimeoutExpired:
         print(f"ipsec-lab: the VM ran past {timeout:g} s and was stopped", file=sys.stderr)
         return 124

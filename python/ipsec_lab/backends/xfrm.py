@@ -175,11 +175,11 @@ def commands(node: str, tunnel: Tunnel, ls: Layers, keys: Keys, forward: bool) -
     for d, src, dst, tsrc, tdst in dirs:
         tmpls = []
         for (proto, _), m in zip(stack, mode, strict=True):
-            t = f"tmpl src {tsrc} dst {tdst} proto {proto} mode {m}"
-            if proto == "comp":
-                t += f" spi {IPCOMP_CPI}"
-                if d != "out":
-                    t += " level use"
+            # ip-xfrm(8): tmpl [src] [dst] [proto] [spi] [mode] [reqid] [level]
+            spi = f" spi {IPCOMP_CPI}" if proto == "comp" else ""
+            t = f"tmpl src {tsrc} dst {tdst} proto {proto}{spi} mode {m}"
+            if proto == "comp" and d != "out":
+                t += " level use"
             tmpls.append(t)
         lines.append(f"xfrm policy add dir {d} src {src} dst {dst} " + " ".join(tmpls))
     return lines
