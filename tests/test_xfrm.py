@@ -52,6 +52,8 @@ def test_algorithms_and_key_lengths(
 ) -> None:
     out, _ = lines(configuration)
     for s in states(out):
+        # AH over IPv4: 32-bit alignment (RFC 4302), which Linux must be told
+        assert ("flag align4" in s) == configuration.startswith("ah:"), s
         m = re.search(re.escape(algo) + r" 0x([0-9a-f]+) (\d+)", s)
         assert m, s
         assert len(m.group(1)) == key_hex and m.group(2) == icv_bits, s
