@@ -12,7 +12,8 @@ STAMP     := $(VENV)/.installed
 NATIVE    := $(VENV)/.native
 APT_PKGS  := build-essential pkg-config python3 python3-venv python3-dev git ca-certificates \
              iproute2 util-linux procps ethtool iperf3 curl nginx-light tcpdump \
-             strongswan-charon strongswan-swanctl libcharon-extra-plugins chromium
+             strongswan-charon strongswan-swanctl libcharon-extra-plugins chromium \
+             qemu-system-x86 linux-image-amd64 busybox-static
 FUZZ_SECONDS ?= 60
 IPCOMP_FUZZ_SECONDS ?= 20
 SMALL_FUZZ_SECONDS ?= 20
@@ -50,7 +51,7 @@ $(STAMP): pyproject.toml Makefile | apt
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q "maturin>=1.5,<2" "rich>=13" "numpy>=1.24" "pytest>=8" "hypothesis>=6.100" \
 	  "scapy>=2.6" "cryptography>=42" "ruff>=0.6" "mypy>=1.10" "psutil>=5.9" "types-psutil" \
-	  "aiosmtpd>=1.4" "matplotlib>=3.7"
+	  "aiosmtpd>=1.4" "matplotlib>=3.7" "virtme-ng>=1.30"
 	touch $@
 
 # The release build of the engine, installed into the venv as ipsec_lab._native.

@@ -17,7 +17,8 @@ pytestmark = pytest.mark.root
 REPO = Path(__file__).resolve().parents[1]
 
 
-def test_ours_interoperates_with_the_kernels_ipsec_in_the_vm(tmp_path: Path) -> None:
+def test_ours_and_the_kernels_ipsec_in_the_vm(tmp_path: Path) -> None:
+    """Interop (11 configurations, both ways) and impairment (netem: ours and xfrm)."""
     if os.geteuid() != 0:
         pytest.fail("the VM tests need root (as CI runs them)")
     log = tmp_path / "inner.log"
@@ -25,11 +26,12 @@ def test_ours_interoperates_with_the_kernels_ipsec_in_the_vm(tmp_path: Path) -> 
     argv = [
         "sh", "-c",
         f"{pytest_bin} -q -p no:cacheprovider --basetemp={tmp_path / 'inner'} "
-        f"{REPO / 'tests/vm/interop.py'} > {log} 2>&1; echo rc=$? >> {log}",
+        f"{REPO / 'tests/vm/interop.py'} {REPO / 'tests/vm/impairment.py'} > {log} 2>&1; "
+        f"echo rc=$? >> {log}",
     ]  # fmt: skip
     rc = vm.run(argv, [tmp_path], timeout=1500)
     text = log.read_text() if log.exists() else ""
     assert rc == 0, f"the VM did not run (rc {rc})"
     assert "rc=0" in text, text[-4000:]
     m = re.search(r"(\d+) passed", text)
-    assert m and int(m.group(1)) == 11 and "failed" not in text, text[-4000:]
+    assert m and int(m.group(1)) == 14 and "failed" not in text, text[-4000:]
