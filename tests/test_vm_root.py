@@ -35,3 +35,25 @@ def test_ours_and_the_kernels_ipsec_in_the_vm(tmp_path: Path) -> None:
     assert "rc=0" in text, text[-4000:]
     m = re.search(r"(\d+) passed", text)
     assert m and int(m.group(1)) == 14 and "failed" not in text, text[-4000:]
+
+
+def test_a_campaign_of_every_backend_runs_in_the_vm(tmp_path: Path) -> None:
+    """scenarios/vm.toml with --vm: none, xfrm, strongSwan and ours, two configurations,
+    unshaped and 802.11 (netem), every run measured, into the host's store, each
+    recording that it ran in a VM."""
+    import json
+    import subprocess
+
+    lab = tmp_path / "lab"
+    exe = str(Path(sys.executable).parent / "ipsec-lab")
+    p = subprocess.run([exe, "run", str(REPO / "scenarios/vm.toml"), "--vm", "--lab", str(lab)],
+                       capture_output=True, text=True, timeout=1200, check=False)  # fmt: skip
+    assert p.returncode == 0, (p.stdout + p.stderr)[-4000:]
+    r = subprocess.run([exe, "results", "1", "--lab", str(lab), "--json"],
+                       capture_output=True, text=True, timeout=60, check=True)  # fmt: skip
+    data = json.loads(r.stdout)
+    assert data["counts"] == {"planned": 14, "done": 14, "failed": 0, "skipped": 0}
+    assert data["campaign"]["environment"]["vm"].startswith(("tcg", "kvm"))
+    rates = {(x["backend"], x["link"]) for x in data["runs"] if x["status"] == "done"}
+    assert {b for b, _ in rates} == {"none", "xfrm", "strongswan", "ours"}
+    assert {link for _, link in rates} == {"unshaped", "wifi-2mbit"}

@@ -2,7 +2,7 @@
 
     name = "study-1 at two link speeds"
     topology = "line"                 # pair | line | clients
-    backends = ["none", "strongswan"] # ours | strongswan | xfrm | none
+    backends = ["none", "strongswan"] # ours | ours-udp | strongswan[-kernel] | xfrm | none
     configurations = ["esp:aes128gcm16", "esp:aes128-sha1"]   # or "@ferrante2005"
     repetitions = 3
     warmup_s = 1.0
@@ -37,7 +37,9 @@ from typing import Any
 import tomllib
 
 TOPOLOGIES = ("pair", "line", "clients")
-BACKENDS = ("none", "strongswan", "xfrm", "ours", "ours-udp")
+BACKENDS = (
+    "none", "strongswan", "strongswan-kernel", "strongswan-libipsec", "xfrm", "ours", "ours-udp",
+)  # fmt: skip
 WORKLOAD_KINDS = ("tcp", "udp", "rfc2544", "imix", "http", "smtp")
 TCP_DATA = ("iperf", "text", "random")
 

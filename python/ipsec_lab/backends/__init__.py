@@ -1,8 +1,10 @@
 """The IPsec under test: how each implementation is started in a testbed's IPsec nodes.
 
 - `none`: plain forwarding, the baseline every ratio is taken against;
-- `strongswan`: charon with the kernel-libipsec plugin (strongSwan's own user-space ESP on
-  a TUN device) negotiating a real IKEv2 PSK tunnel, configured through swanctl;
+- `strongswan-kernel`: charon negotiating a real IKEv2 PSK tunnel, configured through
+  swanctl, its SAs in the kernel's xfrm; `strongswan-libipsec`: the same with
+  kernel-libipsec (strongSwan's own user-space ESP on a TUN device); `strongswan`: the
+  kernel one where the kernel has ESP, else libipsec;
 - `xfrm`: the Linux kernel's IPsec; detected, and refused with the reason when the kernel
   lacks it;
 - `ours`: the `ipsec-gw` gateway daemon.
@@ -64,10 +66,11 @@ def make(name: str, stage_timing: bool = False) -> Backend:
         from ipsec_lab.backends.none import NoIpsec
 
         return NoIpsec()
-    if name == "strongswan":
+    if name in ("strongswan", "strongswan-kernel", "strongswan-libipsec"):
         from ipsec_lab.backends.strongswan import StrongSwan
 
-        return StrongSwan()
+        plane = {"strongswan-kernel": "kernel", "strongswan-libipsec": "libipsec"}
+        return StrongSwan(plane.get(name, "auto"))
     if name == "xfrm":
         from ipsec_lab.backends.xfrm import Xfrm
 

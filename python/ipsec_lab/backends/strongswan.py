@@ -1,6 +1,13 @@
-"""strongSwan as the IPsec under test: charon in each IPsec node with kernel-libipsec
-(ESP in user space, on a TUN device), a real IKEv2 exchange with a pre-shared key made
-fresh for each run, configured through swanctl over charon's VICI socket.
+"""strongSwan as the IPsec under test: charon in each IPsec node, a real IKEv2 exchange
+with a pre-shared key made fresh for each run, configured through swanctl over charon's
+VICI socket. Two data planes:
+
+- `strongswan-kernel`: the SAs go into the kernel's xfrm (kernel-netlink) — the way most
+  people deploy strongSwan; raw ESP, AH and IPComp as the kernel does them;
+- `strongswan-libipsec`: kernel-libipsec, strongSwan's own ESP in user space on a TUN
+  device, for kernels without IPsec;
+- `strongswan`: the kernel one where the kernel has ESP, else libipsec (each run records
+  which in its backend version).
 
 Several charons on one machine: each runs in its node's network namespace and in a mount
 namespace of its own with a private /run (charon's PID file path is fixed at build time),
@@ -25,6 +32,7 @@ PLUGINS = (
     "random nonce kdf openssl pem pkcs1 x509 pubkey "
     "kernel-libipsec kernel-netlink socket-default vici"
 )
+KERNEL_PLUGINS = "random nonce kdf openssl pem pkcs1 x509 pubkey kernel-netlink socket-default vici"
 # charon's own IKE and ESP-in-UDP packets carry this mark and skip the routes
 # kernel-libipsec installs into its TUN device (needed for host-to-host tunnels, where the
 # peer's address is itself inside the remote traffic selector).
@@ -33,6 +41,26 @@ FWMARK = "0x4c4142"
 # size (raising the device MTU afterwards breaks it): TCP finds it by path-MTU discovery,
 # and the lab sends UDP without DF so the gateway fragments larger packets.
 TUN_MTU = 1400
+
+
+def kernel_proposals(configuration: str) -> tuple[str | None, str | None, bool]:
+    """(ESP proposal, AH proposal, IPComp) for charon on the kernel's xfrm: strongSwan's
+    names are ours (`esp:aes128-sha1` -> `aes128-sha1`, `ah:sha256` -> `sha256`)."""
+    c = parse_configuration(configuration)
+    if c.is_none:
+        raise Unsupported("strongswan runs an IPsec configuration; use backend `none` for none")
+    if c.ah and c.ah.name.endswith("gmac"):
+        raise Unsupported("the kernel has no AH with AES-GMAC (RFC 4543 AH is not in Linux)")
+    esp = ah = None
+    for part in configuration.strip().lower().split("+"):
+        proto, _, algs = part.partition(":")
+        if proto == "esp":
+            esp = algs
+        elif proto == "ah":
+            ah = algs
+        elif proto not in ("ipcomp",):
+            esp = part  # a bare suite is ESP's
+    return esp, ah, c.ipcomp
 
 
 def esp_proposal(configuration: str) -> str:
@@ -56,20 +84,25 @@ def esp_proposal(configuration: str) -> str:
     return configuration.strip().lower().split(":", 1)[1]
 
 
-def _charon_conf(vici: Path, log: Path) -> str:
+def _charon_conf(vici: Path, log: Path, kernel: bool = False) -> str:
+    libipsec = (
+        ""
+        if kernel
+        else """    kernel-libipsec {
+      load = yes
+      allow_peer_ts = yes
+    }
+"""
+    )
     return f"""charon {{
-  load = {PLUGINS}
-  install_routes = yes
+  load = {KERNEL_PLUGINS if kernel else PLUGINS}
+  install_routes = {"no" if kernel else "yes"}
   retransmit_tries = 3
   plugins {{
     vici {{
       socket = unix://{vici}
     }}
-    kernel-libipsec {{
-      load = yes
-      allow_peer_ts = yes
-    }}
-    kernel-netlink {{
+{libipsec}    kernel-netlink {{
       fwmark = !{FWMARK}
     }}
     socket-default {{
@@ -96,7 +129,21 @@ swanctl {{
 """
 
 
-def _swanctl_conf(node: str, tunnels: list[Tunnel], esp: str, psk: str) -> str:
+def _swanctl_conf(
+    node: str,
+    tunnels: list[Tunnel],
+    esp: str | None,
+    psk: str,
+    ah: str | None = None,
+    ipcomp: bool = False,
+    kernel: bool = False,
+) -> str:
+    child = (
+        (f"        esp_proposals = {esp}\n" if esp else "")
+        + (f"        ah_proposals = {ah}\n" if ah else "")
+        + ("        ipcomp = yes\n" if ipcomp else "")
+    )
+    encap = "no" if kernel else "yes"
     conns = []
     secrets_ = []
     for i, t in enumerate(tunnels):
@@ -109,7 +156,7 @@ def _swanctl_conf(node: str, tunnels: list[Tunnel], esp: str, psk: str) -> str:
     local_addrs = {me}
     remote_addrs = {peer}
     proposals = aes128-sha256-modp2048
-    encap = yes
+    encap = {encap}
     local {{
       auth = psk
       id = {me}
@@ -122,8 +169,7 @@ def _swanctl_conf(node: str, tunnels: list[Tunnel], esp: str, psk: str) -> str:
       c{i} {{
         local_ts = {lts}
         remote_ts = {rts}
-        esp_proposals = {esp}
-        mode = tunnel
+{child}        mode = tunnel
         rekey_time = 0
         life_time = 0
       }}
@@ -143,12 +189,39 @@ def _swanctl_conf(node: str, tunnels: list[Tunnel], esp: str, psk: str) -> str:
 class StrongSwan:
     name = "strongswan"
 
-    def __init__(self) -> None:
+    def __init__(self, data_plane: str = "auto") -> None:
+        """`data_plane`: kernel, libipsec, or auto (the kernel where it has ESP)."""
         self._procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.data_plane = data_plane
+        self.name = {"kernel": "strongswan-kernel", "libipsec": "strongswan-libipsec"}.get(
+            data_plane, "strongswan"
+        )
+
+    @property
+    def kernel(self) -> bool:
+        if self.data_plane == "auto":
+            from ipsec_lab.backends.xfrm import kernel_has
+
+            return kernel_has("esp")[0]
+        return self.data_plane == "kernel"
 
     def check(self, configuration: str) -> None:
         require_tools(CHARON, "swanctl", "unshare")
-        esp_proposal(configuration)
+        if not self.kernel:
+            esp_proposal(configuration)
+            return
+        from ipsec_lab.backends.xfrm import kernel_has
+
+        esp, ah, ipcomp = kernel_proposals(configuration)
+        for kind, wanted in (("esp", esp), ("ah", ah), ("comp", ipcomp)):
+            if not wanted:
+                continue
+            ok, said = kernel_has(kind)
+            if not ok:
+                raise Unsupported(
+                    f"strongswan-kernel: this kernel has no {kind.upper()} in xfrm "
+                    f"({said or 'refused'}): use strongswan-libipsec, or run with --vm"
+                )
 
     @staticmethod
     def _log(tb: Testbed, node: str) -> Path:
@@ -178,7 +251,11 @@ class StrongSwan:
 
     def start(self, tb: Testbed, configuration: str) -> None:
         self.check(configuration)
-        esp = esp_proposal(configuration)
+        kernel = self.kernel
+        if kernel:
+            esp, ah, ipcomp = kernel_proposals(configuration)
+        else:
+            esp, ah, ipcomp = esp_proposal(configuration), None, False
         psk = secrets.token_hex(32)  # fresh per run; written only to the run's own files
         topo = tb.topo
         for node in topo.ipsec_nodes:
@@ -188,10 +265,10 @@ class StrongSwan:
                 (d / sub).mkdir(exist_ok=True)  # swanctl --load-all looks for these
             conf = d / "strongswan.conf"
             vici = tb.sockets / f"{node}.vici"
-            conf.write_text(_charon_conf(vici, d / "charon.log"))
+            conf.write_text(_charon_conf(vici, d / "charon.log", kernel))
             mine = [t for t in topo.tunnels if node in (t.left, t.right)]
             sw = d / "swanctl.conf"
-            sw.write_text(_swanctl_conf(node, mine, esp, psk))
+            sw.write_text(_swanctl_conf(node, mine, esp, psk, ah, ipcomp, kernel))
             sw.chmod(0o600)
             vici.unlink(missing_ok=True)
             (d / "charon.log").unlink(missing_ok=True)  # its tail must be this run's
@@ -232,4 +309,5 @@ class StrongSwan:
             p = subprocess.run([CHARON, "--version"], capture_output=True, text=True, timeout=5)
         except (OSError, subprocess.TimeoutExpired):
             return "strongSwan (unknown version)"
-        return p.stdout.strip() or "strongSwan"
+        plane = "kernel xfrm" if self.kernel else "kernel-libipsec"
+        return f"{p.stdout.strip() or 'strongSwan'} ({plane})"

@@ -183,8 +183,8 @@ def commands(node: str, tunnel: Tunnel, ls: Layers, keys: Keys, forward: bool) -
         tmpls = []
         for (proto, _), m in zip(stack, mode, strict=True):
             # ip-xfrm(8): tmpl [src] [dst] [proto] [spi] [mode] [reqid] [level]
-            spi = f" spi {IPCOMP_CPI}" if proto == "comp" else ""
-            t = f"tmpl src {tsrc} dst {tdst} proto {proto}{spi} mode {m}"
+            cpi = f" spi {IPCOMP_CPI}" if proto == "comp" else ""
+            t = f"tmpl src {tsrc} dst {tdst} proto {proto}{cpi} mode {m}"
             if proto == "comp" and d != "out":
                 t += " level use"
             tmpls.append(t)
