@@ -5,7 +5,6 @@ namespaces and processes, also on failure."""
 
 from __future__ import annotations
 
-import hashlib
 import os
 import random
 import re
@@ -25,6 +24,7 @@ from ipsec_lab.scenario import Link, Workload
 from ipsec_lab.testbed import topology
 from ipsec_lab.testbed.build import Testbed, leftovers
 from ipsec_lab.traffic import iperf
+from netutil import transfer
 
 pytestmark = pytest.mark.root
 
@@ -81,29 +81,9 @@ def udp(tb: Testbed, size: int = 1000, rate: float = 50, seconds: float = 2) -> 
 
 
 def send_file(tb: Testbed, path: Path) -> None:
-    """Send the bytes of `path` client -> server over one TCP connection, and check that
-    the server received every one of them, unchanged (SHA-256: a packet the gateway joined
-    wrongly goes up with a checksum the kernel trusts, so TCP would not catch it)."""
-    got = tb.rundir / f"{path.name}.received"
-    receiver = (
-        "import hashlib, socket, sys; s = socket.socket(); "
-        "s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(('0.0.0.0', 5301)); "
-        "s.listen(1); c, _ = s.accept(); h = hashlib.sha256()\n"
-        "while (b := c.recv(1 << 16)):\n h.update(b)\n"
-        "open(sys.argv[1], 'w').write(h.hexdigest())"
-    )
-    p = tb.spawn(_flow(tb).sink, [sys.executable, "-c", receiver, str(got)], "receiver")
-    try:
-        iperf.wait_listening(tb, _flow(tb).sink, 5301)
-        sender = (
-            "import socket, sys; s = socket.create_connection((sys.argv[1], 5301), timeout=30); "
-            "s.sendall(open(sys.argv[2], 'rb').read()); s.close()"
-        )
-        tb.run(_flow(tb).source, [sys.executable, "-c", sender, _flow(tb).sink_addr, str(path)])
-        p.wait(30)
-    finally:
-        tb.stop(p)
-    assert got.read_text() == hashlib.sha256(path.read_bytes()).hexdigest()
+    """Send the bytes of `path` client -> server over one TCP connection; every byte must
+    arrive unchanged (`netutil.transfer`)."""
+    transfer(tb, (_flow(tb).source, ""), (_flow(tb).sink, _flow(tb).sink_addr), path, 30)
 
 
 def planted(tb: Testbed, mib: int) -> Path:

@@ -17,8 +17,10 @@ from ipsec_lab.scenario import Link
 from ipsec_lab.testbed import topology
 from ipsec_lab.testbed.build import Testbed
 
-sys.path.insert(0, str(Path(__file__).parent))
-from interop import CLIENT, SERVER, counters, transfer
+sys.path[:0] = [str(Path(__file__).parent), str(Path(__file__).parents[1])]
+from interop import CLIENT, SERVER, counters  # noqa: E402
+
+from netutil import transfer  # noqa: E402
 
 IMPAIRED = Link("impaired", delay_ms=2, loss_pct=1, reorder_pct=5, duplicate_pct=1)
 

@@ -7,7 +7,6 @@ no drop."""
 
 from __future__ import annotations
 
-import hashlib
 import sys
 import time
 from collections.abc import Iterator
@@ -21,7 +20,9 @@ from ipsec_lab.backends import xfrm
 from ipsec_lab.backends.ours import fresh_keys, gateway_binary, gateway_config, layers, stats
 from ipsec_lab.testbed import topology
 from ipsec_lab.testbed.build import Testbed, wait_for_path
-from ipsec_lab.traffic import iperf
+
+sys.path.insert(0, str(Path(__file__).parents[1]))
+from netutil import transfer
 
 MARKER = b"IPSEC-LAB-PLANTED-MARKER-0123456789-"
 CLIENT, SERVER = ("client", "10.1.0.2"), ("server", "10.2.0.2")
@@ -53,30 +54,6 @@ def ours_and_xfrm(tmp: Path, configuration: str) -> Iterator[tuple[Testbed, Path
             tb.stop(p)
             tb.run("gwB", ["ip", "xfrm", "policy", "flush"], check=False)
             tb.run("gwB", ["ip", "xfrm", "state", "flush"], check=False)
-
-
-def transfer(tb: Testbed, src: tuple[str, str], dst: tuple[str, str], data: Path) -> None:
-    """`data` from node `src` to node `dst` over TCP; the received SHA-256 must match."""
-    got = tb.rundir / f"{data.name}.{dst[0]}"
-    receiver = (
-        "import hashlib, socket, sys; s = socket.socket(); "
-        "s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(('0.0.0.0', 5301)); "
-        "s.listen(1); c, _ = s.accept(); h = hashlib.sha256()\n"
-        "while (b := c.recv(1 << 16)):\n h.update(b)\n"
-        "open(sys.argv[1], 'w').write(h.hexdigest())"
-    )
-    p = tb.spawn(dst[0], [sys.executable, "-c", receiver, str(got)], f"receiver-{dst[0]}")
-    try:
-        iperf.wait_listening(tb, dst[0], 5301)
-        sender = (
-            "import socket, sys; s = socket.create_connection((sys.argv[1], 5301), timeout=60); "
-            "s.sendall(open(sys.argv[2], 'rb').read()); s.close()"
-        )
-        tb.run(src[0], [sys.executable, "-c", sender, dst[1], str(data)], timeout=120)
-        p.wait(60)
-    finally:
-        tb.stop(p)
-    assert got.read_text() == hashlib.sha256(data.read_bytes()).hexdigest(), (src, dst)
 
 
 @contextmanager

@@ -1,0 +1,40 @@
+"""Helpers the root tests share (the host's and those run inside the micro-VM): a file
+sent over TCP between two nodes of a testbed, checked by SHA-256 on arrival."""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+from pathlib import Path
+
+from ipsec_lab.testbed.build import Testbed
+from ipsec_lab.traffic import iperf
+
+
+def transfer(
+    tb: Testbed, src: tuple[str, str], dst: tuple[str, str], data: Path, timeout: float = 60
+) -> None:
+    """Send the bytes of `data` from node `src[0]` to node `dst[0]` (at address `dst[1]`)
+    over one TCP connection, and check that every byte arrived unchanged (SHA-256: a
+    packet a gateway joined wrongly goes up with a checksum the kernel trusts, so TCP
+    would not catch it)."""
+    got = tb.rundir / f"{data.name}.{dst[0]}.received"
+    receiver = (
+        "import hashlib, socket, sys; s = socket.socket(); "
+        "s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(('0.0.0.0', 5301)); "
+        "s.listen(1); c, _ = s.accept(); h = hashlib.sha256()\n"
+        "while (b := c.recv(1 << 16)):\n h.update(b)\n"
+        "open(sys.argv[1], 'w').write(h.hexdigest())"
+    )
+    p = tb.spawn(dst[0], [sys.executable, "-c", receiver, str(got)], f"receiver-{dst[0]}")
+    try:
+        iperf.wait_listening(tb, dst[0], 5301)
+        sender = (
+            "import socket, sys; s = socket.create_connection((sys.argv[1], 5301), "
+            f"timeout={timeout}); s.sendall(open(sys.argv[2], 'rb').read()); s.close()"
+        )
+        tb.run(src[0], [sys.executable, "-c", sender, dst[1], str(data)], timeout=2 * timeout)
+        p.wait(timeout)
+    finally:
+        tb.stop(p)
+    assert got.read_text() == hashlib.sha256(data.read_bytes()).hexdigest(), (src, dst)
