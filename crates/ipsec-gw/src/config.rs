@@ -818,10 +818,12 @@ fn key(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    const GOOD: &str = r#"
+    /// A usable two-SA config (out: aes128gcm16 0x1001, in: aes256-sha256 0x2002); other
+    /// modules' tests build engines from it.
+    pub(crate) const GOOD: &str = r#"
 [gateway]
 tun = "ipsec0"
 local = "192.0.2.1"

@@ -232,30 +232,9 @@ mod tests {
     use ipsec::sa::Direction;
     use ipsec::DropReason;
 
-    const CONFIG: &str = r#"
-[gateway]
-tun = "ipsec0"
-local = "192.0.2.1"
-remote = "192.0.2.2"
-routes = ["10.2.0.0/24"]
-
-[[sa]]
-name = "in"
-direction = "in"
-spi = 0x2002
-encryption = "aes128gcm16"
-enc_key = "000102030405060708090a0b0c0d0e0f10111213"
-
-[[policy]]
-direction = "in"
-src = "10.2.0.0/24"
-dst = "10.1.0.0/24"
-action = "protect"
-sa = "in"
-"#;
-
     fn engine() -> DirEngine {
-        let cfg = crate::config::parse(CONFIG, std::path::Path::new("gw.toml")).unwrap();
+        let good = crate::config::tests::GOOD;
+        let cfg = crate::config::parse(good, std::path::Path::new("gw.toml")).unwrap();
         DirEngine::build(&cfg, Direction::In, None, None).unwrap()
     }
 
