@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import hashlib
 import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
-from ipsec_lab.testbed.build import Testbed
+from ipsec_lab.testbed.build import Testbed, tail, wait_for_text
 from ipsec_lab.traffic import iperf
 
 
@@ -20,13 +23,15 @@ def transfer(
     would not catch it)."""
     got = tb.rundir / f"{data.name}.{dst[0]}.received"
     receiver = (
-        "import hashlib, socket, sys; s = socket.socket(); "
-        "s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(('0.0.0.0', 5301)); "
+        "import hashlib, socket, sys; v6 = ':' in sys.argv[2]; "
+        "s = socket.socket(socket.AF_INET6 if v6 else socket.AF_INET); "
+        "s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); "
+        "s.bind(('::' if v6 else '0.0.0.0', 5301)); "
         "s.listen(1); c, _ = s.accept(); h = hashlib.sha256()\n"
         "while (b := c.recv(1 << 16)):\n h.update(b)\n"
         "open(sys.argv[1], 'w').write(h.hexdigest())"
     )
-    p = tb.spawn(dst[0], [sys.executable, "-c", receiver, str(got)], f"receiver-{dst[0]}")
+    p = tb.spawn(dst[0], [sys.executable, "-c", receiver, str(got), dst[1]], f"receiver-{dst[0]}")
     try:
         iperf.wait_listening(tb, dst[0], 5301)
         sender = (
@@ -38,3 +43,23 @@ def transfer(
     finally:
         tb.stop(p)
     assert got.read_text() == hashlib.sha256(data.read_bytes()).hexdigest(), (src, dst)
+
+
+# What the outer link carries, without the link's own chatter: IPv4, and IPv6 but not
+# neighbour discovery (ICMPv6) or MLD reports (behind a hop-by-hop header).
+OUTER_FILTER = "ip or (ip6 and not icmp6 and not ip6 proto 0)"
+
+
+@contextmanager
+def capture(tb: Testbed, node: str, iface: str, name: str) -> Iterator[Path]:
+    """tcpdump on `node`'s `iface` while the block runs; yields the pcap's path."""
+    pcap = tb.rundir / f"{name}.pcap"
+    argv = ["tcpdump", "-i", iface, "-U", "--immediate-mode", "-B", "32768", "-n", "-w", str(pcap)]
+    p = tb.spawn(node, [*argv, OUTER_FILTER], name)
+    log = tb.rundir / f"{name}.log"
+    assert wait_for_text(log, "listening on", p, 20), tail(log)
+    try:
+        yield pcap
+    finally:
+        time.sleep(0.3)  # what is in flight reaches the file
+        tb.stop(p)

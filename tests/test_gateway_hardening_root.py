@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from ipsec_lab.backends.ours import gateway_binary
+from netutil import capture
 from test_gateway_root import (
     blast,
-    capture,
     replay_esp,
     sa,
     sa_key,

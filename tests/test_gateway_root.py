@@ -24,7 +24,7 @@ from ipsec_lab.scenario import Link, Workload
 from ipsec_lab.testbed import topology
 from ipsec_lab.testbed.build import Testbed, leftovers
 from ipsec_lab.traffic import iperf
-from netutil import transfer
+from netutil import capture, transfer
 
 pytestmark = pytest.mark.root
 
@@ -130,24 +130,6 @@ def sa(st: dict[str, Any], direction: str, name: str) -> dict[str, Any]:
 def settle(gw: Ours, node: str) -> dict[str, Any]:
     time.sleep(0.3)  # the workers publish their counters every 100 ms
     return stats(gw.sockets[node])
-
-
-@contextmanager
-def capture(tb: Testbed, node: str, iface: str, name: str) -> Iterator[Path]:
-    pcap = tb.rundir / f"{name}.pcap"
-    argv = ["tcpdump", "-i", iface, "-U", "--immediate-mode", "-B", "32768", "-n", "-w", str(pcap)]
-    argv.append("ip")
-    p = tb.spawn(node, argv, name)
-    log = tb.rundir / f"{name}.log"
-    deadline = time.monotonic() + 10
-    while b"listening on" not in (log.read_bytes() if log.exists() else b""):
-        assert time.monotonic() < deadline and p.poll() is None, log.read_text()
-        time.sleep(0.05)
-    try:
-        yield pcap
-    finally:
-        time.sleep(0.2)
-        tb.stop(p)
 
 
 @pytest.mark.parametrize(

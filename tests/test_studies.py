@@ -373,6 +373,37 @@ def test_study1_compare_draws_the_backends_side_by_side() -> None:
     assert any("(strongswan)" in t.title for t in an.tables)
 
 
+def test_study3_compare_one_chart_and_each_finding_says_whose(tmp_path: Path) -> None:
+    mhz = 2048.0
+    runs = [run("none", "none", "unshaped", "client-server",
+                {"label": "tcp-1x-5s", "effort_us_per_kb": 1.0}, cpu_mhz=mhz)]  # fmt: skip
+    for b, scale in (("ours", 1.0), ("xfrm", 0.5)):
+        for cfg, eff in (("esp:null-sha1", 11.0), ("esp:3des-sha1", 101.0),
+                         ("esp:aes128gcm16", 6.0)):  # fmt: skip
+            res: dict[str, Any] = {"label": "tcp-1x-5s", "effort_us_per_kb": 1 + scale * (eff - 1),
+                                   "payload_bytes": 1e9, "ipsec_cpu_s": 1.0}  # fmt: skip
+            if b == "ours":  # only ours times its stages
+                res["stage_ns"] = {"cipher": 6e8, "mac": 2e8, "header": 1e8}
+            runs.append(run(b, cfg, "unshaped", "client-server", res, cpu_mhz=mhz))
+    an = freeswan.analyse({"cycles": runs})
+    (plot,) = an.plots  # one chart for every backend
+    assert set(plot.series) == {"FreeS/WAN (PII)", "ours (this CPU)", "xfrm (this CPU)"}
+    assert plot.series["xfrm (this CPU)"][1:] == [5.0, 50.0]  # half of ours' 10 and 100 c/B
+    assert an.backends() == ["ours", "xfrm"] and len(an.findings) == 6
+    crypto = [f for f in an.findings if f.claim.startswith("Per-packet crypto")]
+    assert [(f.backend, f.verdict) for f in crypto] == [("ours", "holds"),
+                                                        ("xfrm", "not measured")]  # fmt: skip
+    assert "xfrm reports no per-stage times" in crypto[1].ours
+    assert [t.columns[2] for t in an.tables[::2]] == ["ours c/B", "xfrm c/B"]
+    (line,) = report.reading([an])
+    held = {b: sum(f.verdict.startswith("holds") for f in an.findings if f.backend == b)
+            for b in ("ours", "xfrm")}  # fmt: skip
+    assert f"by backend: ours {held['ours']} of 3, xfrm {held['xfrm']} of 3" in line
+    text = report.render([an], {}, tmp_path)
+    assert "<th>backend</th><th>finding</th>" in text
+    assert text.count("<tr><td>xfrm</td><td>") == 3
+
+
 # --- the report agrees with itself ------------------------------------------------------------
 
 

@@ -18,7 +18,8 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def test_ours_and_the_kernels_ipsec_in_the_vm(tmp_path: Path) -> None:
-    """Interop (11 configurations, both ways) and impairment (netem: ours and xfrm)."""
+    """Interop (24 cases, both ways, and a replayed capture) and impairment (netem: ours
+    and xfrm)."""
     if os.geteuid() != 0:
         pytest.fail("the VM tests need root (as CI runs them)")
     log = tmp_path / "inner.log"
@@ -34,7 +35,7 @@ def test_ours_and_the_kernels_ipsec_in_the_vm(tmp_path: Path) -> None:
     assert rc == 0, f"the VM did not run (rc {rc})"
     assert "rc=0" in text, text[-4000:]
     m = re.search(r"(\d+) passed", text)
-    assert m and int(m.group(1)) == 14 and "failed" not in text, text[-4000:]
+    assert m and int(m.group(1)) == 28 and "failed" not in text, text[-4000:]
 
 
 def test_a_campaign_of_every_backend_runs_in_the_vm(tmp_path: Path) -> None:
@@ -57,3 +58,43 @@ def test_a_campaign_of_every_backend_runs_in_the_vm(tmp_path: Path) -> None:
     rates = {(x["backend"], x["link"]) for x in data["runs"] if x["status"] == "done"}
     assert {b for b, _ in rates} == {"none", "xfrm", "strongswan", "ours"}
     assert {link for _, link in rates} == {"unshaped", "wifi-2mbit"}
+
+
+CLIENTS = """\
+name = "vm-clients"
+topology = "clients"                   # a server and two clients, host-to-host each
+backends = ["xfrm", "xfrm-udp", "strongswan-kernel", "ours"]
+configurations = ["esp:aes128gcm16"]
+repetitions = 1
+warmup_s = 0.2
+
+[[links]]
+preset = "unshaped"
+
+[[workloads]]
+kind = "tcp"
+seconds = 1
+"""
+
+
+def test_the_kernels_ipsec_on_the_clients_topology_in_the_vm(tmp_path: Path) -> None:
+    """The server holds one tunnel per client (two SAs of one SPI each way, told apart by
+    their addresses): xfrm, xfrm with ESP in UDP, strongSwan on the kernel and ours all
+    carry both clients' flows."""
+    import json
+    import subprocess
+
+    scenario = tmp_path / "clients.toml"
+    scenario.write_text(CLIENTS)
+    lab = tmp_path / "lab"
+    exe = str(Path(sys.executable).parent / "ipsec-lab")
+    p = subprocess.run([exe, "run", str(scenario), "--vm", "--lab", str(lab)],
+                       capture_output=True, text=True, timeout=900, check=False)  # fmt: skip
+    assert p.returncode == 0, (p.stdout + p.stderr)[-4000:]
+    r = subprocess.run([exe, "results", "1", "--lab", str(lab), "--json"],
+                       capture_output=True, text=True, timeout=60, check=True)  # fmt: skip
+    data = json.loads(r.stdout)
+    assert data["counts"] == {"planned": 4, "done": 4, "failed": 0, "skipped": 0}
+    flows = {(x["backend"], x["flow"]) for x in data["runs"] if (x["mbps"] or 0) > 1}
+    backends = ("xfrm", "xfrm-udp", "strongswan-kernel", "ours")
+    assert flows == {(b, f) for b in backends for f in ("fast-server", "slow-server")}, flows

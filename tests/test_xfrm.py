@@ -140,3 +140,57 @@ def test_strongswan_on_the_kernel_asks_for_what_the_configuration_has() -> None:
     names = {n: make(n).name for n in ("strongswan-kernel", "strongswan-libipsec")}
     assert names == {"strongswan-kernel": "strongswan-kernel",
                      "strongswan-libipsec": "strongswan-libipsec"}  # fmt: skip
+
+
+HOSTS6 = Tunnel("hA", "hB", "2001:db8::1", "2001:db8::2", "2001:db8::1/128", "2001:db8::2/128")
+V6_IN_V4 = Tunnel("gwA", "gwB", "192.0.2.1", "192.0.2.2", "2001:db8:1::/64", "2001:db8:2::/64")
+
+
+def test_udp_encapsulation_esn_and_where_the_numbers_start() -> None:
+    ls = layers("ipcomp+esp:aes128-sha1")
+    keys = Keys.fresh(ls)
+    out = states(commands("gwA", GATEWAYS, ls, keys, True, udp_encap=True, esn=True,
+                          after_seq=(1 << 32) + 5))  # fmt: skip
+    esp = [s for s in out if "proto esp" in s]
+    assert len(esp) == 2 and all("encap espinudp 4500 4500 0.0.0.0" in s for s in esp)
+    # ESP is the bundle's outer layer, in transport mode over IPComp's tunnel
+    assert all(" mode transport " in s and "flag esn " in s for s in esp)
+    # the IPComp state stays inside ESP: no encapsulation, no sequence numbers
+    assert all("encap" not in s and "replay" not in s for s in out if "proto comp" in s)
+    outbound = next(s for s in esp if "spi 0x1001" in s)  # gwA -> gwB
+    inbound = next(s for s in esp if "spi 0x2002" in s)
+    assert "replay-oseq 0x5 replay-oseq-hi 0x1" in outbound and "replay-seq " not in outbound
+    assert "replay-seq 0x5 replay-seq-hi 0x1" in inbound and "oseq" not in inbound
+    with pytest.raises(ValueError, match="need ESN"):
+        commands("gwA", GATEWAYS, ls, keys, True, after_seq=1 << 32)
+    with pytest.raises(Unsupported, match="RFC 3948"):
+        commands("gwA", GATEWAYS, layers("ah:sha1"), Keys.fresh(layers("ah:sha1")), True,
+                 udp_encap=True)  # fmt: skip
+    with pytest.raises(Unsupported, match="RFC 3948"):
+        Xfrm(udp_encap=True).check("ah:sha1+esp:aes128")
+    assert Xfrm(udp_encap=True).name == "xfrm-udp"
+
+
+def test_tunnels_take_either_inner_family_and_ipv6_hosts_keep_neighbour_discovery() -> None:
+    ls = layers("esp:aes128gcm16")
+    tunnel = states(commands("gwA", V6_IN_V4, ls, Keys.fresh(ls), True))
+    assert all("mode tunnel" in s and "af-unspec" in s for s in tunnel)
+    pol = policies(commands("gwA", V6_IN_V4, ls, Keys.fresh(ls), True))
+    assert (
+        "dir out src 2001:db8:1::/64 dst 2001:db8:2::/64 priority 1000 tmpl src "
+        "192.0.2.1 dst 192.0.2.2 proto esp mode tunnel" in pol[0]
+    )
+    assert not any("ipv6-icmp" in p for p in pol)  # ND on the outer link: no policy covers it
+    hosts = commands("hA", HOSTS6, ls, Keys.fresh(ls), False)
+    assert all("mode transport" in s and "af-unspec" not in s for s in states(hosts))
+    nd = [p for p in policies(hosts) if "ipv6-icmp" in p]
+    assert sorted(re.findall(r"dir (\w+) .* type (\d+) priority (\d+)$", "\n".join(nd), re.M)) \
+        == [("in", "135", "100"), ("in", "136", "100"), ("out", "135", "100"),
+            ("out", "136", "100")]  # fmt: skip
+    assert all("tmpl" not in p for p in nd)  # no template: let through in clear
+    protect = [p for p in policies(hosts) if "ipv6-icmp" not in p]
+    assert all("priority 1000" in p for p in protect)  # ND's bypass wins (lower first)
+    # IPv6 AH: no align4 (IPv6 aligns to 8 bytes as Linux does, RFC 4302 §3.3.3.2.1)
+    ah = states(commands("hA", HOSTS6, layers("ah:sha256"), Keys.fresh(layers("ah:sha256")),
+                         False))  # fmt: skip
+    assert ah and not any("align4" in s for s in ah)

@@ -199,7 +199,8 @@ def add_parsers(sub: Any) -> None:
     g.add_argument("--backend", default="ours", metavar="B",
                    help="the IPsec under test: ours (default), ours-udp (ESP in UDP), "
                         "strongswan (the kernel's xfrm where it has ESP, else libipsec), "
-                        "strongswan-kernel, strongswan-libipsec, xfrm")  # fmt: skip
+                        "strongswan-kernel, strongswan-libipsec, xfrm, xfrm-udp (the "
+                        "kernel's ESP in UDP)")  # fmt: skip
     g.add_argument("--compare", metavar="B1,B2",
                    help="run the same study on several backends side by side, e.g. "
                    "ours,strongswan")  # fmt: skip

@@ -27,11 +27,13 @@ from ipsec_lab.studies import (
     VERDICTS,
     WEAKER,
     Analysis,
+    Finding,
     Plot,
     Table,
 )
 
 VERDICT_CLASS = {HOLDS: "ok", STRONGER: "ok", WEAKER: "weak", REVERSED: "chg"}  # else "na"
+HELD = (HOLDS, STRONGER, WEAKER)
 
 CSS = """
 body { font: 15px/1.45 system-ui, sans-serif; margin: 2em auto; max-width: 72em;
@@ -157,16 +159,27 @@ def reading(analyses: list[Analysis]) -> list[str]:
         n = {v: [f for f in an.findings if f.verdict == v] for v in VERDICTS}
         held = len(n[HOLDS]) + len(n[STRONGER]) + len(n[WEAKER])
         s = f"{an.title.split(' — ')[0]}: {held} of {len(an.findings)} findings hold"
+        several = len(an.backends()) > 1
+
+        def who(f: Finding, several: bool = several) -> str:
+            return f"{f.backend}: " if several else ""  # with --compare: whose finding
+
         parts = [f"{len(n[v])} {v.removeprefix('holds, ')}" for v in (STRONGER, WEAKER) if n[v]]
         if parts:
             s += " (" + ", ".join(parts) + ")"
+        if several:  # each backend's own count: the total alone mixes them
+            s += "; by backend: " + ", ".join(
+                f"{b} {sum(f.verdict in HELD for f in an.findings if f.backend == b)} of "
+                f"{sum(f.backend == b for f in an.findings)}"
+                for b in an.backends()
+            )
         firm = [f for f in n[REVERSED] if not f.noise]
         if firm:
-            s += "; reversed: " + "; ".join(f"{f.claim} (here {f.ours})" for f in firm)
+            s += "; reversed: " + "; ".join(f"{who(f)}{f.claim} (here {f.ours})" for f in firm)
         noisy = [f for f in an.findings if f.noise]
         if noisy:
             s += "; within this run's noise, so the verdict may differ between runs: " + (
-                "; ".join(f"{f.claim} ({f.verdict})" for f in noisy)
+                "; ".join(f"{who(f)}{f.claim} ({f.verdict})" for f in noisy)
             )
         if n[NOT_MEASURED]:
             s += f"; {len(n[NOT_MEASURED])} not measured"
@@ -226,14 +239,18 @@ def render(analyses: list[Analysis], env: dict[str, Any], lab: Path) -> str:
         parts.append(f"<h2 id={an.study}>{html.escape(an.title)}</h2>")
         parts.append(f'<p class="note">{html.escape(an.source)}. Campaigns: ' + ", ".join(
             f"{html.escape(r)} = {c}" for r, c in an.campaigns.items()) + "</p>")  # fmt: skip
+        # with --compare each backend has its own rows: say whose
+        several = len(an.backends()) > 1
         if an.findings:
-            parts.append("<h3>Findings</h3><table><tr><th>finding</th><th>published</th>"
+            parts.append("<h3>Findings</h3><table><tr>" + "<th>backend</th>" * several +
+                         "<th>finding</th><th>published</th>"
                          "<th>this machine</th><th>verdict</th></tr>")  # fmt: skip
         for f in an.findings:
             cls = VERDICT_CLASS.get(f.verdict, "na")
             noise = f"<br><small class=na>{html.escape(f.noise)}</small>" if f.noise else ""
+            backend = f"<td>{html.escape(f.backend)}</td>" if several else ""
             parts.append(
-                f"<tr><td>{html.escape(f.claim)}</td><td>{html.escape(f.published)}</td>"
+                f"<tr>{backend}<td>{html.escape(f.claim)}</td><td>{html.escape(f.published)}</td>"
                 f"<td>{html.escape(f.ours)}</td><td class={cls}>{html.escape(f.verdict)}"
                 f"{noise}</td></tr>"
             )

@@ -38,7 +38,8 @@ import tomllib
 
 TOPOLOGIES = ("pair", "line", "clients")
 BACKENDS = (
-    "none", "strongswan", "strongswan-kernel", "strongswan-libipsec", "xfrm", "ours", "ours-udp",
+    "none", "strongswan", "strongswan-kernel", "strongswan-libipsec", "xfrm", "xfrm-udp", "ours",
+    "ours-udp",
 )  # fmt: skip
 WORKLOAD_KINDS = ("tcp", "udp", "rfc2544", "imix", "http", "smtp")
 TCP_DATA = ("iperf", "text", "random")

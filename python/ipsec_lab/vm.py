@@ -165,7 +165,12 @@ def run(
           file=sys.stderr)  # fmt: skip
     for d in rwdirs:
         Path(d).mkdir(parents=True, exist_ok=True)
-    env = {"IPSEC_LAB_VM": note, "PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")}
+    env = {
+        "IPSEC_LAB_VM": note,
+        "PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"),
+        # the host's home is read-only in the VM; matplotlib (the report) caches in /tmp
+        "MPLCONFIGDIR": "/tmp/ipsec-lab-matplotlib",
+    }
     cmd = vng_argv(k, inside(argv, env), kvm, rwdirs, vng=vng)
     # vng runs virtme-ng's other programs (virtme-run) from its own directory
     host_env = dict(os.environ)

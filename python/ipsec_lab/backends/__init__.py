@@ -5,8 +5,8 @@
   swanctl, its SAs in the kernel's xfrm; `strongswan-libipsec`: the same with
   kernel-libipsec (strongSwan's own user-space ESP on a TUN device); `strongswan`: the
   kernel one where the kernel has ESP, else libipsec;
-- `xfrm`: the Linux kernel's IPsec; detected, and refused with the reason when the kernel
-  lacks it;
+- `xfrm`: the Linux kernel's IPsec, keyed by hand; detected, and refused with the reason
+  when the kernel lacks it; `xfrm-udp` the same with ESP in UDP (RFC 3948);
 - `ours`: the `ipsec-gw` gateway daemon.
 
 A backend that cannot run a configuration raises `Unsupported` with the reason; the run
@@ -71,10 +71,10 @@ def make(name: str, stage_timing: bool = False) -> Backend:
 
         plane = {"strongswan-kernel": "kernel", "strongswan-libipsec": "libipsec"}
         return StrongSwan(plane.get(name, "auto"))
-    if name == "xfrm":
+    if name in ("xfrm", "xfrm-udp"):
         from ipsec_lab.backends.xfrm import Xfrm
 
-        return Xfrm()
+        return Xfrm(udp_encap=name == "xfrm-udp")
     if name == "ours":
         from ipsec_lab.backends.ours import Ours
 

@@ -9,7 +9,6 @@ import secrets
 import shutil
 import signal
 import subprocess
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +17,7 @@ from typing import Any
 from ipsec_lab.backends import Unsupported
 from ipsec_lab.model.transforms import parse_configuration
 from ipsec_lab.testbed import Tunnel
-from ipsec_lab.testbed.build import LabError, Testbed, tail, wait_for_path
+from ipsec_lab.testbed.build import LabError, Testbed, tail, wait_for_path, wait_for_text
 
 # Key material bytes per algorithm (the engine's; salts of the combined modes included).
 ENC_KEY = {
@@ -112,9 +111,11 @@ def gateway_config(
     table: int = 220,
     mtu: int = TUN_MTU,
     mode: str = "tunnel",
+    esn: bool = False,
 ) -> str:
     """One gateway's TOML. A single SA is named `out` / `in`; a bundle's SAs `esp-out`,
-    `ah-out`, … and the bundles `out` / `in` (IPComp inside ESP, AH outside it)."""
+    `ah-out`, … and the bundles `out` / `in` (IPComp inside ESP, AH outside it). `esn`:
+    64-bit sequence numbers (RFC 4303 §2.2.1) on every SA."""
     left = tunnel.left == node
     me, peer = (
         (tunnel.left_outer, tunnel.right_outer) if left else (tunnel.right_outer, tunnel.left_outer)
@@ -132,7 +133,7 @@ def gateway_config(
             f"spi = {SPI[(x.protocol, way[direction])]}\n"
             f'protocol = "{x.protocol}"\nmode = "{mode}"\nencryption = "{x.encryption}"\n'
             f'integrity = "{x.integrity}"\nenc_key = "{enc}"\ninteg_key = "{integ}"\n'
-            f"legacy = {str(x.legacy).lower()}\n\n"
+            f"legacy = {str(x.legacy).lower()}\nesn = {str(esn).lower()}\n\n"
         )
 
     text = (
@@ -294,11 +295,8 @@ class Ours:
             limited=node in tb.topo.limited_nodes,
         )  # fmt: skip
         log = tb.rundir / f"{name}.log"
-        deadline = time.monotonic() + 10
-        while b"ipsec-gw: up" not in (log.read_bytes() if log.exists() else b""):
-            if q.poll() is not None or time.monotonic() > deadline:
-                raise LabError(f"ipsec-gw {key} did not start again:\n{tail(log)}")
-            time.sleep(0.05)
+        if not wait_for_text(log, "ipsec-gw: up", q, 10):
+            raise LabError(f"ipsec-gw {key} did not start again:\n{tail(log)}")
         return q
 
     def version(self) -> str:

@@ -30,13 +30,15 @@ from __future__ import annotations
 import functools
 import platform
 import secrets
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from ipsec_lab.backends import Processless, Unsupported
 from ipsec_lab.backends.ours import ENC_KEY, INTEG_KEY, IPCOMP_CPI, SPI, Layer, Layers, layers
 from ipsec_lab.testbed import Tunnel
-from ipsec_lab.testbed.build import Testbed, probe
+from ipsec_lab.testbed.build import LabError, Testbed, probe, tail, wait_for_text
 
 # ours' algorithm names -> the kernel's (crypto API) names
 AEAD = {
@@ -63,6 +65,10 @@ AUTH = {
     "sha512": ("hmac(sha512)", 256),
 }
 REPLAY_WINDOW = 32
+NAT_T_PORT = 4500  # RFC 3948 §2: ESP in UDP, to and from 4500
+# Policy priorities (lower wins): the bypass for IPv6 neighbour discovery before the
+# policies that protect the rest
+ND_PRIORITY, PRIORITY = 100, 1000
 # Probe states: a throwaway key of the right length for each kind of SA
 _PROBES = {
     "esp": ["proto", "esp", "spi", "0x100", "mode", "tunnel",
@@ -134,11 +140,32 @@ def _plain(prefix: str) -> str:
     return prefix.split("/")[0]
 
 
-def commands(node: str, tunnel: Tunnel, ls: Layers, keys: Keys, forward: bool) -> list[str]:
+def _host_route(prefix: str) -> bool:
+    return prefix.endswith("/128" if ":" in prefix else "/32")
+
+
+def commands(
+    node: str,
+    tunnel: Tunnel,
+    ls: Layers,
+    keys: Keys,
+    forward: bool,
+    *,
+    udp_encap: bool = False,
+    esn: bool = False,
+    replay_window: int = REPLAY_WINDOW,
+    after_seq: int = 0,
+) -> list[str]:
     """The `ip -batch` lines (`xfrm …`) for `node`'s end of `tunnel`: its SAs both ways and its
     policies (out; in, and fwd when it forwards for a subnet). Host-to-host tunnels (the
-    selectors are the hosts' own /32s) use transport mode unless the layers are a bundle
-    with IPComp (IPComp's tunnel mode then carries the packet)."""
+    selectors are the hosts' own /32s or /128s) use transport mode unless the layers are a
+    bundle with IPComp (IPComp's tunnel mode then carries the packet).
+
+    `udp_encap`: ESP in UDP, port 4500 both ways (RFC 3948; the receiving end needs a
+    socket with UDP_ENCAP on 4500, `EncapSocket`). `esn`: 64-bit sequence numbers (RFC 4303
+    §2.2.1). `after_seq`: the SAs start as if `after_seq` packets had been sent and
+    received (outbound numbering resumes above it, the inbound window's top is at it) —
+    to cross 2^32 in a test of ESN."""
     left = tunnel.left == node
     me, peer = (
         (tunnel.left_outer, tunnel.right_outer) if left else (tunnel.right_outer, tunnel.left_outer)
@@ -146,7 +173,9 @@ def commands(node: str, tunnel: Tunnel, ls: Layers, keys: Keys, forward: bool) -
     me, peer = _plain(me), _plain(peer)
     mine, theirs = (tunnel.left_ts, tunnel.right_ts) if left else (tunnel.right_ts, tunnel.left_ts)
     way = {"out": "lr" if left else "rl", "in": "rl" if left else "lr"}
-    host_to_host = tunnel.left_ts.endswith("/32") and not ls.ipcomp
+    host_to_host = _host_route(tunnel.left_ts) and not ls.ipcomp
+    if udp_encap and ls.ah:
+        raise Unsupported("AH cannot be carried in UDP (RFC 3948 encapsulates ESP only)")
     # Innermost first: IPComp, ESP, AH. The innermost builds the outer header (tunnel
     # mode); those outside it are transport mode (RFC 4301 §4.5 bundles).
     stack: list[tuple[str, Layer | None]] = []
@@ -171,10 +200,22 @@ def commands(node: str, tunnel: Tunnel, ls: Layers, keys: Keys, forward: bool) -
             # Linux pads AH to 8 bytes over IPv4 too unless told `align4`; RFC 4302
             # §3.3.3.2.1 says 4 (ours does): without it HMAC-SHA-256's 28-byte AH is
             # refused (XfrmInStateProtoError) — found by the interop tests in the VM.
-            align = " flag align4" if proto == "ah" and ":" not in src else ""
+            flags = ["align4"] * (proto == "ah" and ":" not in src) + ["esn"] * esn
+            # a tunnel's inner packets may be of the other family (v6 in v4, v4 in v6):
+            # with af-unspec the SA's selector takes either, as strongSwan installs them
+            flags += ["af-unspec"] * (m == "tunnel")
+            extra = f" flag {' '.join(flags)}" if flags else ""
+            if after_seq:
+                if after_seq >> 32 and not esn:
+                    raise ValueError("sequence numbers above 2^32 need ESN")
+                lo, hi = after_seq & 0xFFFFFFFF, after_seq >> 32
+                seq = "replay-seq" if direction == "in" else "replay-oseq"
+                extra += f" {seq} {lo:#x}" + (f" {seq}-hi {hi:#x}" if esn else "")
+            if udp_encap and proto == "esp":
+                extra += f" encap espinudp {NAT_T_PORT} {NAT_T_PORT} 0.0.0.0"
             lines.append(
-                f"{head} proto {proto} spi {spi:#x} mode {m} replay-window {REPLAY_WINDOW} "
-                f"{algs}{align}"
+                f"{head} proto {proto} spi {spi:#x} mode {m} replay-window {replay_window} "
+                f"{algs}{extra}"
             )
     dirs = [("out", mine, theirs, me, peer), ("in", theirs, mine, peer, me)]
     if forward:
@@ -188,19 +229,61 @@ def commands(node: str, tunnel: Tunnel, ls: Layers, keys: Keys, forward: bool) -
             if proto == "comp" and d != "out":
                 t += " level use"
             tmpls.append(t)
-        lines.append(f"xfrm policy add dir {d} src {src} dst {dst} " + " ".join(tmpls))
+        lines.append(
+            f"xfrm policy add dir {d} src {src} dst {dst} priority {PRIORITY} " + " ".join(tmpls)
+        )
+    if host_to_host and ":" in me:
+        # IPv6 hosts find each other with neighbour solicitations and advertisements sent
+        # to and from their unicast addresses — the very selectors above. Linux drops
+        # such ICMPv6 in clear against an IPsec policy (icmpv6_rcv's policy check): the
+        # hosts would never reach each other. ND stays outside IPsec (RFC 4301 §5.2
+        # lets a policy bypass it; RFC 3756 §3.4 on why it is rarely protected).
+        for d, src, dst in (("out", mine, theirs), ("in", theirs, mine)):
+            for icmp_type in (135, 136):
+                lines.append(
+                    f"xfrm policy add dir {d} src {src} dst {dst} proto ipv6-icmp "
+                    f"type {icmp_type} priority {ND_PRIORITY}"
+                )
     return lines
 
 
-class Xfrm(Processless):
-    name = "xfrm"
+# The kernel opens ESP in UDP only on a socket that asked for it (UDP_ENCAP =
+# UDP_ENCAP_ESPINUDP, linux/udp.h): one per node, bound to 4500 in the outer family, held
+# open for the run. It never reads a datagram (the kernel takes ESP off it before the
+# socket's queue); a non-ESP datagram on 4500 would queue unread and be dropped when full.
+_ENCAP_SOCKET = (
+    "import signal, socket, sys; v6 = ':' in sys.argv[1]; "
+    "s = socket.socket(socket.AF_INET6 if v6 else socket.AF_INET, socket.SOCK_DGRAM); "
+    "s.bind((sys.argv[1], 4500)); s.setsockopt(socket.IPPROTO_UDP, 100, 2); "
+    "print('encap socket ready', flush=True); signal.pause()"
+)
 
-    def __init__(self) -> None:
+
+def encap_socket(tb: Testbed, node: str, addr: str) -> subprocess.Popen[bytes]:
+    """Hold a UDP_ENCAP_ESPINUDP socket on `addr`:4500 in `node` (stopped by tb.stop)."""
+    name = f"encap-{node}-{addr.replace(':', '_')}"
+    p = tb.spawn(node, [sys.executable, "-c", _ENCAP_SOCKET, addr], name)
+    log = tb.rundir / f"{name}.log"
+    if not wait_for_text(log, "encap socket ready", p, 10):
+        raise LabError(f"no ESP-in-UDP socket in {node}: {tail(log)}")
+    return p
+
+
+class Xfrm(Processless):
+    """`xfrm`: raw ESP; `xfrm-udp`: ESP in UDP on port 4500 (RFC 3948), as a gateway
+    behind NAT sends it."""
+
+    def __init__(self, udp_encap: bool = False) -> None:
         self.nodes: list[str] = []
+        self.udp_encap = udp_encap
+        self.name = "xfrm-udp" if udp_encap else "xfrm"
+        self.holders: list[subprocess.Popen[bytes]] = []
 
     def check(self, configuration: str) -> None:
         ls = layers(configuration)
         why = unsupported_by_kernel_xfrm(ls)
+        if self.udp_encap and ls.ah:
+            why = "AH cannot be carried in UDP (RFC 3948 encapsulates ESP only)"
         if why:
             raise Unsupported(why)
         kinds = ["esp"] * bool(ls.esp) + ["ah"] * bool(ls.ah) + ["comp"] * ls.ipcomp
@@ -222,15 +305,23 @@ class Xfrm(Processless):
         for i, t in enumerate(tb.topo.tunnels):
             keys = Keys.fresh(ls)
             for node in (t.left, t.right):
-                lines = commands(node, t, ls, keys, forward=node in tb.topo.forwarding)
+                lines = commands(
+                    node, t, ls, keys, node in tb.topo.forwarding, udp_encap=self.udp_encap
+                )
                 batch = d / f"{node}-t{i}.ip"
                 batch.touch(mode=0o600)
                 batch.write_text("\n".join(lines) + "\n")
                 tb.run(node, ["ip", "-batch", str(batch)])
                 if node not in self.nodes:
                     self.nodes.append(node)
+                if self.udp_encap:
+                    outer = t.left_outer if node == t.left else t.right_outer
+                    self.holders.append(encap_socket(tb, node, _plain(outer)))
 
     def stop(self, tb: Testbed) -> None:
+        for p in self.holders:
+            tb.stop(p)
+        self.holders.clear()
         for node in self.nodes:
             tb.run(node, ["ip", "xfrm", "policy", "flush"], check=False)
             tb.run(node, ["ip", "xfrm", "state", "flush"], check=False)

@@ -95,6 +95,7 @@ class Finding:
     # set when the effect is smaller than this run's own noise: the verdict may differ
     # between runs (the text says the difference and its uncertainty)
     noise: str = ""
+    backend: str = ""  # the IPsec it was measured on (with --compare, each has its own)
 
 
 @dataclass
@@ -109,6 +110,16 @@ class Analysis:
     campaigns: dict[str, int] = field(default_factory=dict)  # role -> campaign id
     quick: bool = False
     failures: list[str] = field(default_factory=list)  # failed runs, a line each, with why
+
+    def add_findings(self, backend: str, findings: list[Finding]) -> None:
+        """Add what one backend's runs show (each finding tagged with the backend)."""
+        for f in findings:
+            f.backend = backend
+        self.findings += findings
+
+    def backends(self) -> list[str]:
+        """The backends its findings were measured on, in order."""
+        return list(dict.fromkeys(f.backend for f in self.findings if f.backend))
 
     def add_cause(self, backend: str, text: str) -> None:
         """Add one backend's reading of the cause (several with --compare)."""

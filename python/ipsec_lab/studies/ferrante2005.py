@@ -273,9 +273,9 @@ def analyse(done: dict[str, list[dict[str, Any]]]) -> Analysis:
             ])  # fmt: skip
         an.tables.append(Table(
             f"Throughput, CPU effort and wire bytes at 100 Mbit/s ({b}), beside figs. 3-4 and 8-9",
-            ["configuration", "paper Mbit/s", "ours Mbit/s", "ours, CPU limited Mbit/s",
-             "paper effort µs/kB", "ours effort µs/kB (machine)", "ours IPsec µs/kB",
-             "limited IPsec µs/kB", "wire bytes / payload byte", "ours at 10 Mbit/s", "note"],
+            ["configuration", "paper Mbit/s", f"{b} Mbit/s", f"{b}, CPU limited Mbit/s",
+             "paper effort µs/kB", f"{b} effort µs/kB (machine)", f"{b} IPsec µs/kB",
+             "limited IPsec µs/kB", "wire bytes / payload byte", f"{b} at 10 Mbit/s", "note"],
             rows,
             note=(f"CPU limited: the IPsec processes under a CFS quota of {quota} CPU, set "
                   "from our enc + SHA-1 effort so that it would run at the paper's 53.8 "
@@ -284,11 +284,11 @@ def analyse(done: dict[str, list[dict[str, Any]]]) -> Analysis:
                   "No CPU-limited series in this campaign."),
         ))  # fmt: skip
         an.plots.append(Plot(
-            "bars", f"Throughput at 100 Mbit/s ({b}) — paper fig. 3 beside ours", "",
+            "bars", f"Throughput at 100 Mbit/s ({b}) — paper fig. 3 beside this machine", "",
             "payload Mbit/s (TCP data, before compression)", labels,
             {"paper (PIII 500 MHz)": [PUBLISHED_100[x][0] for x in labels],
-             "ours, this CPU": [t100.get(x, {}).get("mbps") for x in labels],
-             "ours, CPU limited": [lim.get(x, {}).get("mbps") for x in labels]},
+             f"{b}, this CPU": [t100.get(x, {}).get("mbps") for x in labels],
+             f"{b}, CPU limited": [lim.get(x, {}).get("mbps") for x in labels]},
             hlines={"link rate, 100 Mbit/s (wire)": 100.0},
             note="bars are payload rates: the TCP data delivered, counted before IPComp "
             "compresses it. IPComp on English text can exceed the link's rate because the "
@@ -296,12 +296,12 @@ def analyse(done: dict[str, list[dict[str, Any]]]) -> Analysis:
             "other bar stays under the dashed link rate, which counts wire bytes with headers",
         ))  # fmt: skip
         an.plots.append(Plot(
-            "bars", f"CPU effort ({b}) — paper fig. 8 beside ours", "", "µs per kB (log)",
+            "bars", f"CPU effort ({b}) — paper fig. 8 beside this machine", "", "µs per kB (log)",
             labels,
             {"paper": [PUBLISHED_100[x][1] for x in labels],
-             "ours, machine": [t100.get(x, {}).get("effort") for x in labels],
-             "ours, IPsec processes": [t100.get(x, {}).get("ipsec_effort") for x in labels],
-             "ours, IPsec, CPU limited": [lim.get(x, {}).get("ipsec_effort") for x in labels]},
+             f"{b}, machine": [t100.get(x, {}).get("effort") for x in labels],
+             f"{b}, IPsec processes": [t100.get(x, {}).get("ipsec_effort") for x in labels],
+             f"{b}, IPsec, CPU limited": [lim.get(x, {}).get("ipsec_effort") for x in labels]},
             logy=True,
         ))  # fmt: skip
         for label in ("no IPsec", "enc + SHA-1", "IPComp, compressible"):
@@ -317,7 +317,7 @@ def analyse(done: dict[str, list[dict[str, Any]]]) -> Analysis:
                     lines={k: ([x["t"] for x in s], [x[k] for x in s])
                            for k in ("user", "system", "softirq")},
                 ))  # fmt: skip
-        an.findings += _findings(b, t100, t10, lim)
+        an.add_findings(b, _findings(b, t100, t10, lim))
         an.add_cause(b, _cause(t100))
     if len(backends) > 1:  # --compare: the implementations in one chart each
         cells = {b: _cells(today, b, "ethernet-100") for b in backends}

@@ -135,7 +135,11 @@ def analyse(done: dict[str, list[dict[str, Any]]]) -> Analysis:
                     f"% increase in {what} over no IPsec — {link}, {b} (as tables 1-4)",
                     ["configuration", "client", "application", *sizes], rows, note=pub,
                 ))  # fmt: skip
-    an.findings += _findings(incr, skipped_links)
+    # each backend's runs on their own; every backend planned has its findings, measured
+    # or not (a backend whose runs all failed reads "not measured", not nothing)
+    planned = [r["backend"] for r in runs if r.get("backend") not in (None, "none")]
+    for b in dict.fromkeys([*planned, *(k[0] for k in incr)]) or [""]:
+        an.add_findings(b, _findings({k: v for k, v in incr.items() if k[0] == b}, skipped_links))
     return an
 
 

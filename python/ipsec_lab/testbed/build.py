@@ -308,12 +308,18 @@ class Testbed:
                  "peer", "name", w.b_if, "netns", self.ns(w.b)]
             )  # fmt: skip
             for node, ifname, addr in ((w.a, w.a_if, w.a_addr), (w.b, w.b_if, w.b_addr)):
-                self.run(node, ["ip", "addr", "add", addr, "dev", ifname])
+                # IPv6: usable at once (`nodad`: the addresses are ours alone, and an
+                # address still in duplicate detection refuses to be bound or routed from)
+                nodad = ["nodad"] if ":" in addr else []
+                self.run(node, ["ip", "addr", "add", addr, "dev", ifname, *nodad])
                 self.run(node, ["ip", "link", "set", ifname, "mtu", str(w.mtu), "up"])
         for node, dest, via in t.routes:
-            self.run(node, ["ip", "route", "add", dest, "via", via])
+            family = ["-6"] if ":" in via else []  # `default` alone does not say which
+            self.run(node, ["ip", *family, "route", "add", dest, "via", via])
         for node in t.forwarding:
             self.run(node, ["sysctl", "-qw", "net.ipv4.ip_forward=1"])
+            if any(":" in w.a_addr for w in t.wires):
+                self.run(node, ["sysctl", "-qw", "net.ipv6.conf.all.forwarding=1"])
 
     def shape(self, link: Link) -> None:
         """Put the link profile on both ends of every shaped wire (egress): netem for
@@ -439,6 +445,18 @@ def wait_for_path(path: Path, proc: subprocess.Popen[bytes], timeout: float) -> 
     `timeout` seconds pass first."""
     deadline = time.monotonic() + timeout
     while not path.exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def wait_for_text(log: Path, text: str, proc: subprocess.Popen[bytes], timeout: float) -> bool:
+    """Wait until `proc`'s log says `text` (it is ready); False if it exits or `timeout`
+    seconds pass first."""
+    deadline = time.monotonic() + timeout
+    want = text.encode()
+    while want not in (log.read_bytes() if log.exists() else b""):
         if proc.poll() is not None or time.monotonic() > deadline:
             return False
         time.sleep(0.05)
