@@ -18,7 +18,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def test_ours_and_the_kernels_ipsec_in_the_vm(tmp_path: Path) -> None:
-    """Interop (24 cases, both ways, and a replayed capture) and impairment (netem: ours
+    """Interop (25 cases, both ways, and a replayed capture) and impairment (netem: ours
     and xfrm)."""
     if os.geteuid() != 0:
         pytest.fail("the VM tests need root (as CI runs them)")
@@ -35,7 +35,7 @@ def test_ours_and_the_kernels_ipsec_in_the_vm(tmp_path: Path) -> None:
     assert rc == 0, f"the VM did not run (rc {rc})"
     assert "rc=0" in text, text[-4000:]
     m = re.search(r"(\d+) passed", text)
-    assert m and int(m.group(1)) == 28 and "failed" not in text, text[-4000:]
+    assert m and int(m.group(1)) == 29 and "failed" not in text, text[-4000:]
 
 
 def test_a_campaign_of_every_backend_runs_in_the_vm(tmp_path: Path) -> None:
@@ -94,7 +94,7 @@ def test_the_kernels_ipsec_on_the_clients_topology_in_the_vm(tmp_path: Path) -> 
     r = subprocess.run([exe, "results", "1", "--lab", str(lab), "--json"],
                        capture_output=True, text=True, timeout=60, check=True)  # fmt: skip
     data = json.loads(r.stdout)
-    assert data["counts"] == {"planned": 4, "done": 4, "failed": 0, "skipped": 0}
-    flows = {(x["backend"], x["flow"]) for x in data["runs"] if (x["mbps"] or 0) > 1}
+    assert data["counts"] == {"planned": 8, "done": 8, "failed": 0, "skipped": 0}
+    flows = {(x["backend"], x["flow"]) for x in data["runs"] if x["results"][0]["mbps"] > 1}
     backends = ("xfrm", "xfrm-udp", "strongswan-kernel", "ours")
     assert flows == {(b, f) for b in backends for f in ("fast-server", "slow-server")}, flows

@@ -240,6 +240,7 @@ CASES = [
     Case("esp:aes128-sha1", "4in6"),
     Case("esp:aes128gcm16", udp_encap=True),
     Case("esp:chacha20poly1305", "6in6", udp_encap=True),
+    Case("esp:aes128gcm16", "transport4", udp_encap=True),
     Case("esp:aes128gcm16", esn=True),
     Case("esp:aes128-sha1", esn=True),
     Case("ah:sha256", esn=True),

@@ -251,12 +251,26 @@ def commands(
 # UDP_ENCAP_ESPINUDP, linux/udp.h): one per node, bound to 4500 in the outer family, held
 # open for the run. It never reads a datagram (the kernel takes ESP off it before the
 # socket's queue); a non-ESP datagram on 4500 would queue unread and be dropped when full.
-_ENCAP_SOCKET = (
-    "import signal, socket, sys; v6 = ':' in sys.argv[1]; "
-    "s = socket.socket(socket.AF_INET6 if v6 else socket.AF_INET, socket.SOCK_DGRAM); "
-    "s.bind((sys.argv[1], 4500)); s.setsockopt(socket.IPPROTO_UDP, 100, 2); "
-    "print('encap socket ready', flush=True); signal.pause()"
-)
+# The socket also gets a bypass policy each way (IP_XFRM_POLICY / IPV6_XFRM_POLICY with an
+# allow-all `xfrm_userpolicy_info`, as charon puts on its own sockets): the kernel checks
+# the input policy on the UDP datagram *before* taking the ESP out of it, and between two
+# hosts in transport mode the policy's selectors (the hosts' /32s, any protocol) cover the
+# datagram itself — without the bypass every one is dropped (XfrmInTmplMismatch).
+_ENCAP_SOCKET = """
+import signal, socket, struct, sys
+v6 = ':' in sys.argv[1]
+s = socket.socket(socket.AF_INET6 if v6 else socket.AF_INET, socket.SOCK_DGRAM)
+s.bind((sys.argv[1], 4500))
+s.setsockopt(socket.IPPROTO_UDP, 100, 2)  # UDP_ENCAP, UDP_ENCAP_ESPINUDP
+level, name = (socket.IPPROTO_IPV6, 35) if v6 else (socket.IPPROTO_IP, 17)
+for direction in (0, 1):  # XFRM_POLICY_IN, XFRM_POLICY_OUT; action 0 = XFRM_POLICY_ALLOW
+    policy = bytearray(168)  # sizeof(struct xfrm_userpolicy_info)
+    struct.pack_into('=H', policy, 40, socket.AF_INET6 if v6 else socket.AF_INET)  # sel.family
+    policy[160] = direction  # .dir
+    s.setsockopt(level, name, bytes(policy))
+print('encap socket ready', flush=True)
+signal.pause()
+"""
 
 
 def encap_socket(tb: Testbed, node: str, addr: str) -> subprocess.Popen[bytes]:
