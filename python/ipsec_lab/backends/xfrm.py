@@ -29,14 +29,13 @@ from __future__ import annotations
 
 import functools
 import platform
-import secrets
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from ipsec_lab.backends import Processless, Unsupported
-from ipsec_lab.backends.ours import ENC_KEY, INTEG_KEY, IPCOMP_CPI, SPI, Layer, Layers, layers
+from ipsec_lab.backends.ours import IPCOMP_CPI, SPI, Layer, Layers, fresh_keys, layers
 from ipsec_lab.testbed import Tunnel
 from ipsec_lab.testbed.build import LabError, Testbed, probe, tail, wait_for_text
 
@@ -112,14 +111,7 @@ class Keys:
 
     @staticmethod
     def fresh(ls: Layers) -> Keys:
-        return Keys({
-            (x.protocol, d): (
-                secrets.token_hex(ENC_KEY[x.encryption]),
-                secrets.token_hex(INTEG_KEY[x.integrity]),
-            )
-            for x in ls.sas()
-            for d in ("lr", "rl")
-        })  # fmt: skip
+        return Keys(fresh_keys(ls))  # the lengths ours takes: both ends share them
 
 
 def _algorithms(x: Layer, enc: str, integ: str) -> list[str]:
