@@ -475,3 +475,52 @@ def test_a_trial_counts_what_never_arrived_beyond_what_was_in_flight() -> None:
     assert out["loss_pct"] == pytest.approx(12.8) and out["receiver_loss_pct"] == 0.0
     calm = with_unarrived({**row, "sent_packets": 990, "unarrived_packets": 10})
     assert calm["loss_pct"] == 0.0
+
+
+# --- a backend that dies is not measured -------------------------------------------------
+
+
+class _Testbed:
+    """What Campaign._one asks of a testbed, and no namespaces."""
+
+    def log_mark(self) -> dict[str, int]:
+        return {}
+
+    def logs_since(self, mark: dict[str, int]) -> list[tuple[str, str]]:
+        return [("ipsec-gw-gwA.log", "ipsec-gw: worker inbound panicked")]
+
+
+def test_a_run_whose_gateway_died_is_failed_not_measured(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ipsec-gw exiting during a run (the workload itself went fine: the lab's gateways
+    keep plain routes, so traffic can flow without it) fails that run and the next one,
+    which is not run at all — and says which process exited, with status and log."""
+    from ipsec_lab.backends.ours import Ours
+
+    sc = scenario.parse(GOOD.replace('["none", "strongswan"]', '["ours"]'), "t.toml")
+    c = runner.Campaign(sc, tmp_path / "lab")
+    gw = Ours()
+    gw._procs = {"gwA": subprocess.Popen(["sleep", "30"]), "gwB": subprocess.Popen(["sleep", "30"])}
+    ran: list[str] = []
+
+    def workload(tb: object, flow: object, w: object, metered: object, warmup: float) -> list:
+        ran.append(w.kind)  # type: ignore[attr-defined]
+        gw._procs["gwB"].kill()  # the gateway dies while traffic flows
+        gw._procs["gwB"].wait()
+        return [{"label": "tcp", "mbps": 95.0}]
+
+    monkeypatch.setitem(runner.WORKLOADS, "tcp", workload)
+    first, second = [p for p in c.plan if p.workload.kind == "tcp"][:2]
+    try:
+        c._one(_Testbed(), gw, first, "ipsec-gw test")  # type: ignore[arg-type]
+        c._one(_Testbed(), gw, second, "ipsec-gw test")  # type: ignore[arg-type]
+        assert gw.died() == "ipsec-gw gwB exited (status -9)"  # gwA still runs
+    finally:
+        gw._procs["gwA"].kill()
+    runs = {r["repetition"]: r for r in c.store.runs(c.id)}
+    assert [r["status"] for r in runs.values()] == ["failed", "failed"]
+    assert ran == ["tcp"], "the second run must not run through a dead gateway"
+    assert "ours went down during the run: ipsec-gw gwB exited (status -9)" in runs[1]["reason"]
+    assert "worker inbound panicked" in runs[1]["reason"]  # the gateway's own log
+    assert runs[2]["reason"].startswith("ours is down: ipsec-gw gwB exited (status -9)")

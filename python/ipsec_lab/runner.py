@@ -227,6 +227,11 @@ class Campaign:
         started = time.time()
         mark = tb.log_mark()
 
+        dead = backend.died()
+        if dead:  # an earlier run's end found it so too; nothing to measure now
+            self._store(p, "failed", started, reason=f"{k.backend} is down: {dead}",
+                        version=version)  # fmt: skip
+            return
         stages = getattr(backend, "stage_ns", None) if self.sc.stage_timing else None
 
         def metered(label: str, fn: Callable[[], Row]) -> Row:
@@ -256,6 +261,9 @@ class Campaign:
                 finally:
                     if udp:
                         tb.run(p.flow.source, ["sysctl", "-qw", "net.ipv4.ip_no_pmtu_disc=0"])
+            dead = backend.died()
+            if dead:  # whatever got through did not go through the IPsec under test
+                raise LabError(f"{k.backend} went down during the run: {dead}")
         except Exception as e:  # any failure is this run's: stored, and the campaign goes on
             reason = failure_reason(e, tb.logs_since(mark))
             self._store(p, "failed", started, reason=reason, version=version)

@@ -15,6 +15,7 @@ is then recorded as skipped with that reason, not silently dropped.
 
 from __future__ import annotations
 
+import subprocess
 from typing import Protocol
 
 from ipsec_lab.testbed.build import Testbed
@@ -39,7 +40,19 @@ class Backend(Protocol):
     def pids(self) -> list[int]:
         """The processes doing the IPsec work (for per-process CPU), if any."""
 
+    def died(self) -> str | None:
+        """Why the IPsec is no longer whole (a process of it exited), or None. A run
+        through a dead gateway is no measurement of IPsec: the lab's gateways keep plain
+        routes (backend `none`'s path), so its traffic may even have gone in clear."""
+
     def version(self) -> str: ...
+
+
+def exited(procs: dict[str, subprocess.Popen[bytes]], what: str) -> str | None:
+    """`died()` for backends made of processes: which of `procs` exited, with status."""
+    gone = [f"{what} {k} exited (status {p.returncode})" for k, p in procs.items()
+            if p.poll() is not None]  # fmt: skip
+    return "; ".join(gone) or None
 
 
 class Processless:
@@ -57,6 +70,9 @@ class Processless:
 
     def pids(self) -> list[int]:
         return []
+
+    def died(self) -> str | None:
+        return None
 
 
 def make(name: str, stage_timing: bool = False) -> Backend:

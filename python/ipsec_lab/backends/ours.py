@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ipsec_lab.backends import Unsupported
+from ipsec_lab.backends import Unsupported, exited
 from ipsec_lab.model.transforms import parse_configuration
 from ipsec_lab.testbed import Tunnel
 from ipsec_lab.testbed.build import LabError, Testbed, tail, wait_for_path, wait_for_text
@@ -263,6 +263,9 @@ class Ours:
 
     def pids(self) -> list[int]:
         return [p.pid for p in self._procs.values() if p.poll() is None]
+
+    def died(self) -> str | None:
+        return exited(self._procs, "ipsec-gw")
 
     def stage_ns(self) -> dict[str, int]:
         """Nanoseconds per stage summed over every running gateway and SA (all zero

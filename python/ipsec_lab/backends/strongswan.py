@@ -22,7 +22,7 @@ import secrets
 import subprocess
 from pathlib import Path
 
-from ipsec_lab.backends import Unsupported
+from ipsec_lab.backends import Unsupported, exited
 from ipsec_lab.model.transforms import parse_configuration
 from ipsec_lab.testbed import Tunnel
 from ipsec_lab.testbed.build import LabError, Testbed, require_tools, tail, wait_for_path
@@ -303,6 +303,9 @@ class StrongSwan:
 
     def pids(self) -> list[int]:
         return [p.pid for p in self._procs.values() if p.poll() is None]
+
+    def died(self) -> str | None:
+        return exited(self._procs, "charon")
 
     def version(self) -> str:
         try:
