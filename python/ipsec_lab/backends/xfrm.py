@@ -34,7 +34,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from ipsec_lab.backends import Processless, Unsupported
+from ipsec_lab.backends import Processless, Unsupported, exited
 from ipsec_lab.backends.ours import IPCOMP_CPI, SPI, Layer, Layers, fresh_keys, layers
 from ipsec_lab.testbed import Tunnel
 from ipsec_lab.testbed.build import LabError, Testbed, probe, tail, wait_for_text
@@ -65,6 +65,7 @@ AUTH = {
 }
 REPLAY_WINDOW = 32
 NAT_T_PORT = 4500  # RFC 3948 §2: ESP in UDP, to and from 4500
+NO_AH_IN_UDP = "AH cannot be carried in UDP (RFC 3948 encapsulates ESP only)"
 # Policy priorities (lower wins): the bypass for IPv6 neighbour discovery before the
 # policies that protect the rest
 ND_PRIORITY, PRIORITY = 100, 1000
@@ -154,7 +155,7 @@ def commands(
     bundle with IPComp (IPComp's tunnel mode then carries the packet).
 
     `udp_encap`: ESP in UDP, port 4500 both ways (RFC 3948; the receiving end needs a
-    socket with UDP_ENCAP on 4500, `EncapSocket`). `esn`: 64-bit sequence numbers (RFC 4303
+    socket with UDP_ENCAP on 4500, `encap_socket`). `esn`: 64-bit sequence numbers (RFC 4303
     §2.2.1). `after_seq`: the SAs start as if `after_seq` packets had been sent and
     received (outbound numbering resumes above it, the inbound window's top is at it) —
     to cross 2^32 in a test of ESN."""
@@ -167,7 +168,7 @@ def commands(
     way = {"out": "lr" if left else "rl", "in": "rl" if left else "lr"}
     host_to_host = _host_route(tunnel.left_ts) and not ls.ipcomp
     if udp_encap and ls.ah:
-        raise Unsupported("AH cannot be carried in UDP (RFC 3948 encapsulates ESP only)")
+        raise Unsupported(NO_AH_IN_UDP)
     # Innermost first: IPComp, ESP, AH. The innermost builds the outer header (tunnel
     # mode); those outside it are transport mode (RFC 4301 §4.5 bundles).
     stack: list[tuple[str, Layer | None]] = []
@@ -283,13 +284,13 @@ class Xfrm(Processless):
         self.nodes: list[str] = []
         self.udp_encap = udp_encap
         self.name = "xfrm-udp" if udp_encap else "xfrm"
-        self.holders: list[subprocess.Popen[bytes]] = []
+        self.holders: dict[str, subprocess.Popen[bytes]] = {}  # node-address -> holder
 
     def check(self, configuration: str) -> None:
         ls = layers(configuration)
         why = unsupported_by_kernel_xfrm(ls)
         if self.udp_encap and ls.ah:
-            why = "AH cannot be carried in UDP (RFC 3948 encapsulates ESP only)"
+            why = NO_AH_IN_UDP
         if why:
             raise Unsupported(why)
         kinds = ["esp"] * bool(ls.esp) + ["ah"] * bool(ls.ah) + ["comp"] * ls.ipcomp
@@ -322,16 +323,21 @@ class Xfrm(Processless):
                     self.nodes.append(node)
                 if self.udp_encap:
                     outer = t.left_outer if node == t.left else t.right_outer
-                    self.holders.append(encap_socket(tb, node, _plain(outer)))
+                    key = f"{node}-{_plain(outer)}"
+                    self.holders[key] = encap_socket(tb, node, _plain(outer))
 
     def stop(self, tb: Testbed) -> None:
-        for p in self.holders:
+        for p in self.holders.values():
             tb.stop(p)
         self.holders.clear()
         for node in self.nodes:
             tb.run(node, ["ip", "xfrm", "policy", "flush"], check=False)
             tb.run(node, ["ip", "xfrm", "state", "flush"], check=False)
         self.nodes.clear()
+
+    def died(self) -> str | None:
+        # without its socket, a node drops every ESP in UDP it is sent
+        return exited(self.holders, "the ESP-in-UDP socket of")
 
     def version(self) -> str:
         return f"Linux {platform.release()} xfrm"
