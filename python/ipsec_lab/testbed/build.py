@@ -440,27 +440,28 @@ def netem_available() -> tuple[bool, str]:
     )
 
 
-def wait_for_path(path: Path, proc: subprocess.Popen[bytes], timeout: float) -> bool:
-    """Wait until `path` exists (a daemon's socket: it is up); False if `proc` exits or
-    `timeout` seconds pass first."""
+def _wait_until(ready: Callable[[], bool], proc: subprocess.Popen[bytes], timeout: float) -> bool:
+    """Poll `ready` every 50 ms until it holds; False if `proc` exits or `timeout` seconds
+    pass first."""
     deadline = time.monotonic() + timeout
-    while not path.exists():
+    while not ready():
         if proc.poll() is not None or time.monotonic() > deadline:
             return False
         time.sleep(0.05)
     return True
+
+
+def wait_for_path(path: Path, proc: subprocess.Popen[bytes], timeout: float) -> bool:
+    """Wait until `path` exists (a daemon's socket: it is up); False if `proc` exits or
+    `timeout` seconds pass first."""
+    return _wait_until(path.exists, proc, timeout)
 
 
 def wait_for_text(log: Path, text: str, proc: subprocess.Popen[bytes], timeout: float) -> bool:
     """Wait until `proc`'s log says `text` (it is ready); False if it exits or `timeout`
     seconds pass first."""
-    deadline = time.monotonic() + timeout
     want = text.encode()
-    while want not in (log.read_bytes() if log.exists() else b""):
-        if proc.poll() is not None or time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
+    return _wait_until(lambda: want in (log.read_bytes() if log.exists() else b""), proc, timeout)
 
 
 def leftovers() -> tuple[list[str], list[Path]]:
