@@ -17,6 +17,14 @@ SIMPLE_IMIX = ((40, 7), (576, 4), (1500, 1))
 # iperf3 needs 16 bytes of UDP payload for its own header (64-bit counters): a "40-byte"
 # IMIX packet is therefore sent as 44 bytes (16 + 28); the rows say so.
 IPERF_MIN_UDP_PAYLOAD = 16
+# UDP socket buffers (`iperf3 -w`, which the server applies to its receiving socket too).
+# The traffic programs are the instrument, not what is measured: the kernel's default
+# 212992 B holds ~90 datagrams of 1000 B, 15 ms at 50 Mbit/s, so a sink scheduled late on a
+# shared machine dropped datagrams the gateways had delivered (iperf3 loss with the sink's
+# UdpRcvbufErrors rising and no drop anywhere else), and a loss-free-rate search read that
+# as the gateway's limit. 4 MiB waits out ~0.5 s at that rate. The kernel caps it at
+# net.core.rmem_max / wmem_max (4 MiB on this machine; 212992 on a stock kernel).
+UDP_SOCKET_BUFFER = "4M"
 
 
 class Servers:
@@ -86,12 +94,8 @@ def udp_trial(
     payload = max(size - IPV4_UDP, IPERF_MIN_UDP_PAYLOAD)
     ip_size = payload + IPV4_UDP
     app_rate = rate_mbit * 1e6 * payload / ip_size
-    data = _client(
-        tb,
-        flow,
-        ["-p", str(port), "-u", "-b", f"{app_rate:.0f}", "-l", str(payload), "-t", f"{seconds:g}"],
-        seconds,
-    )
+    args = ["-p", str(port), "-u", "-b", f"{app_rate:.0f}", "-l", str(payload)]
+    data = _client(tb, flow, [*args, "-w", UDP_SOCKET_BUFFER, "-t", f"{seconds:g}"], seconds)
     end = data["end"]
     s = end.get("sum_received") or end["sum"]
     sent = end.get("sum_sent") or end["sum"]
@@ -142,7 +146,7 @@ def imix(tb: Testbed, flow: Flow, w: Workload, metered: Metered, warmup_s: float
             argv = tb.in_ns(
                 flow.source,
                 ["iperf3", "-c", flow.sink_addr, "-J", "-p", str(port), "-u", "-b", f"{rate:.0f}",
-                 "-l", str(payload), "-t", f"{w.seconds:g}"],
+                 "-l", str(payload), "-w", UDP_SOCKET_BUFFER, "-t", f"{w.seconds:g}"],
             )  # fmt: skip
             procs.append(subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE))
         rows = []
