@@ -20,7 +20,7 @@ use std::collections::BTreeMap;
 use std::ops::RangeInclusive;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// One outbound SA's sequence counter, shared by the workers that seal under it.
 #[derive(Debug)]
@@ -112,19 +112,23 @@ impl<T> InOrder<T> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// The state once `ready` holds, waiting up to `timeout` for it (`None`: it did not).
+    fn wait_for(
+        &self,
+        timeout: Duration,
+        mut ready: impl FnMut(&State<T>) -> bool,
+    ) -> Option<MutexGuard<'_, State<T>>> {
+        let (s, _) = self
+            .changed
+            .wait_timeout_while(self.lock(), timeout, |s| !ready(s))
+            .unwrap_or_else(|e| e.into_inner());
+        ready(&s).then_some(s)
+    }
+
     /// The next ticket, in reading order; `None` if `window` tickets stayed out for
     /// `timeout` (the reader then looks at its stop flag and tries again).
     pub fn ticket(&self, timeout: Duration) -> Option<u64> {
-        let deadline = Instant::now() + timeout;
-        let mut s = self.lock();
-        while s.issued - s.released >= self.window {
-            let left = deadline.checked_duration_since(Instant::now())?;
-            s = self
-                .changed
-                .wait_timeout(s, left)
-                .unwrap_or_else(|e| e.into_inner())
-                .0;
-        }
+        let mut s = self.wait_for(timeout, |s| s.issued - s.released < self.window)?;
         s.issued += 1;
         Some(s.issued - 1)
     }
@@ -144,23 +148,13 @@ impl<T> InOrder<T> {
     /// The oldest ticket's batch once it is complete, waiting up to `timeout` for it;
     /// `None` if it did not complete in time (or none is out).
     pub fn next(&self, timeout: Duration) -> Option<(u64, T)> {
-        let deadline = Instant::now() + timeout;
-        let mut s = self.lock();
-        loop {
-            let oldest = s.released;
-            if let Some(item) = s.done.remove(&oldest) {
-                s.released += 1;
-                drop(s);
-                self.changed.notify_all();
-                return Some((oldest, item));
-            }
-            let left = deadline.checked_duration_since(Instant::now())?;
-            s = self
-                .changed
-                .wait_timeout(s, left)
-                .unwrap_or_else(|e| e.into_inner())
-                .0;
-        }
+        let mut s = self.wait_for(timeout, |s| s.done.contains_key(&s.released))?;
+        let oldest = s.released;
+        let item = s.done.remove(&oldest)?;
+        s.released += 1;
+        drop(s);
+        self.changed.notify_all();
+        Some((oldest, item))
     }
 
     /// Tickets issued and not yet released.
