@@ -374,8 +374,14 @@ def test_an_expired_sa_sends_nothing_in_clear(tmp_path: Path) -> None:
         a = settle(gw, "gwA")
     out = sa(a, "outbound", "out")
     assert out["state"] == "expired" and out["packets"] == 200
-    # the other 300 were refused by policy: no SA to protect them, so nothing went out
-    assert a["outbound"]["drops"]["no_sa"] == 300
+    # the rest were refused by policy: no SA to protect them, so nothing went out. Every
+    # packet gwA read from its TUN device is accounted for: sealed, bypassed or a named
+    # drop (a `policy_discard` is the kernel's own, not the blast's). Of the blast's 500
+    # all but a few reached gwA: on a loaded host one can be lost on the client's way to
+    # it (seen here: 299 no_sa of 300, the gateway having read 499), which no SA decides.
+    io, drops = a["outbound"]["io"], a["outbound"]["drops"]
+    assert io["rx_packets"] == 200 + sum(drops.values()) + io.get("bypassed", 0), (io, drops)
+    assert 290 <= drops["no_sa"] <= 300, drops
     from scapy.all import IP, rdpcap
 
     pkts = [p for p in rdpcap(str(pcap)) if IP in p and p[IP].src == "192.0.2.1"]
