@@ -381,6 +381,7 @@ def test_an_expired_sa_sends_nothing_in_clear(tmp_path: Path) -> None:
     # it (seen here: 299 no_sa of 300, the gateway having read 499), which no SA decides.
     io, drops = a["outbound"]["io"], a["outbound"]["drops"]
     assert io["rx_packets"] == 200 + sum(drops.values()) + io.get("bypassed", 0), (io, drops)
+    assert set(drops) <= {"no_sa", "policy_discard"}, drops
     assert 290 <= drops["no_sa"] <= 300, drops
     from scapy.all import IP, rdpcap
 

@@ -27,6 +27,13 @@ IPERF_MIN_UDP_PAYLOAD = 16
 UDP_SOCKET_BUFFER = "4M"
 
 
+def _udp_args(port: int, app_rate: float, payload: int, seconds: float) -> list[str]:
+    """iperf3 client options of one UDP stream: `app_rate` bit/s of `payload`-byte
+    datagrams to `port`, with the sockets' buffers at UDP_SOCKET_BUFFER."""
+    return ["-p", str(port), "-u", "-b", f"{app_rate:.0f}", "-l", str(payload),
+            "-w", UDP_SOCKET_BUFFER, "-t", f"{seconds:g}"]  # fmt: skip
+
+
 class Servers:
     """iperf3 servers in the sink node, one per port, for the life of a measurement."""
 
@@ -94,8 +101,7 @@ def udp_trial(
     payload = max(size - IPV4_UDP, IPERF_MIN_UDP_PAYLOAD)
     ip_size = payload + IPV4_UDP
     app_rate = rate_mbit * 1e6 * payload / ip_size
-    args = ["-p", str(port), "-u", "-b", f"{app_rate:.0f}", "-l", str(payload)]
-    data = _client(tb, flow, [*args, "-w", UDP_SOCKET_BUFFER, "-t", f"{seconds:g}"], seconds)
+    data = _client(tb, flow, _udp_args(port, app_rate, payload, seconds), seconds)
     end = data["end"]
     s = end.get("sum_received") or end["sum"]
     sent = end.get("sum_sent") or end["sum"]
@@ -145,9 +151,8 @@ def imix(tb: Testbed, flow: Flow, w: Workload, metered: Metered, warmup_s: float
             rate = w.rate_mbit * wt / sum(weights) * 1e6 * payload / (payload + IPV4_UDP)
             argv = tb.in_ns(
                 flow.source,
-                ["iperf3", "-c", flow.sink_addr, "-J", "-p", str(port), "-u", "-b", f"{rate:.0f}",
-                 "-l", str(payload), "-w", UDP_SOCKET_BUFFER, "-t", f"{w.seconds:g}"],
-            )  # fmt: skip
+                ["iperf3", "-c", flow.sink_addr, "-J", *_udp_args(port, rate, payload, w.seconds)],
+            )
             procs.append(subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE))
         rows = []
         for (size, _), p in zip(SIMPLE_IMIX, procs):
