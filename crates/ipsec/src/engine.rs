@@ -14,7 +14,7 @@ use crate::bundle::{self, Layers};
 use crate::constants::proto;
 use crate::crypto::state::IvSource;
 use crate::drop::{DropCounters, DropReason};
-use crate::esp::ipsec_location;
+use crate::esp::{ipsec_location, CryptoJob};
 use crate::ipcomp::{IpcompConfig, IpcompSa};
 use crate::sa::{Direction, Sa, SaConfig, SaError};
 use crate::sad::{SaId, Sad, SadKey};
@@ -42,6 +42,22 @@ pub enum Inbound {
     Opened { sa: SaId, next_header: u8 },
     /// A clear packet that policy lets through; `pkt` is unchanged.
     Bypass,
+}
+
+/// Outcome of [`Engine::inbound_start`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InboundStart {
+    /// Handled whole, as [`Engine::inbound`] would.
+    Done(Inbound),
+    /// A lone ESP SA's packet, checked against the replay window: run `job` with the
+    /// SA's keys, then [`Engine::inbound_finish`].
+    Open { sa: SaId, job: CryptoJob },
+}
+
+/// Where [`Engine::inbound_locate`] got with a packet.
+enum Located {
+    Clear(Inbound),
+    Sa { id: SaId, bundle: Option<usize> },
 }
 
 /// Engine-wide counters for packets refused before an SA was known.
@@ -269,8 +285,98 @@ impl Engine {
         }
     }
 
+    /// As [`Engine::outbound`], but a packet a lone ESP SA protects is left for the
+    /// caller to encrypt: the job that comes with `Sealed` is run with that SA's
+    /// [`Sa::keys`] (on any thread) before the packet goes out. The SPD lookup, the
+    /// sequence number, header, trailer, IV and counters are done here, in order. A
+    /// bundle, an AH SA, and any SA while stage timing is on are sealed at once (no job).
+    pub fn outbound_deferred(
+        &mut self,
+        pkt: &mut PacketBuf<'_>,
+    ) -> Result<(Outbound, Option<CryptoJob>), DropReason> {
+        if self.clock.is_none() {
+            if let Ok(info) = PacketInfo::parse(pkt.data()) {
+                if let Action::Protect(id) = self.spd_out.lookup(&info) {
+                    match self.sas.get_mut(id).and_then(Option::as_mut) {
+                        Some(sa) if sa.direction == Direction::Out => {
+                            let job = sa.seal_deferred(pkt)?;
+                            return Ok((Outbound::Sealed { sa: id }, job));
+                        }
+                        _ => return Err(self.drop_here(DropReason::NoSa)),
+                    }
+                }
+            }
+        }
+        self.outbound(pkt).map(|o| (o, None))
+    }
+
     /// Apply inbound processing to the IP packet in `pkt` as received from outside.
     pub fn inbound(&mut self, pkt: &mut PacketBuf<'_>) -> Result<Inbound, DropReason> {
+        let (id, bundle) = match self.inbound_locate(pkt)? {
+            Located::Clear(r) => return Ok(r),
+            Located::Sa { id, bundle } => (id, bundle),
+        };
+        let (next_header, want) = match bundle {
+            Some(b) => {
+                let Some(mut l) = self.layers(b) else {
+                    return Err(self.drop_here(DropReason::UnknownSpi));
+                };
+                (l.open(pkt)?, Action::ProtectBundle(b))
+            }
+            None => {
+                let Some(sa) = self.sas.get_mut(id).and_then(Option::as_mut) else {
+                    return Err(self.drop_here(DropReason::UnknownSpi));
+                };
+                (sa.open(pkt)?, Action::Protect(id))
+            }
+        };
+        self.inbound_policy(pkt, id, next_header, want)
+    }
+
+    /// Inbound in two halves, for opening on several threads. This one does what
+    /// [`Engine::inbound`] does before the ICV for a packet of a lone ESP SA — SAD
+    /// lookup, sequence number, replay check — and returns the job that verifies and
+    /// decrypts it with that SA's [`Sa::keys`]; [`Engine::inbound_finish`] then
+    /// commits the replay window and checks the inner policy. Every other packet (clear,
+    /// AH, a bundle, any while stage timing is on) is handled whole here:
+    /// [`InboundStart::Done`].
+    pub fn inbound_start(&mut self, pkt: &mut PacketBuf<'_>) -> Result<InboundStart, DropReason> {
+        let id = match self.inbound_locate(pkt)? {
+            Located::Clear(r) => return Ok(InboundStart::Done(r)),
+            Located::Sa { id, bundle: None } if self.clock.is_none() => id,
+            Located::Sa { .. } => return self.inbound(pkt).map(InboundStart::Done),
+        };
+        match self.sas.get_mut(id).and_then(Option::as_mut) {
+            Some(sa) if sa.protocol() == crate::sa::Protocol::Esp => {
+                let job = sa.open_start(pkt)?;
+                Ok(InboundStart::Open { sa: id, job })
+            }
+            // AH (or an SA gone since the lookup): the whole path, as ever
+            _ => self.inbound(pkt).map(InboundStart::Done),
+        }
+    }
+
+    /// The last half of a packet [`Engine::inbound_start`] began, given how its job
+    /// went: replay commit, trailer, inner packet and the inner policy check, exactly as
+    /// [`Engine::inbound`] does after the ICV. A packet whose SA left the SAD since
+    /// (its hard lifetime reached by an earlier packet) is dropped as `UnknownSpi`.
+    pub fn inbound_finish(
+        &mut self,
+        pkt: &mut PacketBuf<'_>,
+        sa: SaId,
+        job: &CryptoJob,
+        crypto: Result<(), DropReason>,
+    ) -> Result<Inbound, DropReason> {
+        let Some(s) = self.sas.get_mut(sa).and_then(Option::as_mut) else {
+            return Err(self.drop_here(DropReason::UnknownSpi));
+        };
+        let next_header = s.open_finish(pkt, job, crypto)?;
+        self.inbound_policy(pkt, sa, next_header, Action::Protect(sa))
+    }
+
+    /// Inbound up to the SA: a clear packet's fate by policy, or the SA (and bundle) an
+    /// ESP or AH packet is for.
+    fn inbound_locate(&mut self, pkt: &PacketBuf<'_>) -> Result<Located, DropReason> {
         let t0 = self.now();
         let info = PacketInfo::parse(pkt.data()).map_err(|d| self.drop_here(d))?;
         let protocol = info.protocol;
@@ -279,7 +385,7 @@ impl Engine {
             return match self.spd_in.lookup(&info) {
                 Action::Bypass => {
                     self.counters.bypassed_in += 1;
-                    Ok(Inbound::Bypass)
+                    Ok(Located::Clear(Inbound::Bypass))
                 }
                 Action::Discard => Err(self.drop_here(DropReason::PolicyDiscard)),
                 Action::Protect(_) | Action::ProtectBundle(_) => {
@@ -307,22 +413,18 @@ impl Engine {
                 sa.stages.add(Stage::SaLookup, lookup_ns);
             }
         }
-        let (next_header, want) = match bundle {
-            Some(b) => {
-                let Some(mut l) = self.layers(b) else {
-                    return Err(self.drop_here(DropReason::UnknownSpi));
-                };
-                (l.open(pkt)?, Action::ProtectBundle(b))
-            }
-            None => {
-                let Some(sa) = self.sas.get_mut(id).and_then(Option::as_mut) else {
-                    return Err(self.drop_here(DropReason::UnknownSpi));
-                };
-                (sa.open(pkt)?, Action::Protect(id))
-            }
-        };
-        // RFC 4301 §5.2 step 4: the decrypted packet must match the policy of the SA (or
-        // bundle) it came by.
+        Ok(Located::Sa { id, bundle })
+    }
+
+    /// Inbound after opening: RFC 4301 §5.2 step 4, the decrypted packet must match the
+    /// policy of the SA (or bundle) it came by.
+    fn inbound_policy(
+        &mut self,
+        pkt: &PacketBuf<'_>,
+        id: SaId,
+        next_header: u8,
+        want: Action,
+    ) -> Result<Inbound, DropReason> {
         let t1 = self.now();
         // A transport-mode SA that opens to IP-in-IP (next header 4 or 41) would hand the
         // host a packet to decapsulate whose inner source the peer chose freely — the

@@ -11,7 +11,7 @@ use core::ops::Range;
 
 use crate::buf::PacketBuf;
 use crate::constants::{proto, ESP_HEADER_LEN, ESP_TRAILER_LEN, IPV4_HEADER_LEN, MAX_PACKET};
-use crate::crypto::state::IvSource;
+use crate::crypto::state::{CipherState, IvSource};
 use crate::drop::DropReason;
 use crate::sa::Sa;
 use crate::stage::Stage;
@@ -34,7 +34,49 @@ pub struct OpenedEsp {
     pub seq: u64,
 }
 
+/// The cryptographic half of sealing or opening one ESP packet: what is left once the
+/// SA's own state has been used (sequence number taken or replay-checked, header,
+/// trailer and IV written). It reads only the SA's keys ([`Sa::keys`]), so the packets
+/// of one SA can be encrypted and verified on several threads at once while every
+/// change to the SA stays with one thread (RFC 4303 §3.3.3 and §3.4.3: numbers taken
+/// in order, the window checked before and committed after the ICV).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CryptoJob {
+    /// Where the ESP header starts in the packet's buffer.
+    pub esp_at: usize,
+    /// Sealing: the end of the ciphertext (the ICV goes after it); opening: the end of
+    /// the ESP packet, ICV included.
+    pub end: usize,
+    /// The full sequence number (the ESN's high half included).
+    pub seq: u64,
+    pub esn: bool,
+}
+
+impl CryptoJob {
+    /// Encrypt and write the ICV ([`CipherState::seal_body`]).
+    pub fn seal(&self, keys: &CipherState, buf: &mut [u8]) -> Result<(), DropReason> {
+        keys.seal_body(buf, self.esp_at, self.end, self.seq, self.esn)
+    }
+
+    /// Verify the ICV and, only if it verified, decrypt ([`CipherState::open`]).
+    pub fn open(&self, keys: &CipherState, buf: &mut [u8]) -> Result<(), DropReason> {
+        keys.open(buf, self.esp_at, self.end, self.seq, self.esn)
+    }
+}
+
+/// Whether a seal runs its cryptography at once or hands it back as a [`CryptoJob`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum When {
+    Now,
+    Later,
+}
+
 impl Sa {
+    /// The SA's keys, for [`CryptoJob`]s run away from the SA.
+    pub fn keys(&self) -> &CipherState {
+        &self.keys
+    }
+
     /// ESP alone: `buf[esp_at + 8 + iv_len ..][..payload_len]` is the payload; write the
     /// header, IV, padding, trailer and ICV around it. Returns the ESP packet's length.
     pub fn seal_esp(
@@ -45,6 +87,21 @@ impl Sa {
         next_header: u8,
         iv: IvSource<'_>,
     ) -> Result<usize, DropReason> {
+        self.seal_esp_when(buf, esp_at, payload_len, next_header, iv, When::Now)
+            .map(|(len, _)| len)
+    }
+
+    /// [`Sa::seal_esp`], or (`When::Later`) all of it but the encryption and ICV, which
+    /// come back as a job. The packet counts as sealed once its number is taken.
+    fn seal_esp_when(
+        &mut self,
+        buf: &mut [u8],
+        esp_at: usize,
+        payload_len: usize,
+        next_header: u8,
+        iv: IvSource<'_>,
+        when: When,
+    ) -> Result<(usize, Option<CryptoJob>), DropReason> {
         let s = self.suite;
         let pad = s.pad_len(payload_len);
         let payload_at = esp_at + ESP_HEADER_LEN + s.iv_len();
@@ -60,13 +117,27 @@ impl Sa {
         h.set_seq(seq as u32);
         let t = self.stages.stop(Stage::Header, t);
         write_trailer(&mut buf[payload_at + payload_len..ct_end], next_header);
-        self.stages.stop(Stage::Padding, t);
-        let st = &mut self.stages;
-        self.keys
-            .seal_staged(buf, esp_at, ct_end, seq, self.esn, iv, st)?;
+        let t = self.stages.stop(Stage::Padding, t);
+        self.keys.write_iv(buf, esp_at, seq, iv)?;
+        self.stages.stop(Stage::Iv, t);
+        let job = CryptoJob {
+            esp_at,
+            end: ct_end,
+            seq,
+            esn: self.esn,
+        };
+        let job = match when {
+            When::Now => {
+                let st = &mut self.stages;
+                self.keys
+                    .seal_body_staged(buf, esp_at, ct_end, seq, self.esn, st)?;
+                None
+            }
+            When::Later => Some(job),
+        };
         self.counters.packets += 1;
         self.counters.bytes += payload_len as u64;
-        Ok(end - esp_at)
+        Ok((end - esp_at, job))
     }
 
     /// ESP alone: verify, replay-check and decrypt `buf[esp_at..esp_at + esp_len]`.
@@ -76,6 +147,21 @@ impl Sa {
         esp_at: usize,
         esp_len: usize,
     ) -> Result<OpenedEsp, DropReason> {
+        let job = self.open_esp_check(buf, esp_at, esp_len)?;
+        let st = &mut self.stages;
+        self.keys
+            .open_staged(buf, esp_at, job.end, job.seq, self.esn, st)?;
+        self.open_esp_finish(buf, &job)
+    }
+
+    /// Opening, before the ICV: lengths, SPI, the full sequence number (ESN inferred,
+    /// RFC 4303 Appendix A2) and the replay check (§3.4.3). Changes nothing.
+    fn open_esp_check(
+        &mut self,
+        buf: &[u8],
+        esp_at: usize,
+        esp_len: usize,
+    ) -> Result<CryptoJob, DropReason> {
         let s = self.suite;
         let (iv_len, icv_len) = (s.iv_len(), s.icv_len());
         let end = esp_at
@@ -103,13 +189,26 @@ impl Sa {
         };
         self.replay.check(seq)?;
         self.stages.stop(Stage::ReplayCheck, t);
-        let st = &mut self.stages;
-        self.keys.open_staged(buf, esp_at, end, seq, self.esn, st)?;
+        Ok(CryptoJob {
+            esp_at,
+            end,
+            seq,
+            esn: self.esn,
+        })
+    }
+
+    /// Opening, after the ICV verified and the payload was decrypted: the replay window
+    /// checked again and committed (§3.4.3: only now; checked again because a packet
+    /// with the same number may have been committed since the first check — its twin
+    /// in the same batch, opened on another thread), then the trailer.
+    fn open_esp_finish(&mut self, buf: &[u8], job: &CryptoJob) -> Result<OpenedEsp, DropReason> {
+        let (esp_at, end, seq) = (job.esp_at, job.end, job.seq);
         let t = self.stages.start();
+        self.replay.check(seq)?;
         self.replay.commit(seq);
         let t = self.stages.stop(Stage::ReplayUpdate, t);
-        let payload_at = esp_at + ESP_HEADER_LEN + iv_len;
-        let ct_end = end - icv_len;
+        let payload_at = esp_at + ESP_HEADER_LEN + self.suite.iv_len();
+        let ct_end = end - self.suite.icv_len();
         let (payload_len, next_header) = read_trailer(&buf[payload_at..ct_end])?;
         let payload_end = payload_at + payload_len;
         self.stages.stop(Stage::Padding, t);
@@ -136,9 +235,10 @@ impl Sa {
         &mut self,
         pkt: &mut PacketBuf<'_>,
         iv: IvSource<'_>,
-    ) -> Result<(), DropReason> {
+        when: When,
+    ) -> Result<Option<CryptoJob>, DropReason> {
         let inner = TunnelInner::parse(pkt.data())?;
-        self.seal_tunnel_payload(pkt, inner, iv)
+        self.seal_tunnel_when(pkt, inner, iv, when)
     }
 
     /// Tunnel mode over a payload that is the inner packet or, in a bundle, what IPComp
@@ -150,6 +250,16 @@ impl Sa {
         payload: TunnelInner,
         iv: IvSource<'_>,
     ) -> Result<(), DropReason> {
+        self.seal_tunnel_when(pkt, payload, iv, When::Now).map(|_| ())
+    }
+
+    fn seal_tunnel_when(
+        &mut self,
+        pkt: &mut PacketBuf<'_>,
+        payload: TunnelInner,
+        iv: IvSource<'_>,
+        when: When,
+    ) -> Result<Option<CryptoJob>, DropReason> {
         let t = self.tunnel.ok_or(DropReason::NoSa)?;
         let TunnelInner {
             next_header,
@@ -168,7 +278,8 @@ impl Sa {
             return Err(DropReason::TooBig);
         }
         let esp_at = head - self.esp_head_len();
-        let esp_len = self.seal_esp(pkt.raw(), esp_at, inner_len, next_header, iv)?;
+        let (esp_len, job) =
+            self.seal_esp_when(pkt.raw(), esp_at, inner_len, next_header, iv, when)?;
         let outer_at = esp_at - outer_len;
         let meta = TunnelInner {
             next_header: proto::ESP,
@@ -179,7 +290,8 @@ impl Sa {
         let t = self.stages.start();
         self.emit_outer(&mut pkt.raw()[outer_at..esp_at], &meta)?;
         self.stages.stop(Stage::Header, t);
-        pkt.set(outer_at, outer_len + esp_len)
+        pkt.set(outer_at, outer_len + esp_len)?;
+        Ok(job)
     }
 
     /// Write the tunnel's outer IP header into `buf` (its exact length) for a payload of
@@ -224,7 +336,8 @@ impl Sa {
         &mut self,
         pkt: &mut PacketBuf<'_>,
         iv: IvSource<'_>,
-    ) -> Result<(), DropReason> {
+        when: When,
+    ) -> Result<Option<CryptoJob>, DropReason> {
         let TransportSplit {
             hdr_len,
             nh_at,
@@ -247,8 +360,9 @@ impl Sa {
         raw.copy_within(head..head + hdr_len, new_head);
         self.stages.stop(Stage::Copy, t);
         let esp_at = new_head + hdr_len;
-        let esp_len = match self.seal_esp(raw, esp_at, payload_len, next_header, iv) {
-            Ok(n) => n,
+        let (esp_len, job) = match self.seal_esp_when(raw, esp_at, payload_len, next_header, iv, when)
+        {
+            Ok(r) => r,
             Err(d) => {
                 // Put the header back where it was: a refused packet is left as it came.
                 raw.copy_within(new_head..new_head + hdr_len, head);
@@ -256,7 +370,8 @@ impl Sa {
             }
         };
         rewrite_ip_header(&mut raw[new_head..esp_at], v4, nh_at, proto::ESP, esp_len);
-        pkt.set(new_head, hdr_len + esp_len)
+        pkt.set(new_head, hdr_len + esp_len)?;
+        Ok(job)
     }
 
     /// Tunnel mode, inbound. With `ipcomp` (inside a bundle) the payload may also be an
@@ -266,9 +381,33 @@ impl Sa {
         pkt: &mut PacketBuf<'_>,
         ipcomp: bool,
     ) -> Result<u8, DropReason> {
+        let job = self.open_check(pkt)?;
+        self.open_now(pkt, &job)?;
+        self.open_tunnel_finish(pkt, &job, ipcomp)
+    }
+
+    /// Opening an ESP packet, before the ICV: where it is, and [`Sa::open_esp_check`].
+    pub(crate) fn open_check(&mut self, pkt: &mut PacketBuf<'_>) -> Result<CryptoJob, DropReason> {
         let loc = esp_location(pkt.data())?;
-        let head = pkt.head();
-        let o = self.open_esp(pkt.raw(), head + loc.offset, loc.len)?;
+        let at = pkt.head() + loc.offset;
+        self.open_esp_check(pkt.raw(), at, loc.len)
+    }
+
+    /// The cryptographic half of opening, on this thread, timed into the SA's stages.
+    fn open_now(&mut self, pkt: &mut PacketBuf<'_>, job: &CryptoJob) -> Result<(), DropReason> {
+        let st = &mut self.stages;
+        self.keys
+            .open_staged(pkt.raw(), job.esp_at, job.end, job.seq, job.esn, st)
+    }
+
+    /// Tunnel mode, after the ICV verified and the payload was decrypted.
+    pub(crate) fn open_tunnel_finish(
+        &mut self,
+        pkt: &mut PacketBuf<'_>,
+        job: &CryptoJob,
+        ipcomp: bool,
+    ) -> Result<u8, DropReason> {
+        let o = self.open_esp_finish(pkt.raw(), job)?;
         let payload = &pkt.raw()[o.payload.clone()];
         let inner_len = match o.next_header {
             proto::NO_NEXT_HEADER => return Err(DropReason::DummyPacket),
@@ -289,9 +428,21 @@ impl Sa {
     }
 
     pub(crate) fn open_transport(&mut self, pkt: &mut PacketBuf<'_>) -> Result<u8, DropReason> {
+        let job = self.open_check(pkt)?;
+        self.open_now(pkt, &job)?;
+        self.open_transport_finish(pkt, &job)
+    }
+
+    /// Transport mode, after the ICV verified and the payload was decrypted (the IP
+    /// header in front is as it came: the cryptography does not touch it).
+    pub(crate) fn open_transport_finish(
+        &mut self,
+        pkt: &mut PacketBuf<'_>,
+        job: &CryptoJob,
+    ) -> Result<u8, DropReason> {
         let loc = esp_location(pkt.data())?;
         let (head, hdr_len) = (pkt.head(), loc.offset);
-        let o = self.open_esp(pkt.raw(), head + hdr_len, loc.len)?;
+        let o = self.open_esp_finish(pkt.raw(), job)?;
         if o.next_header == proto::NO_NEXT_HEADER {
             return Err(DropReason::DummyPacket);
         }

@@ -8,6 +8,7 @@ use crate::buf::PacketBuf;
 use crate::crypto::state::IvSource;
 use crate::crypto::{CipherState, SecretBytes, Suite, SuiteError};
 use crate::drop::{DropCounters, DropReason};
+use crate::esp::{CryptoJob, When};
 use crate::replay::{ReplayWindow, DEFAULT_WINDOW};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -359,9 +360,57 @@ impl Sa {
     ) -> Result<(), DropReason> {
         let r = match (self.protocol, self.mode) {
             (Protocol::Ah, _) => self.seal_ah(pkt),
-            (Protocol::Esp, Mode::Tunnel) => self.seal_tunnel(pkt, iv),
-            (Protocol::Esp, Mode::Transport) => self.seal_transport(pkt, iv),
+            (Protocol::Esp, Mode::Tunnel) => self.seal_tunnel(pkt, iv, When::Now).map(|_| ()),
+            (Protocol::Esp, Mode::Transport) => {
+                self.seal_transport(pkt, iv, When::Now).map(|_| ())
+            }
         };
+        self.count(r)
+    }
+
+    /// As [`Sa::seal`], but an ESP SA leaves the encryption and ICV to the caller: the
+    /// returned job, to run with [`Sa::keys`] (on any thread) before the packet is sent.
+    /// Everything that changes the SA — the sequence number, the CBC IV, the counters
+    /// — happens here. AH seals at once (`None`).
+    pub fn seal_deferred(
+        &mut self,
+        pkt: &mut PacketBuf<'_>,
+    ) -> Result<Option<CryptoJob>, DropReason> {
+        let r = match (self.protocol, self.mode) {
+            (Protocol::Ah, _) => self.seal_ah(pkt).map(|_| None),
+            (Protocol::Esp, Mode::Tunnel) => self.seal_tunnel(pkt, IvSource::Generate, When::Later),
+            (Protocol::Esp, Mode::Transport) => {
+                self.seal_transport(pkt, IvSource::Generate, When::Later)
+            }
+        };
+        self.count(r)
+    }
+
+    /// Opening an ESP packet in two halves: this one, before the ICV — the SPI, the
+    /// full sequence number and the replay check (RFC 4303 §3.4.3) — changes nothing;
+    /// the job it returns verifies and decrypts with [`Sa::keys`] on any thread; then
+    /// [`Sa::open_finish`]. `Err(UnknownSpi)` for an AH SA (open it with [`Sa::open`]).
+    pub fn open_start(&mut self, pkt: &mut PacketBuf<'_>) -> Result<CryptoJob, DropReason> {
+        if self.protocol != Protocol::Esp {
+            return Err(DropReason::UnknownSpi);
+        }
+        let r = self.open_check(pkt);
+        self.count(r)
+    }
+
+    /// The last half of opening a packet [`Sa::open_start`] began, given how its job
+    /// went: the replay window checked again and committed, the trailer read, the inner
+    /// packet (tunnel) or IP header (transport) restored. Drops are counted on the SA.
+    pub fn open_finish(
+        &mut self,
+        pkt: &mut PacketBuf<'_>,
+        job: &CryptoJob,
+        crypto: Result<(), DropReason>,
+    ) -> Result<u8, DropReason> {
+        let r = crypto.and_then(|()| match self.mode {
+            Mode::Tunnel => self.open_tunnel_finish(pkt, job, false),
+            Mode::Transport => self.open_transport_finish(pkt, job),
+        });
         self.count(r)
     }
 

@@ -374,10 +374,28 @@ impl CipherState {
         iv: IvSource<'_>,
         st: &mut StageTimes,
     ) -> Result<(), DropReason> {
-        let mut t = st.start();
+        let t = st.start();
+        self.write_iv(buf, esp, seq, iv)?;
+        st.stop(Stage::Iv, t);
+        self.seal_body_staged(buf, esp, end, seq, esn, st)
+    }
+
+    /// The IV of the packet numbered `seq` into `buf[esp + 8 ..]`: the one step of
+    /// sealing that changes the SA's state (a CBC SA's IV batch), so that the rest,
+    /// [`CipherState::seal_body`], can run on any thread.
+    pub fn write_iv(
+        &mut self,
+        buf: &mut [u8],
+        esp: usize,
+        seq: u64,
+        iv: IvSource<'_>,
+    ) -> Result<(), DropReason> {
         let iv_at = esp + ESP_HEADER_LEN;
         let iv_len = self.suite.iv_len();
         let ct_at = iv_at + iv_len;
+        if ct_at > buf.len() {
+            return Err(DropReason::NoRoom);
+        }
         match iv {
             IvSource::Fixed(v) if v.len() != iv_len => return Err(DropReason::BadIv),
             IvSource::Fixed(v) => buf[iv_at..ct_at].copy_from_slice(v),
@@ -391,7 +409,38 @@ impl CipherState {
                 }
             },
         }
-        t = st.stop(Stage::Iv, t);
+        Ok(())
+    }
+
+    /// Encrypt and authenticate an ESP packet whose IV is already in place
+    /// ([`CipherState::write_iv`]); the ICV goes to `buf[end..end + icv_len]`. Reads the
+    /// keys only: several threads may seal packets of one SA at once.
+    pub fn seal_body(
+        &self,
+        buf: &mut [u8],
+        esp: usize,
+        end: usize,
+        seq: u64,
+        esn: bool,
+    ) -> Result<(), DropReason> {
+        self.seal_body_staged(buf, esp, end, seq, esn, &mut StageTimes::off())
+    }
+
+    pub(crate) fn seal_body_staged(
+        &self,
+        buf: &mut [u8],
+        esp: usize,
+        end: usize,
+        seq: u64,
+        esn: bool,
+        st: &mut StageTimes,
+    ) -> Result<(), DropReason> {
+        let mut t = st.start();
+        let iv_at = esp + ESP_HEADER_LEN;
+        let ct_at = iv_at + self.suite.iv_len();
+        if end < ct_at || end + self.suite.icv_len() > buf.len() {
+            return Err(DropReason::NoRoom);
+        }
         match &self.cipher {
             Cipher::Null => {}
             Cipher::Cbc { enc, .. } => {
