@@ -79,6 +79,29 @@ struct RawGateway {
     fwmark: u32,
     #[serde(default = "default_workers")]
     workers: u8,
+    /// "auto" or a count: threads that seal (or open) one batch together, per direction.
+    #[serde(default)]
+    crypto_workers: Option<RawCount>,
+}
+
+/// A count that may also be a word ("auto").
+#[derive(Clone, Debug, Deserialize)]
+#[serde(untagged)]
+enum RawCount {
+    Number(i64),
+    Word(String),
+}
+
+/// Most crypto workers per direction: beyond 8, one batch (at most 64 packets) gives
+/// each too little to do.
+pub const MAX_CRYPTO_WORKERS: usize = 8;
+
+/// `crypto_workers = "auto"`: half the cores per direction (the two directions share
+/// the machine), from 1 to [`MAX_CRYPTO_WORKERS`]; on a 2-core machine 1, which is the
+/// data path of one thread per direction, unchanged.
+pub fn auto_crypto_workers() -> usize {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    (cores / 2).clamp(1, MAX_CRYPTO_WORKERS)
 }
 
 /// One worker per direction.
@@ -239,6 +262,9 @@ pub struct Config {
     pub mtu: u16,
     /// 2: one worker thread per direction; 1: one thread for both.
     pub workers: u8,
+    /// Threads that seal (outbound) or open (inbound) the packets of one batch together,
+    /// per direction: 1, the worker alone; more, the worker and a crew (`crew.rs`).
+    pub crypto_workers: usize,
     pub local: IpAddr,
     pub remote: IpAddr,
     pub routes: Vec<Prefix>,
@@ -304,6 +330,7 @@ pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
     })?;
     let g = &raw.gateway;
     let (local, remote, routes) = gateway(&cx, g)?;
+    let crypto_workers = crypto_workers(&cx, g)?;
     let mut warnings = Vec::new();
     let mut sas: Vec<SaSpec> = Vec::new();
     let mut seen_spi = HashMap::new();
@@ -334,6 +361,7 @@ pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
         tun: g.tun.clone(),
         mtu: g.mtu,
         workers: g.workers,
+        crypto_workers,
         local,
         remote,
         routes,
@@ -357,6 +385,27 @@ pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
         bundles,
         policies,
         warnings,
+    })
+}
+
+/// `[gateway] crypto_workers`: "auto" (the default) or 1..=MAX_CRYPTO_WORKERS.
+fn crypto_workers(cx: &Ctx<'_>, g: &RawGateway) -> Result<usize, ConfigError> {
+    Ok(match &g.crypto_workers {
+        None => auto_crypto_workers(),
+        Some(RawCount::Word(w)) if w == "auto" => auto_crypto_workers(),
+        Some(RawCount::Number(n)) if (1..=MAX_CRYPTO_WORKERS as i64).contains(n) => *n as usize,
+        Some(other) => {
+            let got = match other {
+                RawCount::Number(n) => n.to_string(),
+                RawCount::Word(w) => format!("{w:?}"),
+            };
+            return Err(cx.err(
+                "gateway.crypto_workers",
+                format!(
+                    "{got} is not \"auto\" or a number of threads from 1 to {MAX_CRYPTO_WORKERS}"
+                ),
+            ));
+        }
     })
 }
 

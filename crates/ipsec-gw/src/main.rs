@@ -234,6 +234,7 @@ fn run(cfg: config::Config) -> Result<(), String> {
         stop: stop.clone(),
         reload: rx,
         engine,
+        crypto_workers: cfg.crypto_workers,
     };
     let wo = worker(eng_out, out_rx);
     let wi = worker(eng_in, in_rx);
@@ -279,10 +280,11 @@ fn run(cfg: config::Config) -> Result<(), String> {
         },
         cfg.sas.len(),
         cfg.policies.len(),
-        if cfg.workers == 1 {
-            "one worker"
-        } else {
-            "a worker per direction"
+        match (cfg.workers, cfg.crypto_workers) {
+            (1, 1) => "one worker".to_string(),
+            (_, 1) => "a worker per direction".to_string(),
+            (1, n) => format!("one worker, sealing with {n} crypto workers"),
+            (_, n) => format!("a worker per direction, sealing with {n} crypto workers"),
         }
     );
     let mut signals =
@@ -303,16 +305,26 @@ fn run(cfg: config::Config) -> Result<(), String> {
             });
         match loaded {
             Ok(new)
-                if (&new.tun, new.mtu, new.offload, new.workers)
-                    != (&current.tun, current.mtu, current.offload, current.workers)
-                    || (new.local, new.remote, new.udp_encap)
-                        != (current.local, current.remote, current.udp_encap)
+                if (
+                    &new.tun,
+                    new.mtu,
+                    new.offload,
+                    new.workers,
+                    new.crypto_workers,
+                ) != (
+                    &current.tun,
+                    current.mtu,
+                    current.offload,
+                    current.workers,
+                    current.crypto_workers,
+                ) || (new.local, new.remote, new.udp_encap)
+                    != (current.local, current.remote, current.udp_encap)
                     || (new.table, new.fwmark) != (current.table, current.fwmark) =>
             {
                 shared.reloads_refused.fetch_add(1, Ordering::Relaxed);
                 eprintln!(
                     "ipsec-gw: reload refused: the TUN device (name, MTU, offloads), outer \
-                     addresses, UDP encapsulation, table, fwmark and workers change only \
+                     addresses, UDP encapsulation, table, fwmark, workers and crypto_workers change only \
                      with a restart; the running config stays"
                 );
             }

@@ -250,7 +250,8 @@ impl Sa {
         payload: TunnelInner,
         iv: IvSource<'_>,
     ) -> Result<(), DropReason> {
-        self.seal_tunnel_when(pkt, payload, iv, When::Now).map(|_| ())
+        self.seal_tunnel_when(pkt, payload, iv, When::Now)
+            .map(|_| ())
     }
 
     fn seal_tunnel_when(
@@ -360,15 +361,15 @@ impl Sa {
         raw.copy_within(head..head + hdr_len, new_head);
         self.stages.stop(Stage::Copy, t);
         let esp_at = new_head + hdr_len;
-        let (esp_len, job) = match self.seal_esp_when(raw, esp_at, payload_len, next_header, iv, when)
-        {
-            Ok(r) => r,
-            Err(d) => {
-                // Put the header back where it was: a refused packet is left as it came.
-                raw.copy_within(new_head..new_head + hdr_len, head);
-                return Err(d);
-            }
-        };
+        let (esp_len, job) =
+            match self.seal_esp_when(raw, esp_at, payload_len, next_header, iv, when) {
+                Ok(r) => r,
+                Err(d) => {
+                    // Put the header back where it was: a refused packet is left as it came.
+                    raw.copy_within(new_head..new_head + hdr_len, head);
+                    return Err(d);
+                }
+            };
         rewrite_ip_header(&mut raw[new_head..esp_at], v4, nh_at, proto::ESP, esp_len);
         pkt.set(new_head, hdr_len + esp_len)?;
         Ok(job)

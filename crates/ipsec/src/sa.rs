@@ -361,9 +361,7 @@ impl Sa {
         let r = match (self.protocol, self.mode) {
             (Protocol::Ah, _) => self.seal_ah(pkt),
             (Protocol::Esp, Mode::Tunnel) => self.seal_tunnel(pkt, iv, When::Now).map(|_| ()),
-            (Protocol::Esp, Mode::Transport) => {
-                self.seal_transport(pkt, iv, When::Now).map(|_| ())
-            }
+            (Protocol::Esp, Mode::Transport) => self.seal_transport(pkt, iv, When::Now).map(|_| ()),
         };
         self.count(r)
     }

@@ -14,6 +14,7 @@
 //! [`outside`] (the outer sockets), [`outbound`] and [`inbound`] (each direction's path);
 //! every system call that needs `unsafe` is in [`crate::sys`].
 
+mod crew;
 mod inbound;
 mod outbound;
 mod outside;
@@ -35,6 +36,7 @@ use tun_rs::SyncDevice;
 use crate::config::Config;
 use crate::stats::{Io, Shared};
 use crate::sys;
+use crew::Crew;
 use inbound::InboundPath;
 use outbound::OutboundPath;
 pub use outside::Outside;
@@ -112,6 +114,8 @@ pub struct Worker {
     pub stop: Arc<AtomicBool>,
     pub reload: Receiver<Arc<Config>>,
     pub engine: DirEngine,
+    /// Threads sealing or opening one batch together (`crew.rs`); 1: this worker alone.
+    pub crypto_workers: usize,
 }
 
 impl Worker {
@@ -205,7 +209,11 @@ pub fn run_outbound(w: Worker) {
         return;
     }
     let fds = [w.tun.as_raw_fd()];
-    let path = OutboundPath::new(w.mtu, &w.outside);
+    let crew = match Crew::new(w.crypto_workers, "seal") {
+        Ok(c) => c,
+        Err(e) => return worker_failed(&w.shared, &w.stop, e),
+    };
+    let path = OutboundPath::new(w.mtu, &w.outside, crew);
     serve_one(w, path, &fds, |w, path, _| {
         path.drain(&w.tun, &mut w.engine, &w.outside)
             .map_err(reading_tun)
@@ -280,7 +288,11 @@ pub fn run_both(out: Worker, inb: Worker) {
     let mut fds = vec![out.tun.as_raw_fd()];
     let ipath = InboundPath::new(&inb.outside, &inb.tun);
     fds.extend(&ipath.fds);
-    let opath = OutboundPath::new(out.mtu, &out.outside);
+    let crew = match Crew::new(out.crypto_workers, "seal") {
+        Ok(c) => c,
+        Err(e) => return worker_failed(&out.shared, &stop, e),
+    };
+    let opath = OutboundPath::new(out.mtu, &out.outside, crew);
     let now = Instant::now();
     let mut st = (out, opath, now, inb, ipath, now);
     let why = serve(

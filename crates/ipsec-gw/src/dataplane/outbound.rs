@@ -6,6 +6,7 @@ use ipsec::engine::Outbound;
 use ipsec::{PacketBuf, HEADROOM, TAILROOM};
 use tun_rs::SyncDevice;
 
+use super::crew::{Crew, JobSlot};
 use super::outside::{Outside, SendBatch};
 use super::sas::DirEngine;
 use super::{seal, BATCH, MAX_PACKET};
@@ -22,11 +23,14 @@ pub(super) struct OutboundPath {
     bufs: Vec<Vec<u8>>,
     sizes: Vec<usize>,
     batch: SendBatch,
+    /// With several crypto workers: the crew, and each slot's job (`crew.rs`).
+    crew: Option<Crew>,
+    jobs: Vec<JobSlot>,
     pub(super) io: Io,
 }
 
 impl OutboundPath {
-    pub(super) fn new(mtu: u16, outside: &Outside) -> OutboundPath {
+    pub(super) fn new(mtu: u16, outside: &Outside, crew: Option<Crew>) -> OutboundPath {
         let slots = tun_rs::IDEAL_BATCH_SIZE;
         let size = HEADROOM + usize::from(mtu) + TAILROOM + 64;
         let mut batch = SendBatch::default();
@@ -36,6 +40,8 @@ impl OutboundPath {
             bufs: (0..slots).map(|_| resident(size)).collect(),
             sizes: vec![0usize; slots],
             batch,
+            crew,
+            jobs: vec![None; slots],
             io: Io::default(),
         }
     }
@@ -74,24 +80,67 @@ impl OutboundPath {
                         .count(ipsec::DropReason::TooBig);
                     continue;
                 };
-                match seal(engine, &mut pkt) {
-                    Ok(Outbound::Sealed { sa }) => {
+                let sealed = match self.crew {
+                    Some(_) => seal_deferred(engine, &mut pkt),
+                    None => seal(engine, &mut pkt).map(|o| (o, None)),
+                };
+                match sealed {
+                    Ok((Outbound::Sealed { sa }, job)) => {
                         batch.pkts.push((b, pkt.head(), pkt.len()));
+                        self.jobs[b] = job.map(|j| (sa, j, Ok(())));
                         engine.after(sa);
                     }
-                    Ok(Outbound::SealedBundle { bundle }) => {
+                    Ok((Outbound::SealedBundle { bundle }, _)) => {
                         batch.pkts.push((b, pkt.head(), pkt.len()));
                         engine.after_bundle(bundle);
                     }
-                    Ok(Outbound::Bypass) => {
+                    Ok((Outbound::Bypass, _)) => {
                         io.bypassed += 1;
                         batch.pkts.push((b, pkt.head(), pkt.len()));
                     }
                     Err(_) => {} // a named drop, counted by the engine
                 }
             }
+            if let Some(crew) = &self.crew {
+                let n = n.min(self.bufs.len());
+                crew.run(engine, &mut self.bufs[..n], &mut self.jobs[..n], true);
+                failed_out(engine, batch, &mut self.jobs[..n]);
+            }
             outside.send_batch(batch, &self.bufs, io);
         }
         Ok(())
+    }
+}
+
+/// Seal in two halves: everything but the cipher and ICV now (`crew.rs`); in the
+/// I/O-ceiling build, which has no cryptography, all of it now.
+#[cfg(not(feature = "io-ceiling"))]
+fn seal_deferred(
+    engine: &mut DirEngine,
+    pkt: &mut PacketBuf<'_>,
+) -> Result<(Outbound, Option<ipsec::CryptoJob>), ipsec::DropReason> {
+    engine.engine.outbound_deferred(pkt)
+}
+
+#[cfg(feature = "io-ceiling")]
+fn seal_deferred(
+    engine: &mut DirEngine,
+    pkt: &mut PacketBuf<'_>,
+) -> Result<(Outbound, Option<ipsec::CryptoJob>), ipsec::DropReason> {
+    seal(engine, pkt).map(|o| (o, None))
+}
+
+/// After the crew: a packet whose cryptography failed (the library refused; never
+/// seen) does not go — counted on its SA — and every slot is emptied for the next read.
+fn failed_out(engine: &mut DirEngine, batch: &mut SendBatch, jobs: &mut [JobSlot]) {
+    for (b, slot) in jobs.iter_mut().enumerate() {
+        if let Some((sa, _, Err(d))) = slot.take() {
+            if let Some(s) = engine.engine.sa_mut(sa) {
+                s.counters.drops.count(d);
+            } else {
+                engine.engine.counters.drops.count(d);
+            }
+            batch.pkts.retain(|&(slot, _, _)| slot != b);
+        }
     }
 }

@@ -292,6 +292,20 @@ impl DirEngine {
         Ok(())
     }
 
+    /// The keys of SA `id` for a [`ipsec::CryptoJob`]: a live SA's, or one that reached
+    /// its hard lifetime since (its last packets were numbered before it stopped).
+    pub(super) fn keys(&self, id: SaId) -> Option<&ipsec::crypto::CipherState> {
+        self.engine
+            .sa(id)
+            .or_else(|| {
+                self.sas
+                    .iter()
+                    .find(|e| e.id == id)
+                    .and_then(|e| e.retired.as_ref())
+            })
+            .map(ipsec::Sa::keys)
+    }
+
     /// An engine with nothing in it (a placeholder while a reload builds the next one).
     pub(super) fn empty(direction: Direction) -> DirEngine {
         DirEngine {

@@ -6,8 +6,8 @@ use core::net::IpAddr;
 use ipsec::crypto::SecretBytes;
 use ipsec::spd::Prefix;
 use ipsec::{
-    Action, Direction, Engine, Mode, Protocol, SaConfig, Selector, SpdRule, Suite,
-    TunnelEndpoints, HEADROOM, TAILROOM,
+    Action, Direction, Engine, Mode, Protocol, SaConfig, Selector, SpdRule, Suite, TunnelEndpoints,
+    HEADROOM, TAILROOM,
 };
 
 pub fn keys(suite: &Suite) -> (SecretBytes, SecretBytes) {
@@ -74,7 +74,12 @@ pub fn pair(suite: &str, mode: Mode, outer: (&str, &str), inner: (&str, &str)) -
 }
 
 /// As [`pair`], with AH SAs of `suite` (an integrity-only proposal).
-pub fn ah_pair(suite: &str, mode: Mode, outer: (&str, &str), inner: (&str, &str)) -> (Engine, Engine) {
+pub fn ah_pair(
+    suite: &str,
+    mode: Mode,
+    outer: (&str, &str),
+    inner: (&str, &str),
+) -> (Engine, Engine) {
     pair_of(Protocol::Ah, suite, mode, outer, inner)
 }
 
@@ -107,4 +112,3 @@ pub fn pair_of(
     });
     (a, b)
 }
-
