@@ -100,7 +100,10 @@ pub const MAX_CRYPTO_WORKERS: usize = 8;
 /// the machine), from 1 to [`MAX_CRYPTO_WORKERS`]; on a 2-core machine 1, which is the
 /// data path of one thread per direction, unchanged.
 pub fn auto_crypto_workers() -> usize {
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    crypto_workers_for(std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
+
+fn crypto_workers_for(cores: usize) -> usize {
     (cores / 2).clamp(1, MAX_CRYPTO_WORKERS)
 }
 
@@ -959,6 +962,14 @@ sa = "in"
             .is_enabled());
     }
 
+    /// "auto": today's single thread per direction on 1 or 2 cores, half the cores
+    /// beyond, never more than 8.
+    #[test]
+    fn auto_crypto_workers_follow_the_cores() {
+        let got: Vec<usize> = [1, 2, 3, 4, 16, 64].map(crypto_workers_for).to_vec();
+        assert_eq!(got, [1, 1, 1, 2, 8, 8]);
+    }
+
     #[test]
     fn a_good_config_reads() {
         let c = parse(GOOD, Path::new("gw.toml")).unwrap();
@@ -966,6 +977,18 @@ sa = "in"
         assert_eq!(c.policies.len(), 2);
         assert_eq!(c.mtu, 1400);
         assert_eq!(c.workers, 2);
+        assert_eq!(c.crypto_workers, auto_crypto_workers());
+        for (line, want) in [
+            ("crypto_workers = 3", 3),
+            ("crypto_workers = \"auto\"", auto_crypto_workers()),
+        ] {
+            let text = GOOD.replace("tun = \"ipsec0\"", &format!("tun = \"ipsec0\"\n{line}"));
+            assert_eq!(
+                parse(&text, Path::new("gw.toml")).unwrap().crypto_workers,
+                want,
+                "{line}"
+            );
+        }
         assert!(c.warnings.is_empty(), "{:?}", c.warnings);
         let out = &c.sas[0].config;
         assert_eq!(
@@ -1018,6 +1041,19 @@ sa = "in"
                 with("tun = \"ipsec0\"", "tun = \"ipsec0\"\nworkers = 4"),
                 "gateway.workers",
                 "more than one worker per direction",
+            ),
+            (
+                with("tun = \"ipsec0\"", "tun = \"ipsec0\"\ncrypto_workers = 0"),
+                "gateway.crypto_workers",
+                "0 is not \"auto\" or a number of threads from 1 to 8",
+            ),
+            (
+                with(
+                    "tun = \"ipsec0\"",
+                    "tun = \"ipsec0\"\ncrypto_workers = \"all\"",
+                ),
+                "gateway.crypto_workers",
+                "\"all\" is not",
             ),
             (
                 with("local = \"192.0.2.1\"", "local = \"gw-a\""),
