@@ -292,8 +292,9 @@ def replay_esp(tb: Testbed, pcap: Path) -> int:
     return int(tb.run("gwA", [sys.executable, "-c", script, str(pcap)], timeout=60))
 
 
-def test_replayed_packets_are_counted_replay_drops(tmp_path: Path) -> None:
-    with tunnel(tmp_path) as (tb, gw):
+@pytest.mark.parametrize("crypto_workers", [1, 4])
+def test_replayed_packets_are_counted_replay_drops(tmp_path: Path, crypto_workers: int) -> None:
+    with tunnel(tmp_path, edit=gateway_key(f"crypto_workers = {crypto_workers}")) as (tb, gw):
         with capture(tb, "gwA", "wan", "wan") as pcap:
             udp(tb, rate=5, seconds=1)
         b0 = settle(gw, "gwB")
@@ -309,19 +310,22 @@ def test_replayed_packets_are_counted_replay_drops(tmp_path: Path) -> None:
     assert after["packets"] == before["packets"]  # not one replayed packet delivered
 
 
+@pytest.mark.parametrize("crypto_workers", [1, 4])
 def test_reordering_within_the_window_drops_nothing_and_loss_does_not_stall(
-    tmp_path: Path,
+    tmp_path: Path, crypto_workers: int
 ) -> None:
     """ESP sealed here with gwA's outbound key (read from its config), sent to gwB from
     gwA's namespace out of order and with gaps: this kernel has no netem to reorder or
-    drop on the link, and a crafted sequence is exact about what arrives when."""
+    drop on the link, and a crafted sequence is exact about what arrives when. Last, a
+    burst with every packet twice in a row: with a crypto crew, twins land in one batch
+    and are verified side by side; the second must still be a replay."""
     import random
 
     from scapy.all import IP, UDP, Raw
 
     from ipsec_lab import _native
 
-    with tunnel(tmp_path) as (tb, gw):
+    with tunnel(tmp_path, edit=gateway_key(f"crypto_workers = {crypto_workers}")) as (tb, gw):
         conf = gw.configs["gwA"].read_text()
         key = re.search(r'name = "out".*?enc_key = "([0-9a-f]+)"', conf, re.S)
         assert key
@@ -334,16 +338,17 @@ def test_reordering_within_the_window_drops_nothing_and_loss_does_not_stall(
             inner = bytes(IP(src="10.1.0.2", dst="10.2.0.2") / UDP(dport=9) / Raw(b"r" * 100))
             return [sa_out.seal(inner, seq=q) for q in seqs]
 
-        def send(pkts: list[bytes]) -> None:
+        def send(pkts: list[bytes], gap: float = 0.0005) -> None:
             f = tb.rundir / "esp.bin"
             f.write_bytes(b"".join(len(p).to_bytes(2, "big") + p for p in pkts))
             script = (
                 "import socket, sys, time; d = open(sys.argv[1], 'rb').read(); "
                 "s = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_RAW); i = 0\n"
                 "while i < len(d):\n n = int.from_bytes(d[i:i+2], 'big')\n"
-                " s.sendto(d[i+2:i+2+n], ('192.0.2.2', 0)); i += 2 + n; time.sleep(0.0005)"
+                " s.sendto(d[i+2:i+2+n], ('192.0.2.2', 0)); i += 2 + n\n"
+                " if float(sys.argv[2]): time.sleep(float(sys.argv[2]))"
             )
-            tb.run("gwA", [sys.executable, "-c", script, str(f)], timeout=60)
+            tb.run("gwA", [sys.executable, "-c", script, str(f), str(gap)], timeout=60)
 
         rng = random.Random(7)
         # 1..256, shuffled within blocks of 64: reordered by up to 63 places (window 1024)
@@ -360,9 +365,21 @@ def test_reordering_within_the_window_drops_nothing_and_loss_does_not_stall(
         second = sa(settle(gw, "gwB"), "inbound", "in")
         send(sealed([301]))  # one already seen: a replay
         third = sa(settle(gw, "gwB"), "inbound", "in")
+        # 521..580, each twice in a row, as fast as one socket sends (64 to a batch)
+        send(sealed([q for q in range(521, 581) for _ in (0, 1)]), gap=0)
+        fourth = sa(settle(gw, "gwB"), "inbound", "in")
     assert first["packets"] == 256 and first["drops"] == {}
     assert second["packets"] == 256 + 192 + 8 and second["drops"] == {}
     assert third["packets"] == second["packets"] and third["drops"] == {"replay": 1}
+    assert fourth["packets"] == third["packets"] + 60, fourth
+    assert fourth["drops"] == {"replay": 1 + 60}, fourth
+
+
+def tun_dropped(tb: Testbed, node: str) -> int:
+    """Packets the kernel dropped in front of `node`'s gateway: its TUN device's queue
+    was full (the gateway did not read in time)."""
+    path = "/sys/class/net/ipsec0/statistics/tx_dropped"
+    return int(tb.run(node, ["cat", path], timeout=10))
 
 
 def both(*edits: Callable[[str, str], str]) -> Callable[[str, str], str]:
@@ -406,24 +423,38 @@ def test_an_expired_sa_sends_nothing_in_clear(tmp_path: Path, crypto_workers: in
     assert {p[IP].proto for p in pkts} == {50} and len(pkts) == 200
 
 
-@pytest.mark.parametrize("configuration", ["esp:aes128gcm16", "esp:aes256-sha256"])
-def test_a_crypto_crew_seals_one_sa_on_several_threads_in_order(
-    tmp_path: Path, configuration: str
+@pytest.mark.parametrize(
+    ("configuration", "udp_encap"),
+    [("esp:aes128gcm16", False), ("esp:aes256-sha256", False), ("esp:aes128gcm16", True)],
+)
+def test_a_crypto_crew_seals_and_opens_one_sa_on_several_threads_in_order(
+    tmp_path: Path, configuration: str, udp_encap: bool
 ) -> None:
-    with tunnel(tmp_path, configuration, edit=gateway_key("crypto_workers = 4")) as (tb, gw):
+    crew = gateway_key("crypto_workers = 4")
+    with tunnel(tmp_path, configuration, udp_encap=udp_encap, edit=crew) as (tb, gw):
         data = planted(tb, 8)
         send_file(tb, data)  # every byte arrives, in order: the digest is checked
         t = tcp(tb)
+        queued_out = tun_dropped(tb, "gwA")
         u = udp(tb)
+        queued_out = tun_dropped(tb, "gwA") - queued_out
         a, b = settle(gw, "gwA"), settle(gw, "gwB")
-        pid = gw.process("gwA").pid
-        tasks = Path(f"/proc/{pid}/task").iterdir()
-        names = {(task / "comm").read_text().strip() for task in tasks}
+        names = set()
+        for node in ("gwA", "gwB"):
+            tasks = Path(f"/proc/{gw.process(node).pid}/task").iterdir()
+            names |= {(task / "comm").read_text().strip() for task in tasks}
         log = (tb.rundir / "ipsec-gw-gwA.log").read_text()
-    assert "sealing with 4 crypto workers" in log
-    assert {f"seal-{i}" for i in range(4)} <= names, names
+    assert "4 crypto workers each" in log
+    assert {f"{d}-{i}" for d in ("seal", "open") for i in range(4)} <= names, names
     assert t["mbps"] > 10, t
-    assert u["loss_pct"] < 2.0, u
+    # UDP: whatever was lost was lost in front of gwA, in its TUN device's queue (the
+    # kernel counts it), not by the gateways: 4 crew threads per direction and gateway
+    # on this 2-core host starve the reading worker now and then (here 2.5-8 % of 50
+    # Mbit/s; `auto` gives 1 thread on 2 cores). Every packet read was sealed and opened.
+    assert u["mbps"] > 10 and u["lost_packets"] <= queued_out, (u, queued_out)
+    for st, d in ((a, "outbound"), (b, "inbound")):
+        io = st[d]["io"]
+        assert io["rx_packets"] == io["tx_packets"] + sum(st[d]["drops"].values()), (d, io)
     # 8 MiB in full-sized packets, each sealed once by the crew, none refused by gwB: not
     # one number twice (a replay drop), not one ICV wrong, not one out of the window
     sealed, opened = sa(a, "outbound", "out")["packets"], sa(b, "inbound", "in")["packets"]

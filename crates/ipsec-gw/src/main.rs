@@ -283,8 +283,8 @@ fn run(cfg: config::Config) -> Result<(), String> {
         match (cfg.workers, cfg.crypto_workers) {
             (1, 1) => "one worker".to_string(),
             (_, 1) => "a worker per direction".to_string(),
-            (1, n) => format!("one worker, sealing with {n} crypto workers"),
-            (_, n) => format!("a worker per direction, sealing with {n} crypto workers"),
+            (1, n) => format!("one worker, {n} crypto workers per direction"),
+            (_, n) => format!("a worker per direction, {n} crypto workers each"),
         }
     );
     let mut signals =

@@ -4,11 +4,12 @@ use std::net::IpAddr;
 use std::os::fd::{AsRawFd, RawFd};
 
 use ipsec::constants::{proto, IPV4_HEADER_LEN, IPV6_HEADER_LEN};
-use ipsec::engine::Inbound;
+use ipsec::engine::{Inbound, InboundStart};
 use ipsec::wire::ip::{Ipv4Header, Ipv6Header};
 use ipsec::{PacketBuf, HEADROOM, TAILROOM};
 use tun_rs::SyncDevice;
 
+use super::crew::{Crew, JobSlot};
 use super::outside::Outside;
 use super::sas::DirEngine;
 use super::{open, BATCH, MAX_PACKET};
@@ -75,13 +76,36 @@ fn open_one(
     sink: &mut TunSink,
     io: &mut Io,
 ) {
+    let Some(mut pkt) = frame(engine, local, (buf, at, n), from, io) else {
+        return;
+    };
+    match open(engine, &mut pkt) {
+        Ok(Inbound::Opened { sa, .. }) => {
+            sink.push(pkt.data(), io);
+            engine.after_opened(sa);
+        }
+        Ok(Inbound::Bypass) => io.bypassed += 1, // not expected here
+        Err(_) => {}                             // a named drop, counted by the engine
+    }
+}
+
+/// One ESP/AH packet as the engine takes it — `buf[at..at + n]` as its socket gave it,
+/// with at least 40 bytes before it — counted on arrival; `None` when it is not one for
+/// the engine (a named drop, or not ESP at all).
+fn frame<'b>(
+    engine: &mut DirEngine,
+    local: IpAddr,
+    (buf, at, n): (&'b mut [u8], usize, usize),
+    from: Arrival,
+    io: &mut Io,
+) -> Option<PacketBuf<'b>> {
     io.rx_packets += 1;
     io.rx_bytes += n as u64;
     // RFC 3948 §2.2: a zero "SPI" is IKE's non-ESP marker; one 0xFF byte is a NAT
     // keepalive. Neither is ours to open.
     if from.udp && (n < 8 || buf[at..at + 4] == [0, 0, 0, 0]) {
         io.not_esp += 1;
-        return;
+        return None;
     }
     // UDP, and raw IPv6 sockets, give what follows the IP header only: a header goes
     // before it, so the engine sees a whole packet.
@@ -119,25 +143,176 @@ fn open_one(
                 .counters
                 .drops
                 .count(ipsec::DropReason::MalformedIp);
+            return None;
+        }
+    };
+    match PacketBuf::new(buf, head, len) {
+        Ok(pkt) => Some(pkt),
+        Err(_) => {
+            engine
+                .engine
+                .counters
+                .drops
+                .count(ipsec::DropReason::TooBig);
+            None
+        }
+    }
+}
+
+/// What became of a packet in a crew batch before the crew ran.
+#[derive(Clone, Copy)]
+enum Fate {
+    /// Dropped (counted) or not for the TUN device.
+    Gone,
+    /// Opened whole already (AH, a bundle): `buf[head..head + len]` goes up in turn.
+    Opened { head: usize, len: usize },
+    /// Its job is in `jobs`: finish it, then it goes up in turn.
+    Job { head: usize, len: usize },
+}
+
+/// With several crypto workers: up to SLOTS packets started (SAD lookup, replay check)
+/// by the worker, opened together by the crew, then finished (replay commit, inner
+/// policy) and handed to the TUN device by the worker in the order they came
+/// (`crew.rs`). A whole datagram's buffer is swapped in (no copy); each segment of a
+/// coalesced (UDP GRO) datagram is copied into a slot of its own, since opening in place
+/// writes a header over the end of the segment before it.
+struct CrewBatch {
+    crew: Crew,
+    bufs: Vec<Vec<u8>>,
+    jobs: Vec<JobSlot>,
+    fates: Vec<Fate>,
+    n: usize,
+}
+
+/// Packets per crew batch.
+const SLOTS: usize = BATCH;
+
+impl CrewBatch {
+    fn new(crew: Crew) -> CrewBatch {
+        CrewBatch {
+            crew,
+            bufs: (0..SLOTS)
+                .map(|_| resident(HEADROOM + MAX_PACKET + TAILROOM))
+                .collect(),
+            jobs: vec![None; SLOTS],
+            fates: vec![Fate::Gone; SLOTS],
+            n: 0,
+        }
+    }
+
+    /// Start the packet now in slot `n`'s buffer at `at` (`len` bytes as it came).
+    fn start(
+        &mut self,
+        engine: &mut DirEngine,
+        local: IpAddr,
+        (at, len): (usize, usize),
+        from: Arrival,
+        io: &mut Io,
+    ) {
+        let i = self.n;
+        self.n += 1;
+        self.fates[i] = Fate::Gone;
+        let Some(mut pkt) = frame(engine, local, (&mut self.bufs[i][..], at, len), from, io) else {
+            return;
+        };
+        self.fates[i] = match start(engine, &mut pkt) {
+            Ok(InboundStart::Open { sa, job }) => {
+                self.jobs[i] = Some((sa, job, Ok(())));
+                Fate::Job {
+                    head: pkt.head(),
+                    len: pkt.len(),
+                }
+            }
+            Ok(InboundStart::Done(Inbound::Opened { sa, .. })) => {
+                engine.after_opened(sa);
+                Fate::Opened {
+                    head: pkt.head(),
+                    len: pkt.len(),
+                }
+            }
+            Ok(InboundStart::Done(Inbound::Bypass)) => {
+                io.bypassed += 1; // not expected here
+                Fate::Gone
+            }
+            Err(_) => Fate::Gone, // a named drop, counted by the engine
+        };
+    }
+
+    /// A free slot for the next packet: when all are taken, the batch is opened first.
+    fn make_room(&mut self, engine: &mut DirEngine, sink: &mut TunSink, io: &mut Io) {
+        if self.n == SLOTS {
+            self.flush(engine, sink, io);
+        }
+    }
+
+    /// The crew opens what was started; the worker finishes each packet in turn and
+    /// queues it for the TUN device.
+    fn flush(&mut self, engine: &mut DirEngine, sink: &mut TunSink, io: &mut Io) {
+        let n = self.n;
+        if n == 0 {
             return;
         }
-    };
-    let Ok(mut pkt) = PacketBuf::new(buf, head, len) else {
-        engine
-            .engine
-            .counters
-            .drops
-            .count(ipsec::DropReason::TooBig);
-        return;
-    };
-    match open(engine, &mut pkt) {
-        Ok(Inbound::Opened { sa, .. }) => {
-            sink.push(pkt.data(), io);
-            engine.after_opened(sa);
+        self.n = 0;
+        self.crew
+            .run(engine, &mut self.bufs[..n], &mut self.jobs[..n], false);
+        for i in 0..n {
+            let job = self.jobs[i].take();
+            let buf = &mut self.bufs[i][..];
+            match (self.fates[i], job) {
+                (Fate::Opened { head, len }, _) => sink.push(&buf[head..head + len], io),
+                (Fate::Job { head, len }, Some((sa, job, crypto))) => {
+                    let Ok(mut pkt) = PacketBuf::new(buf, head, len) else {
+                        continue;
+                    };
+                    if finish(engine, &mut pkt, sa, &job, crypto).is_ok() {
+                        sink.push(pkt.data(), io);
+                        engine.after_opened(sa);
+                    }
+                }
+                _ => {}
+            }
         }
-        Ok(Inbound::Bypass) => io.bypassed += 1, // not expected here
-        Err(_) => {}                             // a named drop, counted by the engine
     }
+}
+
+/// The engine's two halves of opening (`crew.rs`); the I/O-ceiling build, which has no
+/// cryptography, opens whole at the start.
+#[cfg(not(feature = "io-ceiling"))]
+fn start(
+    engine: &mut DirEngine,
+    pkt: &mut PacketBuf<'_>,
+) -> Result<InboundStart, ipsec::DropReason> {
+    engine.engine.inbound_start(pkt)
+}
+
+#[cfg(feature = "io-ceiling")]
+fn start(
+    engine: &mut DirEngine,
+    pkt: &mut PacketBuf<'_>,
+) -> Result<InboundStart, ipsec::DropReason> {
+    open(engine, pkt).map(InboundStart::Done)
+}
+
+#[cfg(not(feature = "io-ceiling"))]
+fn finish(
+    engine: &mut DirEngine,
+    pkt: &mut PacketBuf<'_>,
+    sa: ipsec::sad::SaId,
+    job: &ipsec::CryptoJob,
+    crypto: Result<(), ipsec::DropReason>,
+) -> Result<Inbound, ipsec::DropReason> {
+    engine.engine.inbound_finish(pkt, sa, job, crypto)
+}
+
+#[cfg(feature = "io-ceiling")]
+fn finish(
+    _: &mut DirEngine,
+    _: &mut PacketBuf<'_>,
+    _: ipsec::sad::SaId,
+    _: &ipsec::CryptoJob,
+    _: Result<(), ipsec::DropReason>,
+) -> Result<Inbound, ipsec::DropReason> {
+    Err(ipsec::DropReason::CryptoError) // never: that build's start opens whole
 }
 
 /// Outside → SAD → open → inner policy → TUN: the inbound direction's buffers and
@@ -149,6 +324,8 @@ pub(super) struct InboundPath {
     /// the next segment), each copied here first.
     segment: Vec<u8>,
     sink: TunSink,
+    /// With several crypto workers (`crew.rs`).
+    crew: Option<CrewBatch>,
     pub(super) io: Io,
     /// The outer sockets, in the order `drain`'s `ready` refers to: raw ESP, raw AH, and
     /// UDP 4500 when encapsulating.
@@ -156,7 +333,7 @@ pub(super) struct InboundPath {
 }
 
 impl InboundPath {
-    pub(super) fn new(outside: &Outside, tun: &SyncDevice) -> InboundPath {
+    pub(super) fn new(outside: &Outside, tun: &SyncDevice, crew: Option<Crew>) -> InboundPath {
         let mut fds = vec![outside.esp_recv.as_raw_fd(), outside.ah_recv.as_raw_fd()];
         if let Some(u) = &outside.udp {
             fds.push(u.as_raw_fd());
@@ -166,6 +343,7 @@ impl InboundPath {
             rx: RecvBatch::new(),
             segment: resident(HEADROOM + MAX_PACKET + TAILROOM),
             sink: TunSink::new(tun),
+            crew: crew.map(CrewBatch::new),
             io: Io::default(),
         }
     }
@@ -190,7 +368,26 @@ impl InboundPath {
                         next,
                         src: rx.source(k).unwrap_or(outside.remote),
                     };
-                    match rx.gro_segment(k).filter(|&g| udp && g < n) {
+                    let gro = rx.gro_segment(k).filter(|&g| udp && g < n);
+                    if let Some(c) = self.crew.as_mut() {
+                        let Some(g) = gro else {
+                            // a whole datagram: its buffer changes places with the slot's
+                            c.make_room(engine, &mut self.sink, io);
+                            std::mem::swap(&mut rx.bufs[k], &mut c.bufs[c.n]);
+                            c.start(engine, local, (HEADROOM, n), from, io);
+                            continue;
+                        };
+                        io.gro_receives += 1;
+                        let end = HEADROOM + n;
+                        for at in (HEADROOM..end).step_by(g) {
+                            let len = g.min(end - at);
+                            c.make_room(engine, &mut self.sink, io);
+                            c.bufs[c.n][at..at + len].copy_from_slice(&rx.bufs[k][at..at + len]);
+                            c.start(engine, local, (at, len), from, io);
+                        }
+                        continue;
+                    }
+                    match gro {
                         None => {
                             let pkt = (&mut rx.bufs[k][..], HEADROOM, n);
                             open_one(engine, local, pkt, from, &mut self.sink, io);
@@ -221,6 +418,9 @@ impl InboundPath {
                     break; // drained
                 }
             }
+        }
+        if let Some(c) = self.crew.as_mut() {
+            c.flush(engine, &mut self.sink, io);
         }
         self.sink.flush(io);
     }

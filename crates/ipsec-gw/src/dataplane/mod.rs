@@ -264,7 +264,11 @@ fn serve_one<P: Counted>(
 
 /// The inbound worker: outside → open → TUN, on its own thread.
 pub fn run_inbound(w: Worker) {
-    let path = InboundPath::new(&w.outside, &w.tun);
+    let crew = match Crew::new(w.crypto_workers, "open") {
+        Ok(c) => c,
+        Err(e) => return worker_failed(&w.shared, &w.stop, e),
+    };
+    let path = InboundPath::new(&w.outside, &w.tun, crew);
     let fds = path.fds.clone();
     serve_one(w, path, &fds, |w, path, ready| {
         path.drain(ready, &mut w.engine, &w.outside);
@@ -286,7 +290,11 @@ pub fn run_both(out: Worker, inb: Worker) {
     }
     let stop = out.stop.clone();
     let mut fds = vec![out.tun.as_raw_fd()];
-    let ipath = InboundPath::new(&inb.outside, &inb.tun);
+    let icrew = match Crew::new(inb.crypto_workers, "open") {
+        Ok(c) => c,
+        Err(e) => return worker_failed(&inb.shared, &stop, e),
+    };
+    let ipath = InboundPath::new(&inb.outside, &inb.tun, icrew);
     fds.extend(&ipath.fds);
     let crew = match Crew::new(out.crypto_workers, "seal") {
         Ok(c) => c,
