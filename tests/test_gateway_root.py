@@ -445,7 +445,8 @@ def test_a_crypto_crew_seals_and_opens_one_sa_on_several_threads_in_order(
             names |= {(task / "comm").read_text().strip() for task in tasks}
         log = (tb.rundir / "ipsec-gw-gwA.log").read_text()
     assert "4 crypto workers each" in log
-    assert {f"{d}-{i}" for d in ("seal", "open") for i in range(4)} <= names, names
+    # the worker and 3 helpers per direction
+    assert {f"{d}-{i}" for d in ("seal", "open") for i in range(3)} <= names, names
     assert t["mbps"] > 10, t
     # UDP: whatever was lost was lost in front of gwA, in its TUN device's queue (the
     # kernel counts it), not by the gateways: 4 crew threads per direction and gateway

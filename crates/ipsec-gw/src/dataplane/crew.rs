@@ -12,44 +12,51 @@
 //! (parallel AEAD, serial order) within one batch; wireguard-go pipelines batches
 //! instead, which `parallel::InOrder` would allow next.
 //!
-//! The crew is a rayon pool: rayon splits a batch among its threads with work stealing
-//! and borrows the batch's buffers safely for the duration (no `unsafe`, no allocation
-//! per packet).
+//! The helpers are a rayon pool; the batch is cut into parts, one per thread that has
+//! enough work for it, the worker running the first part itself (`in_place_scope`
+//! borrows the batch's buffers safely for the duration: no `unsafe`, one task per part,
+//! nothing allocated per packet). A batch too small to share (ACKs) stays on the worker.
 
 use ipsec::sad::SaId;
 use ipsec::{CryptoJob, DropReason};
-use rayon::prelude::*;
 
 use super::sas::DirEngine;
 
 /// One packet's cryptography, and how it went.
 pub(super) type JobSlot = Option<(SaId, CryptoJob, Result<(), DropReason>)>;
 
-/// Fewest packets a crew thread takes at once: below this, handing over costs more
-/// than the cipher work of small packets.
-const MIN_PER_THREAD: usize = 2;
+/// Fewest packets, and bytes of ESP, worth a thread of their own: below these, waking a
+/// helper costs more than it saves (an AES-GCM core seals 8 KiB in a few µs, about what
+/// a wakeup costs), and a batch of ACKs is sealed by the worker alone.
+const MIN_PACKETS_PER_THREAD: usize = 4;
+const MIN_BYTES_PER_THREAD: usize = 8 << 10;
 
+/// The worker and its helpers: `threads` in all, the worker one of them.
 pub(super) struct Crew {
     pool: rayon::ThreadPool,
+    threads: usize,
 }
 
 impl Crew {
-    /// A crew of `threads` named `{name}-N`; `None` for 1 (the worker alone).
+    /// A crew of `threads` — the worker and `threads - 1` helpers named `{name}-N`;
+    /// `None` for 1 (the worker alone).
     pub(super) fn new(threads: usize, name: &'static str) -> Result<Option<Crew>, String> {
         if threads <= 1 {
             return Ok(None);
         }
         rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
+            .num_threads(threads - 1)
             .thread_name(move |i| format!("{name}-{i}"))
             .build()
-            .map(|pool| Some(Crew { pool }))
-            .map_err(|e| format!("cannot start {threads} crypto workers: {e}"))
+            .map(|pool| Some(Crew { pool, threads }))
+            .map_err(|e| format!("cannot start {} crypto workers: {e}", threads - 1))
     }
 
-    /// Run every job of the batch — `jobs[i]` on `bufs[i]` — on the crew, sealing or
-    /// opening with the SA's keys (a live SA's, or one that reached its hard lifetime
-    /// during this batch: its packets before that were numbered and must go).
+    /// Run every job of the batch — `jobs[i]` on `bufs[i]` — sealing or opening with the
+    /// SA's keys (a live SA's, or one that reached its hard lifetime during this batch:
+    /// its packets before that were numbered and must go). The batch is cut into as many
+    /// parts as it has work for (at most `threads`); the helpers take all parts but the
+    /// first, which the worker runs itself, and the worker returns when all are done.
     pub(super) fn run(
         &self,
         engine: &DirEngine,
@@ -57,19 +64,41 @@ impl Crew {
         jobs: &mut [JobSlot],
         seal: bool,
     ) {
-        self.pool.install(|| {
-            bufs.par_iter_mut()
-                .zip(jobs.par_iter_mut())
-                .with_min_len(MIN_PER_THREAD)
-                .for_each(|(buf, slot)| {
-                    if let Some((sa, job, result)) = slot {
-                        *result = match engine.keys(*sa) {
-                            Some(k) if seal => job.seal(k, buf),
-                            Some(k) => job.open(k, buf),
-                            None => Err(DropReason::NoSa),
-                        };
-                    }
-                });
+        let (mut packets, mut bytes) = (0, 0);
+        for (_, job, _) in jobs.iter().flatten() {
+            packets += 1;
+            bytes += job.end - job.esp_at;
+        }
+        let parts = self
+            .threads
+            .min(packets / MIN_PACKETS_PER_THREAD)
+            .min(bytes / MIN_BYTES_PER_THREAD);
+        if parts <= 1 {
+            return run_part(engine, bufs, jobs, seal);
+        }
+        let per = bufs.len().min(jobs.len()).div_ceil(parts);
+        self.pool.in_place_scope(|scope| {
+            let mut all = bufs.chunks_mut(per).zip(jobs.chunks_mut(per));
+            let first = all.next();
+            for (b, j) in all {
+                scope.spawn(move |_| run_part(engine, b, j, seal));
+            }
+            if let Some((b, j)) = first {
+                run_part(engine, b, j, seal);
+            }
         });
+    }
+}
+
+/// One part of a batch, on whichever thread runs it.
+fn run_part(engine: &DirEngine, bufs: &mut [Vec<u8>], jobs: &mut [JobSlot], seal: bool) {
+    for (buf, slot) in bufs.iter_mut().zip(jobs.iter_mut()) {
+        if let Some((sa, job, result)) = slot {
+            *result = match engine.keys(*sa) {
+                Some(k) if seal => job.seal(k, buf),
+                Some(k) => job.open(k, buf),
+                None => Err(DropReason::NoSa),
+            };
+        }
     }
 }
