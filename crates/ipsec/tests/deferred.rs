@@ -338,7 +338,10 @@ fn the_replay_edge_case_table_holds_with_the_crypto_on_several_threads() {
             } else {
                 assert_eq!(verdict.is_none(), want.is_none(), "step {step}: seq {seq}");
                 let named = [replay, too_old, Some(DropReason::ZeroSequence)];
-                assert!(verdict.is_none() || named.contains(&verdict), "step {step}: {verdict:?}");
+                assert!(
+                    verdict.is_none() || named.contains(&verdict),
+                    "step {step}: {verdict:?}"
+                );
             }
         }
     }

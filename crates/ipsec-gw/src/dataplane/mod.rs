@@ -5,7 +5,9 @@
 //! SAs and policies: the outbound worker (TUN → seal → socket) alone touches outbound
 //! SAs, so sequence numbers stay unique and increasing without a lock; the inbound worker
 //! (socket → open → TUN) alone touches inbound SAs and their replay windows. Each worker
-//! handles packets in the order it reads them, so per-flow order is kept.
+//! handles packets in the order it reads them, so per-flow order is kept. With
+//! `crypto_workers` above 1, each worker shares the cipher and ICV work of a batch with a
+//! crew ([`crew`]) and keeps everything that changes an SA to itself, in order.
 //!
 //! Fails closed: traffic a protect policy matches whose SA is missing or expired is
 //! dropped and counted by the engine (`no_sa`), never sent in clear.
