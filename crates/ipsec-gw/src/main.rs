@@ -238,10 +238,15 @@ fn run(cfg: config::Config) -> Result<(), String> {
     };
     let wo = worker(eng_out, out_rx);
     let wi = worker(eng_in, in_rx);
+    // A worker that panics (or whose crew does: rayon hands the panic back to it) stops
+    // the gateway like any other worker failure, never leaving it half alive.
     let spawn = |name: &str, f: Box<dyn FnOnce() + Send>| {
+        let (shared, stop) = (shared.clone(), stop.clone());
         std::thread::Builder::new()
             .name(name.into())
-            .spawn(f)
+            .spawn(move || {
+                dataplane::guarded(f, |why| dataplane::worker_failed(&shared, &stop, why))
+            })
             .map_err(|e| e.to_string())
     };
     let threads = if cfg.workers == 1 {

@@ -175,7 +175,7 @@ fn serve<S>(
 /// systemd, the lab — sees it exit non-zero with the reason). Recorded for the main
 /// thread, which a SIGTERM to this process wakes to tear down (TUN device, routing
 /// rule) and exit 1.
-fn worker_failed(shared: &Shared, stop: &AtomicBool, why: String) {
+pub fn worker_failed(shared: &Shared, stop: &AtomicBool, why: String) {
     eprintln!("ipsec-gw: a worker stopped: {why}");
     let mut f = shared.failed.lock().expect("failed lock");
     if f.is_none() {
@@ -184,6 +184,19 @@ fn worker_failed(shared: &Shared, stop: &AtomicBool, why: String) {
     drop(f);
     stop.store(true, Ordering::Relaxed);
     sys::terminate_self();
+}
+
+/// Run a worker's `body`; if it panics — a bug, or its crew's, which rayon raises again
+/// in the worker — `failed` gets the panic's message (the default hook has printed where).
+pub fn guarded(body: impl FnOnce(), failed: impl FnOnce(String)) {
+    if let Err(p) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(body)) {
+        let msg = p
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| p.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "no message".into());
+        failed(format!("it panicked: {msg}"));
+    }
 }
 
 /// The TUN device non-blocking, as the outbound drain needs it (it reads until
@@ -332,5 +345,33 @@ pub fn run_both(out: Worker, inb: Worker) {
     inb.engine.publish(&ipath.io, &inb.shared);
     if let Some(why) = why {
         worker_failed(&out.shared, &stop, why);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::guarded;
+
+    /// A panicking worker — or a panic in its crew, which comes back to the worker — is
+    /// reported with its message, so the gateway stops (`worker_failed`) instead of going
+    /// on with one direction dead; a worker that returns reports nothing.
+    #[test]
+    fn a_panicking_worker_is_reported_not_lost() {
+        let mut why = None;
+        guarded(|| panic!("slot {} out of range", 65), |w| why = Some(w));
+        assert_eq!(why.as_deref(), Some("it panicked: slot 65 out of range"));
+        let mut why = None;
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(2)
+            .build()
+            .unwrap();
+        guarded(
+            || pool.in_place_scope(|s| s.spawn(|_| panic!("in the crew"))),
+            |w| why = Some(w),
+        );
+        assert_eq!(why.as_deref(), Some("it panicked: in the crew"));
+        let mut why = None;
+        guarded(|| {}, |w| why = Some(w));
+        assert_eq!(why, None);
     }
 }
