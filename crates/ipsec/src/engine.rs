@@ -14,7 +14,7 @@ use crate::bundle::{self, Layers};
 use crate::constants::proto;
 use crate::crypto::state::IvSource;
 use crate::drop::{DropCounters, DropReason};
-use crate::esp::{ipsec_location, CryptoJob};
+use crate::esp::{ipsec_location, CryptoJob, When};
 use crate::ipcomp::{IpcompConfig, IpcompSa};
 use crate::sa::{Direction, Sa, SaConfig, SaError};
 use crate::sad::{SaId, Sad, SadKey};
@@ -252,37 +252,7 @@ impl Engine {
 
     /// Apply outbound policy to the IP packet in `pkt`.
     pub fn outbound(&mut self, pkt: &mut PacketBuf<'_>) -> Result<Outbound, DropReason> {
-        let t0 = self.now();
-        let info = PacketInfo::parse(pkt.data()).map_err(|d| self.drop_here(d))?;
-        let action = self.spd_out.lookup(&info);
-        let lookup_ns = self.since(t0);
-        match action {
-            Action::Bypass => {
-                self.counters.bypassed_out += 1;
-                Ok(Outbound::Bypass)
-            }
-            Action::Discard => Err(self.drop_here(DropReason::PolicyDiscard)),
-            Action::Protect(id) => match self.sas.get_mut(id).and_then(Option::as_mut) {
-                Some(sa) if sa.direction == Direction::Out => {
-                    if sa.stages.enabled() {
-                        sa.stages.add(Stage::PolicyLookup, lookup_ns);
-                    }
-                    sa.seal(pkt)?;
-                    Ok(Outbound::Sealed { sa: id })
-                }
-                _ => Err(self.drop_here(DropReason::NoSa)),
-            },
-            Action::ProtectBundle(b) => match self.layers(b) {
-                Some(mut l) if l.esp.direction == Direction::Out => {
-                    if l.esp.stages.enabled() {
-                        l.esp.stages.add(Stage::PolicyLookup, lookup_ns);
-                    }
-                    l.seal(pkt, IvSource::Generate)?;
-                    Ok(Outbound::SealedBundle { bundle: b })
-                }
-                _ => Err(self.drop_here(DropReason::NoSa)),
-            },
-        }
+        self.outbound_when(pkt, When::Now).map(|(o, _)| o)
     }
 
     /// As [`Engine::outbound`], but a packet a lone ESP SA protects is left for the
@@ -294,28 +264,69 @@ impl Engine {
         &mut self,
         pkt: &mut PacketBuf<'_>,
     ) -> Result<(Outbound, Option<CryptoJob>), DropReason> {
-        if self.clock.is_none() {
-            if let Ok(info) = PacketInfo::parse(pkt.data()) {
-                if let Action::Protect(id) = self.spd_out.lookup(&info) {
-                    match self.sas.get_mut(id).and_then(Option::as_mut) {
-                        Some(sa) if sa.direction == Direction::Out => {
-                            let job = sa.seal_deferred(pkt)?;
-                            return Ok((Outbound::Sealed { sa: id }, job));
-                        }
-                        _ => return Err(self.drop_here(DropReason::NoSa)),
-                    }
-                }
+        let when = if self.clock.is_none() {
+            When::Later
+        } else {
+            When::Now
+        };
+        self.outbound_when(pkt, when)
+    }
+
+    /// Outbound policy, a lone ESP SA's cryptography done now or handed back (`when`).
+    fn outbound_when(
+        &mut self,
+        pkt: &mut PacketBuf<'_>,
+        when: When,
+    ) -> Result<(Outbound, Option<CryptoJob>), DropReason> {
+        let t0 = self.now();
+        let info = PacketInfo::parse(pkt.data()).map_err(|d| self.drop_here(d))?;
+        let action = self.spd_out.lookup(&info);
+        let lookup_ns = self.since(t0);
+        match action {
+            Action::Bypass => {
+                self.counters.bypassed_out += 1;
+                Ok((Outbound::Bypass, None))
             }
+            Action::Discard => Err(self.drop_here(DropReason::PolicyDiscard)),
+            Action::Protect(id) => match self.sas.get_mut(id).and_then(Option::as_mut) {
+                Some(sa) if sa.direction == Direction::Out => {
+                    if sa.stages.enabled() {
+                        sa.stages.add(Stage::PolicyLookup, lookup_ns);
+                    }
+                    let job = sa.seal_when(pkt, IvSource::Generate, when)?;
+                    Ok((Outbound::Sealed { sa: id }, job))
+                }
+                _ => Err(self.drop_here(DropReason::NoSa)),
+            },
+            Action::ProtectBundle(b) => match self.layers(b) {
+                Some(mut l) if l.esp.direction == Direction::Out => {
+                    if l.esp.stages.enabled() {
+                        l.esp.stages.add(Stage::PolicyLookup, lookup_ns);
+                    }
+                    l.seal(pkt, IvSource::Generate)?;
+                    Ok((Outbound::SealedBundle { bundle: b }, None))
+                }
+                _ => Err(self.drop_here(DropReason::NoSa)),
+            },
         }
-        self.outbound(pkt).map(|o| (o, None))
     }
 
     /// Apply inbound processing to the IP packet in `pkt` as received from outside.
     pub fn inbound(&mut self, pkt: &mut PacketBuf<'_>) -> Result<Inbound, DropReason> {
-        let (id, bundle) = match self.inbound_locate(pkt)? {
-            Located::Clear(r) => return Ok(r),
-            Located::Sa { id, bundle } => (id, bundle),
-        };
+        match self.inbound_locate(pkt)? {
+            Located::Clear(r) => Ok(r),
+            Located::Sa { id, bundle } => self.inbound_open(pkt, id, bundle),
+        }
+    }
+
+    /// Inbound for a packet [`Engine::inbound_locate`] found the SA (or bundle) of:
+    /// open it whole, then the inner policy check.
+    fn inbound_open(
+        &mut self,
+        pkt: &mut PacketBuf<'_>,
+        id: SaId,
+        bundle: Option<usize>,
+    ) -> Result<Inbound, DropReason> {
         let (next_header, want) = match bundle {
             Some(b) => {
                 let Some(mut l) = self.layers(b) else {
@@ -341,18 +352,18 @@ impl Engine {
     /// AH, a bundle, any while stage timing is on) is handled whole here:
     /// [`InboundStart::Done`].
     pub fn inbound_start(&mut self, pkt: &mut PacketBuf<'_>) -> Result<InboundStart, DropReason> {
-        let id = match self.inbound_locate(pkt)? {
+        let (id, bundle) = match self.inbound_locate(pkt)? {
             Located::Clear(r) => return Ok(InboundStart::Done(r)),
-            Located::Sa { id, bundle: None } if self.clock.is_none() => id,
-            Located::Sa { .. } => return self.inbound(pkt).map(InboundStart::Done),
+            Located::Sa { id, bundle } => (id, bundle),
         };
+        let lone_esp = |sa: &Sa| sa.protocol() == crate::sa::Protocol::Esp;
         match self.sas.get_mut(id).and_then(Option::as_mut) {
-            Some(sa) if sa.protocol() == crate::sa::Protocol::Esp => {
+            Some(sa) if bundle.is_none() && self.clock.is_none() && lone_esp(sa) => {
                 let job = sa.open_start(pkt)?;
                 Ok(InboundStart::Open { sa: id, job })
             }
-            // AH (or an SA gone since the lookup): the whole path, as ever
-            _ => self.inbound(pkt).map(InboundStart::Done),
+            // AH, a bundle, stage timing on: the whole path, as ever
+            _ => self.inbound_open(pkt, id, bundle).map(InboundStart::Done),
         }
     }
 

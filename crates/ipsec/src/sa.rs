@@ -358,12 +358,7 @@ impl Sa {
         pkt: &mut PacketBuf<'_>,
         iv: IvSource<'_>,
     ) -> Result<(), DropReason> {
-        let r = match (self.protocol, self.mode) {
-            (Protocol::Ah, _) => self.seal_ah(pkt),
-            (Protocol::Esp, Mode::Tunnel) => self.seal_tunnel(pkt, iv, When::Now).map(|_| ()),
-            (Protocol::Esp, Mode::Transport) => self.seal_transport(pkt, iv, When::Now).map(|_| ()),
-        };
-        self.count(r)
+        self.seal_when(pkt, iv, When::Now).map(|_| ())
     }
 
     /// As [`Sa::seal`], but an ESP SA leaves the encryption and ICV to the caller: the
@@ -374,12 +369,21 @@ impl Sa {
         &mut self,
         pkt: &mut PacketBuf<'_>,
     ) -> Result<Option<CryptoJob>, DropReason> {
+        self.seal_when(pkt, IvSource::Generate, When::Later)
+    }
+
+    /// Seal by protocol and mode, an ESP SA's cryptography now or handed back (`when`;
+    /// AH always now). Drops are counted on the SA.
+    pub(crate) fn seal_when(
+        &mut self,
+        pkt: &mut PacketBuf<'_>,
+        iv: IvSource<'_>,
+        when: When,
+    ) -> Result<Option<CryptoJob>, DropReason> {
         let r = match (self.protocol, self.mode) {
             (Protocol::Ah, _) => self.seal_ah(pkt).map(|_| None),
-            (Protocol::Esp, Mode::Tunnel) => self.seal_tunnel(pkt, IvSource::Generate, When::Later),
-            (Protocol::Esp, Mode::Transport) => {
-                self.seal_transport(pkt, IvSource::Generate, When::Later)
-            }
+            (Protocol::Esp, Mode::Tunnel) => self.seal_tunnel(pkt, iv, when),
+            (Protocol::Esp, Mode::Transport) => self.seal_transport(pkt, iv, when),
         };
         self.count(r)
     }

@@ -346,3 +346,30 @@ fn the_replay_edge_case_table_holds_with_the_crypto_on_several_threads() {
         }
     }
 }
+
+/// With stage timing on, `inbound_start` opens a packet whole — and times its SA lookup
+/// once, as `inbound` does, not once more for a second lookup of the same packet.
+#[test]
+fn opening_whole_from_the_start_times_one_sa_lookup() {
+    fn clock() -> u64 {
+        static NOW: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        NOW.fetch_add(10, std::sync::atomic::Ordering::Relaxed)
+    }
+    let outer = ("192.0.2.1", "192.0.2.2");
+    let inner = ("10.1.0.1", "10.2.0.1");
+    let (mut a, mut b) = pair("aes128gcm16", Mode::Tunnel, outer, inner);
+    b.set_clock(Some(clock));
+    let mut s = Slot::new(&udp(inner.0, inner.1, 100));
+    let mut p = PacketBuf::new(&mut s.buf, s.head, s.len).unwrap();
+    a.outbound(&mut p).unwrap();
+    let wire = p.data().to_vec();
+    let mut s = Slot::new(&wire);
+    let mut p = PacketBuf::new(&mut s.buf, s.head, s.len).unwrap();
+    let r = b.inbound_start(&mut p).unwrap();
+    assert!(
+        matches!(r, InboundStart::Done(ipsec::Inbound::Opened { .. })),
+        "{r:?}"
+    );
+    assert_eq!(p.data(), &udp(inner.0, inner.1, 100)[..]);
+    assert_eq!(b.sa(0).unwrap().stages.calls(ipsec::Stage::SaLookup), 1);
+}
