@@ -73,8 +73,9 @@ lint: rust venv
 cargo-test: rust
 	cargo test --workspace --release -q
 
+# --durations: the slowest tests, so CI's log says where its time goes.
 pytest: native gateway
-	$(VENV)/bin/pytest -q
+	$(VENV)/bin/pytest -q --durations=25
 
 # Bounded coverage-guided fuzzing (libFuzzer via cargo-fuzz on the stable toolchain:
 # RUSTC_BOOTSTRAP lets it pass the sanitizer flags), optimised and with debug assertions

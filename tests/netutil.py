@@ -15,34 +15,50 @@ from ipsec_lab.traffic import iperf
 
 
 def transfer(
-    tb: Testbed, src: tuple[str, str], dst: tuple[str, str], data: Path, timeout: float = 60
+    tb: Testbed,
+    src: tuple[str, str],
+    dst: tuple[str, str],
+    data: Path,
+    timeout: float = 60,
+    streams: int = 1,
 ) -> None:
     """Send the bytes of `data` from node `src[0]` to node `dst[0]` (at address `dst[1]`)
-    over one TCP connection, and check that every byte arrived unchanged (SHA-256: a
-    packet a gateway joined wrongly goes up with a checksum the kernel trusts, so TCP
-    would not catch it)."""
+    over `streams` TCP connections at once, each carrying all of it, and check that every
+    byte arrived unchanged on each (SHA-256: a packet a gateway joined wrongly goes up with
+    a checksum the kernel trusts, so TCP would not catch it)."""
     got = tb.rundir / f"{data.name}.{dst[0]}.received"
     receiver = (
-        "import hashlib, socket, sys; v6 = ':' in sys.argv[2]; "
+        "import hashlib, socket, sys, threading; v6 = ':' in sys.argv[2]; "
+        "n = int(sys.argv[3]); "
         "s = socket.socket(socket.AF_INET6 if v6 else socket.AF_INET); "
         "s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); "
-        "s.bind(('::' if v6 else '0.0.0.0', 5301)); "
-        "s.listen(1); c, _ = s.accept(); h = hashlib.sha256()\n"
-        "while (b := c.recv(1 << 16)):\n h.update(b)\n"
-        "open(sys.argv[1], 'w').write(h.hexdigest())"
+        "s.bind(('::' if v6 else '0.0.0.0', 5301)); s.listen(n); out = []\n"
+        "def rx(c):\n h = hashlib.sha256()\n"
+        " while (b := c.recv(1 << 16)):\n  h.update(b)\n"
+        " out.append(h.hexdigest())\n"
+        "ts = [threading.Thread(target=rx, args=(s.accept()[0],)) for _ in range(n)]\n"
+        "[t.start() for t in ts]; [t.join() for t in ts]\n"
+        "open(sys.argv[1], 'w').write('\\n'.join(out))"
     )
-    p = tb.spawn(dst[0], [sys.executable, "-c", receiver, str(got), dst[1]], f"receiver-{dst[0]}")
+    argv = [sys.executable, "-c", receiver, str(got), dst[1], str(streams)]
+    p = tb.spawn(dst[0], argv, f"receiver-{dst[0]}")
     try:
         iperf.wait_listening(tb, dst[0], 5301)
         sender = (
-            "import socket, sys; s = socket.create_connection((sys.argv[1], 5301), "
-            f"timeout={timeout}); s.sendall(open(sys.argv[2], 'rb').read()); s.close()"
+            "import socket, sys, threading; data = open(sys.argv[2], 'rb').read()\n"
+            "def tx():\n"
+            f" s = socket.create_connection((sys.argv[1], 5301), timeout={timeout})\n"
+            " s.sendall(data); s.close()\n"
+            "ts = [threading.Thread(target=tx) for _ in range(int(sys.argv[3]))]\n"
+            "[t.start() for t in ts]; [t.join() for t in ts]"
         )
-        tb.run(src[0], [sys.executable, "-c", sender, dst[1], str(data)], timeout=2 * timeout)
+        argv = [sys.executable, "-c", sender, dst[1], str(data), str(streams)]
+        tb.run(src[0], argv, timeout=2 * timeout)
         p.wait(timeout)
     finally:
         tb.stop(p)
-    assert got.read_text() == hashlib.sha256(data.read_bytes()).hexdigest(), (src, dst)
+    want = hashlib.sha256(data.read_bytes()).hexdigest()
+    assert got.read_text().split("\n") == [want] * streams, (src, dst)
 
 
 # What the outer link carries, without the link's own chatter: IPv4, and IPv6 but not

@@ -5,8 +5,6 @@
 //! - [`config`]: the TOML config, checked key by key.
 //! - [`dataplane`]: the workers and each direction's path, SAs and outer sockets.
 //! - [`gro`]: joining opened segments for the TUN device.
-//! - [`parallel`]: a sequence counter shared by workers, and in-order release of batches
-//!   (the ground for several crypto workers per direction; not yet used by the workers).
 //! - [`seqstate`]: sequence numbers that outlive the process.
 //! - [`stats`]: counters and the stats socket.
 //! - [`privilege`]: dropping to the capabilities the data path needs.
@@ -19,7 +17,6 @@ pub mod ceiling;
 pub mod config;
 pub mod dataplane;
 pub mod gro;
-pub mod parallel;
 pub mod privilege;
 pub mod seqstate;
 pub mod stats;

@@ -477,4 +477,77 @@ mod tests {
         assert_eq!(io.rx_packets, 2);
         assert!(sink.gro.is_empty(), "nothing went towards the TUN device");
     }
+
+    /// Issue 18's inbound properties, on the crew batch the gateway runs (8 threads):
+    /// packets opened together go up in the order they came whatever order the threads
+    /// finish in; a twin in the same batch is a `replay` (the window is checked again
+    /// at commit, RFC 4303 §3.4.3); a forged copy ahead of its packet is an
+    /// `icv_failure` that commits nothing, so the genuine packet is still accepted.
+    #[test]
+    fn a_crew_opens_in_arrival_order_and_refuses_twins_and_forgeries() {
+        use crate::dataplane::crew::tests::{inner, pair, slot, Lcg};
+        let (mut out, mut inb) = pair();
+        let mut rng = Lcg(0x2545_f491_4f6c_dd1d);
+        let mut arrivals = Vec::new();
+        let (mut want, mut twins, mut forged) = (Vec::new(), 0, 0);
+        let mut buf = slot();
+        for i in 0..1000u32 {
+            let len = 28 + rng.below(1400);
+            inner(&mut buf, len, i);
+            want.push(buf[HEADROOM..HEADROOM + len].to_vec());
+            let mut pkt = PacketBuf::new(&mut buf, HEADROOM, len).unwrap();
+            out.engine.outbound(&mut pkt).unwrap();
+            let esp = pkt.data().to_vec();
+            if i % 11 == 5 {
+                let mut bad = esp.clone();
+                *bad.last_mut().unwrap() ^= 1; // the ICV's last byte
+                arrivals.push(bad);
+                forged += 1;
+            }
+            arrivals.push(esp.clone());
+            if i % 7 == 3 {
+                arrivals.push(esp); // its twin, right behind it: the same batch
+                twins += 1;
+            }
+        }
+        let crew = crate::dataplane::crew::Crew::new(8, "t").unwrap().unwrap();
+        let mut c = CrewBatch::new(crew);
+        let mut sink = TunSink {
+            gro: Coalescer::new(2 * SLOTS, false, false),
+            fd: -1,
+        };
+        let mut io = Io::default();
+        let mut got: Vec<Vec<u8>> = Vec::new();
+        let local: IpAddr = "192.0.2.2".parse().unwrap();
+        let from = Arrival {
+            udp: false,
+            next: 50,
+            src: "192.0.2.1".parse().unwrap(),
+        };
+        let mut collect = |c: &mut CrewBatch, e: &mut DirEngine, sink: &mut TunSink| {
+            c.flush(e, sink, &mut Io::default());
+            let failed = sink.gro.flush(|b| {
+                got.push(b.to_vec());
+                true
+            });
+            assert_eq!(failed, 0);
+        };
+        for (k, p) in arrivals.iter().enumerate() {
+            if c.n == SLOTS || k % 97 == 0 {
+                collect(&mut c, &mut inb, &mut sink); // batches of varying length
+            }
+            let n = c.n;
+            c.bufs[n][HEADROOM..HEADROOM + p.len()].copy_from_slice(p);
+            c.start(&mut inb, local, (HEADROOM, p.len()), from, &mut io);
+        }
+        collect(&mut c, &mut inb, &mut sink);
+        assert_eq!(got.len(), want.len());
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert!(g == w, "packet {i} is not the one sent {i}th");
+        }
+        let (_, sa) = inb.engine.sas().next().unwrap();
+        assert_eq!(sa.counters.drops.get(DropReason::Replay), twins);
+        assert_eq!(sa.counters.drops.get(DropReason::IcvFailure), forged);
+        assert_eq!(sa.counters.packets, 1000);
+    }
 }
