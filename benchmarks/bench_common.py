@@ -4,6 +4,7 @@ iperf3 run through it, and the JSON they print."""
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -21,13 +22,24 @@ from ipsec_lab.traffic import iperf
 @contextmanager
 def tunnel(backend: Any, configuration: str, prefix: str) -> Iterator[Testbed]:
     """A fresh `line` testbed (client - gwA - gwB - server) with `backend` up; both are
-    taken down on leaving, even on failure."""
-    with Testbed(topology("line"), Path(tempfile.mkdtemp(prefix=prefix)) / "run") as tb:
-        backend.start(tb, configuration)
-        try:
-            yield tb
-        finally:
-            backend.stop(tb)
+    taken down on leaving, even on failure. Its run directory (commands and logs) is
+    removed after a run that went well and kept, its path printed, after one that
+    failed."""
+    root = Path(tempfile.mkdtemp(prefix=prefix))
+    ok = False
+    try:
+        with Testbed(topology("line"), root / "run") as tb:
+            backend.start(tb, configuration)
+            try:
+                yield tb
+            finally:
+                backend.stop(tb)
+        ok = True
+    finally:
+        if ok:
+            shutil.rmtree(root, ignore_errors=True)
+        else:
+            print(f"the failed run's logs are kept in {root}", file=sys.stderr)
 
 
 def mbps(tb: Testbed, workload: Workload) -> float:

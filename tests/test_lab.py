@@ -113,6 +113,12 @@ def test_plan_runs_none_once_per_link_workload_and_repetition() -> None:
             "workloads[0].overload_trials",
             "whole number",
         ),
+        (
+            "[[workloads]]\nkind = 'rfc2544'\ncost_load = 1.5",
+            "workloads[0].cost_load",
+            "outside",
+        ),
+        ("[[workloads]]\nkind = 'udp'\ncost_trials = 2", "workloads[0].cost_trials", "rfc2544"),
         ("stage_timing = 'yes'", "stage_timing", "true or false"),
         ("[gateway]\ncpus = [99]", "gateway.cpus", "CPU numbers"),
         ("[gateway]\ncpu_quota = 0", "gateway.cpu_quota", "outside"),
@@ -463,6 +469,48 @@ def test_forwarding_rate_at_overload_is_the_median_delivery_of_overloaded_trials
     # dedicated overload trials at a fixed rate keep even a far-off one
     assert forwarding_rate_at_overload(trials[:1], 0.1, livelock=False)[0] == 40.0
     assert forwarding_rate_at_overload(trials[1:2], 0.1) == (None, None, 0)
+
+
+def test_cost_per_packet_takes_off_the_idle_cpu_and_leaves_out_lossy_trials() -> None:
+    from ipsec_lab.traffic.rfc2544 import cost_per_packet
+
+    def trial(cpu_ms: float, wall_s: float, got: int, lost: int = 0) -> dict[str, float]:
+        return {"ipsec_cpu_ns": cpu_ms * 1e6, "wall_s": wall_s, "sent_packets": got + lost,
+                "lost_packets": lost, "loss_pct": 100 * lost / (got + lost)}  # fmt: skip
+
+    # 0.5 ms of CPU per second idle: 2 s trials carry 1 ms of it
+    trials = [trial(41.0, 2.0, 2000), trial(45.0, 2.0, 2000), trial(43.0, 2.0, 2000),
+              trial(99.0, 2.0, 1900, lost=100)]  # fmt: skip
+    per, spread = cost_per_packet(trials, 0.5e6)
+    assert per == pytest.approx(21_000) and spread == pytest.approx(2_000 / 21_000)
+    assert trials[0]["cost_ns_per_packet"] == pytest.approx(20_000)
+    assert "cost_ns_per_packet" not in trials[3]  # 5 % lost: partly handled, left out
+    assert cost_per_packet(trials[3:], 0.5e6) == (None, None)
+    assert cost_per_packet([trial(0.5, 2.0, 10)], 0.5e6) == (None, None)  # all idle
+
+
+def test_the_ipsec_cpu_clock_counts_every_thread_to_the_ns() -> None:
+    """The process CPU-time clock: a second thread's 0.2 s counts after it ended, and it
+    agrees with /proc/PID/stat's 10 ms ticks (psutil); a gone process counts 0."""
+    import os
+    import threading
+
+    from ipsec_lab.meters import process_cpu_ns, process_cpu_s
+
+    def burn() -> None:
+        end = time.thread_time() + 0.2
+        while time.thread_time() < end:
+            pass
+
+    me = [os.getpid()]
+    ns0, s0 = process_cpu_ns(me), process_cpu_s(me)
+    t = threading.Thread(target=burn)
+    t.start()
+    t.join()
+    ns1, s1 = process_cpu_ns(me), process_cpu_s(me)
+    assert ns1 - ns0 >= 0.2e9  # the thread's own 0.2 s of CPU, at least
+    assert abs((ns1 - ns0) / 1e9 - (s1 - s0)) < 0.05
+    assert process_cpu_ns([2**22 + 7]) == 0
 
 
 def test_a_trial_counts_what_never_arrived_beyond_what_was_in_flight() -> None:

@@ -33,7 +33,7 @@ from ipsec_lab.testbed.build import (
     require_root,
     require_tools,
 )
-from ipsec_lab.traffic import Row, apps, iperf, rfc2544
+from ipsec_lab.traffic import Meters, Row, apps, iperf, rfc2544
 
 
 @dataclass(frozen=True)
@@ -243,11 +243,12 @@ class Campaign:
             row["label"] = label
             return row
 
+        timed = Meters(metered, lambda: meters.process_cpu_ns(backend.pids()))
         w = p.workload
         try:
             if w.kind in ("http", "smtp"):
                 fn = apps.http if w.kind == "http" else apps.smtp
-                rows = fn(tb, p.flow, w, metered, self.sc.seed + k.repetition)
+                rows = fn(tb, p.flow, w, timed, self.sc.seed + k.repetition)
             else:
                 # UDP goes without DF (a per-namespace default, set only for UDP workloads):
                 # a datagram larger than a tunnel's inner MTU is then fragmented by the
@@ -257,7 +258,7 @@ class Campaign:
                 if udp:
                     tb.run(p.flow.source, ["sysctl", "-qw", "net.ipv4.ip_no_pmtu_disc=1"])
                 try:
-                    rows = WORKLOADS[w.kind](tb, p.flow, w, metered, self.sc.warmup_s)
+                    rows = WORKLOADS[w.kind](tb, p.flow, w, timed, self.sc.warmup_s)
                 finally:
                     if udp:
                         tb.run(p.flow.source, ["sysctl", "-qw", "net.ipv4.ip_no_pmtu_disc=0"])

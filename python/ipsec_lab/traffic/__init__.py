@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from ipsec_lab.testbed.build import LabError, Testbed
@@ -17,6 +18,19 @@ from ipsec_lab.testbed.build import LabError, Testbed
 Row = dict[str, Any]
 # metered(label, fn): runs fn() inside the meters and returns its row with them added.
 Metered = Callable[[str, Callable[[], Row]], Row]
+
+
+@dataclass(frozen=True)
+class Meters:
+    """The runner's `Metered`, with the IPsec processes' CPU clock (ns their threads have
+    run) for a workload that times a stretch of its own work (rfc2544's cost trials)."""
+
+    meter: Metered
+    ipsec_cpu_ns: Callable[[], int]
+
+    def __call__(self, label: str, fn: Callable[[], Row]) -> Row:
+        return self.meter(label, fn)
+
 
 IPV4_UDP = 28  # IPv4 (20) + UDP (8) header bytes in front of an iperf3 UDP payload
 

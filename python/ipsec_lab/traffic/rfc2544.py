@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from ipsec_lab.scenario import Workload
 from ipsec_lab.testbed import Flow
 from ipsec_lab.testbed.build import LabError, Testbed
-from ipsec_lab.traffic import Metered, Row
+from ipsec_lab.traffic import Metered, Meters, Row
 from ipsec_lab.traffic.iperf import PORT, Servers, udp_trial
 
 
@@ -174,6 +174,67 @@ def _trial(tb: Testbed, flow: Flow, size: int, rate: float, seconds: float) -> R
     raise AssertionError("unreachable")
 
 
+# A cost trial carries at least this many packets (iperf3's control connection adds a few
+# dozen small ones to what the gateways handle), lasting no more than COST_MAX_S.
+COST_PACKETS = 1500
+COST_MAX_S = 10.0
+# How long the IPsec processes are watched with no traffic, for their idle CPU rate
+# (poll timeouts, publishing counters): subtracted from each cost trial's CPU time.
+IDLE_S = 1.0
+# A cost trial that lost more than this is left out: what was lost was partly handled.
+COST_MAX_LOSS_PCT = 1.0
+
+
+def ipsec_clock(metered: Metered) -> Callable[[], int] | None:
+    """The IPsec processes' CPU clock (ns) the runner lends its meters, if any (none for
+    plain forwarding: the kernel's work has no process to time)."""
+    return metered.ipsec_cpu_ns if isinstance(metered, Meters) else None
+
+
+def cost_per_packet(trials: list[Row], idle_ns_per_s: float) -> tuple[float | None, float | None]:
+    """The IPsec processes' CPU ns per packet, from cost trials that each carry
+    `ipsec_cpu_ns` and `wall_s`: each trial's CPU time less the idle rate over its wall
+    time, over the packets delivered; the median of the trials (and their spread,
+    max - min over median). Trials that lost more than COST_MAX_LOSS_PCT are left out."""
+    per = []
+    for t in trials:
+        got = int(t["sent_packets"]) - int(t["lost_packets"])
+        if got <= 0 or float(t["loss_pct"]) > COST_MAX_LOSS_PCT:
+            continue
+        used = float(t["ipsec_cpu_ns"]) - idle_ns_per_s * float(t["wall_s"])
+        t["cost_ns_per_packet"] = used / got
+        per.append(used / got)
+    if not per or statistics.median(per) <= 0:
+        return None, None
+    m = statistics.median(per)
+    return m, (max(per) - min(per)) / m
+
+
+def cost_trials(
+    tb: Testbed, flow: Flow, w: Workload, clock: Callable[[], int], ndr_mbps: float
+) -> tuple[list[Row], tuple[float | None, float | None, float | None]]:
+    """`w.cost_trials` trials at `w.cost_load` x the loss-free rate, each timing the IPsec
+    processes' CPU (their threads' run time, exact to the ns): the time to secure one
+    packet, which the throughput model describes (t_fix + L_alg / R_alg), measured
+    directly instead of read from where loss begins. Returns the trials and (ns per
+    packet, spread, idle ns per s)."""
+    rate = w.cost_load * ndr_mbps
+    pps = rate * 1e6 / (8 * w.size)
+    seconds = min(max(w.trial_s, COST_PACKETS / pps), COST_MAX_S)
+    c0, t0 = clock(), time.monotonic()
+    time.sleep(IDLE_S)
+    idle = (clock() - c0) / (time.monotonic() - t0)
+    rows = []
+    for _ in range(w.cost_trials):
+        c0, t0 = clock(), time.monotonic()
+        t = _trial(tb, flow, w.size, rate, seconds)
+        t["ipsec_cpu_ns"], t["wall_s"] = clock() - c0, time.monotonic() - t0
+        t["cost"] = True
+        rows.append(t)
+    per, spread = cost_per_packet(rows, idle)
+    return rows, (per, spread, idle)
+
+
 def rfc2544(tb: Testbed, flow: Flow, w: Workload, metered: Metered, warmup_s: float) -> list[Row]:
     srv = Servers(tb, flow.sink, [PORT])
     try:
@@ -204,6 +265,11 @@ def rfc2544(tb: Testbed, flow: Flow, w: Workload, metered: Metered, warmup_s: fl
                         break
                     if not t["overload"]:
                         top = min(top * 1.5, w.max_rate_mbit)
+            cost: list[Row] = []
+            per_packet: tuple[float | None, float | None, float | None] = (None, None, None)
+            clock = ipsec_clock(metered)
+            if w.cost_trials and r.rate_mbps > 0 and clock:
+                cost, per_packet = cost_trials(tb, flow, w, clock, r.rate_mbps)
             mfr, spread, n_over = forwarding_rate_at_overload(
                 overload or r.trials, w.loss_tolerance_pct, livelock=not overload
             )
@@ -218,9 +284,12 @@ def rfc2544(tb: Testbed, flow: Flow, w: Workload, metered: Metered, warmup_s: fl
                 "mfr_trials": n_over,
                 "converged": r.converged,
                 "search": r.reason,
-                "trials": r.trials + overload,
-                "payload_bytes": sum(int(t["payload_bytes"]) for t in r.trials + overload),
-                "seconds": sum(float(t["seconds"]) for t in r.trials + overload),
+                "cost_ns_per_packet": per_packet[0],
+                "cost_spread": per_packet[1],
+                "cost_idle_ns_per_s": per_packet[2],
+                "trials": r.trials + overload + cost,
+                "payload_bytes": sum(int(t["payload_bytes"]) for t in r.trials + overload + cost),
+                "seconds": sum(float(t["seconds"]) for t in r.trials + overload + cost),
                 "best_trial_loss_pct": best["loss_pct"] if best else None,
             }
 
