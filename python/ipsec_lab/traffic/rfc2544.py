@@ -179,8 +179,10 @@ def _trial(tb: Testbed, flow: Flow, size: int, rate: float, seconds: float) -> R
 COST_PACKETS = 1500
 COST_MAX_S = 10.0
 # How long the IPsec processes are watched with no traffic, for their idle CPU rate
-# (poll timeouts, publishing counters): subtracted from each cost trial's CPU time.
+# (poll timeouts, publishing counters): subtracted from each cost trial's CPU time. First
+# SETTLE_S for what the overload trials left queued (4 MiB socket buffers) to drain.
 IDLE_S = 1.0
+SETTLE_S = 1.0
 # A cost trial that lost more than this is left out: what was lost was partly handled.
 COST_MAX_LOSS_PCT = 1.0
 
@@ -221,6 +223,7 @@ def cost_trials(
     rate = w.cost_load * ndr_mbps
     pps = rate * 1e6 / (8 * w.size)
     seconds = min(max(w.trial_s, COST_PACKETS / pps), COST_MAX_S)
+    time.sleep(SETTLE_S)
     c0, t0 = clock(), time.monotonic()
     time.sleep(IDLE_S)
     idle = (clock() - c0) / (time.monotonic() - t0)
