@@ -513,6 +513,28 @@ def test_the_ipsec_cpu_clock_counts_every_thread_to_the_ns() -> None:
     assert process_cpu_ns([2**22 + 7]) == 0
 
 
+def test_only_a_user_space_data_plane_lends_its_cpu_clock_to_cost_trials() -> None:
+    """ipsec-gw and charon with kernel-libipsec seal in their own processes; charon on the
+    kernel's xfrm only negotiates, so timing it would make the kernel's ESP look free."""
+    from ipsec_lab.backends import make
+    from ipsec_lab.backends.ours import Ours
+    from ipsec_lab.backends.strongswan import StrongSwan
+
+    procs = [subprocess.Popen(["sleep", "30"]) for _ in range(2)]
+    try:
+        gw, lib, kern = Ours(), StrongSwan("libipsec"), StrongSwan("kernel")
+        for b in (gw, lib, kern):
+            b._procs = {"gwA": procs[0], "gwB": procs[1]}
+        mine = sorted(p.pid for p in procs)
+        assert sorted(gw.plane_pids()) == sorted(lib.plane_pids()) == mine
+        assert kern.plane_pids() == [] and sorted(kern.pids()) == mine
+        assert make("none").plane_pids() == make("xfrm").plane_pids() == []
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+
+
 def test_a_trial_counts_what_never_arrived_beyond_what_was_in_flight() -> None:
     from ipsec_lab.traffic.rfc2544 import with_unarrived
 

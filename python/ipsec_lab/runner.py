@@ -243,7 +243,9 @@ class Campaign:
             row["label"] = label
             return row
 
-        timed = Meters(metered, lambda: meters.process_cpu_ns(backend.pids()))
+        plane = backend.plane_pids
+        clock = (lambda: meters.process_cpu_ns(plane())) if plane() else None
+        timed = Meters(metered, clock)
         w = p.workload
         try:
             if w.kind in ("http", "smtp"):

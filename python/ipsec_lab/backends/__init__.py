@@ -40,6 +40,11 @@ class Backend(Protocol):
     def pids(self) -> list[int]:
         """The processes doing the IPsec work (for per-process CPU), if any."""
 
+    def plane_pids(self) -> list[int]:
+        """The processes that seal and open the packets themselves (ESP in user space),
+        if any: their CPU time is the data plane's. Not an IKE daemon whose SAs the
+        kernel runs."""
+
     def died(self) -> str | None:
         """Why the IPsec is no longer whole (a process of it exited), or None. A run
         through a dead gateway is no measurement of IPsec: the lab's gateways keep plain
@@ -69,6 +74,9 @@ class Processless:
         return None
 
     def pids(self) -> list[int]:
+        return []
+
+    def plane_pids(self) -> list[int]:
         return []
 
     def died(self) -> str | None:

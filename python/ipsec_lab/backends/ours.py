@@ -264,6 +264,9 @@ class Ours:
     def pids(self) -> list[int]:
         return [p.pid for p in self._procs.values() if p.poll() is None]
 
+    def plane_pids(self) -> list[int]:
+        return self.pids()
+
     def died(self) -> str | None:
         return exited(self._procs, "ipsec-gw")
 

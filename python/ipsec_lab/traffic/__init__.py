@@ -23,10 +23,11 @@ Metered = Callable[[str, Callable[[], Row]], Row]
 @dataclass(frozen=True)
 class Meters:
     """The runner's `Metered`, with the IPsec processes' CPU clock (ns their threads have
-    run) for a workload that times a stretch of its own work (rfc2544's cost trials)."""
+    run) for a workload that times a stretch of its own work (rfc2544's cost trials);
+    None where the IPsec under test has no process (plain forwarding, the kernel's)."""
 
     meter: Metered
-    ipsec_cpu_ns: Callable[[], int]
+    ipsec_cpu_ns: Callable[[], int] | None
 
     def __call__(self, label: str, fn: Callable[[], Row]) -> Row:
         return self.meter(label, fn)
