@@ -112,7 +112,7 @@ def test_study2_analysis_recovers_t_fix_and_r_alg() -> None:
 
 
 def test_study2_fits_the_cpu_time_per_packet_where_every_size_has_it() -> None:
-    """Cost trials' CPU ns per packet, made from a known model (t = quota x 8 L / R(L)),
+    """The gateways' CPU ns per packet, made from a known model (t = quota x 8 L / R(L)),
     are preferred to loss-free rates and MFRs that are off: the fit recovers the model,
     the checks are exact, and the note gives each estimator's median check error."""
     truth = {"ESP-aes128": SyncModel(0.05, 300.0, parse_lalg("esp:aes128"))}
@@ -121,8 +121,8 @@ def test_study2_fits_the_cpu_time_per_packet_where_every_size_has_it() -> None:
     for r in runs:
         x = r["results"][0]
         size = x["size"]
-        x["cost_ns_per_packet"] = 0.1 * 8 * size * 1e3 / m.throughput_mbps(size)
-        x["cost_spread"] = 0.01
+        x["plane_ns_per_packet"] = 0.1 * 8 * size * 1e3 / m.throughput_mbps(size)
+        x["plane_spread"] = 0.01
         x["mfr_mbps"] = m.throughput_mbps(size) * (0.9 if size == 512 else 1.0)
         x["mbps"] *= 0.8 if size in (64, 1420) else 1.0  # loss-free: two checks 20 % low
     an = tisovsky2013.analyse({"loss-free": runs})
@@ -138,7 +138,7 @@ def test_study2_fits_the_cpu_time_per_packet_where_every_size_has_it() -> None:
     assert "MFR 5.0 % (worst 10.0 %, 2 checks)" in note
     assert "loss-free 10.0 % (worst 20.0 %, 2 checks)" in note
     # one size without a cost: the transform falls back to the MFR, whole
-    del runs[0]["results"][0]["cost_ns_per_packet"]
+    del runs[0]["results"][0]["plane_ns_per_packet"]
     an = tisovsky2013.analyse({"loss-free": runs})
     assert {r[9] for r in an.tables[1].rows} == {"MFR"}
 

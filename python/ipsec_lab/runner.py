@@ -243,9 +243,7 @@ class Campaign:
             row["label"] = label
             return row
 
-        plane = backend.plane_pids
-        clock = (lambda: meters.process_cpu_ns(plane())) if plane() else None
-        timed = Meters(metered, clock)
+        timed = Meters(metered, backend.plane_clock if backend.plane_clock() else None)
         w = p.workload
         try:
             if w.kind in ("http", "smtp"):

@@ -104,11 +104,6 @@ class Workload:
     # rfc2544: after the search, this many trials at 1.25 x its loss-free rate measure the
     # forwarding rate at overload (RFC 2285's MFR) on their own (0: from the search's)
     overload_trials: int = 0
-    # rfc2544: then this many trials at `cost_load` x the loss-free rate time the IPsec
-    # processes' CPU per packet (their own threads' run time, less their idle rate), the
-    # securing time the throughput model describes; 0: none
-    cost_trials: int = 0
-    cost_load: float = 0.5
     files: tuple[int, ...] = (1024, 10 * 1024, 1024 * 1024, 10 * 1024 * 1024)  # http/smtp
     label: str = ""
     # tcp: "iperf" (iperf3's own random payload), or a plain sender of "text" (English
@@ -164,7 +159,7 @@ _LINK_KEYS = {
 _WORKLOAD_KEYS = {
     "kind", "seconds", "bytes", "streams", "size", "rate_mbit", "trial_s",
     "loss_tolerance_pct", "resolution_mbit", "max_rate_mbit", "max_trials", "files", "label",
-    "data", "overload_trials", "cost_trials", "cost_load",
+    "data", "overload_trials",
 }  # fmt: skip
 
 
@@ -292,8 +287,6 @@ def _workload(r: _Reader, t: Any, where: str) -> Workload:
         max_rate_mbit=n(t, "max_rate_mbit", where, d.max_rate_mbit, 0.01, 100_000),
         max_trials=n(t, "max_trials", where, d.max_trials, 1, 100, integer=True),
         overload_trials=n(t, "overload_trials", where, d.overload_trials, 0, 50, integer=True),
-        cost_trials=n(t, "cost_trials", where, d.cost_trials, 0, 50, integer=True),
-        cost_load=n(t, "cost_load", where, d.cost_load, 0.05, 0.9),
         files=files,
         label=label,
         data=data,
@@ -302,9 +295,8 @@ def _workload(r: _Reader, t: Any, where: str) -> Workload:
         raise r.fail(f"{where}data", f"a {w.data} transfer is one stream sent for `seconds`")
     if w.bytes is not None and kind != "tcp":
         raise r.fail(f"{where}bytes", "only a tcp workload sends a byte count")
-    for key in ("overload_trials", "cost_trials", "cost_load"):
-        if key in t and kind != "rfc2544":
-            raise r.fail(f"{where}{key}", "only an rfc2544 workload runs these trials")
+    if "overload_trials" in t and kind != "rfc2544":
+        raise r.fail(f"{where}overload_trials", "only an rfc2544 workload runs these trials")
     if kind == "rfc2544" and w.resolution_mbit >= w.max_rate_mbit:
         raise r.fail(f"{where}resolution_mbit", "must be below max_rate_mbit")
     return w

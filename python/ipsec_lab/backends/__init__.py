@@ -40,10 +40,11 @@ class Backend(Protocol):
     def pids(self) -> list[int]:
         """The processes doing the IPsec work (for per-process CPU), if any."""
 
-    def plane_pids(self) -> list[int]:
-        """The processes that seal and open the packets themselves (ESP in user space),
-        if any: their CPU time is the data plane's. Not an IKE daemon whose SAs the
-        kernel runs."""
+    def plane_clock(self) -> dict[str, tuple[int, int]]:
+        """Per IPsec node whose own process seals and opens the packets (ESP in user
+        space) and counts them: (CPU ns that process has run, packets it has sealed or
+        opened), both so far; empty where there is none (the kernel's ESP, whose work
+        is softirq time; an IKE daemon; a data plane that does not count)."""
 
     def died(self) -> str | None:
         """Why the IPsec is no longer whole (a process of it exited), or None. A run
@@ -76,8 +77,8 @@ class Processless:
     def pids(self) -> list[int]:
         return []
 
-    def plane_pids(self) -> list[int]:
-        return []
+    def plane_clock(self) -> dict[str, tuple[int, int]]:
+        return {}
 
     def died(self) -> str | None:
         return None

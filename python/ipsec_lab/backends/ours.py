@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ipsec_lab.backends import Unsupported, exited
+from ipsec_lab.meters import process_cpu_ns
 from ipsec_lab.model.transforms import parse_configuration
 from ipsec_lab.testbed import Tunnel
 from ipsec_lab.testbed.build import LabError, Testbed, tail, wait_for_path, wait_for_text
@@ -264,8 +265,22 @@ class Ours:
     def pids(self) -> list[int]:
         return [p.pid for p in self._procs.values() if p.poll() is None]
 
-    def plane_pids(self) -> list[int]:
-        return self.pids()
+    def plane_clock(self) -> dict[str, tuple[int, int]]:
+        """Per running gateway: (its process's CPU ns, packets its SAs sealed or opened)
+        — the counters as its workers last published them (every 100 ms while busy).
+        An empty clock when any running gateway's counters cannot be read: a sum with
+        one gateway missing would make a packet look cheaper than it is."""
+        out: dict[str, tuple[int, int]] = {}
+        for key, p in self._procs.items():
+            if p.poll() is not None:
+                continue
+            try:
+                st = stats(self.sockets[key])
+            except (KeyError, LabError, OSError, subprocess.TimeoutExpired, ValueError):
+                return {}
+            n = sum(int(sa["packets"]) for d in ("outbound", "inbound") for sa in st[d]["sas"])
+            out[key] = (process_cpu_ns([p.pid]), n)
+        return out
 
     def died(self) -> str | None:
         return exited(self._procs, "ipsec-gw")

@@ -100,9 +100,6 @@ QUOTA = 0.1
 # A trial passes at <= 0.1 % loss: on a shared VM one scheduling hiccup drops a handful of
 # packets out of ~10^5, which a strict zero would read as the gateway's limit.
 LOSS_TOLERANCE_PCT = 0.1
-# Trials at half the loss-free rate timing the gateways' CPU per packet (the estimator
-# the fit uses where every size has it; see `analyse`).
-COST_TRIALS = 2
 # Offered-rate ceilings per size (Mbit/s of inner IP packets), above what a tenth of a
 # CPU can carry; the binary search halves from there.
 MAX_RATE = {64: 40, 128: 80, 512: 250, 1280: 500, 1420: 500}
@@ -123,7 +120,7 @@ def scenario(
         f'[[workloads]]\nkind = "rfc2544"\nsize = {s}\nmax_rate_mbit = {MAX_RATE[s]}\n'
         f"resolution_mbit = {MAX_RATE[s] / 500:g}\ntrial_s = {trial_s}\n"
         f"max_trials = {trials}\nloss_tolerance_pct = {LOSS_TOLERANCE_PCT}\n"
-        f"overload_trials = {over}\ncost_trials = {COST_TRIALS}\n\n"
+        f"overload_trials = {over}\n\n"
         for s in sizes
     )
     return (
@@ -161,12 +158,14 @@ def analyse(done: dict[str, list[dict[str, Any]]]) -> Analysis:
                     points.setdefault(name_of[cfg], {})[int(x["size"])] = float(x["mbps"])
                     meta[(name_of[cfg], int(x["size"]))] = x
         # The estimator, the first that every size of a transform has:
-        # - "CPU time": the two gateways' CPU time per packet, from trials at half the
-        #   loss-free rate (rfc2544 `cost_trials`): the quota over it is the rate the
-        #   quota allows. The model describes exactly this time (t_fix + L_alg / R_alg),
-        #   and it is measured to the ns by the scheduler, not read from where loss
-        #   begins: on a shared 2-core machine one scheduling hiccup fails a loss-free
-        #   trial, and repeated overload trials spread 5-50 % (max-min) here.
+        # - "CPU time": the quota over the CPU time one packet costs the two gateways
+        #   while saturated (the overload trials, timed by each gateway's process CPU
+        #   clock over the packets its SAs sealed or opened). The model describes this
+        #   time (t_fix + L_alg / R_alg); measured so, it does not hang on where loss
+        #   begins (on a shared 2-core machine one scheduling hiccup fails a loss-free
+        #   trial) nor on which gateway the shared quota happened to favour (the
+        #   delivered rate of repeated overload trials spreads 5-50 % max-min here:
+        #   what gwA sealed beyond what gwB could open was lost, its work wasted).
         # - "MFR": RFC 2285's forwarding rate at overload, the median of repeated trials
         #   offered 1.25 x the loss-free rate (a device that does not livelock forwards
         #   its capacity however hard it is pushed).
@@ -181,14 +180,14 @@ def analyse(done: dict[str, list[dict[str, Any]]]) -> Analysis:
             mfr = {sz: meta[(tr, sz)].get("mfr_mbps") for sz in pts_}
             if all(v for v in mfr.values()):
                 by_estimator["MFR"][tr] = {sz: float(v) for sz, v in mfr.items() if v}
-            cost = {sz: meta[(tr, sz)].get("cost_ns_per_packet") for sz in pts_}
+            cost = {sz: meta[(tr, sz)].get("plane_ns_per_packet") for sz in pts_}
             if all(v and v > 0 for v in cost.values()):
                 by_estimator["CPU time"][tr] = {
                     sz: q * 8 * sz * 1e3 / float(v) for sz, v in cost.items() if v
                 }
             estimator[tr] = next(e for e, got in by_estimator.items() if tr in got)
             points[tr] = by_estimator[estimator[tr]][tr]
-        spread_key = {"CPU time": "cost_spread", "MFR": "mfr_spread"}
+        spread_key = {"CPU time": "plane_spread", "MFR": "mfr_spread"}
         t1: list[list[Any]] = []
         flags: list[str] = []  # fit points that look limited by something else
         t2: list[list[Any]] = []
@@ -255,11 +254,12 @@ def analyse(done: dict[str, list[dict[str, Any]]]) -> Analysis:
              f"{b} spread (max-min)"],
             t2,
             note=f"{b} measured: each size's capacity by the first estimator every size of "
-            "the transform has — CPU time (the quota over the two gateways' CPU time per "
-            "packet, timed by the scheduler in trials at half the loss-free rate, their idle "
-            "CPU taken off; the time the model describes), MFR (the forwarding rate at "
-            "overload: median of repeated trials at 1.25 x the loss-free rate), or the "
-            "loss-free rate. Spread: max-min over median of the estimator's trials. "
+            "the transform has — CPU time (the quota over the CPU time one packet costs "
+            "the two gateways while saturated: each gateway's process CPU over the packets "
+            "it sealed or opened in the overload trials; the time the model describes), "
+            "MFR (the forwarding rate at overload: the median delivery of repeated trials "
+            "at 1.25 x the loss-free rate), or the loss-free rate. Spread: max-min over "
+            "median of the estimator's trials. "
             + _by_estimator(by_estimator),
         ))  # fmt: skip
         an.plots.append(Plot(

@@ -22,12 +22,13 @@ Metered = Callable[[str, Callable[[], Row]], Row]
 
 @dataclass(frozen=True)
 class Meters:
-    """The runner's `Metered`, with the IPsec processes' CPU clock (ns their threads have
-    run) for a workload that times a stretch of its own work (rfc2544's cost trials);
-    None where the IPsec under test has no process (plain forwarding, the kernel's)."""
+    """The runner's `Metered`, with the data plane's clock — per IPsec node, (CPU ns its
+    processes have run, packets it has sealed or opened) so far — for a workload that
+    times its own trials (rfc2544's overload trials); None where the IPsec under test
+    has none (plain forwarding, the kernel's ESP, a daemon that does not count)."""
 
     meter: Metered
-    ipsec_cpu_ns: Callable[[], int] | None
+    plane_clock: Callable[[], dict[str, tuple[int, int]]] | None
 
     def __call__(self, label: str, fn: Callable[[], Row]) -> Row:
         return self.meter(label, fn)

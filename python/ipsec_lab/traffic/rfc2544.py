@@ -174,68 +174,56 @@ def _trial(tb: Testbed, flow: Flow, size: int, rate: float, seconds: float) -> R
     raise AssertionError("unreachable")
 
 
-# A cost trial carries at least this many packets (iperf3's control connection adds a few
-# dozen small ones to what the gateways handle), lasting no more than COST_MAX_S.
-COST_PACKETS = 1500
-COST_MAX_S = 10.0
-# How long the IPsec processes are watched with no traffic, for their idle CPU rate
-# (poll timeouts, publishing counters): subtracted from each cost trial's CPU time. First
-# SETTLE_S for what the overload trials left queued (4 MiB socket buffers) to drain.
-IDLE_S = 1.0
-SETTLE_S = 1.0
-# A cost trial that lost more than this is left out: what was lost was partly handled.
-COST_MAX_LOSS_PCT = 1.0
+# The data plane's clock: per IPsec node, (CPU ns its processes have run, packets it has
+# sealed or opened), both so far (`Backend.plane_clock`).
+PlaneClock = Callable[[], dict[str, tuple[int, int]]]
+# Waiting for the data plane to go quiet (its counters unchanged between two reads this
+# far apart: a gateway publishes them every 100 ms while busy, and what the trial left
+# queued is handled first), for at most QUIET_MAX_S.
+QUIET_EVERY_S = 0.3
+QUIET_MAX_S = 10.0
 
 
-def ipsec_clock(metered: Metered) -> Callable[[], int] | None:
-    """The IPsec processes' CPU clock (ns) the runner lends its meters, if any (none for
-    plain forwarding: the kernel's work has no process to time)."""
-    return metered.ipsec_cpu_ns if isinstance(metered, Meters) else None
-
-
-def cost_per_packet(trials: list[Row], idle_ns_per_s: float) -> tuple[float | None, float | None]:
-    """The IPsec processes' CPU ns per packet, from cost trials that each carry
-    `ipsec_cpu_ns` and `wall_s`: each trial's CPU time less the idle rate over its wall
-    time, over the packets delivered; the median of the trials (and their spread,
-    max - min over median). Trials that lost more than COST_MAX_LOSS_PCT are left out."""
-    per = []
-    for t in trials:
-        got = int(t["sent_packets"]) - int(t["lost_packets"])
-        if got <= 0 or float(t["loss_pct"]) > COST_MAX_LOSS_PCT:
-            continue
-        used = float(t["ipsec_cpu_ns"]) - idle_ns_per_s * float(t["wall_s"])
-        t["cost_ns_per_packet"] = used / got
-        per.append(used / got)
-    if not per or statistics.median(per) <= 0:
+def median_spread(xs: list[float]) -> tuple[float | None, float | None]:
+    """The median of `xs` and their spread (max - min over median); None, None if empty."""
+    if not xs:
         return None, None
-    m = statistics.median(per)
-    return m, (max(per) - min(per)) / m
+    m = statistics.median(xs)
+    return m, (max(xs) - min(xs)) / m if m else None
 
 
-def cost_trials(
-    tb: Testbed, flow: Flow, w: Workload, clock: Callable[[], int], ndr_mbps: float
-) -> tuple[list[Row], tuple[float | None, float | None, float | None]]:
-    """`w.cost_trials` trials at `w.cost_load` x the loss-free rate, each timing the IPsec
-    processes' CPU (their threads' run time, exact to the ns): the time to secure one
-    packet, which the throughput model describes (t_fix + L_alg / R_alg), measured
-    directly instead of read from where loss begins. Returns the trials and (ns per
-    packet, spread, idle ns per s)."""
-    rate = w.cost_load * ndr_mbps
-    pps = rate * 1e6 / (8 * w.size)
-    seconds = min(max(w.trial_s, COST_PACKETS / pps), COST_MAX_S)
-    time.sleep(SETTLE_S)
-    c0, t0 = clock(), time.monotonic()
-    time.sleep(IDLE_S)
-    idle = (clock() - c0) / (time.monotonic() - t0)
-    rows = []
-    for _ in range(w.cost_trials):
-        c0, t0 = clock(), time.monotonic()
-        t = _trial(tb, flow, w.size, rate, seconds)
-        t["ipsec_cpu_ns"], t["wall_s"] = clock() - c0, time.monotonic() - t0
-        t["cost"] = True
-        rows.append(t)
-    per, spread = cost_per_packet(rows, idle)
-    return rows, (per, spread, idle)
+def plane_clock(metered: Metered) -> PlaneClock | None:
+    """The data plane's clock the runner lends its meters, if the IPsec under test has
+    one (a user-space gateway that counts its packets)."""
+    return metered.plane_clock if isinstance(metered, Meters) else None
+
+
+def quiet(clock: PlaneClock) -> dict[str, tuple[int, int]]:
+    """The data plane's clock once nothing moves through it (bounded wait)."""
+    last = clock()
+    deadline = time.monotonic() + QUIET_MAX_S
+    while time.monotonic() < deadline:
+        time.sleep(QUIET_EVERY_S)
+        now = clock()
+        if {k: v[1] for k, v in now.items()} == {k: v[1] for k, v in last.items()}:
+            return now
+        last = now
+    return last
+
+
+def cpu_per_packet(
+    before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]]
+) -> float | None:
+    """CPU ns one packet costs the data plane on its way through: each IPsec node's CPU
+    time over the packets it sealed or opened, summed over the nodes that handled any
+    (each packet passes every one of them). None if none did."""
+    total, seen = 0.0, False
+    for node, (cpu1, n1) in after.items():
+        cpu0, n0 = before.get(node, (cpu1, n1))
+        if n1 > n0:
+            total += (cpu1 - cpu0) / (n1 - n0)
+            seen = True
+    return total if seen and total > 0 else None
 
 
 def rfc2544(tb: Testbed, flow: Flow, w: Workload, metered: Metered, warmup_s: float) -> list[Row]:
@@ -259,20 +247,30 @@ def rfc2544(tb: Testbed, flow: Flow, w: Workload, metered: Metered, warmup_s: fl
                 # overloaded trial's delivered rate is the device's forwarding rate. A
                 # trial the path carried whole means the search fell short (a hiccup
                 # failed a trial below the capacity): the next one offers 1.5 x more.
+                # With the data plane's clock, each trial also times what one packet
+                # costs it while saturated — the time a throughput model describes
+                # (t_fix + L_alg / R_alg), from its own CPU and packet counts, whatever
+                # was lost where: between trials the plane is let go quiet, so its
+                # counters and CPU time are read with nothing in flight.
                 top = min(OVERLOAD_FACTOR * r.rate_mbps, w.max_rate_mbit)
+                clock = plane_clock(metered)
+                mark = quiet(clock) if clock else None
                 for _ in range(w.overload_trials + OVERLOAD_RETRIES):
                     t = _trial(tb, flow, w.size, top, w.trial_s)
                     t["overload"] = overloaded(t, w.loss_tolerance_pct)
+                    if clock and mark is not None:
+                        now = quiet(clock)
+                        t["plane_ns_per_packet"] = cpu_per_packet(mark, now)
+                        mark = now
                     overload.append(t)
                     if sum(1 for x in overload if x["overload"]) >= w.overload_trials:
                         break
                     if not t["overload"]:
                         top = min(top * 1.5, w.max_rate_mbit)
-            cost: list[Row] = []
-            per_packet: tuple[float | None, float | None, float | None] = (None, None, None)
-            clock = ipsec_clock(metered)
-            if w.cost_trials and r.rate_mbps > 0 and clock:
-                cost, per_packet = cost_trials(tb, flow, w, clock, r.rate_mbps)
+            cost = median_spread(
+                [t["plane_ns_per_packet"] for t in overload
+                 if t.get("overload") and t.get("plane_ns_per_packet")]
+            )  # fmt: skip
             mfr, spread, n_over = forwarding_rate_at_overload(
                 overload or r.trials, w.loss_tolerance_pct, livelock=not overload
             )
@@ -287,12 +285,11 @@ def rfc2544(tb: Testbed, flow: Flow, w: Workload, metered: Metered, warmup_s: fl
                 "mfr_trials": n_over,
                 "converged": r.converged,
                 "search": r.reason,
-                "cost_ns_per_packet": per_packet[0],
-                "cost_spread": per_packet[1],
-                "cost_idle_ns_per_s": per_packet[2],
-                "trials": r.trials + overload + cost,
-                "payload_bytes": sum(int(t["payload_bytes"]) for t in r.trials + overload + cost),
-                "seconds": sum(float(t["seconds"]) for t in r.trials + overload + cost),
+                "plane_ns_per_packet": cost[0],
+                "plane_spread": cost[1],
+                "trials": r.trials + overload,
+                "payload_bytes": sum(int(t["payload_bytes"]) for t in r.trials + overload),
+                "seconds": sum(float(t["seconds"]) for t in r.trials + overload),
                 "best_trial_loss_pct": best["loss_pct"] if best else None,
             }
 
