@@ -111,10 +111,10 @@ def test_study2_analysis_recovers_t_fix_and_r_alg() -> None:
     assert "t_fix is" in an.cause
 
 
-def test_study2_fits_the_cpu_time_per_packet_where_every_size_has_it() -> None:
-    """The gateways' CPU ns per packet, made from a known model (t = quota x 8 L / R(L)),
-    are preferred to loss-free rates and MFRs that are off: the fit recovers the model,
-    the checks are exact, and the note gives each estimator's median check error."""
+def test_study2_fits_the_mfr_then_the_cpu_time_and_names_each_estimator_s_error() -> None:
+    """Each size's capacity from the gateways' CPU ns per packet, made from a known model
+    (t = quota x 8 L / R(L)), is fitted where no MFR is, and shown beside it where one is;
+    the note gives each estimator's median check error."""
     truth = {"ESP-aes128": SyncModel(0.05, 300.0, parse_lalg("esp:aes128"))}
     runs = _study2_runs(truth, 0.1)
     m = truth["ESP-aes128"]
@@ -123,7 +123,6 @@ def test_study2_fits_the_cpu_time_per_packet_where_every_size_has_it() -> None:
         size = x["size"]
         x["plane_ns_per_packet"] = 0.1 * 8 * size * 1e3 / m.throughput_mbps(size)
         x["plane_spread"] = 0.01
-        x["mfr_mbps"] = m.throughput_mbps(size) * (0.9 if size == 512 else 1.0)
         x["mbps"] *= 0.8 if size in (64, 1420) else 1.0  # loss-free: two checks 20 % low
     an = tisovsky2013.analyse({"loss-free": runs})
     (row,) = an.tables[0].rows
@@ -132,15 +131,21 @@ def test_study2_fits_the_cpu_time_per_packet_where_every_size_has_it() -> None:
     checks = an.tables[1].rows
     assert {r[9] for r in checks} == {"CPU time"}
     assert all(r[6] in ("+0.0 %", "-0.0 %") and r[10] == "1.0 %" for r in checks)
+    # the MFR, 10 % low at 512 B, comes first where every size has one
+    for r in runs:
+        x = r["results"][0]
+        x["mfr_mbps"] = m.throughput_mbps(x["size"]) * (0.9 if x["size"] == 512 else 1.0)
+        x["mfr_spread"] = 0.02
+    an = tisovsky2013.analyse({"loss-free": runs})
+    checks = {r[1]: r for r in an.tables[1].rows}
+    assert {r[9] for r in checks.values()} == {"MFR"}
+    assert checks[512][6] == "-10.0 %" and checks[512][10] == "2.0 %"
+    assert float(checks[512][8]) == pytest.approx(m.throughput_mbps(512), rel=1e-3)
     note = an.tables[1].note
     # 2 checks each: the paper's misprinted 64 B cell of ESP-aes128 is left out
-    assert "CPU time 0.0 % (worst 0.0 %, 2 checks)" in note
     assert "MFR 5.0 % (worst 10.0 %, 2 checks)" in note
+    assert "CPU time 0.0 % (worst 0.0 %, 2 checks)" in note
     assert "loss-free 10.0 % (worst 20.0 %, 2 checks)" in note
-    # one size without a cost: the transform falls back to the MFR, whole
-    del runs[0]["results"][0]["plane_ns_per_packet"]
-    an = tisovsky2013.analyse({"loss-free": runs})
-    assert {r[9] for r in an.tables[1].rows} == {"MFR"}
 
 
 def test_study2_check_sizes_off_the_model_hold_only_weaker() -> None:
