@@ -148,8 +148,12 @@ def test_study2_fits_a_model_with_positive_terms(lab: tuple[Path, dict[str, Any]
     for cfg in ("esp:aes128", "esp:3des"):
         small, big = mfr[(cfg, 128)], mfr[(cfg, 1280)]
         assert small and big, mfr
-        assert 0 < small < big  # bit/s grows with size...
-        assert big / 1280 < small / 128  # ...packets/s falls
+        assert big / 1280 < small / 128  # packets/s falls (8-10 x here)
+    # ...and bit/s grows: 7-8 x with AES-128; 3DES's costs so much per byte that its
+    # 1280 B capacity is only ~15 % above its 128 B one, about one quick trial's noise
+    # (seen crossed: 2.51 and 2.36 Mbit/s), so the report must say when its fit is not
+    # physical rather than this test assert that it never is
+    assert mfr[("esp:aes128", 1280)] > 2 * mfr[("esp:aes128", 128)] > 0
     # The CPU one packet costs both gateways while saturated, from their own clocks and
     # counters: the quota over it is the rate a saturated pair can forward, so it lands
     # near what the overload trials delivered (a gateway left out of the sum, or its
@@ -164,7 +168,9 @@ def test_study2_fits_a_model_with_positive_terms(lab: tuple[Path, dict[str, Any]
     assert {r[0] for r in params} == {"ESP-aes128", "ESP-3des"}
     for r in params:
         t_fix, r_alg = float(r[3]), float(r[4])
-        assert t_fix > 0 and r_alg > 0, r
+        flagged = f"{r[0]}: t_fix" in an["tables"][0]["note"]
+        assert (t_fix > 0 and r_alg > 0) != flagged, (r, an["tables"][0]["note"])
+        assert r[0] != "ESP-aes128" or not flagged, r
     assert {r[9] for r in an["tables"][1]["rows"]} == {"MFR"}  # the estimator fitted
     assert an["plots"] and an["plots"][0]["lines"]
 

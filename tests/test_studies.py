@@ -148,6 +148,25 @@ def test_study2_fits_the_mfr_then_the_cpu_time_and_names_each_estimator_s_error(
     assert "loss-free 10.0 % (worst 20.0 %, 2 checks)" in note
 
 
+def test_study2_says_when_a_fit_is_not_physical() -> None:
+    """3DES's 1280 B capacity a little below its 128 B one (noise can cross two points
+    ~15 % apart): a negative t_fix is flagged with the trials' spread, not passed off."""
+    truth = {"ESP-3des": SyncModel(0.04, 5.0, parse_lalg("esp:3des"))}
+    runs = _study2_runs(truth, 0.1)
+    for r in runs:
+        x = r["results"][0]
+        x["mfr_mbps"] = x["mbps"] * (0.75 if x["size"] == 1280 else 1.0)
+        x["mfr_spread"] = 0.2
+    an = tisovsky2013.analyse({"loss-free": runs})
+    (row,) = an.tables[0].rows
+    assert float(row[3]) < 0
+    note = an.tables[0].note
+    assert "ESP-3des: t_fix" in note and "are not both positive" in note
+    assert "(their trials spread 20 % and 20 %)" in note
+    clean = tisovsky2013.analyse({"loss-free": _study2_runs(truth, 0.1)})
+    assert "not both positive" not in clean.tables[0].note
+
+
 def test_study2_check_sizes_off_the_model_hold_only_weaker() -> None:
     truth = {"ESP-aes128": SyncModel(0.05, 300.0, parse_lalg("esp:aes128"))}
     runs = _study2_runs(truth, 0.1)
