@@ -166,8 +166,8 @@ def analyse(done: dict[str, list[dict[str, Any]]]) -> Analysis:
         #   while saturated (the same overload trials, timed by each gateway's process
         #   CPU clock over the packets its SAs sealed or opened) — the time the model
         #   describes, t_fix + L_alg / R_alg. Shown beside the MFR rather than fitted:
-        #   in a full run here (git 65ff59b) the two agreed point by point within 1-4 %
-        #   and spread alike between trials (5-57 % max-min), so the noise is in what a
+        #   in a full run here (git 65ff59b) the two agreed point by point within 7 %
+        #   and spread alike between trials (3-57 % max-min), so the noise is in what a
         #   packet costs this shared host from one second to the next, not in where
         #   loss begins or how the shared quota fell between the gateways; and the MFR
         #   gave the smaller median check error (6.7 % against 7.7 %).

@@ -153,10 +153,8 @@ def forwarding_rate_at_overload(
         and (not livelock or float(t["offered_mbps"]) <= LIVELOCK_FACTOR * best)
         and overloaded(t, tolerance_pct)
     ]
-    if not over:
-        return None, None, 0
-    mid = statistics.median(over)
-    return mid, (max(over) - min(over)) / mid if mid else None, len(over)
+    mid, spread = median_spread(over)
+    return mid, spread, len(over)
 
 
 def _trial(tb: Testbed, flow: Flow, size: int, rate: float, seconds: float) -> Row:
