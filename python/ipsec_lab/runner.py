@@ -243,7 +243,7 @@ class Campaign:
             row["label"] = label
             return row
 
-        timed = Meters(metered, backend.plane_clock if backend.plane_clock() else None)
+        timed = Meters(metered, backend.plane_clock)
         w = p.workload
         try:
             if w.kind in ("http", "smtp"):

@@ -24,8 +24,8 @@ Metered = Callable[[str, Callable[[], Row]], Row]
 class Meters:
     """The runner's `Metered`, with the data plane's clock — per IPsec node, (CPU ns its
     processes have run, packets it has sealed or opened) so far — for a workload that
-    times its own trials (rfc2544's overload trials); None where the IPsec under test
-    has none (plain forwarding, the kernel's ESP, a daemon that does not count)."""
+    times its own trials (rfc2544's overload trials); it reads {} where the IPsec under
+    test has none (plain forwarding, the kernel's ESP, a daemon that does not count)."""
 
     meter: Metered
     plane_clock: Callable[[], dict[str, tuple[int, int]]] | None
