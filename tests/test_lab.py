@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -118,6 +119,15 @@ def test_plan_runs_none_once_per_link_workload_and_repetition() -> None:
             "workloads[0].overload_trials",
             "rfc2544",
         ),
+        ("[[workloads]]\nkind = 'udp'\nsizes = [64]", "workloads[0].sizes", "only an rfc2544"),
+        (
+            "[[workloads]]\nkind = 'rfc2544'\nsize = 64\nsizes = [64, 128]",
+            "workloads[0].sizes",
+            "not both",
+        ),
+        ("[[workloads]]\nkind = 'rfc2544'\nsizes = []", "workloads[0].sizes", "non-empty"),
+        ("[[workloads]]\nkind = 'rfc2544'\nsizes = [64, 32]", "workloads[0].sizes", "outside"),
+        ("[[workloads]]\nkind = 'rfc2544'\nsizes = [64, 64]", "workloads[0].sizes", "twice"),
         ("stage_timing = 'yes'", "stage_timing", "true or false"),
         ("[gateway]\ncpus = [99]", "gateway.cpus", "CPU numbers"),
         ("[gateway]\ncpu_quota = 0", "gateway.cpu_quota", "outside"),
@@ -468,6 +478,98 @@ def test_forwarding_rate_at_overload_is_the_median_delivery_of_overloaded_trials
     # dedicated overload trials at a fixed rate keep even a far-off one
     assert forwarding_rate_at_overload(trials[:1], 0.1, livelock=False)[0] == 40.0
     assert forwarding_rate_at_overload(trials[1:2], 0.1) == (None, None, 0)
+
+
+def test_a_workload_of_several_sizes_scales_its_ceiling_to_one_packet_rate() -> None:
+    sc = scenario.parse(
+        "[[workloads]]\nkind = 'rfc2544'\nsizes = [128, 1280, 512]\nmax_rate_mbit = 500\n"
+        "resolution_mbit = 1\noverload_trials = 3",
+        "s.toml",
+    )
+    w = sc.workloads[0]
+    assert w.all_sizes == (128, 1280, 512) and w.name == "rfc2544-128-1280-512"
+    assert w.size_label(512) == "rfc2544-512"
+    assert w.max_rate_for(1280) == 500 and w.max_rate_for(128) == pytest.approx(50)
+    assert w.resolution_for(512) == pytest.approx(0.4)
+    one = scenario.parse("[[workloads]]\nkind = 'rfc2544'\nsize = 512", "o.toml").workloads[0]
+    assert one.all_sizes == (512,) and one.max_rate_for(512) == one.max_rate_mbit
+
+
+def _drifting_device(
+    capacity: dict[int, float], calls: list[tuple[int, float]], drift: float = 0.01
+) -> Any:
+    """An overloaded device whose speed drifts: every trial it gets `drift` faster, at
+    every size alike (what a shared host does over minutes). A trial offered less than
+    its capacity is carried whole."""
+
+    def trial(size: int, rate: float) -> dict[str, float]:
+        speed = 1 + drift * len(calls)
+        calls.append((size, rate))
+        cap = capacity[size] * speed
+        got = min(rate, cap)
+        return {"size": size, "offered_mbps": rate, "mbps": got,
+                "loss_pct": 100 * (rate - got) / rate}  # fmt: skip
+
+    return trial
+
+
+def test_overload_rounds_give_every_size_every_place_and_the_same_drift() -> None:
+    """Rounds rotate the sizes (each takes each place in turn), so a drift in the
+    host's speed moves every size's median about alike: the ratio of two sizes' MFRs is
+    the device's own to within a round's drift. One size after another, as separate runs
+    measure them, the later size gets the faster minutes and the ratio is off by nine
+    trials' drift."""
+    from ipsec_lab.traffic.rfc2544 import forwarding_rate_at_overload, overload_rounds
+
+    cap = {128: 10.0, 1280: 80.0, 512: 40.0}
+    tops = {s: 2 * c for s, c in cap.items()}
+    calls: list[tuple[int, float]] = []
+    got = overload_rounds(_drifting_device(cap, calls), tops, tops, 9, 0.1)
+    order = [s for s, _ in calls]
+    assert order[:9] == [128, 1280, 512, 1280, 512, 128, 512, 128, 1280]
+    for s in cap:  # every place in a round, three times each
+        assert [order[i] for i in range(0, 27, 3)].count(s) == 3
+    assert all(len(ts) == 9 and all(t["overload"] for t in ts) for ts in got.values())
+    assert [t["round"] for t in got[512]] == list(range(9))
+
+    def mfr(ts: list[dict[str, Any]]) -> float:
+        m = forwarding_rate_at_overload(ts, 0.1, livelock=False)[0]
+        assert m is not None
+        return m
+
+    assert mfr(got[1280]) / mfr(got[128]) == pytest.approx(8.0, rel=0.025)
+    assert mfr(got[512]) / mfr(got[128]) == pytest.approx(4.0, rel=0.025)
+    calls.clear()
+    one_by_one = {
+        s: overload_rounds(_drifting_device(cap, calls), {s: tops[s]}, tops, 9, 0.1)[s] for s in cap
+    }
+    assert mfr(one_by_one[1280]) / mfr(one_by_one[128]) > 8.0 * 1.06
+
+
+def test_overload_rounds_offer_more_after_a_trial_the_path_carried_whole() -> None:
+    """A size whose search fell short (its first overload trial is carried whole) is
+    offered 1.5 x more each time, up to its ceiling; a size the path never overloads
+    stops after its retries; the others are not held up by it. With the data plane's
+    clock each trial is timed from quiet to quiet."""
+    from ipsec_lab.traffic import rfc2544 as r
+
+    cap = {64: 10.0, 1420: 1000.0}  # 1420: above its ceiling, never overloaded
+    calls: list[tuple[int, float]] = []
+    tops, ceiling = {64: 8.0, 1420: 100.0}, {64: 40.0, 1420: 120.0}
+    ns = iter(range(0, 10**9, 10**6))
+    clock = lambda: {"gwA": (next(ns), len(calls) * 1000)}  # noqa: E731
+    old = (r.QUIET_EVERY_S, r.QUIET_MAX_S)
+    r.QUIET_EVERY_S, r.QUIET_MAX_S = 0.0, 1.0
+    try:
+        got = r.overload_rounds(_drifting_device(cap, calls), tops, ceiling, 2, 0.1, clock)
+    finally:
+        r.QUIET_EVERY_S, r.QUIET_MAX_S = old
+    assert [t["offered_mbps"] for t in got[64]] == [8.0, 12.0, 12.0]
+    assert [t["overload"] for t in got[64]] == [False, True, True]
+    assert [t["offered_mbps"] for t in got[1420]] == [100.0, 120.0, 120.0, 120.0]
+    assert not any(t["overload"] for t in got[1420])
+    assert len(got[1420]) == 2 + r.OVERLOAD_RETRIES
+    assert all(t["plane_ns_per_packet"] and t["plane_ns_per_packet"] > 0 for t in got[64])
 
 
 def test_cpu_per_packet_sums_each_node_s_cpu_over_its_own_packets() -> None:

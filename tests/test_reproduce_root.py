@@ -134,10 +134,10 @@ def test_study1_shapes_hold_on_a_100_mbit_link(lab: tuple[Path, dict[str, Any]])
 
 def test_study2_fits_a_model_with_positive_terms(lab: tuple[Path, dict[str, Any]]) -> None:
     d, _ = lab
-    # The rates the study fits: the forwarding rate at overload (RFC 2285 MFR, the median
-    # of repeated trials). The loss-free rate beside it can be held down by one dropped
-    # packet in one trial on a busy 2-core machine (seen: AES-128 at 128 B, 6.4 instead of
-    # ~11 Mbit/s), which is why the study does not fit it.
+    # The forwarding rate at overload (RFC 2285 MFR, the median of repeated trials) and
+    # the CPU time per packet the study fits. The loss-free rate beside them can be held
+    # down by one dropped packet in one trial on a busy 2-core machine (seen: AES-128 at
+    # 128 B, 6.4 instead of ~11 Mbit/s), which is why the study does not fit it.
     store = Store(d / "results.sqlite")
     try:
         cid = reproduce.latest_campaigns(store)["tisovsky2013"]["loss-free"]
@@ -167,11 +167,16 @@ def test_study2_fits_a_model_with_positive_terms(lab: tuple[Path, dict[str, Any]
     params = an["tables"][0]["rows"]
     assert {r[0] for r in params} == {"ESP-aes128", "ESP-3des"}
     for r in params:
+        # AES-128's 7-8 x growth must always fit; 3DES's may fail only with its reason
+        assert r[3] != "—" or (r[0] == "ESP-3des" and r[7]), (r, an["tables"][0]["note"])
+        if r[3] == "—":
+            continue
         t_fix, r_alg = float(r[3]), float(r[4])
         flagged = f"{r[0]}: t_fix" in an["tables"][0]["note"]
         assert (t_fix > 0 and r_alg > 0) != flagged, (r, an["tables"][0]["note"])
         assert r[0] != "ESP-aes128" or not flagged, r
-    assert {r[9] for r in an["tables"][1]["rows"]} == {"MFR"}  # the estimator fitted
+    # the estimator fitted: the gateways' CPU time per packet (ours has the clock)
+    assert {r[10] for r in an["tables"][1]["rows"]} == {"CPU time"}
     assert an["plots"] and an["plots"][0]["lines"]
 
 

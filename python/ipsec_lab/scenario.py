@@ -104,6 +104,11 @@ class Workload:
     # rfc2544: after the search, this many trials at 1.25 x its loss-free rate measure the
     # forwarding rate at overload (RFC 2285's MFR) on their own (0: from the search's)
     overload_trials: int = 0
+    # rfc2544: several sizes in one run instead of `size` — each searched in turn, then
+    # their overload trials interleaved in rounds (see rfc2544.overload_rounds); the
+    # ceiling and resolution are those of the largest size, scaled to the same packet
+    # rate for the smaller ones
+    sizes: tuple[int, ...] = ()
     files: tuple[int, ...] = (1024, 10 * 1024, 1024 * 1024, 10 * 1024 * 1024)  # http/smtp
     label: str = ""
     # tcp: "iperf" (iperf3's own random payload), or a plain sender of "text" (English
@@ -120,8 +125,24 @@ class Workload:
             data = "" if self.data == "iperf" else f"-{self.data}"
             return f"tcp-{self.streams}x-{extra}{data}"
         if self.kind in ("udp", "rfc2544"):
-            return f"{self.kind}-{self.size}"
+            return f"{self.kind}-{'-'.join(map(str, self.all_sizes))}"
         return self.kind
+
+    @property
+    def all_sizes(self) -> tuple[int, ...]:
+        return self.sizes or (self.size,)
+
+    def size_label(self, size: int) -> str:
+        """The label of one size's row in a several-size rfc2544 workload."""
+        return f"{self.label or self.kind}-{size}"
+
+    def max_rate_for(self, size: int) -> float:
+        """The search's ceiling for `size`: `max_rate_mbit` at the largest size, the
+        same packet rate at a smaller one."""
+        return self.max_rate_mbit * size / max(self.all_sizes)
+
+    def resolution_for(self, size: int) -> float:
+        return self.resolution_mbit * size / max(self.all_sizes)
 
 
 @dataclass(frozen=True)
@@ -159,7 +180,7 @@ _LINK_KEYS = {
 _WORKLOAD_KEYS = {
     "kind", "seconds", "bytes", "streams", "size", "rate_mbit", "trial_s",
     "loss_tolerance_pct", "resolution_mbit", "max_rate_mbit", "max_trials", "files", "label",
-    "data", "overload_trials",
+    "data", "overload_trials", "sizes",
 }  # fmt: skip
 
 
@@ -266,6 +287,18 @@ def _workload(r: _Reader, t: Any, where: str) -> Workload:
         if not isinstance(t["files"], list) or not t["files"]:
             raise r.fail(f"{where}files", "must be a non-empty list of sizes")
         files = tuple(_size(r, f, f"{where}files") for f in t["files"])
+    sizes: tuple[int, ...] = ()
+    if "sizes" in t:
+        if kind != "rfc2544":
+            raise r.fail(f"{where}sizes", "only an rfc2544 workload takes several sizes")
+        if "size" in t:
+            raise r.fail(f"{where}sizes", "give `size` or `sizes`, not both")
+        v = t["sizes"]
+        if not isinstance(v, list) or not v:
+            raise r.fail(f"{where}sizes", "must be a non-empty list of packet sizes")
+        sizes = tuple(n({"sizes": x}, "sizes", where, d.size, 64, 9000, integer=True) for x in v)
+        if len(set(sizes)) != len(sizes):
+            raise r.fail(f"{where}sizes", f"lists a size twice: {list(sizes)}")
     label = t.get("label", "")
     if not isinstance(label, str):
         raise r.fail(f"{where}label", "must be a string")
@@ -287,6 +320,7 @@ def _workload(r: _Reader, t: Any, where: str) -> Workload:
         max_rate_mbit=n(t, "max_rate_mbit", where, d.max_rate_mbit, 0.01, 100_000),
         max_trials=n(t, "max_trials", where, d.max_trials, 1, 100, integer=True),
         overload_trials=n(t, "overload_trials", where, d.overload_trials, 0, 50, integer=True),
+        sizes=sizes,
         files=files,
         label=label,
         data=data,

@@ -7,6 +7,7 @@ it with iperf3 UDP trials of a fixed inner IP packet size.
 
 from __future__ import annotations
 
+import functools
 import statistics
 import time
 from collections.abc import Callable
@@ -224,73 +225,137 @@ def cpu_per_packet(
     return total if seen and total > 0 else None
 
 
+def overload_rounds(
+    trial: Callable[[int, float], Row],
+    tops: dict[int, float],
+    ceiling: dict[int, float],
+    want: int,
+    tolerance_pct: float,
+    clock: PlaneClock | None = None,
+) -> dict[int, list[Row]]:
+    """Dedicated overload trials for one or more packet sizes, `trial(size, rate)` each:
+    per size, `want` trials offered `tops[size]` (above the capacity its search found)
+    whose delivered rate is the device's forwarding rate at overload (RFC 2285 §3.6.2).
+
+    With several sizes they run in rounds, one trial per size per round, the order
+    rotated each round so that every size takes every place in turn: what a packet costs
+    a shared host drifts over minutes, and rounds spread that drift over every size
+    alike instead of handing one size a slow minute and the next a fast one — a model
+    fitted at two sizes and checked at a third then compares like with like.
+
+    A trial the path carried whole means the search fell short (a hiccup failed a trial
+    below the capacity): that size's next trial offers 1.5 x more, up to its ceiling,
+    and it may take OVERLOAD_RETRIES rounds more than `want`. With the data plane's
+    clock, each trial also times what one packet costs it while saturated — the time a
+    throughput model describes (t_fix + L_alg / R_alg), from its own CPU and packet
+    counts, whatever was lost where: between trials the plane is let go quiet, so its
+    counters and CPU time are read with nothing in flight. Each size's trials, in the
+    order they ran, each with its `round`, marked `overload` (and with a clock its
+    `plane_ns_per_packet`)."""
+    sizes = list(tops)
+    top = dict(tops)
+    out: dict[int, list[Row]] = {s: [] for s in sizes}
+    mark = quiet(clock) if clock and clock() else None  # {}: nothing to read
+    for r in range(want + OVERLOAD_RETRIES):
+        k = r % len(sizes)
+        for size in sizes[k:] + sizes[:k]:
+            got = out[size]
+            if sum(1 for x in got if x["overload"]) >= want or len(got) >= want + OVERLOAD_RETRIES:
+                continue
+            t = dict(trial(size, top[size]))
+            t["overload"] = overloaded(t, tolerance_pct)
+            t["round"] = r
+            if clock and mark is not None:
+                now = quiet(clock)
+                t["plane_ns_per_packet"] = cpu_per_packet(mark, now)
+                mark = now
+            got.append(t)
+            if not t["overload"]:
+                top[size] = min(top[size] * 1.5, ceiling[size])
+    return out
+
+
+def _search_row(w: Workload, size: int, r: SearchResult) -> Row:
+    """A size's row from its search alone (its overload figures come with `_finish`)."""
+    passed = [t for t in r.trials if t["passed"]]
+    best = max(passed, key=lambda t: t["offered_mbps"]) if passed else None
+    return {
+        "size": size,
+        "mbps": r.rate_mbps,  # the loss-free rate (inner IP packet bits)
+        "ndr_mbps": r.rate_mbps if w.loss_tolerance_pct == 0 else None,
+        "pdr_mbps": partial_drop_rate(r.trials),
+        "converged": r.converged,
+        "search": r.reason,
+        "trials": list(r.trials),
+        "payload_bytes": sum(int(t["payload_bytes"]) for t in r.trials),
+        "seconds": sum(float(t["seconds"]) for t in r.trials),
+        "best_trial_loss_pct": best["loss_pct"] if best else None,
+    }
+
+
+def _finish(row: Row, overload: list[Row], tolerance_pct: float) -> None:
+    """A size's MFR and CPU time per packet: from its dedicated overload trials, or
+    (none run) from the overloaded trials of its search."""
+    cost = median_spread(
+        [t["plane_ns_per_packet"] for t in overload
+         if t.get("overload") and t.get("plane_ns_per_packet")]
+    )  # fmt: skip
+    mfr, spread, n_over = forwarding_rate_at_overload(
+        overload or row["trials"], tolerance_pct, livelock=not overload
+    )
+    row.update(mfr_mbps=mfr, mfr_spread=spread, mfr_trials=n_over,
+               plane_ns_per_packet=cost[0], plane_spread=cost[1])  # fmt: skip
+    row["trials"] = row["trials"] + overload
+
+
 def rfc2544(tb: Testbed, flow: Flow, w: Workload, metered: Metered, warmup_s: float) -> list[Row]:
+    """One row per size: the loss-free rate (and PDR) from a search, then, with
+    `overload_trials`, the MFR and CPU time per packet from dedicated overload trials.
+    One size: its meters cover the search and its overload trials. Several (`sizes`):
+    each size's search is metered as its own row, then the overload trials of all sizes
+    run interleaved in rounds (`overload_rounds`), listed in each row's `trials` but
+    outside its meters (`payload_bytes` and `seconds` are the search's)."""
     srv = Servers(tb, flow.sink, [PORT])
+    sizes = w.all_sizes
     try:
         if warmup_s > 0:
-            udp_trial(tb, flow, w.size, min(w.max_rate_mbit, 10.0), max(warmup_s, 1))
+            udp_trial(tb, flow, sizes[0], min(w.max_rate_mbit, 10.0), max(warmup_s, 1))
+        clock = plane_clock(metered)
+        searched: dict[int, SearchResult] = {}
 
-        def run() -> Row:
-            r = search(
-                lambda rate: _trial(tb, flow, w.size, rate, w.trial_s),
-                w.max_rate_mbit,
-                w.resolution_mbit,
+        def run(size: int) -> Row:
+            r = searched[size] = search(
+                lambda rate: _trial(tb, flow, size, rate, w.trial_s),
+                w.max_rate_for(size),
+                w.resolution_for(size),
                 w.loss_tolerance_pct,
                 w.max_trials,
             )
-            passed = [t for t in r.trials if t["passed"]]
-            overload: list[Row] = []
-            if w.overload_trials and r.rate_mbps > 0:
-                # an offered rate above the capacity the search found, repeated: each
-                # overloaded trial's delivered rate is the device's forwarding rate. A
-                # trial the path carried whole means the search fell short (a hiccup
-                # failed a trial below the capacity): the next one offers 1.5 x more.
-                # With the data plane's clock, each trial also times what one packet
-                # costs it while saturated — the time a throughput model describes
-                # (t_fix + L_alg / R_alg), from its own CPU and packet counts, whatever
-                # was lost where: between trials the plane is let go quiet, so its
-                # counters and CPU time are read with nothing in flight.
-                top = min(OVERLOAD_FACTOR * r.rate_mbps, w.max_rate_mbit)
-                clock = plane_clock(metered)
-                mark = quiet(clock) if clock and clock() else None  # {}: none to read
-                for _ in range(w.overload_trials + OVERLOAD_RETRIES):
-                    t = _trial(tb, flow, w.size, top, w.trial_s)
-                    t["overload"] = overloaded(t, w.loss_tolerance_pct)
-                    if clock and mark is not None:
-                        now = quiet(clock)
-                        t["plane_ns_per_packet"] = cpu_per_packet(mark, now)
-                        mark = now
-                    overload.append(t)
-                    if sum(1 for x in overload if x["overload"]) >= w.overload_trials:
-                        break
-                    if not t["overload"]:
-                        top = min(top * 1.5, w.max_rate_mbit)
-            cost = median_spread(
-                [t["plane_ns_per_packet"] for t in overload
-                 if t.get("overload") and t.get("plane_ns_per_packet")]
-            )  # fmt: skip
-            mfr, spread, n_over = forwarding_rate_at_overload(
-                overload or r.trials, w.loss_tolerance_pct, livelock=not overload
-            )
-            best = max(passed, key=lambda t: t["offered_mbps"]) if passed else None
-            return {
-                "size": w.size,
-                "mbps": r.rate_mbps,  # the loss-free rate (inner IP packet bits)
-                "ndr_mbps": r.rate_mbps if w.loss_tolerance_pct == 0 else None,
-                "pdr_mbps": partial_drop_rate(r.trials),
-                "mfr_mbps": mfr,
-                "mfr_spread": spread,
-                "mfr_trials": n_over,
-                "converged": r.converged,
-                "search": r.reason,
-                "plane_ns_per_packet": cost[0],
-                "plane_spread": cost[1],
-                "trials": r.trials + overload,
-                "payload_bytes": sum(int(t["payload_bytes"]) for t in r.trials + overload),
-                "seconds": sum(float(t["seconds"]) for t in r.trials + overload),
-                "best_trial_loss_pct": best["loss_pct"] if best else None,
-            }
+            row = _search_row(w, size, r)
+            if len(sizes) == 1:
+                _finish(row, overload().get(size, []), w.loss_tolerance_pct)
+            return row
 
-        return [metered(w.name, run)]
+        def overload() -> dict[int, list[Row]]:
+            tops = {
+                s: min(OVERLOAD_FACTOR * r.rate_mbps, w.max_rate_for(s))
+                for s, r in searched.items()
+                if r.rate_mbps > 0
+            }
+            if not w.overload_trials or not tops:
+                return {}
+            return overload_rounds(
+                lambda size, rate: _trial(tb, flow, size, rate, w.trial_s),
+                tops, {s: w.max_rate_for(s) for s in tops}, w.overload_trials,
+                w.loss_tolerance_pct, clock,
+            )  # fmt: skip
+
+        if len(sizes) == 1:
+            return [metered(w.name, lambda: run(sizes[0]))]
+        rows = [metered(w.size_label(s), functools.partial(run, s)) for s in sizes]
+        trials = overload()
+        for s, row in zip(sizes, rows, strict=True):
+            _finish(row, trials.get(s, []), w.loss_tolerance_pct)
+        return rows
     finally:
         srv.close()
