@@ -296,15 +296,18 @@ def _search_row(w: Workload, size: int, r: SearchResult) -> Row:
 def _finish(row: Row, overload: list[Row], tolerance_pct: float) -> None:
     """A size's MFR and CPU time per packet: from its dedicated overload trials, or
     (none run) from the overloaded trials of its search."""
-    cost = median_spread(
-        [t["plane_ns_per_packet"] for t in overload
-         if t.get("overload") and t.get("plane_ns_per_packet")]
-    )  # fmt: skip
+    ns = [float(t["plane_ns_per_packet"]) for t in overload
+          if t.get("overload") and t.get("plane_ns_per_packet")]  # fmt: skip
+    cost = median_spread(ns)
     mfr, spread, n_over = forwarding_rate_at_overload(
         overload or row["trials"], tolerance_pct, livelock=not overload
     )
     row.update(mfr_mbps=mfr, mfr_spread=spread, mfr_trials=n_over,
-               plane_ns_per_packet=cost[0], plane_spread=cost[1])  # fmt: skip
+               plane_ns_per_packet=cost[0], plane_spread=cost[1],
+               # each dedicated trial's figure, for an analysis's own uncertainty
+               mfr_samples_mbps=[float(t["mbps"]) for t in overload
+                                 if t.get("overload") and t.get("mbps")],
+               plane_ns_samples=ns)  # fmt: skip
     row["trials"] = row["trials"] + overload
 
 
