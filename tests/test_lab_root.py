@@ -89,17 +89,21 @@ seconds = 4
     assert len(plain) == 1 and len(esp) == 1 and len(ours) == 1
     # our gateway, on the same link: as plausible, and AH runs too
     assert 8.0 < ours[0]["mbps"] <= 10.0
-    assert ours[0]["ipsec_effort_us_per_kb"] > 0
-    assert ours[0]["effort_us_per_kb"] > plain[0]["effort_us_per_kb"]
+    assert ours[0]["ipsec_effort_us_per_kb"] > 0 and ours[0]["ipsec_cpu_s"] > 0
     (ah,) = _results(data, "ours", "ah:sha1")
     assert 8.0 < ah["mbps"] <= 10.0
     for x in plain + esp:
         # a 10 Mbit/s link carries no more, and TCP fills most of it
         assert 8.0 < x["mbps"] <= 10.0, x["mbps"]
         assert x["payload_bytes"] > 0
-    # IPsec costs CPU (strongSwan's user-space ESP) and wire bytes (ESP in UDP)
-    assert esp[0]["effort_us_per_kb"] > plain[0]["effort_us_per_kb"]
+    # IPsec costs CPU (strongSwan's user-space ESP, ours) and wire bytes (ESP in UDP).
+    # The CPU shows in the IPsec processes' own time: with study 3's soaker filling every
+    # idle cycle the whole machine is busy in every run (1705-1797 µs/kB here, none or
+    # IPsec alike), so the machine-wide effort differs only by the payload rate and once
+    # ranked ours 0.04 % below plain forwarding; it is checked to be saturated instead.
     assert esp[0]["ipsec_cpu_s"] > 0 and esp[0]["ipsec_effort_us_per_kb"] > 0
+    for x in plain + esp + ours:
+        assert x["cpu_load"] > 0.8, x["cpu_load"]
     assert plain[0]["ipsec_effort_us_per_kb"] is None
     # study 3's soaker ran beside (on a VM its reading moves with steal time, by more than
     # this 10 Mbit/s difference: only its range is checked here; the soaker's own test
