@@ -572,6 +572,24 @@ def test_overload_rounds_offer_more_after_a_trial_the_path_carried_whole() -> No
     assert all(t["plane_ns_per_packet"] and t["plane_ns_per_packet"] > 0 for t in got[64])
 
 
+def test_a_row_s_bytes_are_those_its_meters_covered() -> None:
+    """One size: the overload trials run inside the row's meters, so its payload bytes
+    and seconds (what the CPU effort divides by) count them with the search's; several
+    sizes interleaved: they ran outside every row's meters, and are only listed."""
+    from ipsec_lab.traffic.rfc2544 import SearchResult, _finish, _search_row
+
+    w = scenario.parse("[[workloads]]\nkind = 'rfc2544'\nsize = 512", "o.toml").workloads[0]
+    found = [{"offered_mbps": 9.0, "loss_pct": 0.0, "passed": True, "mbps": 9.0,
+              "payload_bytes": 1000, "seconds": 2.0}]  # fmt: skip
+    over = [{"offered_mbps": 12.0, "loss_pct": 9.0, "mbps": 10.0, "overload": True,
+             "payload_bytes": 3000, "seconds": 2.0}] * 2  # fmt: skip
+    for metered, (payload, seconds) in ((True, (7000, 6.0)), (False, (1000, 2.0))):
+        row = _search_row(w, 512, SearchResult(9.0, list(found)))
+        _finish(row, over, 0.1, metered=metered)
+        assert (row["payload_bytes"], row["seconds"]) == (payload, seconds)
+        assert len(row["trials"]) == 3 and row["mfr_mbps"] == 10.0
+
+
 def test_cpu_per_packet_sums_each_node_s_cpu_over_its_own_packets() -> None:
     """A packet passes gwA (sealed) and gwB (opened): its cost is each one's CPU over
     the packets it handled — not over the packets delivered, which an overloaded gwB

@@ -293,9 +293,11 @@ def _search_row(w: Workload, size: int, r: SearchResult) -> Row:
     }
 
 
-def _finish(row: Row, overload: list[Row], tolerance_pct: float) -> None:
+def _finish(row: Row, overload: list[Row], tolerance_pct: float, metered: bool) -> None:
     """A size's MFR and CPU time per packet: from its dedicated overload trials, or
-    (none run) from the overloaded trials of its search."""
+    (none run) from the overloaded trials of its search. `metered`: the overload trials
+    ran inside the row's meters, so their bytes and seconds count in what the meters'
+    effort divides by; outside them (several sizes interleaved) they are only listed."""
     ns = [float(t["plane_ns_per_packet"]) for t in overload
           if t.get("overload") and t.get("plane_ns_per_packet")]  # fmt: skip
     cost = median_spread(ns)
@@ -309,6 +311,9 @@ def _finish(row: Row, overload: list[Row], tolerance_pct: float) -> None:
                                  if t.get("overload") and t.get("mbps")],
                plane_ns_samples=ns)  # fmt: skip
     row["trials"] = row["trials"] + overload
+    if metered:
+        row["payload_bytes"] += sum(int(t["payload_bytes"]) for t in overload)
+        row["seconds"] += sum(float(t["seconds"]) for t in overload)
 
 
 def rfc2544(tb: Testbed, flow: Flow, w: Workload, metered: Metered, warmup_s: float) -> list[Row]:
@@ -336,7 +341,7 @@ def rfc2544(tb: Testbed, flow: Flow, w: Workload, metered: Metered, warmup_s: fl
             )
             row = _search_row(w, size, r)
             if len(sizes) == 1:
-                _finish(row, overload().get(size, []), w.loss_tolerance_pct)
+                _finish(row, overload().get(size, []), w.loss_tolerance_pct, metered=True)
             return row
 
         def overload() -> dict[int, list[Row]]:
@@ -358,7 +363,7 @@ def rfc2544(tb: Testbed, flow: Flow, w: Workload, metered: Metered, warmup_s: fl
         rows = [metered(w.size_label(s), functools.partial(run, s)) for s in sizes]
         trials = overload()
         for s, row in zip(sizes, rows, strict=True):
-            _finish(row, trials.get(s, []), w.loss_tolerance_pct)
+            _finish(row, trials.get(s, []), w.loss_tolerance_pct, metered=False)
         return rows
     finally:
         srv.close()
