@@ -196,17 +196,19 @@ def analyse(done: dict[str, list[dict[str, Any]]]) -> Analysis:
             cost = {sz: meta[(tr, sz)].get("plane_ns_per_packet") for sz in pts_}
             if all(v and v > 0 for v in cost.values()):
                 by_estimator["CPU time"][tr] = {
-                    sz: q * 8 * sz * 1e3 / float(v) for sz, v in cost.items() if v
+                    sz: cpu_capacity_mbps(q, sz, float(v)) for sz, v in cost.items() if v
                 }
             estimator[tr] = next(e for e, got in by_estimator.items() if tr in got)
             points[tr] = by_estimator[estimator[tr]][tr]
             # each trial's capacity by that estimator, where every size kept them
-            each = {
-                "CPU time": {sz: [q * 8 * sz * 1e3 / v for v in
-                                  meta[(tr, sz)].get("plane_ns_samples") or [] if v > 0]
-                             for sz in pts_},
-                "MFR": {sz: list(meta[(tr, sz)].get("mfr_samples_mbps") or []) for sz in pts_},
-            }.get(estimator[tr], {})  # fmt: skip
+            if estimator[tr] == "CPU time":
+                each = {sz: [cpu_capacity_mbps(q, sz, v) for v in
+                             meta[(tr, sz)].get("plane_ns_samples") or [] if v > 0]
+                        for sz in pts_}  # fmt: skip
+            elif estimator[tr] == "MFR":
+                each = {sz: list(meta[(tr, sz)].get("mfr_samples_mbps") or []) for sz in pts_}
+            else:
+                each = {}
             if each and all(each.values()):
                 samples[tr] = each
         spread_key = {"CPU time": "plane_spread", "MFR": "mfr_spread"}
@@ -356,6 +358,12 @@ def limited_fit_point(size: int, pts: dict[int, float], row: dict[str, Any], m: 
                 "this point was likely held down by the traffic generator or the host"
             )
     return ""
+
+
+def cpu_capacity_mbps(quota: float, size: int, ns_per_packet: float) -> float:
+    """The rate (Mbit/s of `size`-byte inner packets) that `quota` CPUs forward when one
+    packet costs the gateways `ns_per_packet` of CPU: bits per packet over time per packet."""
+    return quota * 8 * size * 1e3 / ns_per_packet
 
 
 def _spreads(spreads: list[float | None]) -> str:
