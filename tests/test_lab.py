@@ -73,6 +73,20 @@ def test_plan_runs_none_once_per_link_workload_and_repetition() -> None:
     assert len({p.key for p in plan}) == len(plan)
 
 
+def test_scenario_rates_and_sizes_take_the_cli_grammar() -> None:
+    sc = scenario.parse(
+        "[[links]]\nname = 'x'\nrate_mbit = '1.5G'\n[[links]]\nname = 'y'\nrate_mbit = '500k'\n"
+        "[[workloads]]\nkind = 'udp'\nrate_mbit = '10Mbit/s'\n"
+        "[[workloads]]\nkind = 'http'\nfiles = ['1KiB', '10MB', 300]\n"
+        "[[workloads]]\nkind = 'tcp'\nbytes = '1G'",
+        "ok.toml",
+    )
+    assert [lk.rate_mbit for lk in sc.links] == [1500.0, 0.5]
+    assert sc.workloads[0].rate_mbit == 10.0
+    assert sc.workloads[1].files == (1024, 10 << 20, 300)
+    assert sc.workloads[2].bytes == 1 << 30
+
+
 @pytest.mark.parametrize(
     ("text", "key", "words"),
     [
@@ -85,10 +99,10 @@ def test_plan_runs_none_once_per_link_workload_and_repetition() -> None:
         ("repetitions = 1.5", "repetitions", "whole number"),
         ("links = ['ethernet-1000']", "links[0].preset", "unknown preset"),
         ("[[links]]\nrate_mbit = 5", "links[0].name", "needs a name"),
-        ("[[links]]\nname = 'x'\nrate_mbit = -5", "links[0].rate_mbit", "outside"),
+        ("[[links]]\nname = 'x'\nrate_mbit = -5", "links[0].rate_mbit", "negative"),
         ("[[links]]\nname = 'x'\nloss_pct = 'lots'", "links[0].loss_pct", "number"),
         ("[[workloads]]\nkind = 'ftp'", "workloads[0].kind", "tcp, udp"),
-        ("[[workloads]]\nkind = 'tcp'\nbytes = 'many'", "workloads[0].bytes", "byte count"),
+        ("[[workloads]]\nkind = 'tcp'\nbytes = 'many'", "workloads[0].bytes", "not a size"),
         ("[[workloads]]\nkind = 'udp'\nbytes = 100", "workloads[0].bytes", "only a tcp"),
         ("[[workloads]]\nkind = 'udp'\nsize = 20", "workloads[0].size", "outside"),
         ("[[workloads]]\nkind = 'tcp'\n[[workloads]]\nkind = 'tcp'", "workloads", "label"),
@@ -131,7 +145,18 @@ def test_plan_runs_none_once_per_link_workload_and_repetition() -> None:
         ("stage_timing = 'yes'", "stage_timing", "true or false"),
         ("[gateway]\ncpus = [99]", "gateway.cpus", "CPU numbers"),
         ("[gateway]\ncpu_quota = 0", "gateway.cpu_quota", "outside"),
-        ("name = = 3", "(syntax)", ""),
+        ("name = = 3", "name (line 1)", "Invalid value"),
+        # a TOML error names the key on its line, with its table
+        ("[[links]]\nname = 'x'\nrate_mbit = 10M", "links.rate_mbit (line 3)", 'rate_mbit = "10M"'),
+        # keys are checked per workload kind: one another kind reads is refused, not ignored
+        ("[[workloads]]\nkind = 'tcp'\nrate_mbit = 10", "workloads[0].rate_mbit", "only a udp"),
+        ("[[workloads]]\nkind = 'http'\nseconds = 3", "workloads[0].seconds", "an http"),
+        ("[[workloads]]\nkind = 'udp'\nstreams = 4", "workloads[0].streams", "only a tcp"),
+        ("[[workloads]]\nkind = 'imix'\nsize = 64", "workloads[0].size", "udp or rfc2544"),
+        # rates in one grammar: a byte rate is refused with the bit spelling
+        ("[[links]]\nname = 'x'\nrate_mbit = '10MB'", "links[0].rate_mbit", "write 80M"),
+        ("[[links]]\nname = 'x'\nrate_mbit = '-1G'", "links[0].rate_mbit", "negative"),
+        ("[[workloads]]\nkind = 'http'\nfiles = ['1Mb']", "workloads[0].files", "bits"),
     ],
 )
 def test_scenario_errors_name_the_file_and_key(text: str, key: str, words: str) -> None:

@@ -228,13 +228,13 @@ def test_cli_predict_mix_range_and_pcap(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["--point", "128:abc", "--point", "1280:11"], "'abc' is not a number"),
+        (["--point", "128:abc", "--point", "1280:11"], "'abc' is not a rate"),
         (["--point", "12x:2", "--point", "1280:11"], "not a whole number"),
         (["--point", "128:2.204"], "at least two points"),
         (["--point", "128:2", "--point", "1280:30"], "negative or infinite R_alg"),
         (["--lalg", "esp:aes999", "--point", "128:2", "--point", "1280:11"], "aes999"),
         (["--lalg", "foo", "--point", "128:2", "--point", "1280:11"], "not a secured-length"),
-        (["--point", "128:-2", "--point", "1280:11"], "positive"),
+        (["--point", "128:-2", "--point", "1280:11"], "'-2' is negative"),
     ],
 )
 def test_cli_fit_bad_input_is_a_clear_error(args: list[str], message: str) -> None:

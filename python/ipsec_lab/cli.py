@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from ipsec_lab import _native, cli_lab, cli_model, cli_reproduce
 
@@ -254,8 +255,22 @@ def _suite(s: str) -> str:
     return bare
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse, with an argument error as one line naming the option and the problem,
+    then where help is (not the usage block first), and a value such as `-5MB` read as
+    the option's (negative) value, so its own error can say "negative"."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # argparse reads only -5 and -.5 as values; -5MB, -1G, -2e3 are values too.
+        self._negative_number_matcher = re.compile(r"^-\.?\d[\w./]*$")
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message}\ntry '{self.prog} --help'\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = Parser(
         prog="ipsec-lab",
         description="What does IPsec cost, here, and why? Measure, model and explain it.",
     )

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import statistics
 import sys
 from pathlib import Path
 from typing import Any
 
+from ipsec_lab import units
 from ipsec_lab.model import ipcomp as ipc
 from ipsec_lab.model import overhead as ovh
 from ipsec_lab.model import pcap as cap
@@ -50,7 +50,6 @@ DEFAULT_CONFIGS = [
 ]
 DEFAULT_SIZES = [64, 128, 256, 512, 1024, 1280, 1420]
 BENCH_SIZES = [64, 128, 256, 512, 1024, 1420]
-SIZE_UNITS = {"": 1, "b": 1, "k": 1024, "kb": 1024, "m": 1024**2, "mb": 1024**2}
 
 
 class UserError(Exception):
@@ -83,21 +82,13 @@ def _positive(text: str) -> float:
     return v
 
 
-RATE_UNITS = {"": 1.0, "k": 1e-3, "m": 1.0, "g": 1e3, "t": 1e6}
-
-
 def rate_mbps(text: str) -> float:
-    """A rate in Mbit/s: 100, 100M, 1G, 1.5Gbit/s, 500k, 100mbps (bits, SI prefixes)."""
-    t = text.strip().lower().replace(" ", "")
-    m = re.fullmatch(r"([0-9]*\.?[0-9]+(?:e[-+]?\d+)?)([kmgt]?)(?:bit/s|bps|bit|b)?", t)
-    if not m:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not a rate: write Mbit/s, or a number with k, M, G (e.g. 100M, 1G)"
-        )
-    v = float(m.group(1)) * RATE_UNITS[m.group(2)]
-    if not v > 0:
-        raise argparse.ArgumentTypeError(f"{text}: must be greater than 0")
-    return v
+    """A rate in Mbit/s: 100, 100M, 1G, 1.5Gbit/s, 500kbps (bits, SI prefixes; a byte
+    rate is refused with the bit spelling suggested: `units.rate_bps`)."""
+    try:
+        return units.rate_mbit(text)
+    except units.UnitError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def _non_negative(text: str) -> float:
@@ -110,6 +101,10 @@ def _non_negative(text: str) -> float:
     return v
 
 
+def span(low: float, high: float | None) -> str:
+    return f"at least {low}" if high is None else f"{low} to {high}"
+
+
 def whole(low: int, high: int | None = None, what: str = "value") -> Any:
     """An argparse type: a whole number from ``low`` (to ``high``), errors naming ``what``."""
 
@@ -118,9 +113,10 @@ def whole(low: int, high: int | None = None, what: str = "value") -> Any:
             v = int(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if v < 0 and low >= 0:
+            raise argparse.ArgumentTypeError(f"{v} is negative: {what} must be {span(low, high)}")
         if v < low or (high is not None and v > high):
-            span = f"at least {low}" if high is None else f"{low} to {high}"
-            raise argparse.ArgumentTypeError(f"{v}: {what} must be {span}")
+            raise argparse.ArgumentTypeError(f"{v}: {what} must be {span(low, high)}")
         return v
 
     parse.__name__ = what
@@ -131,19 +127,11 @@ _ip_size = whole(20, 65535, "IP packet size")
 
 
 def _bytes(text: str) -> int:
-    """1024, 1KB, 10MB (KB = 1024 B, as in study 4's file sizes)."""
-    t = text.strip().lower()
-    num = t.rstrip("kmb")
-    unit = t[len(num) :]
+    """1024, 1K, 10MB, 1GiB (binary prefixes: KB = KiB = 1024 B, as study 4's file sizes)."""
     try:
-        n = float(num)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not a size: write bytes, or a number with KB or MB (1 KB = 1024 B)"
-        ) from None
-    if unit not in SIZE_UNITS or n < 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: unit must be B, KB or MB")
-    return int(n * SIZE_UNITS[unit])
+        return units.size_bytes(text)
+    except units.UnitError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def _size_range(text: str) -> list[int]:

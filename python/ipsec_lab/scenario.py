@@ -36,6 +36,8 @@ from typing import Any
 
 import tomllib
 
+from ipsec_lab import units
+
 TOPOLOGIES = ("pair", "line", "clients")
 BACKENDS = (
     "none", "strongswan", "strongswan-kernel", "strongswan-libipsec", "xfrm", "xfrm-udp", "ours",
@@ -177,11 +179,21 @@ _LINK_KEYS = {
     "name", "preset", "rate_mbit", "delay_ms", "jitter_ms", "loss_pct", "reorder_pct",
     "duplicate_pct",
 }  # fmt: skip
-_WORKLOAD_KEYS = {
-    "kind", "seconds", "bytes", "streams", "size", "rate_mbit", "trial_s",
-    "loss_tolerance_pct", "resolution_mbit", "max_rate_mbit", "max_trials", "files", "label",
-    "data", "overload_trials", "sizes",
+# The keys each kind of workload reads (besides `kind` and `label`): any other is refused,
+# never accepted and ignored.
+KIND_KEYS: dict[str, frozenset[str]] = {
+    "tcp": frozenset({"seconds", "bytes", "streams", "data"}),
+    "udp": frozenset({"seconds", "size", "rate_mbit"}),
+    "imix": frozenset({"seconds", "rate_mbit"}),
+    "rfc2544": frozenset({
+        "size", "sizes", "trial_s", "loss_tolerance_pct", "resolution_mbit", "max_rate_mbit",
+        "max_trials", "overload_trials",
+    }),
+    "http": frozenset({"files"}),
+    "smtp": frozenset({"files"}),
 }  # fmt: skip
+_A = {"tcp": "a", "udp": "a", "rfc2544": "an", "imix": "an", "http": "an", "smtp": "an"}
+_WORKLOAD_KEYS = {"kind", "label"}.union(*KIND_KEYS.values())
 
 
 class _Reader:
@@ -196,6 +208,22 @@ class _Reader:
             if k not in allowed:
                 near = ", ".join(sorted(allowed))
                 raise self.fail(f"{where}{k}", f"unknown key (known: {near})")
+
+    def rate(
+        self, table: dict[str, Any], key: str, where: str, default: Any, lo: float, hi: float
+    ) -> Any:
+        """A rate in Mbit/s: a number, or a string in the grammar of `ipsec_lab.units`
+        ("10M", "1.5G", "500kbps"; a byte rate is refused)."""
+        if key not in table:
+            return default
+        v = table[key]
+        try:
+            mbit = units.rate_mbit(v)
+        except units.UnitError as e:
+            raise self.fail(f"{where}{key}", str(e)) from None
+        if not lo <= mbit <= hi:
+            raise self.fail(f"{where}{key}", f"{v} is outside {lo:g}..{hi:g} Mbit/s")
+        return mbit
 
     def number(
         self,
@@ -244,7 +272,7 @@ def _link(r: _Reader, t: Any, where: str) -> Link:
     name = t.get("name", base.name if "preset" in t else None)
     if not isinstance(name, str) or not name:
         raise r.fail(f"{where}name", "a link without a preset needs a name")
-    rate = r.number(t, "rate_mbit", where, base.rate_mbit, 0.01, 100_000)
+    rate = r.rate(t, "rate_mbit", where, base.rate_mbit, 0.01, 100_000)
     return Link(
         name=name,
         rate_mbit=rate,
@@ -257,20 +285,12 @@ def _link(r: _Reader, t: Any, where: str) -> Link:
 
 
 def _size(r: _Reader, v: Any, key: str) -> int:
-    """A byte count: an integer or a string with a K/M/G suffix (powers of 1024)."""
-    if isinstance(v, int) and not isinstance(v, bool) and v > 0:
-        return v
-    if isinstance(v, str):
-        s = v.strip().upper().removesuffix("B")
-        mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(s[-1:], 1)
-        digits = s[:-1] if s[-1:] in "KMG" else s
-        try:
-            n = float(digits) * mult
-        except ValueError:
-            n = 0
-        if n >= 1:
-            return int(n)
-    raise r.fail(key, f"must be a positive byte count like 1024, '10K' or '1G', not {v!r}")
+    """A byte count: an integer or a string in the grammar of `ipsec_lab.units` (1024,
+    '10K', '1.5MiB', '1G'; binary prefixes)."""
+    try:
+        return units.size_bytes(v, positive=True)
+    except units.UnitError as e:
+        raise r.fail(key, str(e)) from None
 
 
 def _workload(r: _Reader, t: Any, where: str) -> Workload:
@@ -280,6 +300,14 @@ def _workload(r: _Reader, t: Any, where: str) -> Workload:
     kind = t.get("kind")
     if kind not in WORKLOAD_KINDS:
         raise r.fail(f"{where}kind", f"must be one of {', '.join(WORKLOAD_KINDS)}, not {kind!r}")
+    for k in t:
+        if k not in KIND_KEYS[kind] and k not in ("kind", "label"):
+            takers = " or ".join(x for x, keys in KIND_KEYS.items() if k in keys)
+            raise r.fail(
+                f"{where}{k}",
+                f"only {_A[takers.split()[0]]} {takers} workload uses {k}; "
+                f"{_A[kind]} {kind} workload takes {', '.join(sorted(KIND_KEYS[kind]))}",
+            )
     d = Workload(kind)
     n = r.number
     files = d.files
@@ -313,11 +341,11 @@ def _workload(r: _Reader, t: Any, where: str) -> Workload:
         bytes=_size(r, t["bytes"], f"{where}bytes") if "bytes" in t else None,
         streams=n(t, "streams", where, d.streams, 1, 128, integer=True),
         size=n(t, "size", where, d.size, 64 if kind != "udp" else 29, 9000, integer=True),
-        rate_mbit=n(t, "rate_mbit", where, d.rate_mbit, 0.01, 100_000),
+        rate_mbit=r.rate(t, "rate_mbit", where, d.rate_mbit, 0.01, 100_000),
         trial_s=n(t, "trial_s", where, d.trial_s, 0.5, 600),
         loss_tolerance_pct=n(t, "loss_tolerance_pct", where, d.loss_tolerance_pct, 0, 50),
-        resolution_mbit=n(t, "resolution_mbit", where, d.resolution_mbit, 0.001, 10_000),
-        max_rate_mbit=n(t, "max_rate_mbit", where, d.max_rate_mbit, 0.01, 100_000),
+        resolution_mbit=r.rate(t, "resolution_mbit", where, d.resolution_mbit, 0.001, 10_000),
+        max_rate_mbit=r.rate(t, "max_rate_mbit", where, d.max_rate_mbit, 0.01, 100_000),
         max_trials=n(t, "max_trials", where, d.max_trials, 1, 100, integer=True),
         overload_trials=n(t, "overload_trials", where, d.overload_trials, 0, 50, integer=True),
         sizes=sizes,
@@ -379,12 +407,39 @@ def _configurations(r: _Reader, names: list[str]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(out))
 
 
+def _key_at(text: str, message: str) -> tuple[str, str]:
+    """The key on the line a TOML error points at (`rate_mbit = 10M` → `rate_mbit`), with
+    the table it is in, or "(syntax)" when the line holds no key; and a hint when the
+    value is a number with a unit left unquoted."""
+    import re
+
+    m = re.search(r"line (\d+)", message)
+    lines = text.splitlines()
+    if not m or not 1 <= int(m.group(1)) <= len(lines):
+        return "(syntax)", ""
+    n = int(m.group(1))
+    key = re.match(r"\s*([A-Za-z0-9_.-]+)\s*=\s*(.*?)\s*(#.*)?$", lines[n - 1])
+    if not key:
+        return "(syntax)", ""
+    hint = ""
+    if re.fullmatch(r"-?[0-9.]+\s*[A-Za-z/]+", key.group(2)):
+        hint = f'; a value with a unit is a string: {key.group(1)} = "{key.group(2)}"'
+    table = ""
+    for line in reversed(lines[: n - 1]):
+        h = re.match(r"\s*\[\[?\s*([A-Za-z0-9_.-]+)\s*\]\]?", line)
+        if h:
+            table = h.group(1) + "."
+            break
+    return f"{table}{key.group(1)} (line {n})", hint
+
+
 def parse(text: str, source: str = "<scenario>") -> Scenario:
     r = _Reader(source)
     try:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
-        raise r.fail("(syntax)", str(e)) from None
+        key, hint = _key_at(text, str(e))
+        raise r.fail(key, str(e) + hint) from None
     r.unknown(doc, _TOP_KEYS, "")
     topology = doc.get("topology", "line")
     if topology not in TOPOLOGIES:

@@ -5,7 +5,7 @@ rich fits a table to the console's width by squeezing and truncating columns (`a
 table so that every cell appears whole:
 
 - not a terminal (a pipe, a file, CI's log): plain text at the table's natural width,
-  whatever the width of the terminal or $COLUMNS;
+  unless $COLUMNS is set and narrower: then one block per row, as on a narrow terminal;
 - a terminal wide enough, or `wide=True`: the table at its natural width (with `wide`,
   lines longer than the terminal wrap instead of being cut);
 - a narrower terminal: one block per row, `column: value` on a line each, so that each
@@ -15,6 +15,7 @@ table so that every cell appears whole:
 from __future__ import annotations
 
 import io
+import os
 from typing import IO
 
 from rich import box
@@ -55,30 +56,47 @@ def blocks(t: Table) -> list[str]:
     return out
 
 
+def _columns() -> int | None:
+    """$COLUMNS when it is set to a width, else None."""
+    v = os.environ.get("COLUMNS", "")
+    return int(v) if v.isdigit() and int(v) > 0 else None
+
+
+def _print_blocks(c: Console, t: Table) -> None:
+    if t.title:
+        Console.print(c, f"[bold]{escape(_plain(t.title))}[/bold]")
+    for b in blocks(t):
+        Console.print(c, escape(b), soft_wrap=True)  # a value longer than the line wraps, whole
+        Console.print(c)
+    if t.caption:
+        Console.print(c, escape(_plain(t.caption)))
+
+
 def show(t: Table, wide: bool = False, file: IO[str] | None = None,
          console: Console | None = None) -> None:  # fmt: skip
     """Print `t` with every cell whole (see the module's doc). `console`: the one to
     print on (its width and whether it is a terminal decide the layout); default: a new
-    one on `file` (stdout)."""
+    one on `file` (stdout).
+
+    Everything here prints through `Console.print` itself, never `console.print`: on a
+    `WholeConsole` that would come back to `show` for ever."""
     c = console or Console(file=file)
     need = natural_width(t)
     if not c.is_terminal:
-        t.box = box.SIMPLE_HEAD if t.box is not None else None
-        Console(file=c.file, width=need, color_system=None, highlight=False).print(t)
+        cols = _columns()
+        if wide or cols is None or need <= cols:
+            t.box = box.SIMPLE_HEAD if t.box is not None else None
+            Console(file=c.file, width=need, color_system=None, highlight=False).print(t)
+        else:  # $COLUMNS narrower than the table: blocks, as on a narrow terminal
+            _print_blocks(Console(file=c.file, width=cols, color_system=None), t)
         return
     if wide or need <= c.width:
         if need > c.width:
             Console(file=c.file, width=need, force_terminal=True).print(t)
         else:
-            c.print(t)
+            Console.print(c, t)
         return
-    if t.title:
-        c.print(f"[bold]{escape(_plain(t.title))}[/bold]")
-    for b in blocks(t):
-        c.print(escape(b), soft_wrap=True)  # a value longer than the line wraps, whole
-        c.print()
-    if t.caption:
-        c.print(escape(_plain(t.caption)))
+    _print_blocks(c, t)
 
 
 # Set from `--wide` by the CLI: every table at its natural width even on a narrow terminal.

@@ -22,6 +22,7 @@ from typing import Any, Union
 
 import numpy as np
 
+from ipsec_lab import units
 from ipsec_lab.model.transforms import SecuredLength
 
 MS_PER_BYTE_PER_MBPS = 0.008  # 8 bit/byte / 1e6 bit/Mbit * 1e3 ms/s
@@ -49,7 +50,8 @@ class Point:
 
 
 def parse_point(text: str) -> Point:
-    """``SIZE:MBPS`` as the CLI takes it; errors say which part is wrong."""
+    """``SIZE:RATE`` as the CLI takes it (``128:2.204``, ``128:2.2Mbps``: the rate in the
+    grammar of `ipsec_lab.units`, a bare number Mbit/s); errors say which part is wrong."""
     size_s, sep, mbps_s = text.partition(":")
     if not sep:
         raise FitError(f"point {text!r}: write SIZE:MBPS, e.g. 128:2.204")
@@ -57,14 +59,12 @@ def parse_point(text: str) -> Point:
         size = int(size_s)
     except ValueError:
         raise FitError(f"point {text!r}: size {size_s!r} is not a whole number of bytes") from None
-    try:
-        mbps = float(mbps_s)
-    except ValueError:
-        raise FitError(f"point {text!r}: throughput {mbps_s!r} is not a number") from None
     if not 20 <= size <= 65535:
         raise FitError(f"point {text!r}: size must be 20 to 65535 bytes (an IP packet)")
-    if not (mbps > 0 and math.isfinite(mbps)):
-        raise FitError(f"point {text!r}: throughput must be a positive number of Mbit/s")
+    try:
+        mbps = units.rate_mbit(mbps_s)
+    except units.UnitError as e:
+        raise FitError(f"point {text!r}: throughput {e}") from None
     return Point(size, mbps)
 
 
