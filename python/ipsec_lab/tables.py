@@ -111,6 +111,6 @@ class WholeConsole(Console):
         if len(objects) == 1 and isinstance(objects[0], Table) and not kwargs:
             show(objects[0], wide=WIDE, console=self)
             return
-        if not self.is_terminal:
-            kwargs.setdefault("soft_wrap", True)
+        if not self.is_terminal and _columns() is None:
+            kwargs.setdefault("soft_wrap", True)  # else rich wraps at $COLUMNS
         super().print(*objects, **kwargs)  # type: ignore[arg-type]
