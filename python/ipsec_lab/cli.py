@@ -398,7 +398,16 @@ def main(argv: Sequence[str] | None = None) -> int:
               file=sys.stderr)  # fmt: skip
         return 2
     try:
-        if args.command in ("bench", "run", "results", "clean", "reproduce", "report"):
+        if args.command in (
+            "bench",
+            "run",
+            "check",
+            "scenarios",
+            "results",
+            "clean",
+            "reproduce",
+            "report",
+        ):
             rc: int = args.func(args)
         else:
             sub = getattr(args, "model_command", None) or getattr(args, "advise_command", None)

@@ -68,12 +68,32 @@ def _run(args: argparse.Namespace) -> int:
     except scenario.ScenarioError as e:
         print(f"ipsec-lab run: {e}", file=sys.stderr)
         return 2
+    if args.dry_run:
+        return _print_forecast(sc, args, "run --dry-run")
     try:
         require_root()
     except LabError as e:
         print(f"ipsec-lab run: {e}", file=sys.stderr)
         return 2
     lab = _lab_dir(args)
+    if args.resume:
+        stop = _nothing_to_resume(sc, lab, args.scenario)
+        if stop is not None:
+            return stop
+    from ipsec_lab import meters, preflight
+
+    for b in sc.backends:
+        name, why = preflight.resolve_backend(b)
+        if name in preflight.SLOWER and name != b:
+            print(f"warning: {b} runs as {name} here ({why}): {preflight.SLOWER[name]}",
+                  file=sys.stderr)  # fmt: skip
+    busy = meters.other_cpu(seconds=1.0)
+    if busy > meters.BUSY_CPUS:
+        print(
+            f"warning: other processes are using {busy:.2f} CPUs: every CPU figure of this "
+            "campaign includes their work; each run is checked again and flagged if so",
+            file=sys.stderr,
+        )
     try:
         campaign = runner.Campaign(sc, lab, resume=args.resume)
     except OSError as e:
@@ -81,13 +101,12 @@ def _run(args: argparse.Namespace) -> int:
         return 2
     pending = len(campaign.pending())
     quiet = args.json or not sys.stderr.isatty()
-    if not quiet:
-        verb = "resuming" if campaign.progress.done else "campaign"
-        print(
-            f"{verb} {campaign.id}: {sc.name} — {pending} of {campaign.progress.total} runs to "
-            f"do; results in {lab / 'results.sqlite'}",
-            file=sys.stderr,
-        )
+    verb = "resuming campaign" if campaign.progress.done else "campaign"
+    print(
+        f"{verb} {campaign.id}: {sc.name} — {pending} of {campaign.progress.total} runs to "
+        f"do; results in {lab / 'results.sqlite'}",
+        file=sys.stderr,
+    )
     rc = 0
     try:
         run_with_progress(campaign, quiet)
@@ -120,6 +139,131 @@ def _run(args: argparse.Namespace) -> int:
         print_summary(summary, f"campaign {campaign.id}: {sc.name}")
         print_failures(runs)
     return rc
+
+
+def _nothing_to_resume(sc: Any, lab: Path, path: str) -> int | None:
+    """`run --resume` with no unfinished campaign of this scenario: say so and why (an
+    exit status), instead of silently starting a new one; None when there is one."""
+    from ipsec_lab import runner
+    from ipsec_lab.store import Store
+
+    db = lab / "results.sqlite"
+    if not db.exists():
+        print(f"ipsec-lab run: nothing to resume: no results in {db}; start the campaign "
+              f"with `ipsec-lab run {path}`", file=sys.stderr)  # fmt: skip
+        return 2
+    store = Store(db)
+    try:
+
+        def same(t: str) -> bool:
+            return runner.same_scenario(t, sc)
+
+        if store.resumable(sc.text, same) is not None:
+            return None
+        done = store.finished_with(sc.text, same)
+        if done is not None:
+            print(f"ipsec-lab run: nothing to resume: campaign {done} of this scenario "
+                  f"finished every run (`ipsec-lab results {done} --lab {lab}` shows them); "
+                  "run without --resume to measure again", file=sys.stderr)  # fmt: skip
+            return 0
+        named = [c["id"] for c in store.campaigns() if c["name"] == sc.name]
+        why = (
+            f"campaign {', '.join(map(str, named))} has this scenario's name but other "
+            "runs (the file's backends, configurations, links or workloads changed since)"
+            if named
+            else "no campaign of this scenario"
+        )
+        print(f"ipsec-lab run: nothing to resume in {db}: {why}; run without --resume to "
+              "start a new campaign", file=sys.stderr)  # fmt: skip
+        return 2
+    finally:
+        store.close()
+
+
+def _print_forecast(sc: Any, args: argparse.Namespace, command: str) -> int:
+    from ipsec_lab import preflight
+
+    doc = preflight.forecast(sc)
+    doc["lab"] = str(_lab_dir(args))
+    if args.json:
+        json.dump(doc, sys.stdout, indent=1)
+        print()
+        return 0
+    from rich.table import Table
+
+    from ipsec_lab.tables import WholeConsole as Console
+
+    c = Console()
+    print(f"scenario {sc.source}: {sc.name!r} — topology {sc.topology}, "
+          f"{sc.repetitions} repetition(s) of each run")  # fmt: skip
+    for b, r in doc["backends"].items():
+        if r["runs_as"] != b or r["why"]:
+            print(f"  backend {b} → {r['runs_as']} ({r['why']})")
+    t = Table(title="what will run", caption="about: estimated time of these runs on a "
+              "2-core machine (traffic, warm-up, set-up)")  # fmt: skip
+    for col in ("link", "backend", "configuration", "runs", "about", "what happens"):
+        t.add_column(col, justify="right" if col in ("runs", "about") else "left")
+    for g in doc["groups"]:
+        what = {"run": "runs", "skip": "skipped: ", "unknown": "unknown: "}[g["status"]]
+        shown = (
+            g["backend"]
+            if g["resolved"] == g["backend"]
+            else f"{g['backend']} → " + g["resolved"].removeprefix("strongswan-")
+        )
+        t.add_row(g["link"], shown, g["configuration"], str(g["runs"]),
+                  preflight.duration(g["seconds"]), what + (g["reason"] or ""))  # fmt: skip
+    c.print(t)
+    print(f"{doc['runs']} runs: {doc['will_run']} will run, {doc['skipped']} skipped"
+          + (f", {doc['unknown']} unknown" if doc["unknown"] else "")
+          + f"; about {preflight.duration(doc['estimated_s'])}; results into "
+          f"{doc['lab']}/results.sqlite")  # fmt: skip
+    for w in doc["warnings"]:
+        print(f"warning: {w}")
+    return 0
+
+
+def _check(args: argparse.Namespace) -> int:
+    from ipsec_lab import scenario
+
+    try:
+        sc = scenario.load(args.scenario)
+    except scenario.ScenarioError as e:
+        print(f"ipsec-lab check: {e}", file=sys.stderr)
+        return 2
+    return _print_forecast(sc, args, "check")
+
+
+def _scenarios(args: argparse.Namespace) -> int:
+    """The shipped scenarios, with where they are."""
+    from ipsec_lab import scenario
+
+    d = shipped_scenarios()
+    rows = []
+    for f in sorted(d.glob("*.toml")) if d else []:
+        try:
+            sc = scenario.load(f)
+            rows.append({"path": str(f), "name": sc.name, "backends": list(sc.backends)})
+        except scenario.ScenarioError as e:
+            rows.append({"path": str(f), "name": f"(does not parse: {e})", "backends": []})
+    if args.json:
+        json.dump(rows, sys.stdout, indent=1)
+        print()
+        return 0
+    if not rows:
+        print("ipsec-lab scenarios: no shipped scenarios found", file=sys.stderr)
+        return 2
+    for r in rows:
+        print(f"{r['path']}\n    {r['name']} ({', '.join(r['backends'])})")
+    return 0
+
+
+def shipped_scenarios() -> Path | None:
+    """The folder of the scenarios that come with ipsec-lab (the checkout's scenarios/)."""
+    here = Path(__file__).resolve()
+    for d in (here.parents[2] / "scenarios", here.parent / "scenarios"):
+        if d.is_dir():
+            return d
+    return None
 
 
 def run_with_progress(campaign: Any, quiet: bool, title: str = "") -> None:
@@ -324,6 +468,7 @@ CSV_FIELDS = (
     "repetition", "status", "reason", "label", "mbps", "seconds", "payload_bytes",
     "effort_us_per_kb", "ipsec_effort_us_per_kb", "cpu_load", "loss_pct",
     "wire_up_bytes", "wire_up_packets", "wire_down_bytes", "wire_down_packets",
+    "other_cpu_before", "busy",
 )  # fmt: skip
 
 
@@ -357,17 +502,44 @@ def add_parsers(sub: Any) -> None:
         description=(
             "Build the scenario's testbed in network namespaces, bring up each IPsec backend "
             "and configuration, send its workloads, meter throughput, CPU and wire, and "
-            "commit each finished run to LAB/results.sqlite. Needs root. Ctrl-C keeps what "
-            "finished; --resume continues. See scenarios/ for examples."
+            "commit each finished run to LAB/results.sqlite (LAB: --lab, else "
+            "$IPSEC_LAB_DIR, else ./lab). Needs root. Ctrl-C keeps what finished; --resume "
+            "continues. `ipsec-lab scenarios` lists the shipped examples; `ipsec-lab check "
+            "FILE` (or --dry-run) says what will run first."
         ),
     )
-    r.add_argument("scenario", help="scenario file (TOML)")
+    r.add_argument("scenario", help="scenario file (TOML); `ipsec-lab scenarios` lists "
+                   "the shipped ones")  # fmt: skip
     r.add_argument("--resume", action="store_true",
-                   help="continue the newest unfinished campaign of this scenario")  # fmt: skip
+                   help="continue the newest unfinished campaign of this scenario (one "
+                   "that parses alike: comments may differ); says so if there is none")  # fmt: skip
+    r.add_argument("--dry-run", action="store_true",
+                   help="print what would run (as `ipsec-lab check`) and run nothing")  # fmt: skip
     r.add_argument("--lab", metavar="DIR", help=LAB_HELP)
     r.add_argument("--json", action="store_true", help="print the runs and summary as JSON")
     add_vm_arguments(r)
     r.set_defaults(func=_run)
+    k = sub.add_parser(
+        "check",
+        help="say what a scenario will run here, without running it",
+        description="Check a scenario and print its campaign's plan: the runs per link, "
+        "backend and configuration, each backend as it resolves on this machine "
+        "(strongswan → strongswan-kernel or strongswan-libipsec), what will be skipped and "
+        "why (e.g. no ESP in this kernel: use --vm), and about how long it takes. Runs "
+        "nothing; as root it probes the kernel as the run would.",
+    )
+    k.add_argument("scenario", help="scenario file (TOML)")
+    k.add_argument("--lab", metavar="DIR", help=LAB_HELP)
+    k.add_argument("--json", action="store_true", help="the plan as JSON")
+    k.set_defaults(func=_check)
+    sc = sub.add_parser(
+        "scenarios",
+        help="list the scenarios that come with ipsec-lab, with their paths",
+        description="The shipped scenario files (examples to copy and edit), each with "
+        "its name and backends.",
+    )
+    sc.add_argument("--json", action="store_true", help="as JSON")
+    sc.set_defaults(func=_scenarios)
     s = sub.add_parser(
         "results",
         help="list campaigns, or print one campaign's table / JSON / CSV",

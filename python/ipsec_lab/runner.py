@@ -12,6 +12,7 @@ only the failed runs.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import statistics
 import time
@@ -20,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ipsec_lab import backends, environment, meters
+from ipsec_lab import backends, environment, meters, scenario
 from ipsec_lab.backends import Unsupported
 from ipsec_lab.meters.soaker import Soaker
 from ipsec_lab.scenario import Link, Scenario, Workload
@@ -29,7 +30,6 @@ from ipsec_lab.testbed import Flow, topology
 from ipsec_lab.testbed.build import (
     LabError,
     Testbed,
-    netem_available,
     require_root,
     require_tools,
 )
@@ -56,6 +56,18 @@ def plan(sc: Scenario) -> list[Planned]:
                             key = RunKey(b, cfg, link.name, w.name, flow.name, rep)
                             out.append(Planned(key, link, w, flow))
     return out
+
+
+def same_scenario(text: str, sc: Scenario) -> bool:
+    """Whether `text` parses to the scenario `sc` (the same runs of the same things:
+    comments, spacing, key order and spellings such as "100M" for 100 may differ)."""
+    try:
+        other = scenario.parse(text, sc.source)
+    except scenario.ScenarioError:
+        return False
+    return dataclasses.replace(other, source="", text="") == dataclasses.replace(
+        sc, source="", text=""
+    )
 
 
 def _slug(s: str) -> str:
@@ -106,7 +118,7 @@ class Campaign:
         self.lab = lab.resolve()
         self.store = Store(self.lab / "results.sqlite")
         self.on_progress = on_progress or (lambda p: None)
-        existing = self.store.resumable(sc.text) if resume else None
+        existing = self.store.resumable(sc.text, lambda t: same_scenario(t, sc)) if resume else None
         if existing is None:
             self.id = self.store.new_campaign(sc.name, sc.source, sc.text, environment.describe())
         else:
@@ -143,16 +155,13 @@ class Campaign:
     def _link(self, link: Link, group: list[Planned]) -> None:
         sc = self.sc
         # Skips are decided before building anything (cheap, and no testbed for nothing).
-        if link.needs_netem:
-            ok, why = netem_available()
-            if not ok:
-                reason = (
-                    f"link {link.name} needs netem (delay/jitter/loss/reorder/duplication) "
-                    f"and this kernel has none: {why}"
-                )
-                for p in group:
-                    self._store(p, "skipped", time.time(), reason=reason)
-                return
+        from ipsec_lab.preflight import link_skip
+
+        reason = link_skip(link)
+        if reason:
+            for p in group:
+                self._store(p, "skipped", time.time(), reason=reason)
+            return
         runnable: list[Planned] = []
         checked: dict[tuple[str, str], str | None] = {}
         for p in group:
@@ -233,6 +242,9 @@ class Campaign:
                         version=version)  # fmt: skip
             return
         stages = getattr(backend, "stage_ns", None) if self.sc.stage_timing else None
+        # Someone else's work on the machine skews every CPU figure of the run: sampled
+        # with the IPsec up and no traffic yet, and flagged in each row.
+        busy = meters.other_cpu(backend.pids(), self.soaker)
 
         def metered(label: str, fn: Callable[[], Row]) -> Row:
             s0 = stages() if stages else None
@@ -241,6 +253,8 @@ class Campaign:
                 s1 = stages()
                 row["stage_ns"] = {k: v - s0.get(k, 0) for k, v in s1.items()}
             row["label"] = label
+            row["other_cpu_before"] = busy
+            row["busy"] = busy > meters.BUSY_CPUS
             return row
 
         timed = Meters(metered, backend.plane_clock)
@@ -296,6 +310,10 @@ class Campaign:
             figs = ", ".join(
                 f"{r['label']} {r['mbps']:.1f} Mbit/s" for r in rows or [] if "mbps" in r
             )
+            busy = max((float(r["other_cpu_before"]) for r in rows or [] if r.get("busy")),
+                       default=0.0)  # fmt: skip
+            if busy:
+                figs += f" [busy machine: other processes used {busy:.2f} CPUs]"
             self.progress.last = f"done    {what}: {figs}"
         else:
             first = (reason or "").splitlines()[0] if reason else ""
@@ -375,6 +393,10 @@ def summarize(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         pdr = [float(x["pdr_mbps"]) for x in xs if x.get("pdr_mbps") is not None]
         row["pdr_mbps_median"] = statistics.median(pdr) if pdr else None
         notes = sorted({str(x["cpu_note"]) for x in xs if x.get("cpu_note")})
+        busy = [float(x["other_cpu_before"]) for x in xs if x.get("busy")]
+        row["busy_runs"] = len(busy)
+        if busy:
+            notes.insert(0, meters.busy_note(max(busy), len(busy), len(xs)))
         if pdr:
             notes.insert(0, f"NDR {row['mbps_median']:.4g}, PDR (<= 0.5 % loss) "
                          f"{statistics.median(pdr):.4g} Mbit/s")  # fmt: skip

@@ -18,7 +18,7 @@ import json
 import os
 import sqlite3
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -114,21 +114,26 @@ class Store:
         assert cur.lastrowid is not None
         return cur.lastrowid
 
-    def resumable(self, text: str) -> int | None:
-        """The newest unfinished campaign of exactly this scenario text, if any."""
-        return self._newest(text, finished=False)
+    def resumable(self, text: str, same: Callable[[str], bool] | None = None) -> int | None:
+        """The newest unfinished campaign of this scenario: of exactly this text, or one
+        `same` says is the same scenario (parsed alike: a comment or a key's order may
+        differ), if any."""
+        return self._newest(text, False, same)
 
-    def finished_with(self, text: str) -> int | None:
-        """The newest finished campaign of exactly this scenario text, if any."""
-        return self._newest(text, finished=True)
+    def finished_with(self, text: str, same: Callable[[str], bool] | None = None) -> int | None:
+        """The newest finished campaign of this scenario (as `resumable` matches), if any."""
+        return self._newest(text, True, same)
 
-    def _newest(self, text: str, finished: bool) -> int | None:
-        row = self.db.execute(
-            "SELECT id FROM campaigns WHERE scenario_text = ? AND (status = 'finished') = ?"
-            " ORDER BY id DESC LIMIT 1",
-            (text, finished),
-        ).fetchone()
-        return int(row["id"]) if row else None
+    def _newest(self, text: str, finished: bool, same: Callable[[str], bool] | None) -> int | None:
+        rows = self.db.execute(
+            "SELECT id, scenario_text FROM campaigns WHERE (status = 'finished') = ?"
+            " ORDER BY id DESC",
+            (finished,),
+        ).fetchall()
+        for row in rows:
+            if row["scenario_text"] == text or (same and same(row["scenario_text"])):
+                return int(row["id"])
+        return None
 
     def set_status(self, campaign: int, status: str) -> None:
         self.db.execute(

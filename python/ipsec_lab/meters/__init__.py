@@ -113,6 +113,42 @@ def process_cpu_s(pids: Sequence[int]) -> float:
     return total
 
 
+# A run is flagged when, with no traffic flowing just before it, other processes used more
+# than this many CPUs' worth: its CPU figures (effort, load) would count their work too.
+BUSY_CPUS = 0.25
+IDLE_SAMPLE_S = 0.3
+
+
+def other_cpu(
+    pids: Sequence[int] = (), soaker: Soaker | None = None, seconds: float = IDLE_SAMPLE_S
+) -> float:
+    """CPUs' worth used over `seconds` by anything but this process, `pids` (the IPsec
+    under test, idle) and study 3's soaker: sampled while no traffic flows, that is
+    another program's work (a compile, a browser), which a run's machine-wide CPU
+    figures would silently include."""
+    me = psutil.Process()
+    mark = soaker.mark() if soaker else None
+    t0, s0, p0 = psutil.cpu_times(), me.cpu_times(), process_cpu_s(pids)
+    w0 = time.monotonic()
+    time.sleep(seconds)
+    wall = time.monotonic() - w0
+    t1, s1, p1 = psutil.cpu_times(), me.cpu_times(), process_cpu_s(pids)
+    if soaker and mark:
+        busy = soaker.used_since(mark)["soaker_cpu_used"] * wall
+    else:
+        busy = _busy(t1) - _busy(t0)
+    ours = (s1.user + s1.system - s0.user - s0.system) + (p1 - p0)
+    return float(max(0.0, busy - ours) / wall)
+
+
+def busy_note(cpus: float, busy: int, n: int) -> str:
+    """The summary's note for `busy` of `n` repetitions measured on a busy machine."""
+    return (
+        f"BUSY machine in {busy} of {n} runs: other processes used up to {cpus:.2f} CPUs "
+        "just before (CPU figures include their work)"
+    )
+
+
 # Linux's CPU-time clock of a whole process, any process: clock_getcpuclockid(3) makes
 # MAKE_PROCESS_CPUCLOCK(pid, CPUCLOCK_SCHED) = (~pid << 3) | 2 (include/linux/posix-timers.h).
 CPUCLOCK_SCHED = 2

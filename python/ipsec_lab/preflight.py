@@ -1,0 +1,182 @@
+"""What a campaign will do, before anything starts (`ipsec-lab check`, `run --dry-run`):
+its runs grouped by link, backend and configuration, each backend as it will resolve on
+this machine (`strongswan` → `strongswan-kernel` or `strongswan-libipsec`), what will be
+skipped and why, and about how long it takes.
+
+The skip decisions are the runner's own (`link_skip`, `backend_skip`): the same probes of
+this kernel (ESP, AH, IPComp in xfrm; netem), which need root; without root they are
+reported as unknown rather than guessed.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from ipsec_lab import backends
+from ipsec_lab.backends import Unsupported
+from ipsec_lab.scenario import Link, Scenario, Workload
+from ipsec_lab.testbed.build import LabError, netem_available
+
+# Seconds a campaign spends besides traffic, measured roughly on a 2-core machine: a
+# link's testbed built and torn down, and a backend brought up and down once per
+# configuration (charon negotiates IKE; ipsec-gw starts two daemons).
+TESTBED_S = 2.0
+START_S = {"none": 0.5, "ours": 1.5, "ours-udp": 1.5, "xfrm": 1.0, "xfrm-udp": 1.0}
+STRONGSWAN_START_S = 4.0
+RUN_OVERHEAD_S = 1.5  # per run: the idle-CPU sample, servers started, results read
+
+SLOWER = {
+    "strongswan-libipsec": "strongSwan's user-space ESP (kernel-libipsec on a TUN device), "
+    "not the kernel's: slower, and a different thing to measure; `--vm` runs the kernel's",
+}
+
+
+def is_root() -> bool:
+    return os.geteuid() == 0
+
+
+def resolve_backend(name: str) -> tuple[str, str]:
+    """The backend `name` will run as here, and why (empty when it is itself)."""
+    if name != "strongswan":
+        return name, ""
+    if not is_root():
+        return name, "kernel xfrm if this kernel has ESP, else libipsec (probing needs root)"
+    from ipsec_lab.backends.xfrm import kernel_has
+
+    ok, said = kernel_has("esp")
+    if ok:
+        return "strongswan-kernel", "this kernel has ESP in xfrm"
+    return "strongswan-libipsec", f"this kernel has no ESP in xfrm ({said or 'refused'})"
+
+
+def label(name: str, version: str | None) -> str:
+    """A backend as a person should read it: `strongswan` with the variant it resolved to
+    (`strongswan (libipsec)`), from the version string its runs stored."""
+    if name == "strongswan" and version:
+        if "kernel-libipsec" in version:
+            return "strongswan (libipsec)"
+        if "kernel xfrm" in version:
+            return "strongswan (kernel)"
+    return name
+
+
+def link_skip(link: Link) -> str | None:
+    """Why no run on `link` can happen here, or None (the runner's own decision)."""
+    if link.needs_netem:
+        ok, why = netem_available()
+        if not ok:
+            return (
+                f"link {link.name} needs netem (delay/jitter/loss/reorder/duplication) "
+                f"and this kernel has none: {why}; use --vm"
+            )
+    return None
+
+
+def backend_skip(name: str, configuration: str) -> str | None:
+    """Why `name` cannot run `configuration` here, or None (the runner's own decision)."""
+    try:
+        backends.make(name).check(configuration)
+    except Unsupported as e:
+        return str(e)
+    except LabError as e:  # a program it needs is missing: every such run would fail
+        return f"cannot run: {e}"
+    return None
+
+
+def run_seconds(w: Workload, link: Link, warmup_s: float) -> float:
+    """About how long one run of `w` on `link` takes (traffic, warm-up and set-up)."""
+    rate = link.rate_mbit or 1000.0
+    if w.kind == "tcp":
+        traffic = w.bytes * 8 / rate / 1e6 if w.bytes else w.seconds
+    elif w.kind in ("udp", "imix"):
+        traffic = w.seconds
+    elif w.kind == "rfc2544":
+        per = 0.0
+        for size in w.all_sizes:
+            steps = math.ceil(math.log2(max(w.max_rate_for(size) / w.resolution_for(size), 2)))
+            per += w.trial_s * (min(w.max_trials, steps + 1) + w.overload_trials)
+        traffic = per
+    else:  # http, smtp: every file once, and a warm-up fetch
+        traffic = sum(n * 8 / rate / 1e6 + 0.5 for n in w.files) + 0.5
+    return traffic + warmup_s + RUN_OVERHEAD_S
+
+
+@dataclass
+class Group:
+    """The runs of one (link, backend, configuration)."""
+
+    link: str
+    backend: str
+    resolved: str
+    configuration: str
+    runs: int
+    seconds: float
+    status: str  # run | skip | unknown
+    reason: str = ""
+
+
+def forecast(sc: Scenario) -> dict[str, Any]:
+    """The campaign's plan, as `check` prints it (JSON-ready)."""
+    from ipsec_lab.runner import plan
+
+    root = is_root()
+    groups: dict[tuple[str, str, str], Group] = {}
+    resolved = {b: resolve_backend(b) for b in sc.backends}
+    link_why = {lk.name: link_skip(lk) if root else None for lk in sc.links}
+    for p in plan(sc):
+        k = p.key
+        g = groups.get((k.link, k.backend, k.configuration))
+        if g is None:
+            name, _ = resolved[k.backend]
+            if link_why[k.link]:
+                status, why = "skip", link_why[k.link] or ""
+            elif not root and (p.link.needs_netem or k.backend in ("xfrm", "xfrm-udp")
+                               or name.startswith("strongswan")):  # fmt: skip
+                status, why = "unknown", "probing this kernel needs root: run check as root"
+            else:
+                why = backend_skip(k.backend, k.configuration) or ""
+                status = "skip" if why else "run"
+            start = STRONGSWAN_START_S if k.backend.startswith("strongswan") else 1.0
+            start = START_S.get(k.backend, start)
+            g = Group(k.link, k.backend, name, k.configuration, 0, start, status, why)
+            groups[(k.link, k.backend, k.configuration)] = g
+        g.runs += 1
+        g.seconds += run_seconds(p.workload, p.link, sc.warmup_s)
+    rows = list(groups.values())
+    runnable = [g for g in rows if g.status != "skip"]
+    seconds = sum(g.seconds for g in runnable) + TESTBED_S * len({g.link for g in runnable})
+    warnings = [
+        f"{b} runs as {name}: {SLOWER[name]} ({why})"
+        for b, (name, why) in resolved.items()
+        if name in SLOWER and b != name
+    ]
+    if not root:
+        warnings.append("not root: `ipsec-lab run` needs root, and this check could not "
+                        "probe the kernel (ESP, AH, IPComp, netem)")  # fmt: skip
+    return {
+        "scenario": sc.name,
+        "source": sc.source,
+        "topology": sc.topology,
+        "repetitions": sc.repetitions,
+        "backends": {b: {"runs_as": n, "why": w} for b, (n, w) in resolved.items()},
+        "groups": [asdict(g) for g in rows],
+        "runs": sum(g.runs for g in rows),
+        "will_run": sum(g.runs for g in rows if g.status == "run"),
+        "skipped": sum(g.runs for g in rows if g.status == "skip"),
+        "unknown": sum(g.runs for g in rows if g.status == "unknown"),
+        "estimated_s": round(seconds),
+        "warnings": warnings,
+    }
+
+
+def duration(s: float) -> str:
+    """Seconds as a person reads a duration: 45 s, 3 min 20 s, 1 h 05 min."""
+    s = round(s)
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min {s % 60:02d} s"
+    return f"{s // 3600} h {s % 3600 // 60:02d} min"
