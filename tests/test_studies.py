@@ -605,7 +605,8 @@ def _own_campaign(store: Store) -> int:
     cid = store.new_campaign("my gateways", "mine.toml", 'backends = ["none", "ours"]\n', {})
     series = [{"t": 0.1 * i, "user": 0.2, "system": 0.3, "softirq": 0.1, "idle": 0.4}
               for i in range(1, 21)]  # fmt: skip
-    for link, cap in (("unshaped", 900.0), ("ethernet-100", 94.0)):
+    # as scenarios/quick.toml measured them: 13,077 and 9.6 Mbit/s, three decades apart
+    for link, cap in (("unshaped", 13077.0), ("ethernet-10", 9.6)):
         for rep in (1, 2, 3):
             for b, cfg, f in (("none", "none", 1.0), ("ours", "esp:aes128gcm16", 0.6)):
                 store.record(cid, RunKey(b, cfg, link, "tcp-1x-4s", "client-server", rep),
@@ -652,6 +653,42 @@ def test_report_of_a_users_own_campaign_draws_every_plot_in_chromium(tmp_path: P
     attrs = dict(re.findall(r'data-([a-z-]+)="([^"]*)"', body.group(0)))
     assert attrs["plots-total"] == attrs["plots-ok"] == str(n)
     assert attrs["errors"] == "0"
+    _every_measured_bar_shows_and_every_hint_parses(lab, first, html)
+
+
+def _every_measured_bar_shows_and_every_hint_parses(lab: Path, cid: int, page: str) -> None:
+    import html as html_
+    import shlex
+
+    from ipsec_lab import campaign_report, cli
+    from ipsec_lab.report import bar_heights
+
+    store = Store(lab / "results.sqlite")
+    runs = store.runs(cid, samples=True)
+    store.close()
+    an = campaign_report.analyse(cid, "my gateways", runs, "mine.toml", lab)
+    measured = {(r["backend"], r["configuration"], r["link"]) for r in runs
+                if r["status"] == "done"}  # fmt: skip
+    bars = [p for p in an.plots if p.kind == "bars" and not p.hlines]
+    assert bars
+    for p in bars:
+        heights = bar_heights(p)
+        for b, cfg, link in measured:
+            series = b if b == "none" else f"{b} {cfg}"
+            assert heights[(series, link)] >= 2.0, (p.title, series, link, heights)
+    throughput = next(p for p in bars if p.title.startswith("Throughput"))
+    assert throughput.logy and "log scale" in throughput.ylabel
+    # every command the report suggests is one the CLI takes
+    hints = [html_.unescape(c) for c in re.findall(r"<code>(ipsec-lab [^<]*)</code>", page)]
+    assert any(" run mine.toml --resume" in h for h in hints), hints
+    assert any("plan --campaign" in h and "--configuration" in h for h in hints), hints
+    parser = cli.build_parser()
+    for h in hints:
+        parser.parse_args(shlex.split(h)[1:])  # exits (fails the test) if it does not parse
+    assert "reproduce all" not in page  # no study here: its hint would be the wrong one
+    assert "`" not in page and "campaign = 1" not in page and ">None<" not in page
+    assert page.count("<b>Terms.</b>") == 2  # once for each campaign
+    assert (lab / "report" / "tables" / f"campaign-{cid}.csv").is_file()
 
 
 def test_study2_flags_a_fit_point_held_down_by_something_else() -> None:

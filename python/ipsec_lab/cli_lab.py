@@ -359,7 +359,8 @@ def summary_table(summary: list[dict[str, Any]], title: str) -> Any:
         t.add_column(col, justify="right")
     t.add_column("note")
     for r in summary:
-        head = (r["backend"], r["configuration"], r["link"], r["flow"], r["measurement"])
+        head = (r.get("backend_label", r["backend"]), r["configuration"], r["link"], r["flow"],
+                r["measurement"])  # fmt: skip
         if r.get("skipped") is not None or r.get("failed") is not None:
             why = (
                 "skipped: " + r["skipped"]
@@ -464,8 +465,9 @@ def _planned(camp: Any) -> int | None:
 
 
 CSV_FIELDS = (
-    "campaign_id", "run_id", "backend", "configuration", "link", "workload", "flow",
-    "repetition", "status", "reason", "label", "mbps", "seconds", "payload_bytes",
+    "campaign_id", "run_id", "backend", "backend_version", "configuration", "link",
+    "workload", "flow", "repetition", "status", "reason", "label", "mbps", "seconds",
+    "payload_bytes",
     "effort_us_per_kb", "ipsec_effort_us_per_kb", "cpu_load", "loss_pct",
     "wire_up_bytes", "wire_up_packets", "wire_down_bytes", "wire_down_packets",
     "other_cpu_before", "busy",

@@ -15,6 +15,7 @@ import io
 import json
 import math
 import re
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +76,15 @@ window.addEventListener('load', () => {
 
 
 def _svg(p: Plot) -> str:
+    fig, _ = _figure(p)
+    buf = io.StringIO()
+    fig.savefig(buf, format="svg")
+    text = buf.getvalue()
+    return text[text.index("<svg") :]  # drop the XML prolog and doctype: inline SVG
+
+
+def _figure(p: Plot) -> tuple[Any, dict[str, list[Any]]]:
+    """The plot's matplotlib figure, and each bar series' rectangles (bars plots)."""
     import matplotlib
 
     matplotlib.rcParams["svg.hashsalt"] = "ipsec-lab"  # stable ids: same data, same file
@@ -83,6 +93,7 @@ def _svg(p: Plot) -> str:
 
     fig = Figure(figsize=(9, 4.2), layout="constrained")
     ax = fig.add_subplot()
+    drawn: dict[str, list[Any]] = {}
     if p.kind == "bars":
         n = max(len(p.series), 1)
         width = 0.8 / n
@@ -90,7 +101,7 @@ def _svg(p: Plot) -> str:
         for i, (name, vals) in enumerate(p.series.items()):
             ys = [math.nan if v is None else float(v) for v in vals]
             pos = [x + (i - (n - 1) / 2) * width for x in xs]
-            ax.bar(pos, ys, width, label=name)
+            drawn[name] = list(ax.bar(pos, ys, width, label=name))
             spans = p.errors.get(name) or []
             bars = [(x, y, e) for x, y, e in zip(pos, ys, spans, strict=False)
                     if e is not None and not math.isnan(y)]  # fmt: skip
@@ -126,11 +137,12 @@ def _svg(p: Plot) -> str:
     ax.grid(alpha=0.3)
     if ax.get_legend_handles_labels()[0]:
         n = len(ax.get_legend_handles_labels()[0])
-        ax.legend(fontsize=8, ncols=2 if n > 4 else 1, framealpha=0.9)
-    buf = io.StringIO()
-    fig.savefig(buf, format="svg")
-    text = buf.getvalue()
-    return text[text.index("<svg") :]  # drop the XML prolog and doctype: inline SVG
+        if p.kind == "bars":  # beside the axes: a legend inside would cover bars
+            ax.legend(fontsize=8, ncols=2 if n > 12 else 1, loc="upper left",
+                      bbox_to_anchor=(1.01, 1.0), borderaxespad=0)  # fmt: skip
+        else:
+            ax.legend(fontsize=8, ncols=2 if n > 4 else 1, framealpha=0.9)
+    return fig, drawn
 
 
 def _cell(v: Any) -> str:
@@ -195,6 +207,27 @@ def reading(analyses: list[Analysis]) -> list[str]:
     return out
 
 
+def bar_heights(p: Plot) -> dict[tuple[str, str], float]:
+    """Each bar of a bars plot as drawn: (series, category) -> height in pixels at the
+    report's size, for a measured value (so a test can see every measured bar shows)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    fig, bars = _figure(p)
+    FigureCanvasAgg(fig).draw()  # type: ignore[no-untyped-call]
+    out = {}
+    for name, patches in bars.items():
+        for cat, patch, v in zip(p.categories, patches, p.series[name], strict=True):
+            if v is not None:
+                box = patch.get_window_extent()
+                out[(name, cat)] = float(box.height)
+    return out
+
+
+def code(text: str) -> str:
+    """`text` escaped for HTML, with `command` spans as <code> (no literal backticks)."""
+    return re.sub(r"`([^`]+)`", r"<code>\1</code>", html.escape(text))
+
+
 def _slug(s: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", s.lower()).strip("-")[:80]
 
@@ -237,8 +270,13 @@ def render(analyses: list[Analysis], env: dict[str, Any], lab: Path) -> str:
     n = 0
     for an in analyses:
         parts.append(f"<h2 id={an.study}>{html.escape(an.title)}</h2>")
-        parts.append(f'<p class="note">{html.escape(an.source)}. Campaigns: ' + ", ".join(
-            f"{html.escape(r)} = {c}" for r, c in an.campaigns.items()) + "</p>")  # fmt: skip
+        if list(an.campaigns) == ["campaign"]:  # a campaign of one's own: its id is its name
+            parts.append(f'<p class="note">{code(an.source)}.</p>')
+        else:
+            parts.append(f'<p class="note">{code(an.source)}. Campaigns: ' + ", ".join(
+                f"{html.escape(r)}: {c}" for r, c in an.campaigns.items()) + "</p>")  # fmt: skip
+        if an.terms:
+            parts.append(f'<p class="note"><b>Terms.</b> {code(an.terms)}</p>')
         # with --compare each backend has its own rows: say whose
         several = len(an.backends()) > 1
         if an.findings:
@@ -257,18 +295,22 @@ def render(analyses: list[Analysis], env: dict[str, Any], lab: Path) -> str:
         if an.findings:
             parts.append("</table>")
         if an.failures:
-            items = "".join(f"<li class=fail>{html.escape(x)}</li>" for x in an.failures)
+            items = "".join(f"<li class=fail>{code(x)}</li>" for x in an.failures)
             parts.append(
                 f"<h3>Failed runs</h3><ul>{items}</ul><p class=note>Each failed run's whole "
-                "reason, with the tail of the failing program's own log, is in "
-                "<code>ipsec-lab results CAMPAIGN</code>.</p>"
+                "reason, with the tail of the failing program's own log: "
+                + ", ".join(
+                    f"<code>ipsec-lab results {c} --lab {html.escape(shlex.quote(str(lab)))}</code>"
+                    for c in sorted(set(an.campaigns.values()))
+                )
+                + ".</p>"
             )
         if an.cause:
-            parts.append(f"<p><b>Why (the model's terms):</b> {html.escape(an.cause)}</p>")
+            parts.append(f"<p><b>Why (the model's terms):</b> {code(an.cause)}</p>")
         for p in an.plots:
             n += 1
             # The plot carries its title; the caption adds what the title does not say.
-            caption = html.escape(p.note or p.title)
+            caption = code(p.note or p.title)
             parts.append(
                 f"<figure class=plot id=plot-{n}>{_svg(p)}"
                 f"<figcaption>{caption}</figcaption></figure>"
@@ -277,14 +319,30 @@ def render(analyses: list[Analysis], env: dict[str, Any], lab: Path) -> str:
     parts.append("<h2 id=environment>Environment and how to re-run</h2><table>")
     for k, v in {**env, "report written by": gen.get("ipsec_lab"),
                  "git revision (report)": gen.get("git")}.items():  # fmt: skip
+        if v is None or v == "":
+            continue  # not known, or not used (no VM): nothing to say
         parts.append(f"<tr><th>{html.escape(str(k))}</th><td>{html.escape(str(v))}</td></tr>")
     parts.append("</table>")
+    lab_q = html.escape(shlex.quote(str(lab)))
+    if studies:
+        parts.append(
+            f"<p>Re-run the studies: <code>ipsec-lab reproduce all --lab {lab_q}</code> "
+            "(as root; add <code>--quick</code> for a first look, <code>--compare "
+            "ours,strongswan</code> for another implementation beside ours), then "
+            f"<code>ipsec-lab report --lab {lab_q}</code>.</p>"
+        )
+    own = [an for an in analyses if an.rerun]
+    if own:
+        parts.append("<p>Continue or re-run a campaign (as root; <code>--resume</code> keeps "
+                     "its finished runs and does the rest):</p><ul>"
+                     + "".join(f"<li>campaign {', '.join(map(str, an.campaigns.values()))}: <code>{html.escape(an.rerun)}"
+                               "</code></li>" for an in own)
+                     + "</ul>")  # fmt: skip
+    ids = " ".join(str(c) for an in analyses for c in an.campaigns.values())
     parts.append(
-        f"<p>Re-run: <code>ipsec-lab reproduce all --lab {html.escape(str(lab))}</code> "
-        "(as root; add <code>--quick</code> for a first look, <code>--compare "
-        "ours,strongswan</code> for another implementation beside ours), then "
-        f"<code>ipsec-lab report --lab {html.escape(str(lab))}</code>. The campaigns above "
-        "are in the lab's <code>results.sqlite</code> (<code>ipsec-lab results ID</code>).</p>"
+        "<p>The campaigns above are in the lab's <code>results.sqlite</code>: "
+        f"<code>ipsec-lab results --lab {lab_q}</code> lists them; this report again: "
+        f"<code>ipsec-lab report {ids} --lab {lab_q}</code>.</p>"
     )
     parts.append("</body></html>")
     return "\n".join(parts)
@@ -311,7 +369,9 @@ def write(analyses: list[Analysis], env: dict[str, Any], lab: Path, out: Path) -
         old.unlink()
     for an in analyses:
         for i, t in enumerate(an.tables, 1):
-            with open(tables / f"{an.study}-{i:02d}-{_slug(t.title)}.csv", "w", newline="") as f:
+            # one table: named after its study or campaign alone (campaign-1.csv)
+            name = an.study if len(an.tables) == 1 else f"{an.study}-{i:02d}-{_slug(t.title)}"
+            with open(tables / f"{name}.csv", "w", newline="") as f:
                 w = csv.writer(f)
                 w.writerow(t.columns)
                 w.writerows(t.rows)

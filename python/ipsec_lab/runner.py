@@ -125,6 +125,7 @@ class Campaign:
             self.id = existing
         self.plan = plan(sc)
         self.soaker: Soaker | None = None
+        self.shown = ""  # the backend running now, as `preflight.label` names it
         self.finished = self.store.finished_keys(self.id)
         self.failed_keys: set[RunKey] = set()
         self.progress = Progress(total=len(self.plan), done=len(self.finished))
@@ -220,6 +221,9 @@ class Campaign:
                 pass
             return
         version = backend.version()
+        from ipsec_lab.preflight import label
+
+        self.shown = label(bname, version)
         try:
             for p in runs:
                 self._one(tb, backend, p, version)
@@ -229,7 +233,7 @@ class Campaign:
     def _one(self, tb: Testbed, backend: backends.Backend, p: Planned, version: str) -> None:
         k = p.key
         self.progress.current = (
-            f"{k.backend} {k.configuration} | {k.link} | {k.workload} {k.flow} "
+            f"{self.shown} {k.configuration} | {k.link} | {k.workload} {k.flow} "
             f"| rep {k.repetition}/{self.sc.repetitions}"
         )
         self.on_progress(self.progress)
@@ -305,7 +309,8 @@ class Campaign:
             self.progress.skipped += 1
         self.progress.done += 1
         k = p.key
-        what = f"{k.backend} {k.configuration} | {k.link} | {k.workload} {k.flow} #{k.repetition}"
+        name = self.shown if self.shown.startswith(k.backend) else k.backend
+        what = f"{name} {k.configuration} | {k.link} | {k.workload} {k.flow} #{k.repetition}"
         if status == "done":
             figs = ", ".join(
                 f"{r['label']} {r['mbps']:.1f} Mbit/s" for r in rows or [] if "mbps" in r
@@ -358,13 +363,18 @@ def summarize(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         k = (r["backend"], r["configuration"], r["link"], r["flow"], r["workload"])
         if r["status"] == "failed" or (r["status"] == "skipped" and k not in done_keys):
             unmeasured.setdefault(k, (r["status"], (r["reason"] or "").split("\n")[0]))
+    from ipsec_lab.preflight import label
+
+    # The variant a backend ran as (`strongswan (libipsec)`), from its runs' versions.
+    shown = {r["backend"]: label(r["backend"], r.get("backend_version")) for r in runs}
     out: list[dict[str, Any]] = []
     for key, xs in groups.items():
         mbps = [float(x["mbps"]) for x in xs]
         eff = [float(x["effort_us_per_kb"]) for x in xs if x.get("effort_us_per_kb") is not None]
         secs = [float(x["seconds"]) for x in xs]
         row: dict[str, Any] = {
-            "backend": key[0], "configuration": key[1], "link": key[2], "flow": key[3],
+            "backend": key[0], "backend_label": shown.get(key[0], key[0]),
+            "configuration": key[1], "link": key[2], "flow": key[3],
             "measurement": key[4], "n": len(xs),
             "mbps_median": statistics.median(mbps), "mbps_min": min(mbps), "mbps_max": max(mbps),
             "mbps_cv": _cv(mbps),
@@ -418,8 +428,8 @@ def summarize(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         )
     for (bk, cfg, link, flow, wl), (status, reason) in unmeasured.items():
         out.append(
-            {"backend": bk, "configuration": cfg, "link": link, "flow": flow, "measurement": wl,
-             "n": 0, status: reason}
+            {"backend": bk, "backend_label": shown.get(bk, bk), "configuration": cfg,
+             "link": link, "flow": flow, "measurement": wl, "n": 0, status: reason}
         )  # fmt: skip
     return out
 

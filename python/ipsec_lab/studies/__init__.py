@@ -110,6 +110,9 @@ class Analysis:
     campaigns: dict[str, int] = field(default_factory=dict)  # role -> campaign id
     quick: bool = False
     failures: list[str] = field(default_factory=list)  # failed runs, a line each, with why
+    # how to continue or re-run it (a command line), where it is not `reproduce`
+    rerun: str = ""
+    terms: str = ""  # what its tables' and plots' terms mean, said once
 
     def add_findings(self, backend: str, findings: list[Finding]) -> None:
         """Add what one backend's runs show (each finding tagged with the backend)."""
