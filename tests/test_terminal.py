@@ -60,7 +60,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Path:
     store = Store(lab / "results.sqlite")
     text = (
         'name = "mine"\nbackends = ["none", "ours"]\nconfigurations = ["esp:aes128gcm16"]\n'
-        "repetitions = 2\n[[workloads]]\nkind = \"tcp\"\nseconds = 5\n"
+        'repetitions = 2\n[[workloads]]\nkind = "tcp"\nseconds = 5\n'
     )
     cid = store.new_campaign("mine", "mine.toml", text, {})
     for backend, conf, mbps, effort in (

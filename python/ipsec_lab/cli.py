@@ -242,17 +242,72 @@ def _suite(s: str) -> str:
     """An ESP proposal, written as everywhere else: `aes128gcm16` or `esp:aes128gcm16`."""
     import difflib
 
+    from ipsec_lab.model.transforms import suggest_suite
+
     enc, integ = _native.algorithms()
     bare = s.strip().lower().removeprefix("esp:")
+    if bare.split(":")[0] in ("ah", "ipcomp") or "+" in bare:
+        raise argparse.ArgumentTypeError(
+            f"{s!r}: --suite times one ESP proposal (aes128gcm16, aes128-sha1); time AH, "
+            f"IPComp or a bundle as a whole configuration: --config {s}"
+        )
     e, _, i = bare.partition("-")
     if e not in enc or (i and i not in integ):
         close = difflib.get_close_matches(e if e not in enc else i, enc if e not in enc else integ)
-        hint = f" (did you mean {' or '.join(close[:2])}?)" if close else ""
+        hint = (suggest_suite(bare, enc, integ) if e not in enc else "") or (
+            f" (did you mean {' or '.join(close[:2])}?)" if close else ""
+        )
         raise argparse.ArgumentTypeError(
             f"{s!r} is not a proposal{hint}: encryption one of {', '.join(enc)}, "
             f"optionally '-' and integrity one of {', '.join(integ)}"
         )
     return bare
+
+
+class Formatter(argparse.HelpFormatter):
+    """Help that fits the terminal: prose paragraphs filled to its width; an indented
+    line that is a command (`  ipsec-lab ...`, continued with `\\`) kept as written, so
+    an example is never broken mid-command; other indented lines (a list) filled with
+    a hanging indent."""
+
+    def __init__(self, prog: str, **kwargs: Any) -> None:
+        import shutil
+
+        width = min(shutil.get_terminal_size().columns, 100) - 2
+        super().__init__(prog, width=max(width, 40), **kwargs)
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        import textwrap
+
+        out: list[str] = []
+        para: list[str] = []
+
+        def flush() -> None:
+            if para:
+                out.append(textwrap.fill(" ".join(para), width, initial_indent=indent,
+                                         subsequent_indent=indent))  # fmt: skip
+                para.clear()
+
+        for line in text.splitlines():
+            if not line.strip():
+                flush()
+                out.append("")
+            elif line.startswith("  "):
+                flush()
+                body = line.lstrip()
+                if body.startswith(("ipsec-lab ", "--", "sudo ")) or line.startswith("      "):
+                    out.append(indent + line)  # a command (or its continuation): as written
+                else:
+                    lead = indent + line[: len(line) - len(body)]
+                    out.append(textwrap.fill(body, width, initial_indent=lead,
+                                             subsequent_indent=lead + "    "))  # fmt: skip
+            elif line.endswith(":") and len(line) < 40:  # a heading: "examples:"
+                flush()
+                out.append(indent + line)
+            else:
+                para.append(line.strip())
+        flush()
+        return "\n".join(out)
 
 
 class Parser(argparse.ArgumentParser):
@@ -261,6 +316,7 @@ class Parser(argparse.ArgumentParser):
     the option's (negative) value, so its own error can say "negative"."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", Formatter)
         super().__init__(*args, **kwargs)
         # argparse reads only -5 and -.5 as values; -5MB, -1G, -2e3 are values too.
         self._negative_number_matcher = re.compile(r"^-\.?\d[\w./]*$")
@@ -413,8 +469,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             sub = getattr(args, "model_command", None) or getattr(args, "advise_command", None)
             rc = cli_model.run(args, " ".join(filter(None, ["ipsec-lab", args.command, sub])))
     except BrokenPipeError:
-        # The reader (e.g. `| head`) went away: not an error of ours.
-        sys.stderr.close()
+        # The reader (e.g. `| head`) went away: not an error of ours. What is still
+        # buffered, and the interpreter's last flush, go nowhere instead of failing.
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     return rc
 

@@ -52,6 +52,13 @@ DEFAULT_SIZES = [64, 128, 256, 512, 1024, 1280, 1420]
 BENCH_SIZES = [64, 128, 256, 512, 1024, 1420]
 
 
+# One wording wherever plan's engine-only figure is shown (README included).
+ENGINE_ONLY = (
+    "upper bound on rate, lower bound on cost: the engine alone, without the TUN, socket "
+    "and kernel costs a gateway also pays (plan from a lab campaign with --campaign N)"
+)
+
+
 class UserError(Exception):
     """Bad input found after argument parsing; printed as one line, exit 2."""
 
@@ -89,6 +96,21 @@ def rate_mbps(text: str) -> float:
         return units.rate_mbit(text)
     except units.UnitError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _share(text: str) -> float:
+    """A share of one core: more than 0 and at most 1 (0.8), or a percentage (80%)."""
+    t = text.strip()
+    pct = t.endswith("%")
+    try:
+        v = float(t.removesuffix("%")) / (100 if pct else 1)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 < v <= 1:
+        raise argparse.ArgumentTypeError(
+            f"{text}: a share of one core, more than 0 and at most 1 (0.8 or 80%)"
+        )
+    return v
 
 
 def _non_negative(text: str) -> float:
@@ -198,6 +220,11 @@ def _table(title: str, cols: list[str], rows: list[list[str]], caption: str | No
     for r in rows:
         t.add_row(*r)
     return t
+
+
+def _mbps(v: float) -> str:
+    """A rate for reading: 56,150 rather than 5.615e+04."""
+    return f"{v:,.0f}" if v >= 1000 else f"{v:.4g}"
 
 
 def _f(v: float | None, fmt: str = ".4g") -> str:
@@ -370,8 +397,8 @@ def _add_model(sub: Any) -> None:
             "rather than the securing process limited are left out (with --link-mbps, "
             "those at the link rate; otherwise, detected as a ceiling below the fit)."
         ),
-        epilog="example: ipsec-lab model fit --mode sync --lalg esp:16 "
-        "--point 128:2.204 --point 1280:11.382",
+        epilog="example:\n  ipsec-lab model fit --mode sync --lalg esp:16 "
+        "--point 128:2.204 \\\n      --point 1280:11.382",
     )
     f.add_argument("--mode", choices=["sync", "async"], default="sync", help="default: sync")
     f.add_argument("--lalg", default="ip", metavar="FORM", help=lalg_help)
@@ -418,8 +445,8 @@ def _add_model(sub: Any) -> None:
             "fitted first) for sizes, size ranges, mixes and a pcap's size distribution. "
             "A mix's throughput is its mean bytes per packet over its mean time per packet."
         ),
-        epilog="example: ipsec-lab model predict --mode sync --lalg esp:16 --t-fix-ms 0.4098 "
-        "--r-alg-mbps 21.179 --size 64 --size 512 --size 1420",
+        epilog="example:\n  ipsec-lab model predict --mode sync --lalg esp:16 "
+        "--t-fix-ms 0.4098 \\\n      --r-alg-mbps 21.179 --size 64 --size 512 --size 1420",
     )
     p.add_argument("--mode", choices=["sync", "async"], default="sync", help="default: sync")
     p.add_argument("--lalg", default="ip", metavar="FORM", help=lalg_help)
@@ -570,10 +597,7 @@ def _plan(args: argparse.Namespace) -> int:
                 f"measured here: engine {args.op} of {suite}, tunnel mode, one core, "
                 f"sizes {BENCH_SIZES} (the engine alone: no TUN, sockets or kernel)"
             )
-            bound = (
-                "upper bound: the engine alone, without the TUN, socket and kernel costs a "
-                "gateway also pays (plan from a lab campaign with --campaign N)"
-            )
+            bound = ENGINE_ONLY
         else:
             pts = args.point or []
         lalg = _lalg(args)
@@ -606,14 +630,15 @@ def _plan(args: argparse.Namespace) -> int:
     )
     upper = bound.startswith("upper bound")
     c.print(
-        f"one core: {'at most ' if upper else ''}{doc['per_core_mbps']:.4g} Mbit/s; "
+        f"one core: {'at most ' if upper else ''}{_mbps(doc['per_core_mbps'])} Mbit/s; "
         f"{'at least ' if upper else ''}{doc['mhz_per_mbps']:.3g} MHz per Mbit/s "
         "(FreeS/WAN rule: 25)"
     )
     c.print(f"[dim]costs: {bound}[/dim]")
     if plan.target_mbps is not None:
         c.print(
-            f"[bold]{plan.target_mbps:g} Mbit/s needs {plan.cores} core(s)[/bold] at "
+            f"[bold]{plan.target_mbps:g} Mbit/s needs {'at least ' if upper else ''}"
+            f"{plan.cores} core(s)[/bold] at "
             f"{mhz:.0f} MHz, each at most {100 * plan.max_load:.0f} % busy"
         )
     rows = [
@@ -651,8 +676,9 @@ def _add_plan(sub: Any) -> None:
             "rule. Costs come from model parameters, measured points, the engine benchmark "
             "run here (--bench), or cycles per byte."
         ),
-        epilog="examples: ipsec-lab plan --bench esp:aes128gcm16 --target-mbps 10000; "
-        "ipsec-lab plan --cycles-per-byte 140 --cpu-mhz 450",
+        epilog="examples:\n  ipsec-lab plan --bench esp:aes128gcm16 --target-mbps 10G\n"
+        "  ipsec-lab plan --cycles-per-byte 140 --cpu-mhz 450\n"
+        "  ipsec-lab plan --campaign 1 --backend ours --configuration esp:aes128gcm16",
     )
     p.add_argument("--t-fix-ms", type=_non_negative, metavar="MS")
     p.add_argument("--r-alg-mbps", type=rate_mbps, metavar="RATE",
@@ -689,9 +715,11 @@ def _add_plan(sub: Any) -> None:
                    help="rate to plan for, Mbit/s (or with k/M/G: 100M, 1G)")  # fmt: skip
     p.add_argument(
         "--max-load",
-        type=_positive,
+        type=_share,
         default=0.8,
-        help="busiest a core may be (default: 0.8, headroom for bursts and the rest)",
+        metavar="SHARE",
+        help="busiest a core may be, more than 0 and at most 1, or a percentage (default: "
+        "0.8 = 80 %%, headroom for bursts and the rest)",
     )
     _add_layout(p)
     p.add_argument("--json", action="store_true", help="print JSON for scripts")
@@ -711,11 +739,14 @@ def _sample(args: argparse.Namespace) -> tuple[ipc.Compressibility, list[bytes]]
         return r, []
     if args.data is not None:
         path = Path(args.data)
-        if not path.is_file():
+        if path.is_dir():
+            raise UserError(f"--data {path}: is a directory; give a file of the data to send")
+        if not path.exists():
             raise UserError(f"--data {path}: no such file")
-        data = path.read_bytes()[: args.max_bytes]
+        with open(path, "rb") as f:  # a device or a FIFO too (/dev/stdin)
+            data = f.read(args.max_bytes)
         if not data:
-            raise UserError(f"--data {path}: the file is empty")
+            raise UserError(f"--data {path}: empty (no bytes to compress)")
         packets = ipc.packetize(data, args.packet_size)
         src = f"{path} ({len(data)} B in {len(packets)} packets of {args.packet_size} B)"
     else:
@@ -836,8 +867,8 @@ def _add_advise(sub: Any) -> None:
             "(DEFLATE on the sample, ESP with the engine benchmark) or taken from study 1 "
             "(--costs ferrante2005)."
         ),
-        epilog="example: ipsec-lab advise ipcomp --data /usr/share/common-licenses/GPL-3 "
-        "--link-mbps 10",
+        epilog="example:\n  ipsec-lab advise ipcomp --data /usr/share/common-licenses/GPL-3 "
+        "\\\n      --link-mbps 10M",
     )
     p.add_argument("--data", metavar="FILE", help="a file of the data to be sent")
     p.add_argument("--pcap", metavar="FILE", help="a capture of the traffic (whole packets)")
@@ -897,7 +928,9 @@ def _add_advise(sub: Any) -> None:
             "ferrante2005-incompressible",
         ],
         default="here",
-        help="where CPU costs come from (default: here)",
+        metavar="COSTS",
+        help="where CPU costs come from: here (measured now), ferrante2005, "
+        "ferrante2005-compressible or ferrante2005-incompressible (default: here)",
     )
     p.add_argument("--forward-us-per-kb", type=_non_negative, metavar="US")
     p.add_argument("--esp-us-per-kb", type=_non_negative, metavar="US")
@@ -1005,7 +1038,8 @@ def _add_overhead(sub: Any) -> None:
             "--transfer study 4's view of a whole TCP transfer: packets and bytes in both "
             "directions and the %% increase over no IPsec."
         ),
-        epilog="example: ipsec-lab overhead --config esp:3des-md5 --transfer 1KB --transfer 10MB",
+        epilog="example:\n  ipsec-lab overhead --config esp:3des-md5 --transfer 1KB "
+        "--transfer 10MB",
     )
     p.add_argument(
         "--config",
@@ -1055,6 +1089,8 @@ def run(args: argparse.Namespace, prog: str) -> int:
     """Call a model command; bad input found after parsing is one line and exit 2."""
     try:
         rc: int = args.func(args)
+    except BrokenPipeError:
+        raise  # the reader went away (`| head`): cli.main ends quietly, not a user error
     except (UserError, *USER_ERRORS) as e:
         print(f"{prog}: {e}", file=sys.stderr)
         return 2

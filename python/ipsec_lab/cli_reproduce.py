@@ -191,9 +191,9 @@ def add_parsers(sub: Any) -> None:
             + "\n".join(f"  {k}: {v}" for k, v in STUDY_HELP.items())
             + f"\nTime on a 2-core machine, in study order — {TIMES}."
         ),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    r.add_argument("study", choices=[*studies.NAMES, "all"], help="which study, or all")
+    r.add_argument("study", choices=[*studies.NAMES, "all"], metavar="STUDY",
+                   help=f"which study ({', '.join(studies.NAMES)}), or all")  # fmt: skip
     r.add_argument("--quick", action="store_true",
                    help="a reduced run for a first look (fewer configurations, sizes and "
                    "seconds; all four studies in about 3 minutes)")  # fmt: skip

@@ -505,8 +505,12 @@ def parse(text: str, source: str = "<scenario>") -> Scenario:
 
 def load(path: str | Path) -> Scenario:
     p = Path(path)
+    if p.is_dir():
+        raise ScenarioError(str(p), "(file)", "is a directory; give a scenario file (TOML)")
     try:
         text = p.read_text()
     except OSError as e:
         raise ScenarioError(str(p), "(file)", e.strerror or str(e)) from None
+    except UnicodeDecodeError:
+        raise ScenarioError(str(p), "(file)", "not text: a scenario is a TOML file") from None
     return parse(text, str(p))

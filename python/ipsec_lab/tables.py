@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import io
 import os
+import sys
 from typing import IO
 
 from rich import box
@@ -23,6 +24,19 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
+
+
+class _Console(Console):
+    """rich's Console, but a reader gone away (`| head`) ends the command quietly with
+    status 0 (the CLI catches BrokenPipeError), not rich's SystemExit(1)."""
+
+    def on_broken_pipe(self) -> None:
+        if self.quiet:
+            return
+        # Later writes (and the interpreter's last flush) go nowhere instead of failing.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        raise BrokenPipeError
 
 
 def natural_width(t: Table) -> int:
@@ -80,19 +94,19 @@ def show(t: Table, wide: bool = False, file: IO[str] | None = None,
 
     Everything here prints through `Console.print` itself, never `console.print`: on a
     `WholeConsole` that would come back to `show` for ever."""
-    c = console or Console(file=file)
+    c = console or _Console(file=file)
     need = natural_width(t)
     if not c.is_terminal:
         cols = _columns()
         if wide or cols is None or need <= cols:
             t.box = box.SIMPLE_HEAD if t.box is not None else None
-            Console(file=c.file, width=need, color_system=None, highlight=False).print(t)
+            _Console(file=c.file, width=need, color_system=None, highlight=False).print(t)
         else:  # $COLUMNS narrower than the table: blocks, as on a narrow terminal
-            _print_blocks(Console(file=c.file, width=cols, color_system=None), t)
+            _print_blocks(_Console(file=c.file, width=cols, color_system=None), t)
         return
     if wide or need <= c.width:
         if need > c.width:
-            Console(file=c.file, width=need, force_terminal=True).print(t)
+            _Console(file=c.file, width=need, force_terminal=True).print(t)
         else:
             Console.print(c, t)
         return
@@ -103,7 +117,7 @@ def show(t: Table, wide: bool = False, file: IO[str] | None = None,
 WIDE = False
 
 
-class WholeConsole(Console):
+class WholeConsole(_Console):
     """A rich Console whose `print` of a lone Table goes through `show` (every cell
     whole); anything else prints as usual. Outside a terminal, text is not cut either."""
 

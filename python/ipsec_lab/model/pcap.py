@@ -83,8 +83,12 @@ def _frames(path: str | Path) -> Iterator[tuple[bytes, int | None, bytes]]:
     from scapy.utils import RawPcapReader
 
     p = Path(path)
-    if not p.is_file():
+    if p.is_dir():
+        raise CaptureError(f"{p}: is a directory; give a capture file (pcap or pcapng)")
+    if not p.exists():
         raise CaptureError(f"{p}: no such capture file")
+    if p.is_file() and p.stat().st_size == 0:
+        raise CaptureError(f"{p}: empty (a capture has at least its file header)")
     try:
         reader = RawPcapReader(str(p))
     except (Scapy_Exception, OSError, EOFError) as e:

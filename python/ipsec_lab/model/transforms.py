@@ -186,9 +186,9 @@ def parse_configuration(text: str) -> Configuration:
                 raise ConfigError(f"{text!r}: esp given twice")
             enc, _, integ = algs.partition("-")
             if enc not in CIPHERS:
+                hint = suggest_suite(algs, CIPHERS, INTEGRITY) or _did_you_mean(enc, CIPHERS)
                 raise ConfigError(
-                    f"{text!r}: unknown ESP encryption {enc!r}{_did_you_mean(enc, CIPHERS)}; "
-                    f"one of {', '.join(CIPHERS)}"
+                    f"{text!r}: unknown ESP encryption {enc!r}{hint}; one of {', '.join(CIPHERS)}"
                 )
             c = CIPHERS[enc]
             integ = integ or "null"
@@ -218,6 +218,26 @@ def parse_configuration(text: str) -> Configuration:
                 "joined by '+'"
             )
     return Configuration("+".join(canonical), ipcomp, esp, ah)
+
+
+def suggest_suite(algs: str, ciphers: Iterable[str], integrities: Iterable[str]) -> str:
+    """A did-you-mean for an ESP suite written another way (`aes-128-gcm`, `AES_128_GCM`,
+    `chacha20-poly1305`, `aes-128-cbc-sha1`): the one spelling ipsec-lab uses, or ""."""
+    import difflib
+    import re
+
+    squashed = re.sub(r"[-_ /]", "", algs.lower()).replace("cbc", "")
+    known = list(ciphers)
+    best = ""
+    for c in sorted(known, key=len, reverse=True):  # aes128gcm16 before aes128
+        if squashed.startswith(c) or (c.startswith(squashed) and len(squashed) >= 5):
+            rest = squashed[len(c) :] if squashed.startswith(c) else ""
+            best = c + (f"-{rest}" if rest in set(integrities) and rest != "null" else "")
+            break
+    if not best:
+        close = difflib.get_close_matches(squashed, known, n=1, cutoff=0.75)
+        best = close[0] if close else ""
+    return f" (did you mean {best}?)" if best else ""
 
 
 def _did_you_mean(word: str, known: Iterable[str]) -> str:
@@ -371,8 +391,15 @@ def parse_lalg(spec: str, layout: Layout | None = None) -> SecuredLength:
     proto, _, rest = s.partition(":")
     if proto in ("esp", "ah") and rest.isdigit():
         b = int(rest)
-        if b < 1 or b > 1024:
-            raise ConfigError(f"--lalg {spec!r}: block size must be 1 to 1024 bytes")
+        if b % 4 or not 4 <= b <= 256:
+            # ESP pads its trailer to 4-byte alignment at least (RFC 4303 §2.4), AH its
+            # header to 32 bits (RFC 4302 §2.2): no other block can occur.
+            why = ("ESP pads to a multiple of 4 bytes (RFC 4303 §2.4): 4 for GCM and "
+                   "ChaCha20, 8 for 3DES, 16 for AES-CBC") if proto == "esp" else (
+                   "AH aligns to 32 bits (RFC 4302 §2.2): 4 for IPv4, 8 for IPv6")  # fmt: skip
+            raise ConfigError(
+                f"--lalg {spec!r}: the block must be a multiple of 4 from 4 to 256 bytes; {why}"
+            )
         return SecuredLength(spec, proto, b, layout=lay)
     try:
         cfg = parse_configuration(s)
