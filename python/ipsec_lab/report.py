@@ -335,8 +335,8 @@ def render(analyses: list[Analysis], env: dict[str, Any], lab: Path) -> str:
     if own:
         parts.append("<p>Continue or re-run a campaign (as root; <code>--resume</code> keeps "
                      "its finished runs and does the rest):</p><ul>"
-                     + "".join(f"<li>campaign {', '.join(map(str, an.campaigns.values()))}: <code>{html.escape(an.rerun)}"
-                               "</code></li>" for an in own)
+                     + "".join(f"<li>campaign {', '.join(map(str, an.campaigns.values()))}: "
+                               f"<code>{html.escape(an.rerun)}</code></li>" for an in own)
                      + "</ul>")  # fmt: skip
     ids = " ".join(str(c) for an in analyses for c in an.campaigns.values())
     parts.append(
