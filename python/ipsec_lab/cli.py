@@ -264,6 +264,10 @@ def _suite(s: str) -> str:
     return bare
 
 
+# Lines break between words only: never inside `strongswan-libipsec` or a long path.
+WHOLE: dict[str, Any] = {"break_on_hyphens": False, "break_long_words": False}
+
+
 class Formatter(argparse.HelpFormatter):
     """Help that fits the terminal: prose paragraphs filled to its width; an indented
     line that is a command (`  ipsec-lab ...`, continued with `\\`) kept as written, so
@@ -276,6 +280,11 @@ class Formatter(argparse.HelpFormatter):
         width = min(shutil.get_terminal_size().columns, 100) - 2
         super().__init__(prog, width=max(width, 40), **kwargs)
 
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        import textwrap
+
+        return textwrap.wrap(" ".join(text.split()), width, **WHOLE)
+
     def _fill_text(self, text: str, width: int, indent: str) -> str:
         import textwrap
 
@@ -285,7 +294,7 @@ class Formatter(argparse.HelpFormatter):
         def flush() -> None:
             if para:
                 out.append(textwrap.fill(" ".join(para), width, initial_indent=indent,
-                                         subsequent_indent=indent))  # fmt: skip
+                                         subsequent_indent=indent, **WHOLE))  # fmt: skip
                 para.clear()
 
         for line in text.splitlines():
@@ -300,7 +309,7 @@ class Formatter(argparse.HelpFormatter):
                 else:
                     lead = indent + line[: len(line) - len(body)]
                     out.append(textwrap.fill(body, width, initial_indent=lead,
-                                             subsequent_indent=lead + "    "))  # fmt: skip
+                                             subsequent_indent=lead + "    ", **WHOLE))  # fmt: skip
             elif line.endswith(":") and len(line) < 40:  # a heading: "examples:"
                 flush()
                 out.append(indent + line)
