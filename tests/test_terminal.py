@@ -127,7 +127,7 @@ def test_every_command_in_a_terminal_prints_every_value_whole(
         assert "\x1b[" in out, f"{name}: no styling at all on a terminal"
 
 
-@pytest.mark.parametrize("columns", [80, 200])
+@pytest.mark.parametrize("columns", WIDTHS)
 @pytest.mark.parametrize("name", MEASURING)
 def test_measuring_commands_in_a_terminal(name: str, columns: int) -> None:
     args, words = MEASURING[name]

@@ -34,6 +34,22 @@ class UnitError(ValueError):
     """A rate or size that cannot be read; the message says what to write instead."""
 
 
+RATE_SPELLING = "write bits per second with an SI prefix, e.g. 100M, 1G, 1.5Gbit/s, 500kbps"
+SIZE_SPELLING = (
+    "write bytes, or a number with K, M or G (KB = KiB = 1024 B), e.g. 1500, 64K, 10MB, 1G"
+)
+
+
+def _parts(pattern: re.Pattern[str], text: str, what: str, spelling: str) -> tuple[str, ...]:
+    """(number, prefix, "i" or "", unit) of `text`, or the error saying how to write one."""
+    m = pattern.fullmatch(text.strip())
+    if not m:
+        raise UnitError(f"{text!r} is not a {what}: {spelling}")
+    if m.group(3) and not m.group(2):
+        raise UnitError(f"{text!r} is not a {what}: 'i' goes after a prefix (Ki, Mi, Gi)")
+    return m.groups()
+
+
 def _fmt(v: float) -> str:
     return f"{v:.6g}"
 
@@ -56,15 +72,7 @@ def rate_bps(text: str | float | int, bare: float = 1e6, positive: bool = True) 
         s = _fmt(float(text))
     else:
         s = text.strip()
-        m = _RATE.fullmatch(s)
-        if not m:
-            raise UnitError(
-                f"{text!r} is not a rate: write bits per second with an SI prefix, "
-                "e.g. 100M, 1G, 1.5Gbit/s, 500kbps"
-            )
-        num, prefix, binary, unit = m.groups()
-        if binary and not prefix:
-            raise UnitError(f"{text!r} is not a rate: 'i' goes after a prefix (Ki, Mi, Gi)")
+        num, prefix, binary, unit = _parts(_RATE, text, "rate", RATE_SPELLING)
         n = float(num)
         if unit in ("B/s", "Bps", "B"):
             scale = 1 << (10 * "_kmgt".index(prefix.lower())) if binary else 1
@@ -103,15 +111,7 @@ def size_bytes(text: str | int | float, positive: bool = False) -> int:
         s = str(text)
     else:
         s = text.strip()
-        m = _SIZE.fullmatch(s)
-        if not m:
-            raise UnitError(
-                f"{text!r} is not a size: write bytes, or a number with K, M or G "
-                "(KB = KiB = 1024 B), e.g. 1500, 64K, 10MB, 1G"
-            )
-        num, prefix, binary, unit = m.groups()
-        if binary and not prefix:
-            raise UnitError(f"{text!r} is not a size: 'i' goes after a prefix (KiB, MiB)")
+        num, prefix, _, unit = _parts(_SIZE, text, "size", SIZE_SPELLING)
         if unit in ("b", "bit", "bits"):
             raise UnitError(
                 f"{text!r} reads as bits; sizes are bytes: write {num}{prefix.upper()}B"
