@@ -20,13 +20,14 @@ from ipsec_lab.backends import Unsupported
 from ipsec_lab.scenario import Link, Scenario, Workload
 from ipsec_lab.testbed.build import LabError, netem_available
 
-# Seconds a campaign spends besides traffic, measured roughly on a 2-core machine: a
+# Seconds a campaign spends besides traffic, set from one run of scenarios/quick.toml on a
+# 2-core machine (118 s for 18 runs; estimated 134 s, 1.14 x): a
 # link's testbed built and torn down, and a backend brought up and down once per
 # configuration (charon negotiates IKE; ipsec-gw starts two daemons).
 TESTBED_S = 2.0
 START_S = {"none": 0.5, "ours": 1.5, "ours-udp": 1.5, "xfrm": 1.0, "xfrm-udp": 1.0}
-STRONGSWAN_START_S = 4.0
-RUN_OVERHEAD_S = 1.5  # per run: the idle-CPU sample, servers started, results read
+STRONGSWAN_START_S = 3.0
+RUN_OVERHEAD_S = 0.5  # per run: the idle-CPU sample, servers started, results read
 
 SLOWER = {
     "strongswan-libipsec": "strongSwan's user-space ESP (kernel-libipsec on a TUN device), "

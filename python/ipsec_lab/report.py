@@ -245,10 +245,16 @@ def render(analyses: list[Analysis], env: dict[str, Any], lab: Path) -> str:
         f"<title>{html.escape(title)}</title>",
         f"<style>{CSS}</style><script>{CHECK_JS}</script></head><body>",
         f"<h1>{html.escape(title)}</h1>",
-        "<p>Each study's published figures beside today's measurement, with the findings "
-        "that still hold and those that changed; each campaign's throughput, CPU effort and "
-        "wire bytes per backend and configuration. Ratios and medians are what to compare: "
-        "absolute figures depend on this machine and its neighbours.</p>",
+        "<p>"
+        + (
+            "Each study's published figures beside today's measurement, with the findings "
+            "that still hold and those that changed; each "
+            if studies
+            else "Each "
+        )
+        + "campaign's throughput, CPU effort and wire bytes per backend and configuration. "
+        "Ratios and medians are what to compare: absolute figures depend on this machine "
+        "and its neighbours.</p>",
     ]
     if studies:
         parts += [
