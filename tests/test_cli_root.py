@@ -1,7 +1,7 @@
 """`ipsec-lab run` as a person runs it (needs root, as CI runs it): the live display and
 summary in a real terminal and in a pipe, a busy machine flagged, `--resume` with
 nothing left, and `check` on every shipped scenario. Each test checks, after it, that
-no namespace of the lab is left."""
+nothing of the lab is left (test_lab_root's fixture)."""
 
 from __future__ import annotations
 
@@ -10,13 +10,15 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from ipsec_lab.testbed.build import leftovers
 from terminal import in_pipe, in_terminal, plain
+
+# The lab tests' own check, autouse here too: no namespace, cgroup or process of a test
+# left behind (and root required).
+from test_lab_root import nothing_left_behind  # noqa: F401
 
 pytestmark = pytest.mark.root
 ROOT = Path(__file__).resolve().parents[1]
@@ -31,17 +33,6 @@ warmup_s = 0.5
 kind = "tcp"
 seconds = 1
 """
-
-
-@pytest.fixture(autouse=True)
-def nothing_left_behind() -> Iterator[None]:
-    if os.geteuid() != 0:
-        pytest.fail("these tests need root (as CI runs them)")
-    before = set(leftovers()[0])
-    yield
-    names, groups = leftovers()
-    assert set(names) <= before, f"namespaces left: {set(names) - before}"
-    assert not groups, f"cgroups left: {groups}"
 
 
 def _tiny(tmp_path: Path, text: str = TINY) -> tuple[Path, Path]:

@@ -463,20 +463,11 @@ def main(argv: Sequence[str] | None = None) -> int:
               file=sys.stderr)  # fmt: skip
         return 2
     try:
-        if args.command in (
-            "bench",
-            "run",
-            "check",
-            "scenarios",
-            "results",
-            "clean",
-            "reproduce",
-            "report",
-        ):
-            rc: int = args.func(args)
-        else:
+        if args.command in cli_model.COMMANDS:
             sub = getattr(args, "model_command", None) or getattr(args, "advise_command", None)
-            rc = cli_model.run(args, " ".join(filter(None, ["ipsec-lab", args.command, sub])))
+            rc: int = cli_model.run(args, " ".join(filter(None, ["ipsec-lab", args.command, sub])))
+        else:
+            rc = args.func(args)
     except BrokenPipeError:
         # The reader (e.g. `| head`) went away: not an error of ours. What is still
         # buffered, and the interpreter's last flush, go nowhere instead of failing.

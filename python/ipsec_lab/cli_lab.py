@@ -69,7 +69,7 @@ def _run(args: argparse.Namespace) -> int:
         print(f"ipsec-lab run: {e}", file=sys.stderr)
         return 2
     if args.dry_run:
-        return _print_forecast(sc, args, "run --dry-run")
+        return _print_forecast(sc, args)
     try:
         require_root()
     except LabError as e:
@@ -82,11 +82,8 @@ def _run(args: argparse.Namespace) -> int:
             return stop
     from ipsec_lab import meters, preflight
 
-    for b in sc.backends:
-        name, why = preflight.resolve_backend(b)
-        if name in preflight.SLOWER and name != b:
-            print(f"warning: {b} runs as {name} here ({why}): {preflight.SLOWER[name]}",
-                  file=sys.stderr)  # fmt: skip
+    for w in preflight.slower_warnings(sc.backends):
+        print(f"warning: {w}", file=sys.stderr)
     busy = meters.other_cpu(seconds=1.0)
     if busy > meters.BUSY_CPUS:
         print(
@@ -180,7 +177,7 @@ def _nothing_to_resume(sc: Any, lab: Path, path: str) -> int | None:
         store.close()
 
 
-def _print_forecast(sc: Any, args: argparse.Namespace, command: str) -> int:
+def _print_forecast(sc: Any, args: argparse.Namespace) -> int:
     from ipsec_lab import preflight
 
     doc = preflight.forecast(sc)
@@ -230,7 +227,7 @@ def _check(args: argparse.Namespace) -> int:
     except scenario.ScenarioError as e:
         print(f"ipsec-lab check: {e}", file=sys.stderr)
         return 2
-    return _print_forecast(sc, args, "check")
+    return _print_forecast(sc, args)
 
 
 def _scenarios(args: argparse.Namespace) -> int:

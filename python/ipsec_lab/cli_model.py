@@ -89,13 +89,11 @@ def _positive(text: str) -> float:
     return v
 
 
-def rate_mbps(text: str) -> float:
-    """A rate in Mbit/s: 100, 100M, 1G, 1.5Gbit/s, 500kbps (bits, SI prefixes; a byte
-    rate is refused with the bit spelling suggested: `units.rate_bps`)."""
-    try:
-        return units.rate_mbit(text)
-    except units.UnitError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
+# A rate in Mbit/s (100, 100M, 1G, 1.5Gbit/s, 500kbps: bits, SI prefixes; a byte rate is
+# refused with the bit spelling suggested) and a size in bytes (1024, 1K, 10MB, 1GiB:
+# binary prefixes): the grammar of `ipsec_lab.units`, its errors as argparse's.
+rate_mbps = _arg(units.rate_mbit)
+_bytes = _arg(units.size_bytes)
 
 
 def _share(text: str) -> float:
@@ -146,14 +144,6 @@ def whole(low: int, high: int | None = None, what: str = "value") -> Any:
 
 
 _ip_size = whole(20, 65535, "IP packet size")
-
-
-def _bytes(text: str) -> int:
-    """1024, 1K, 10MB, 1GiB (binary prefixes: KB = KiB = 1024 B, as study 4's file sizes)."""
-    try:
-        return units.size_bytes(text)
-    except units.UnitError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def _size_range(text: str) -> list[int]:
@@ -1076,6 +1066,10 @@ def _add_overhead(sub: Any) -> None:
     _add_layout(p)
     p.add_argument("--json", action="store_true", help="print JSON for scripts")
     p.set_defaults(func=_overhead)
+
+
+# The commands this module adds (cli.main runs them through `run`).
+COMMANDS = ("model", "plan", "advise", "overhead")
 
 
 def add_parsers(sub: Any) -> None:

@@ -133,8 +133,8 @@ def _write_report(lab: Path, ids: list[int] | None, out: str | None) -> Path:
 
     store = Store(lab / "results.sqlite")
     try:
-        names = {int(c["id"]): c["name"] for c in store.campaigns()}
-        paths = {int(c["id"]): c["scenario_path"] for c in store.campaigns()}
+        camps = {int(c["id"]): c for c in store.campaigns()}
+        names = {i: c["name"] for i, c in camps.items()}
         for i in ids or []:
             if i not in names:
                 raise ValueError(f"no campaign {i} in {store.path}")
@@ -147,7 +147,9 @@ def _write_report(lab: Path, ids: list[int] | None, out: str | None) -> Path:
                 "name campaigns (`ipsec-lab results` lists them)"
             )
         analyses = reproduce.analyse(store, chosen) + [
-            campaign_report.analyse(i, names[i], store.runs(i, samples=True), paths[i], lab)
+            campaign_report.analyse(
+                i, names[i], store.runs(i, samples=True), camps[i]["scenario_path"], lab
+            )
             for i in own
         ]
         newest = max([c for roles in chosen.values() for c in roles.values()] + own)

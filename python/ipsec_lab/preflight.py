@@ -53,6 +53,16 @@ def resolve_backend(name: str) -> tuple[str, str]:
     return "strongswan-libipsec", f"this kernel has no ESP in xfrm ({said or 'refused'})"
 
 
+def slower_warnings(names: tuple[str, ...] | list[str]) -> list[str]:
+    """A warning for each backend that resolves here to a slower variant of itself."""
+    out = []
+    for b in names:
+        name, why = resolve_backend(b)
+        if name in SLOWER and name != b:
+            out.append(f"{b} runs as {name} here ({why}): {SLOWER[name]}")
+    return out
+
+
 def label(name: str, version: str | None) -> str:
     """A backend as a person should read it: `strongswan` with the variant it resolved to
     (`strongswan (libipsec)`), from the version string its runs stored."""
@@ -149,11 +159,7 @@ def forecast(sc: Scenario) -> dict[str, Any]:
     rows = list(groups.values())
     runnable = [g for g in rows if g.status != "skip"]
     seconds = sum(g.seconds for g in runnable) + TESTBED_S * len({g.link for g in runnable})
-    warnings = [
-        f"{b} runs as {name}: {SLOWER[name]} ({why})"
-        for b, (name, why) in resolved.items()
-        if name in SLOWER and b != name
-    ]
+    warnings = slower_warnings(sc.backends)
     if not root:
         warnings.append("not root: `ipsec-lab run` needs root, and this check could not "
                         "probe the kernel (ESP, AH, IPComp, netem)")  # fmt: skip

@@ -125,7 +125,8 @@ class Campaign:
             self.id = existing
         self.plan = plan(sc)
         self.soaker: Soaker | None = None
-        self.shown = ""  # the backend running now, as `preflight.label` names it
+        # each backend as `preflight.label` names it once it has started (its variant)
+        self.shown: dict[str, str] = {}
         self.finished = self.store.finished_keys(self.id)
         self.failed_keys: set[RunKey] = set()
         self.progress = Progress(total=len(self.plan), done=len(self.finished))
@@ -223,7 +224,7 @@ class Campaign:
         version = backend.version()
         from ipsec_lab.preflight import label
 
-        self.shown = label(bname, version)
+        self.shown[bname] = label(bname, version)
         try:
             for p in runs:
                 self._one(tb, backend, p, version)
@@ -233,7 +234,8 @@ class Campaign:
     def _one(self, tb: Testbed, backend: backends.Backend, p: Planned, version: str) -> None:
         k = p.key
         self.progress.current = (
-            f"{self.shown} {k.configuration} | {k.link} | {k.workload} {k.flow} "
+            f"{self.shown.get(k.backend, k.backend)} {k.configuration} | {k.link} | "
+            f"{k.workload} {k.flow} "
             f"| rep {k.repetition}/{self.sc.repetitions}"
         )
         self.on_progress(self.progress)
@@ -309,7 +311,7 @@ class Campaign:
             self.progress.skipped += 1
         self.progress.done += 1
         k = p.key
-        name = self.shown if self.shown.startswith(k.backend) else k.backend
+        name = self.shown.get(k.backend, k.backend)
         what = f"{name} {k.configuration} | {k.link} | {k.workload} {k.flow} #{k.repetition}"
         if status == "done":
             figs = ", ".join(

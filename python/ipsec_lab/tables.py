@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import io
 import os
-import sys
 from typing import IO
 
 from rich import box
@@ -27,16 +26,13 @@ from rich.text import Text
 
 
 class _Console(Console):
-    """rich's Console, but a reader gone away (`| head`) ends the command quietly with
-    status 0 (the CLI catches BrokenPipeError), not rich's SystemExit(1)."""
+    """rich's Console, but a reader gone away (`| head`) raises BrokenPipeError, which
+    cli.main ends quietly with status 0 (stdout then goes to /dev/null), instead of
+    rich's SystemExit(1)."""
 
     def on_broken_pipe(self) -> None:
-        if self.quiet:
-            return
-        # Later writes (and the interpreter's last flush) go nowhere instead of failing.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        raise BrokenPipeError
+        if not self.quiet:
+            raise BrokenPipeError
 
 
 def natural_width(t: Table) -> int:
