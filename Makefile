@@ -13,7 +13,7 @@ NATIVE    := $(VENV)/.native
 APT_PKGS  := build-essential pkg-config python3 python3-venv python3-dev git ca-certificates \
              iproute2 util-linux procps ethtool iperf3 curl nginx-light tcpdump \
              strongswan-charon strongswan-swanctl libcharon-extra-plugins chromium \
-             qemu-system-x86 linux-image-amd64 busybox-static tcpreplay
+             qemu-system-x86 linux-image-amd64 busybox-static tcpreplay nftables
 FUZZ_SECONDS ?= 60
 IPCOMP_FUZZ_SECONDS ?= 20
 SMALL_FUZZ_SECONDS ?= 20
@@ -58,9 +58,14 @@ $(STAMP): pyproject.toml Makefile | apt
 native: rust venv
 	VIRTUAL_ENV=$(CURDIR)/$(VENV) $(VENV)/bin/maturin develop --release -q
 
-# The gateway daemon, target/release/ipsec-gw (the lab's `ours` backend runs it).
+# The gateway daemon, target/release/ipsec-gw (the lab's `ours` backend runs it), and
+# the unprivileged system user it runs as once set up (its config's `user`, default
+# ipsec-gw; see the README's "least privilege").
+GW_USER := ipsec-gw
 gateway: rust
 	cargo build --release -q -p ipsec-gw
+	@id -u $(GW_USER) >/dev/null 2>&1 || { echo "creating the system user $(GW_USER)"; \
+	  useradd --system --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin $(GW_USER); }
 
 lint: rust venv
 	cargo fmt --all -- --check

@@ -184,8 +184,13 @@ def test_a_killed_gateway_starts_again_and_leaves_one_rule(tmp_path: Path) -> No
         gw.restart(tb, "gwA", signal.SIGKILL)  # no cleanup: its rule stays behind
         assert len(_rules(tb, "gwA")) == 1  # replaced, not doubled
         assert tcp(tb, seconds=1)["mbps"] > 10
+        conf = gw.configs["gwA"]
         gw.stop(tb)
-        assert _rules(tb, "gwA") == []  # a clean stop removes it
+        # a clean stop leaves the guard (the rule to the blackholes): fail closed
+        assert len(_rules(tb, "gwA")) == 1
+        p = tb.run("gwA", [str(gateway_binary()), "--config", str(conf), "--release"])
+        assert _rules(tb, "gwA") == [], p
+        assert "ipsec_gw_220" not in tb.run("gwA", ["nft", "list", "tables"])
 
 
 def test_the_tun_device_deleted_under_traffic_brings_the_gateway_down(tmp_path: Path) -> None:
@@ -201,7 +206,7 @@ def test_the_tun_device_deleted_under_traffic_brings_the_gateway_down(tmp_path: 
         rules = _rules(tb, "gwA")
     assert rc == 1, log  # non-zero: a supervisor sees it
     assert "a worker stopped" in log and "worker failed" in log
-    assert rules == []  # the routing rule went with it
+    assert len(rules) == 1  # the guard stays: the protected subnet is closed, not open
 
 
 def test_the_stats_socket_never_replaces_a_file(tmp_path: Path) -> None:
@@ -217,7 +222,8 @@ def test_the_stats_socket_never_replaces_a_file(tmp_path: Path) -> None:
         text = text.replace('tun = "ipsec0"', 'tun = "ipsec9"', 1)
         text = text.replace("table = 220", "table = 229", 1)
         other.write_text(text)
-        p = subprocess.run(["ip", "netns", "exec", tb.ns("gwA"), binary, "--config", str(other)],
+        p = subprocess.run(["ip", "netns", "exec", tb.ns("gwA"), binary, "--config", str(other),
+                            "--init-state"],
                            capture_output=True, text=True, timeout=10)  # fmt: skip
     assert p.returncode == 1 and "not a socket" in p.stderr, p.stderr
     assert precious.read_text() == "do not delete me\n"
@@ -270,19 +276,39 @@ def test_a_hard_lifetime_on_any_sa_of_a_bundle_stops_the_bundle(tmp_path: Path) 
     assert sa(b, "inbound", "esp-in")["packets"] == 60
 
 
-def test_the_gateway_keeps_only_net_admin_and_net_raw(tmp_path: Path) -> None:
+def test_the_gateway_runs_unprivileged_with_net_admin_and_net_raw_only(tmp_path: Path) -> None:
+    """Not uid 0, no supplementary groups, CAP_NET_ADMIN and CAP_NET_RAW only (bounding
+    set included; CAP_NET_ADMIN ambient for the `ip` and `nft` a reload runs),
+    SECBIT_NOROOT locked — and it still carries traffic, reloads (reading its config
+    and the other direction's state through what it opened as root) and stops cleanly,
+    removing its stats socket."""
+    import pwd
+
+    gw_uid = pwd.getpwnam("ipsec-gw").pw_uid
     with tunnel(tmp_path) as (tb, gw):
         assert tcp(tb, seconds=1)["mbps"] > 10  # it works with what it kept
         pid = gw.process("gwA").pid
         tasks = list(Path(f"/proc/{pid}/task").iterdir())
         status = {t.name: (t / "status").read_text() for t in tasks}
+        os.kill(pid, signal.SIGHUP)
+        time.sleep(0.5)
+        st = settle(gw, "gwA")
+        assert st["reloads"] == 1 and gw.process("gwA").poll() is None
+        assert tcp(tb, seconds=1)["mbps"] > 10
+        sock = gw.sockets["gwA"]
+        gw.stop(tb)
+        assert not sock.exists()  # removed by its own, unprivileged, gateway
     assert len(status) >= 3  # main, the workers, stats: every thread
     want = 1 << 12 | 1 << 13  # CAP_NET_ADMIN, CAP_NET_RAW
     for tid, text in status.items():
         fields = dict(ln.split(":\t", 1) for ln in text.splitlines() if ":\t" in ln)
+        assert [int(x) for x in fields["Uid"].split()] == [gw_uid] * 4, (tid, fields["Uid"])
+        assert fields["Groups"].strip() == "", fields["Groups"]
         assert int(fields["CapEff"], 16) == want, (tid, fields["CapEff"])
         assert int(fields["CapPrm"], 16) == want, (tid, fields["CapPrm"])
-        assert int(fields["CapInh"], 16) == 0
+        assert int(fields["CapBnd"], 16) == want, (tid, fields["CapBnd"])
+        assert int(fields["CapInh"], 16) == 1 << 12
+        assert int(fields["CapAmb"], 16) == 1 << 12
         assert fields["NoNewPrivs"].strip() == "1"
 
 

@@ -69,6 +69,8 @@ struct RawGateway {
     stats: Option<String>,
     #[serde(default)]
     state: Option<String>,
+    #[serde(default = "default_user")]
+    user: String,
     #[serde(default)]
     stage_timing: bool,
     #[serde(default = "default_true")]
@@ -283,6 +285,8 @@ pub struct Config {
     /// Where sequence numbers outlive the process (`.out` / `.in` appended): see
     /// `seqstate`. Default: the config's own path with `.state` appended.
     pub state: PathBuf,
+    /// The user the gateway runs as once set up (`privilege`); "root" stays uid 0.
+    pub user: String,
     pub stage_timing: bool,
     /// Routing table for `routes`, consulted by all traffic but the gateway's own
     /// (marked `fwmark`): so a route may cover the peer's own address (host-to-host).
@@ -328,6 +332,73 @@ pub fn load(path: &Path) -> Result<Config, ConfigError> {
     parse(&text, path)
 }
 
+/// The config file as a running gateway re-reads it on SIGHUP, after it gave up root
+/// (`privilege`): through the descriptor opened at start (an edit in place is seen even
+/// where the gateway's user may not open the path), or by its path when that user may
+/// open it and it names another file now (an editor that writes a new file and renames
+/// it over the old one).
+pub struct Source {
+    path: PathBuf,
+    file: std::fs::File,
+}
+
+impl Source {
+    pub fn open(path: &Path) -> Result<Source, ConfigError> {
+        let file = std::fs::File::open(path).map_err(|e| ConfigError {
+            file: path.to_path_buf(),
+            key: "(file)".into(),
+            message: e.to_string(),
+        })?;
+        Ok(Source {
+            path: path.to_path_buf(),
+            file,
+        })
+    }
+
+    /// Read and check the config again; the second value says when it was read through
+    /// the descriptor because its path could not be opened (a replaced file is then not
+    /// seen).
+    pub fn reload(&mut self) -> Result<(Config, bool), ConfigError> {
+        use std::os::unix::fs::{FileExt, MetadataExt};
+        let err = |message: String| ConfigError {
+            file: self.path.clone(),
+            key: "(file)".into(),
+            message,
+        };
+        let mut through_fd = false;
+        match std::fs::File::open(&self.path) {
+            Ok(f) => {
+                let (a, b) = (f.metadata(), self.file.metadata());
+                if let (Ok(a), Ok(b)) = (a, b) {
+                    if (a.dev(), a.ino()) != (b.dev(), b.ino()) {
+                        self.file = f;
+                    }
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => through_fd = true,
+            Err(e) => return Err(err(e.to_string())),
+        }
+        let mut bytes = Zeroizing::new(Vec::new());
+        let mut chunk = [0u8; 8192];
+        loop {
+            let n = self
+                .file
+                .read_at(&mut chunk, bytes.len() as u64)
+                .map_err(|e| err(e.to_string()))?;
+            if n == 0 {
+                break;
+            }
+            bytes.extend_from_slice(&chunk[..n]);
+        }
+        chunk.fill(0);
+        let text = Zeroizing::new(
+            String::from_utf8(std::mem::take(&mut *bytes))
+                .map_err(|_| err("not UTF-8 text".into()))?,
+        );
+        Ok((parse(&text, &self.path)?, through_fd))
+    }
+}
+
 /// Check a config given as text (`path` names it in errors and anchors `@file` keys).
 pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
     let cx = Ctx { file: path };
@@ -356,6 +427,7 @@ pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
         )?;
         sas.push(spec);
     }
+    shared_keys(&cx, &sas)?;
     let mut bundles: Vec<BundleSpec> = Vec::new();
     for (i, b) in raw.bundle.iter().enumerate() {
         bundles.push(bundle(&cx, (i, b), &sas, &bundles)?);
@@ -387,6 +459,7 @@ pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
                 PathBuf::from(s)
             }
         },
+        user: g.user.clone(),
         stage_timing: g.stage_timing,
         table: g.table,
         fwmark: g.fwmark,
@@ -396,6 +469,39 @@ pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
         policies,
         warnings,
     })
+}
+
+/// No two SAs share a key, in either direction: with AES-GCM, ChaCha20-Poly1305 and GMAC
+/// the nonce is salt ‖ sequence number (RFC 4106 §3.1, RFC 7634 §2, RFC 4543 §3), with
+/// no SPI or direction in it, so two SAs under one key number the same nonces; an
+/// integrity key shared lets one SA's packets be replayed into the other (RFC 4301
+/// §4.4.2: each SA its own keys). The sequence state follows the key material
+/// (`seqstate`), which is what makes a key one SA's.
+fn shared_keys(cx: &Ctx<'_>, sas: &[SaSpec]) -> Result<(), ConfigError> {
+    for (j, b) in sas.iter().enumerate() {
+        for (i, a) in sas[..j].iter().enumerate() {
+            let (ka, kb) = (&a.config, &b.config);
+            for (field, x, y) in [
+                ("enc_key", ka.enc_key.expose(), kb.enc_key.expose()),
+                ("integ_key", ka.integ_key.expose(), kb.integ_key.expose()),
+            ] {
+                if !y.is_empty() && x == y {
+                    return Err(cx.err(
+                        format!("sa[{j}].{field}"),
+                        format!(
+                            "the same key as sa[{i}] ({:?}): two SAs never share a key,                              not even one in and one out (with AES-GCM both would number the                              same nonces, RFC 4106 §3.1); give each SA its own",
+                            a.name
+                        ),
+                    ));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn default_user() -> String {
+    "ipsec-gw".into()
 }
 
 /// `[gateway] crypto_workers`: "auto" (the default) or 1..=MAX_CRYPTO_WORKERS.
@@ -461,6 +567,9 @@ fn gateway(cx: &Ctx<'_>, g: &RawGateway) -> Result<(IpAddr, IpAddr, Vec<Prefix>)
             "gateway.table",
             format!("{} is a reserved routing table (0, 253-255)", g.table),
         ));
+    }
+    if g.user.is_empty() || g.user.contains(['\0', '/', ':']) {
+        return Err(cx.err("gateway.user", format!("{:?} is not a user name", g.user)));
     }
     if g.fwmark == 0 {
         return Err(cx.err("gateway.fwmark", "must not be 0 (unmarked)"));

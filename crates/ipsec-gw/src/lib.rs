@@ -5,6 +5,7 @@
 //! - [`config`]: the TOML config, checked key by key.
 //! - [`dataplane`]: the workers and each direction's path, SAs and outer sockets.
 //! - [`gro`]: joining opened segments for the TUN device.
+//! - [`guard`]: the boundary closed to clear traffic, running or down.
 //! - [`seqstate`]: sequence numbers that outlive the process.
 //! - [`stats`]: counters and the stats socket.
 //! - [`privilege`]: dropping to the capabilities the data path needs.
@@ -17,6 +18,7 @@ pub mod ceiling;
 pub mod config;
 pub mod dataplane;
 pub mod gro;
+pub mod guard;
 pub mod privilege;
 pub mod seqstate;
 pub mod stats;

@@ -6,14 +6,14 @@
 #![forbid(unsafe_code)]
 
 use std::path::PathBuf;
-use std::process::{Command, ExitCode};
+use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
 
 use clap::{Parser, Subcommand};
 use ipsec::sa::Direction;
-use ipsec_gw::{config, dataplane, privilege, seqstate, stats};
+use ipsec_gw::{config, dataplane, guard, privilege, seqstate, stats};
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
 
@@ -34,6 +34,16 @@ struct Cli {
     /// Check the config and exit: 0 if it is usable (warnings on stderr), 2 if not.
     #[arg(long)]
     check: bool,
+    /// Start with no sequence state (none exists yet): ONLY for keys never used before.
+    /// Without it a gateway whose state files are missing refuses to start, since manual
+    /// keys used before would repeat sequence numbers (with AES-GCM: nonces).
+    #[arg(long, conflicts_with = "check")]
+    init_state: bool,
+    /// Take away what keeps the protected subnets closed while the gateway is down (its
+    /// blackhole routes, routing rule and nftables table), then exit: traffic for them
+    /// then follows the host's other routes, in clear. For decommissioning.
+    #[arg(long, conflicts_with_all = ["check", "init_state"])]
+    release: bool,
     #[command(subcommand)]
     command: Option<Cmd>,
 }
@@ -84,6 +94,21 @@ fn main() -> ExitCode {
         eprintln!("ipsec-gw: {}: {e}", path.display());
         return ExitCode::from(2);
     }
+    if cli.release {
+        return match guard::release(&cfg) {
+            Ok(()) => {
+                eprintln!(
+                    "ipsec-gw: {}: released: traffic for its protected subnets now follows                      the host's other routes",
+                    path.display()
+                );
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("ipsec-gw: {e}");
+                ExitCode::from(1)
+            }
+        };
+    }
     if cli.check {
         eprintln!(
             "ipsec-gw: {}: usable ({} SAs, {} policies; sequence state in {}.out/.in)",
@@ -94,7 +119,7 @@ fn main() -> ExitCode {
         );
         return ExitCode::SUCCESS;
     }
-    match run(cfg) {
+    match run(cfg, cli.init_state) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("ipsec-gw: {e}");
@@ -165,40 +190,34 @@ fn print_stats(socket: &std::path::Path, json: bool, prometheus: bool) -> ExitCo
     ExitCode::SUCCESS
 }
 
-/// `ip ...` for the TUN device's link and routes (iproute2: what a user would type).
-/// iproute2's `ip`, by absolute path (not whatever `ip` comes first on $PATH).
-fn ip_binary() -> &'static str {
-    ["/usr/sbin/ip", "/usr/bin/ip", "/sbin/ip", "/bin/ip"]
-        .into_iter()
-        .find(|p| std::path::Path::new(p).exists())
-        .unwrap_or("/usr/sbin/ip")
-}
+use ipsec_gw::guard::ip;
 
-fn ip(args: &[&str]) -> Result<(), String> {
-    let out = Command::new(ip_binary())
-        .args(args)
-        .output()
-        .map_err(|e| format!("cannot run ip: {e}"))?;
-    if !out.status.success() {
-        return Err(format!(
-            "ip {} failed: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        ));
-    }
-    Ok(())
-}
-
-fn run(cfg: config::Config) -> Result<(), String> {
+fn run(cfg: config::Config, init_state: bool) -> Result<(), String> {
+    // Signals first: a SIGHUP or SIGTERM that comes while the gateway is being set up
+    // waits for the loop below, instead of killing it half made (its default action).
+    let mut signals =
+        Signals::new([SIGHUP, SIGTERM, SIGINT]).map_err(|e| format!("signals: {e}"))?;
     // Least privilege before anything is made: every step below proves it needs no more.
-    privilege::drop_to_net_admin_and_raw()?;
+    privilege::limit_for_setup()?;
+    let ids = privilege::lookup(&cfg.user)?;
+    // Opened while root: the gateway's user re-reads it on SIGHUP through this.
+    let mut source = config::Source::open(&cfg.file).map_err(|e| e.to_string())?;
+    // One gateway per state, for its whole life.
+    let _lock = seqstate::lock(&cfg.state)?;
     // The engines first, sequence state read and reservations written: nothing is
     // created (TUN device, routes) for a gateway that cannot keep its numbers.
-    let engine = |dir: Direction| -> Result<dataplane::DirEngine, String> {
-        let state = seqstate::SeqState::load(&seqstate::path_for(&cfg.state, dir))?;
-        dataplane::DirEngine::build(&cfg, dir, None, Some(state)).map_err(|e| e.to_string())
+    let open = |dir: Direction| {
+        seqstate::SeqState::open(&seqstate::path_for(&cfg.state, dir), dir, init_state)
     };
-    let (eng_out, eng_in) = (engine(Direction::Out)?, engine(Direction::In)?);
+    let (st_out, st_in) = (open(Direction::Out)?, open(Direction::In)?);
+    let (read_out, read_in) = (st_out.reader()?, st_in.reader()?);
+    let engine = |dir: Direction, both| -> Result<dataplane::DirEngine, String> {
+        dataplane::DirEngine::build(&cfg, dir, None, Some(both)).map_err(|e| e.to_string())
+    };
+    let eng_out = engine(Direction::Out, (st_out, read_in))?;
+    let eng_in = engine(Direction::In, (st_in, read_out))?;
+    // The boundary closed before the TUN device exists, and kept closed after it goes.
+    guard::install(&cfg)?;
     let tun = tun_rs::DeviceBuilder::new()
         .name(&cfg.tun)
         .mtu(cfg.mtu)
@@ -213,16 +232,29 @@ fn run(cfg: config::Config) -> Result<(), String> {
     if let Err(e) = std::fs::write(&rp, "2") {
         eprintln!("ipsec-gw: warning: cannot set loose reverse-path filtering ({rp}): {e}");
     }
-    let routing = Routing::install(&cfg)?;
+    Routing::routes(&cfg)?;
     let outside = Arc::new(
         dataplane::Outside::open(&cfg)
             .map_err(|e| format!("cannot open the outer sockets: {e}"))?,
     );
     let shared = Arc::new(stats::Shared::new());
-    if let Some(p) = &cfg.stats {
-        stats::serve(p, shared.clone())
-            .map_err(|e| format!("cannot serve stats on {}: {e}", p.display()))?;
-    }
+    *shared.guard.lock().expect("guard lock") = Some(guard::table_name(&cfg));
+    let stats_socket = match &cfg.stats {
+        Some(p) => Some(
+            stats::bind(p).map_err(|e| format!("cannot serve stats on {}: {e}", p.display()))?,
+        ),
+        None => None,
+    };
+    // Everything that needs root exists: give it up before any other thread starts.
+    privilege::become_user(ids)?;
+    let stats_socket = match stats_socket {
+        Some((listener, bound)) => {
+            stats::serve(listener, shared.clone())
+                .map_err(|e| format!("cannot serve stats: {e}"))?;
+            Some(bound)
+        }
+        None => None,
+    };
     let stop = Arc::new(AtomicBool::new(false));
     let (out_tx, out_rx) = mpsc::channel();
     let (in_tx, in_rx) = mpsc::channel();
@@ -292,8 +324,6 @@ fn run(cfg: config::Config) -> Result<(), String> {
             (_, n) => format!("a worker per direction, {n} crypto workers each"),
         }
     );
-    let mut signals =
-        Signals::new([SIGHUP, SIGTERM, SIGINT]).map_err(|e| format!("signals: {e}"))?;
     let mut current = cfg;
     for sig in signals.forever() {
         if sig != SIGHUP {
@@ -302,7 +332,20 @@ fn run(cfg: config::Config) -> Result<(), String> {
         }
         // A config that loads but that the engines refuse, or that changes an SA but
         // not its keys, is refused like one that does not load (each checked once).
-        let loaded = config::load(&current.file)
+        let loaded = source
+            .reload()
+            .map(|(new, through_fd)| {
+                if through_fd {
+                    eprintln!(
+                        "ipsec-gw: note: user {} may not open {}: read through the \
+                         descriptor opened at start (edits in place are seen; a file put \
+                         in its place is not, until a restart)",
+                        current.user,
+                        current.file.display()
+                    );
+                }
+                new
+            })
             .map_err(|e| e.to_string())
             .and_then(|new| match reload_problem(&current, &new) {
                 Some(why) => Err(why),
@@ -324,20 +367,22 @@ fn run(cfg: config::Config) -> Result<(), String> {
                     current.crypto_workers,
                 ) || (new.local, new.remote, new.udp_encap)
                     != (current.local, current.remote, current.udp_encap)
-                    || (new.table, new.fwmark) != (current.table, current.fwmark) =>
+                    || (new.table, new.fwmark) != (current.table, current.fwmark)
+                    || (&new.state, &new.stats, &new.user)
+                        != (&current.state, &current.stats, &current.user) =>
             {
                 shared.reloads_refused.fetch_add(1, Ordering::Relaxed);
                 eprintln!(
                     "ipsec-gw: reload refused: the TUN device (name, MTU, offloads), outer \
-                     addresses, UDP encapsulation, table, fwmark, workers and crypto_workers change only \
-                     with a restart; the running config stays"
+                     addresses, UDP encapsulation, table, fwmark, workers, crypto_workers, \
+                     state, stats and user change only with a restart; the running config stays"
                 );
             }
             Ok(new) => {
                 for w in &new.warnings {
                     eprintln!("ipsec-gw: warning: {w}");
                 }
-                if let Err(e) = Routing::routes(&new) {
+                if let Err(e) = guard::install(&new).and_then(|()| Routing::routes(&new)) {
                     eprintln!("ipsec-gw: {e}");
                 }
                 let new = Arc::new(new);
@@ -362,10 +407,9 @@ fn run(cfg: config::Config) -> Result<(), String> {
     for t in threads {
         let _ = t.join();
     }
-    if let Some(p) = &current.stats {
-        let _ = std::fs::remove_file(p);
+    if let Some(bound) = &stats_socket {
+        bound.remove();
     }
-    drop(routing);
     let failed = shared.failed.lock().expect("failed lock").take();
     match failed {
         Some(why) => Err(format!("stopped because a worker failed: {why}")),
@@ -400,48 +444,11 @@ fn reload_problem(current: &config::Config, new: &config::Config) -> Option<Stri
     None
 }
 
-/// The routes into the TUN device live in their own table, looked up by every packet
-/// but the gateway's own (policy routing, as strongSwan's table 220): a route may then
-/// cover the peer's outer address, as a host-to-host tunnel needs. Removed on drop.
-struct Routing {
-    rule: Vec<String>,
-}
+/// The routes into the TUN device, in the gateway's own table (see [`guard`]: the rule
+/// that sends traffic there, and the blackholes under these routes, stay when it stops).
+struct Routing;
 
 impl Routing {
-    fn install(cfg: &config::Config) -> Result<Routing, String> {
-        Routing::routes(cfg)?;
-        let rule: Vec<String> = [
-            "not",
-            "fwmark",
-            &format!("0x{:x}", cfg.fwmark),
-            "lookup",
-            &cfg.table.to_string(),
-            "priority",
-            &cfg.table.to_string(),
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-        let mut installed = Routing { rule: Vec::new() };
-        for family in ["-4", "-6"] {
-            // A rule left by a gateway that was killed (kill -9 runs no cleanup) would
-            // make `rule add` fail, or stack a second copy: take every copy away first.
-            for _ in 0..16 {
-                let mut del = vec![family, "rule", "del"];
-                del.extend(rule.iter().map(String::as_str));
-                if ip(&del).is_err() {
-                    break;
-                }
-            }
-            let mut args = vec![family, "rule", "add"];
-            args.extend(rule.iter().map(String::as_str));
-            // On failure `installed` drops here and removes what was added before.
-            ip(&args)?;
-            installed.rule = rule.clone();
-        }
-        Ok(installed)
-    }
-
     fn routes(cfg: &config::Config) -> Result<(), String> {
         let table = cfg.table.to_string();
         for r in &cfg.routes {
@@ -449,18 +456,5 @@ impl Routing {
             ip(&["route", "replace", &dst, "dev", &cfg.tun, "table", &table])?;
         }
         Ok(())
-    }
-}
-
-impl Drop for Routing {
-    fn drop(&mut self) {
-        if self.rule.is_empty() {
-            return; // nothing installed (and `ip rule del` with no selector would take any)
-        }
-        for family in ["-4", "-6"] {
-            let mut args = vec![family, "rule", "del"];
-            args.extend(self.rule.iter().map(String::as_str));
-            let _ = ip(&args);
-        }
     }
 }

@@ -2,13 +2,21 @@
 //!
 //! RFC 4303 §3.3.3: a sender never sends two packets with one sequence number under one
 //! SA's keys — and with AES-GCM, ChaCha20-Poly1305 and GMAC the sequence number *is* the
-//! nonce (RFC 4106 §3.1, RFC 7634 §2): a repeat exposes the plaintexts' XOR and the
-//! authentication key. With manual keys the keys survive a restart, so the numbers must
-//! too. Linux's xfrm does not have this problem only because IKE makes fresh keys.
+//! nonce (RFC 4106 §3.1, RFC 4543 §3, RFC 7634 §2: salt ‖ IV, the SPI is not in it): a
+//! repeat exposes the plaintexts' XOR and the authentication key. With manual keys the
+//! keys survive a restart, so the numbers must too. Linux's xfrm does not have this
+//! problem only because IKE makes fresh keys.
 //!
-//! One state file per direction (`[gateway] state`, `.out` / `.in` appended), a line per
-//! SA the gateway has run, keyed by SPI and a fingerprint of its keys (a SHA-256 of them;
-//! the keys themselves are never written):
+//! **The state follows the key material, not the SPI or the direction.** An entry is
+//! keyed by a fingerprint of the keys alone (cipher key with its salt, and the integrity
+//! key: a SHA-256 of them; the keys themselves are never written). A key seen before —
+//! under another SPI, after a reload took its SA away and another brought it back, or
+//! in the other direction — resumes above everything ever sent or accepted under it
+//! (the gateway reads both directions' files: [`highest`]). `config` refuses two SAs that
+//! share a key in one config.
+//!
+//! One state per direction (`[gateway] state`, `.out` / `.in` appended), a line per key
+//! the gateway has run:
 //!
 //! - outbound, the highest number the SA may have used: a **reservation** made ahead of
 //!   use, `RESERVE` numbers at a time, written and fsync'd before a packet numbered above
@@ -17,16 +25,30 @@
 //! - inbound, the highest number accepted, written at most every `PUBLISH_EVERY` (100 ms)
 //!   without an fsync (it survives the process, not a power cut: the data path does not
 //!   wait for the disk), and durably at a clean stop: a restarted receiver refuses
-//!   everything up to it. (A process crash loses the last 100 ms.)
+//!   everything up to it.
 //! - `expired`: the SA reached its hard lifetime. Neither a reload nor a restart revives
 //!   it under the same keys.
+//!
+//! **On disk: two slots, written in turn, in place.** A direction's state is two files,
+//! `X.out` and `X.out.b`, opened (and the pair locked, `X.lock`, `flock`) once at start,
+//! before the gateway gives up root: it then writes them through the descriptors it
+//! holds, needing no right to the directory. Each write goes to the slot *not* holding
+//! the newest generation, with a header naming the direction, a generation number, the
+//! entry count and a SHA-256 of the entries. A load takes the valid slot of the highest
+//! generation. When the other slot is not the generation just before it (missing,
+//! damaged, cut short — a write torn by a power cut, or a file someone truncated), a newer
+//! write may be lost: every outbound reservation then goes up by one more `RESERVE`, which
+//! covers it (a reservation never grows by more per write), and the gateway says so. Both
+//! slots missing: refused unless the operator says `--init-state` (keys never used
+//! before); neither valid: refused.
 //!
 //! Entries are never pruned: an SA taken out of the config and put back later with the
 //! same keys must still resume above what it used.
 
 use std::collections::BTreeMap;
-use std::fs;
-use std::io::{self, Write};
+use std::fs::{self, File};
+use std::io;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use ipsec::sa::Direction;
@@ -34,8 +56,11 @@ use ipsec::sa::Direction;
 /// Sequence numbers reserved per write of the outbound state.
 pub const RESERVE: u64 = 1 << 20;
 
-/// Which SA an entry belongs to: its SPI and its keys' fingerprint.
-pub type Key = (u32, String);
+/// What an entry is found by: the fingerprint of the SA's keys ([`fingerprint`]).
+pub type Key = String;
+
+const MAGIC: &str = "ipsec-gw-seqstate";
+const VERSION: &str = "v2";
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Entry {
@@ -44,14 +69,20 @@ pub struct Entry {
     pub expired: bool,
 }
 
-/// One direction's state file, in memory and on disk.
+/// One direction's state, in memory and (when opened for writing) its two slot files.
 #[derive(Debug)]
 pub struct SeqState {
+    /// The first slot's path (`X.out`): how messages name the state.
     path: PathBuf,
+    direction: Direction,
+    /// The two slots, open for writing; None: read only (the other direction's, a check).
+    slots: Option<[File; 2]>,
+    /// The newest generation on disk.
+    generation: u64,
     entries: BTreeMap<Key, Entry>,
 }
 
-/// The state file of a direction: `base` with `.out` or `.in` appended.
+/// The state file of a direction: `base` with `.out` or `.in` appended (its first slot).
 pub fn path_for(base: &Path, direction: Direction) -> PathBuf {
     let mut s = base.as_os_str().to_owned();
     s.push(match direction {
@@ -61,79 +92,363 @@ pub fn path_for(base: &Path, direction: Direction) -> PathBuf {
     PathBuf::from(s)
 }
 
-/// A fingerprint of an SA's keys (and what they key): the first 16 bytes of a SHA-256,
-/// in hex. Enough to tell one key from another, nothing to recover a key from.
-pub fn fingerprint(direction: Direction, spi: u32, enc_key: &[u8], integ_key: &[u8]) -> String {
+/// The second slot of the state whose first slot is `path`.
+pub fn second_slot(path: &Path) -> PathBuf {
+    let mut s = path.as_os_str().to_owned();
+    s.push(".b");
+    PathBuf::from(s)
+}
+
+/// The lock that one gateway holds on a state (`base` + `.lock`) for its whole life.
+pub fn lock_path(base: &Path) -> PathBuf {
+    let mut s = base.as_os_str().to_owned();
+    s.push(".lock");
+    PathBuf::from(s)
+}
+
+fn dir_word(d: Direction) -> &'static str {
+    match d {
+        Direction::Out => "out",
+        Direction::In => "in",
+    }
+}
+
+/// A fingerprint of an SA's key material: the first 16 bytes of a SHA-256, in hex.
+/// Enough to tell one key from another, nothing to recover a key from. The SPI and the
+/// direction are not in it — the nonce is not tied to them either. An SA with no keys at
+/// all (ESP with null encryption and integrity) has no nonce to repeat: its entry is its
+/// own (SPI and direction).
+pub fn fingerprint(direction: Direction, spi: u32, enc_key: &[u8], integ_key: &[u8]) -> Key {
     let mut ctx = aws_lc_rs::digest::Context::new(&aws_lc_rs::digest::SHA256);
-    ctx.update(b"ipsec-gw sequence state v1\0");
-    ctx.update(&[u8::from(direction == Direction::Out)]);
-    ctx.update(&spi.to_be_bytes());
+    ctx.update(b"ipsec-gw key material v2\0");
     ctx.update(&(enc_key.len() as u32).to_be_bytes());
     ctx.update(enc_key);
+    ctx.update(&(integ_key.len() as u32).to_be_bytes());
     ctx.update(integ_key);
-    ctx.finish().as_ref()[..16]
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    if enc_key.is_empty() && integ_key.is_empty() {
+        ctx.update(&[u8::from(direction == Direction::Out)]);
+        ctx.update(&spi.to_be_bytes());
+    }
+    hex(&ctx.finish().as_ref()[..16])
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn sha256_hex(b: &[u8]) -> String {
+    hex(aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, b).as_ref())
+}
+
+/// The text of one slot: comment, header, entries.
+fn render(direction: Direction, generation: u64, entries: &BTreeMap<Key, Entry>) -> String {
+    let mut body = String::new();
+    for (fp, e) in entries {
+        body.push_str(&format!(
+            "{fp} {}{}\n",
+            e.value,
+            if e.expired { " expired" } else { "" }
+        ));
+    }
+    format!(
+        "# ipsec-gw sequence state: KEY-FINGERPRINT VALUE [expired]; do not edit (the header's \
+         checksum covers every line).\n\
+         # Removing it lets manual keys reuse sequence numbers (GCM nonces): give every SA new \
+         keys first, then start with --init-state.\n\
+         {MAGIC} {VERSION} {} generation={generation} entries={} sha256={}\n{body}",
+        dir_word(direction),
+        entries.len(),
+        sha256_hex(body.as_bytes())
+    )
+}
+
+/// Parse one slot's text: its generation and entries, or why it is not a valid slot.
+fn parse(text: &str, direction: Direction) -> Result<(u64, BTreeMap<Key, Entry>), String> {
+    let mut lines = text.split_inclusive('\n');
+    let header = loop {
+        match lines.next() {
+            None => return Err("empty, or no header line".into()),
+            Some(l) if l.starts_with('#') => continue,
+            Some(l) => break l,
+        }
+    };
+    let h: Vec<&str> = header.split_whitespace().collect();
+    let field = |i: usize, name: &str| -> Result<String, String> {
+        h.get(i)
+            .and_then(|f| f.strip_prefix(name))
+            .and_then(|f| f.strip_prefix('='))
+            .map(str::to_string)
+            .ok_or_else(|| format!("the header has no {name}= (not a {VERSION} state file)"))
+    };
+    if h.first() != Some(&MAGIC) || h.get(1) != Some(&VERSION) {
+        return Err(format!(
+            "no \"{MAGIC} {VERSION}\" header (damaged, or written by another version)"
+        ));
+    }
+    if h.get(2) != Some(&dir_word(direction)) {
+        return Err(format!(
+            "it is the {} state, not the {} one",
+            h.get(2).unwrap_or(&"?"),
+            dir_word(direction)
+        ));
+    }
+    let generation = field(3, "generation")?
+        .parse::<u64>()
+        .map_err(|_| "the generation is not a number".to_string())?;
+    let count = field(4, "entries")?
+        .parse::<usize>()
+        .map_err(|_| "the entry count is not a number".to_string())?;
+    let sum = field(5, "sha256")?;
+    let body: String = lines.collect();
+    if sha256_hex(body.as_bytes()) != sum {
+        return Err("its entries do not match the header's checksum (cut short or edited)".into());
+    }
+    let mut entries = BTreeMap::new();
+    for (i, line) in body.lines().enumerate() {
+        let bad = || format!("entry {}: not KEY-FINGERPRINT VALUE [expired]", i + 1);
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let (fp, value, expired) = match f.as_slice() {
+            [fp, value] => (*fp, *value, false),
+            [fp, value, "expired"] => (*fp, *value, true),
+            _ => return Err(bad()),
+        };
+        if fp.len() != 32 || !fp.bytes().all(|c| c.is_ascii_hexdigit()) {
+            return Err(bad());
+        }
+        let value = value.parse::<u64>().map_err(|_| bad())?;
+        entries.insert(fp.to_string(), Entry { value, expired });
+    }
+    if entries.len() != count {
+        return Err(format!(
+            "the header counts {count} entries, the file holds {}",
+            entries.len()
+        ));
+    }
+    Ok((generation, entries))
+}
+
+/// A slot as found on disk.
+enum Slot {
+    Missing,
+    Bad(String),
+    Good(u64, BTreeMap<Key, Entry>),
+}
+
+/// All of `f`, read at offset 0 on (pread: descriptors shared with a [`Reader`] share
+/// an offset, which this never moves).
+fn read_all(f: &File) -> io::Result<String> {
+    let mut bytes = Vec::new();
+    let mut chunk = [0u8; 8192];
+    loop {
+        let n = f.read_at(&mut chunk, bytes.len() as u64)?;
+        if n == 0 {
+            break;
+        }
+        bytes.extend_from_slice(&chunk[..n]);
+    }
+    String::from_utf8(bytes).map_err(|_| io::Error::other("not UTF-8 text"))
+}
+
+fn read_slot(f: Option<&File>, path: &Path, direction: Direction) -> Slot {
+    let mut text = String::new();
+    let r = match f {
+        Some(f) => read_all(f).map(|t| text = t),
+        None => match fs::read_to_string(path) {
+            Ok(t) => {
+                text = t;
+                Ok(())
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Slot::Missing,
+            Err(e) => Err(e),
+        },
+    };
+    match r {
+        Err(e) => Slot::Bad(format!("cannot read it: {e}")),
+        Ok(()) if text.is_empty() => Slot::Bad("empty".into()),
+        Ok(()) => match parse(&text, direction) {
+            Ok((g, e)) => Slot::Good(g, e),
+            Err(why) => Slot::Bad(why),
+        },
+    }
+}
+
+/// Open (`O_NOFOLLOW`: never through a symlink) one slot for reading and writing;
+/// `create`: make it (0600) when missing. Ok(None): missing and not made.
+fn open_slot(path: &Path, create: bool) -> Result<Option<File>, String> {
+    let mut o = fs::OpenOptions::new();
+    o.read(true)
+        .write(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .mode(0o600);
+    match o.open(path) {
+        Ok(f) => Ok(Some(f)),
+        Err(e) if e.kind() == io::ErrorKind::NotFound && create => o
+            .create_new(true)
+            .open(path)
+            .map(Some)
+            .map_err(|e| format!("cannot create the sequence state {}: {e}", path.display())),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(format!(
+            "cannot open the sequence state {}: {e}{}",
+            path.display(),
+            if e.raw_os_error() == Some(libc::ELOOP) {
+                " (a symlink: refused)"
+            } else {
+                ""
+            }
+        )),
+    }
 }
 
 impl SeqState {
-    /// Read the state at `path` (none yet: empty). A file that does not parse is an
-    /// error: guessing would risk reusing numbers.
-    pub fn load(path: &Path) -> Result<SeqState, String> {
-        let text = match fs::read_to_string(path) {
-            Ok(t) => t,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => String::new(),
-            Err(e) => {
-                return Err(format!(
-                    "cannot read the sequence state {}: {e}",
-                    path.display()
-                ))
-            }
+    /// Open a direction's state for the gateway's life: both slots opened (made, when
+    /// `init` and none exists yet), the newest valid one read. Refused, with what to do:
+    /// both slots missing without `init`, or neither valid. One slot missing or damaged
+    /// is survived safely (see the module's text) and said on stderr.
+    pub fn open(path: &Path, direction: Direction, init: bool) -> Result<SeqState, String> {
+        let b = second_slot(path);
+        let (fa, fb) = (open_slot(path, false)?, open_slot(&b, false)?);
+        if fa.is_none() && fb.is_none() && !init {
+            return Err(format!(
+                "no sequence state at {} (nor {}): without it, manual keys used before \
+                 would repeat sequence numbers (GCM nonces). Restore the file, or — only if \
+                 every SA's keys are new, never used before — start once with --init-state",
+                path.display(),
+                b.display()
+            ));
+        }
+        let mut st = SeqState::from_slots(path, direction, [fa.as_ref(), fb.as_ref()])?;
+        let fa = match fa {
+            Some(f) => f,
+            None => open_slot(path, true)?.expect("created"),
         };
-        let mut entries = BTreeMap::new();
-        for (i, line) in text.lines().enumerate() {
-            let line = line.trim();
-            if line.is_empty() || line.starts_with('#') {
-                continue;
+        let fb = match fb {
+            Some(f) => f,
+            None => open_slot(&b, true)?.expect("created"),
+        };
+        st.slots = Some([fa, fb]);
+        if st.generation == 0 {
+            // nothing written yet: generation 0 in the first slot, so that the first
+            // write (generation 1, the second slot) has its predecessor beside it
+            let text = render(direction, 0, &st.entries);
+            let f = &st.slots.as_ref().expect("just set")[0];
+            f.write_all_at(text.as_bytes(), 0)
+                .and_then(|()| f.set_len(text.len() as u64))
+                .and_then(|()| f.sync_data())
+                .map_err(|e| format!("cannot write the sequence state {}: {e}", path.display()))?;
+        }
+        Ok(st)
+    }
+
+    /// Read a direction's state by its path, without keeping it open. Missing: empty.
+    pub fn read(path: &Path, direction: Direction) -> Result<SeqState, String> {
+        SeqState::from_slots(path, direction, [None, None])
+    }
+
+    /// A reader of this state through descriptors of its own (for the other direction's
+    /// engine, which reads it on every reload, after the gateway gave up root).
+    pub fn reader(&self) -> Result<Reader, String> {
+        let slots = self
+            .slots
+            .as_ref()
+            .ok_or_else(|| "the sequence state is not open".to_string())?;
+        let dup = |f: &File| {
+            f.try_clone()
+                .map_err(|e| format!("cannot share {}: {e}", self.path.display()))
+        };
+        Ok(Reader {
+            path: self.path.clone(),
+            direction: self.direction,
+            slots: [dup(&slots[0])?, dup(&slots[1])?],
+        })
+    }
+
+    fn from_slots(
+        path: &Path,
+        direction: Direction,
+        files: [Option<&File>; 2],
+    ) -> Result<SeqState, String> {
+        let paths = [path.to_path_buf(), second_slot(path)];
+        let slots: Vec<Slot> = files
+            .iter()
+            .zip(&paths)
+            .map(|(f, p)| match f {
+                Some(f) => read_slot(Some(f), p, direction),
+                None if files.iter().all(Option::is_none) => read_slot(None, p, direction),
+                None => Slot::Missing,
+            })
+            .collect();
+        let mut st = SeqState {
+            path: path.to_path_buf(),
+            direction,
+            slots: None,
+            generation: 0,
+            entries: BTreeMap::new(),
+        };
+        let best = slots
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| match s {
+                Slot::Good(g, _) => Some((*g, i)),
+                _ => None,
+            })
+            .max();
+        let Some((generation, i)) = best else {
+            if slots.iter().all(|s| matches!(s, Slot::Missing)) {
+                return Ok(st);
             }
-            let bad = || {
-                format!(
-                    "{}:{}: not a sequence state line (SPI FINGERPRINT VALUE [expired]); \
-                     move the file away only if every SA in it gets new keys",
-                    path.display(),
-                    i + 1
-                )
+            let why: Vec<String> = slots
+                .iter()
+                .zip(&paths)
+                .map(|(s, p)| match s {
+                    Slot::Bad(w) => format!("{}: {w}", p.display()),
+                    _ => format!("{}: missing", p.display()),
+                })
+                .collect();
+            return Err(format!(
+                "the sequence state is not usable ({}); refusing to guess, which could repeat \
+                 sequence numbers (GCM nonces). Restore it, or give every SA new keys and \
+                 start with --init-state after moving these files away",
+                why.join("; ")
+            ));
+        };
+        let Slot::Good(_, entries) = &slots[i] else {
+            unreachable!("best is a good slot")
+        };
+        st.generation = generation;
+        st.entries = entries.clone();
+        let other_ok = matches!(&slots[1 - i], Slot::Good(g, _) if *g + 1 == generation);
+        if !other_ok && generation > 0 {
+            let why = match &slots[1 - i] {
+                Slot::Missing => "missing".to_string(),
+                Slot::Bad(w) => w.clone(),
+                Slot::Good(g, _) => format!("generation {g}, not {}", generation - 1),
             };
-            let f: Vec<&str> = line.split_whitespace().collect();
-            let (spi, fp, value) = match f.as_slice() {
-                [spi, fp, value] | [spi, fp, value, "expired"] => (*spi, *fp, *value),
-                _ => return Err(bad()),
-            };
-            let spi = u32::from_str_radix(spi.trim_start_matches("0x"), 16).map_err(|_| bad())?;
-            let value = value.parse::<u64>().map_err(|_| bad())?;
-            if fp.len() != 32 || !fp.bytes().all(|c| c.is_ascii_hexdigit()) {
-                return Err(bad());
+            if direction == Direction::Out {
+                for e in st.entries.values_mut() {
+                    e.value = e.value.saturating_add(RESERVE);
+                }
             }
-            entries.insert(
-                (spi, fp.to_string()),
-                Entry {
-                    value,
-                    expired: f.len() == 4,
-                },
+            eprintln!(
+                "ipsec-gw: warning: sequence state {} ({why}): a newer write may be lost; \
+                 using {} (generation {generation}){}",
+                paths[1 - i].display(),
+                paths[i].display(),
+                if direction == Direction::Out {
+                    ", every reservation one block higher to cover it"
+                } else {
+                    ", whose replay floors may be up to one write old"
+                }
             );
         }
-        Ok(SeqState {
-            path: path.to_path_buf(),
-            entries,
-        })
+        Ok(st)
     }
 
     pub fn path(&self) -> &Path {
         &self.path
     }
 
-    pub fn get(&self, key: &Key) -> Option<Entry> {
+    pub fn get(&self, key: &str) -> Option<Entry> {
         self.entries.get(key).copied()
     }
 
@@ -141,67 +456,100 @@ impl SeqState {
         self.entries.insert(key, entry);
     }
 
-    /// Merge into an SA's entry: its value only ever rises, and once expired it stays
-    /// expired (what every write but a clean stop's release does).
-    pub fn raise(&mut self, key: &Key, value: u64, expired: bool) {
-        let e = self.entries.entry(key.clone()).or_default();
+    /// Merge into an entry: its value only ever rises, and once expired it stays expired
+    /// (what every write but a clean stop's release does).
+    pub fn raise(&mut self, key: &str, value: u64, expired: bool) {
+        let e = self.entries.entry(key.to_string()).or_default();
         e.value = e.value.max(value);
         e.expired |= expired;
     }
 
-    /// Write the whole state durably: a temporary file, fsync'd, renamed over the old
-    /// one, and the directory fsync'd (so the rename itself survives a power cut).
-    pub fn save(&self) -> io::Result<()> {
+    /// Write the whole state durably: the next generation into the older slot, and
+    /// fsync'd before this returns.
+    pub fn save(&mut self) -> io::Result<()> {
         self.write(true)
     }
 
-    /// Write the whole state, renamed over the old one, without waiting for the disk: it
-    /// survives the process (a crash, `kill -9`), not the machine. For the inbound
-    /// highest-accepted numbers written every 100 ms from the data path, where an fsync
-    /// (milliseconds, more on a busy disk) would stall the packets behind it.
-    pub fn save_quick(&self) -> io::Result<()> {
+    /// Write the whole state without waiting for the disk: it survives the process (a
+    /// crash, `kill -9`), not the machine. For the inbound highest-accepted numbers
+    /// written every 100 ms from the data path, where an fsync (milliseconds, more on a
+    /// busy disk) would stall the packets behind it.
+    pub fn save_quick(&mut self) -> io::Result<()> {
         self.write(false)
     }
 
-    fn write(&self, durable: bool) -> io::Result<()> {
-        let dir = self.path.parent().filter(|d| !d.as_os_str().is_empty());
-        if let Some(d) = dir {
-            fs::create_dir_all(d)?;
-        }
-        let mut tmp = self.path.as_os_str().to_owned();
-        tmp.push(".tmp");
-        let tmp = PathBuf::from(tmp);
-        let mut text = String::from(
-            "# ipsec-gw sequence state: SPI KEY-FINGERPRINT VALUE [expired]; do not edit.\n\
-             # Removing it lets manual keys reuse sequence numbers (GCM nonces): give every \
-             SA new keys first.\n",
-        );
-        for ((spi, fp), e) in &self.entries {
-            text.push_str(&format!(
-                "{spi:08x} {fp} {}{}\n",
-                e.value,
-                if e.expired { " expired" } else { "" }
-            ));
-        }
-        {
-            use std::os::unix::fs::OpenOptionsExt;
-            let mut f = fs::OpenOptions::new()
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .mode(0o600)
-                .open(&tmp)?;
-            f.write_all(text.as_bytes())?;
-            if durable {
-                f.sync_all()?;
-            }
-        }
-        fs::rename(&tmp, &self.path)?;
+    fn write(&mut self, durable: bool) -> io::Result<()> {
+        let Some(slots) = self.slots.as_ref() else {
+            return Err(io::Error::other("the sequence state is open read-only"));
+        };
+        let generation = self.generation + 1;
+        let f = &slots[(generation % 2) as usize];
+        let text = render(self.direction, generation, &self.entries);
+        f.write_all_at(text.as_bytes(), 0)?;
+        f.set_len(text.len() as u64)?;
         if durable {
-            fs::File::open(dir.unwrap_or(Path::new(".")))?.sync_all()?;
+            f.sync_data()?;
         }
+        self.generation = generation;
         Ok(())
     }
+}
+
+/// One direction's state as the other direction reads it: its newest valid slot, now.
+#[derive(Debug)]
+pub struct Reader {
+    path: PathBuf,
+    direction: Direction,
+    slots: [File; 2],
+}
+
+impl Reader {
+    pub fn read(&self) -> Result<SeqState, String> {
+        let [a, b] = &self.slots;
+        SeqState::from_slots(&self.path, self.direction, [Some(a), Some(b)])
+    }
+}
+
+/// The highest value any state records for `key`: this direction's and the other's (a
+/// key seen in either direction never numbers from below what went under it).
+pub fn highest(mine: Option<&SeqState>, other: Option<&SeqState>, key: &str) -> Entry {
+    let a = mine.and_then(|s| s.get(key)).unwrap_or_default();
+    let b = other.and_then(|s| s.get(key)).unwrap_or_default();
+    Entry {
+        value: a.value.max(b.value),
+        expired: a.expired || b.expired,
+    }
+}
+
+/// The exclusive lock one gateway holds on its state for its whole life: a second
+/// gateway on the same state (two processes writing one file) is refused.
+pub fn lock(base: &Path) -> Result<File, String> {
+    let path = lock_path(base);
+    if let Some(d) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        fs::create_dir_all(d).map_err(|e| format!("cannot create {}: {e}", d.display()))?;
+    }
+    let f = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(&path)
+        .map_err(|e| format!("cannot open the state lock {}: {e}", path.display()))?;
+    crate::sys::flock_exclusive(&f).map_err(|e| {
+        if e.kind() == io::ErrorKind::WouldBlock {
+            format!(
+                "another ipsec-gw holds the sequence state {} (its lock {}): two gateways \
+                 must not share one state",
+                base.display(),
+                path.display()
+            )
+        } else {
+            format!("cannot lock {}: {e}", path.display())
+        }
+    })?;
+    Ok(f)
 }
 
 #[cfg(test)]
@@ -211,7 +559,15 @@ mod tests {
     fn tmp(name: &str) -> PathBuf {
         let d = std::env::temp_dir().join(format!("ipsec-gw-seq-{}-{name}", std::process::id()));
         let _ = fs::remove_dir_all(&d);
-        d.join("gw.state")
+        fs::create_dir_all(&d).unwrap();
+        d.join("gw.state.out")
+    }
+
+    fn entry(value: u64) -> Entry {
+        Entry {
+            value,
+            expired: false,
+        }
     }
 
     #[test]
@@ -220,65 +576,155 @@ mod tests {
         let key = [0x5au8; 20];
         let fp = fingerprint(Direction::Out, 0x1001, &key, &[]);
         assert_eq!(fp.len(), 32);
-        let mut s = SeqState::load(&p).unwrap();
-        assert_eq!(s.get(&(0x1001, fp.clone())), None);
+        let mut s = SeqState::open(&p, Direction::Out, true).unwrap();
+        assert_eq!(s.get(&fp), None);
+        s.set(fp.clone(), entry(3 * RESERVE));
         s.set(
-            (0x1001, fp.clone()),
-            Entry {
-                value: 3 * RESERVE,
-                expired: false,
-            },
-        );
-        s.set(
-            (0x2002, "0".repeat(32)),
+            "0".repeat(32),
             Entry {
                 value: 7,
                 expired: true,
             },
         );
         s.save().unwrap();
-        let text = fs::read_to_string(&p).unwrap();
-        assert!(
-            !text.contains(&"5a".repeat(4)),
-            "a key byte pattern was written"
-        );
-        let back = SeqState::load(&p).unwrap();
-        assert_eq!(back.get(&(0x1001, fp)).unwrap().value, 3 * RESERVE);
-        assert!(back.get(&(0x2002, "0".repeat(32))).unwrap().expired);
-        use std::os::unix::fs::PermissionsExt;
-        assert_eq!(
-            fs::metadata(&p).unwrap().permissions().mode() & 0o777,
-            0o600
-        );
+        s.save().unwrap(); // both slots written
+        drop(s);
+        for slot in [p.clone(), second_slot(&p)] {
+            let text = fs::read_to_string(&slot).unwrap();
+            assert!(!text.contains(&"5a".repeat(4)), "a key byte was written");
+            use std::os::unix::fs::PermissionsExt;
+            let mode = fs::metadata(&slot).unwrap().permissions().mode();
+            assert_eq!(mode & 0o777, 0o600);
+        }
+        let back = SeqState::open(&p, Direction::Out, false).unwrap();
+        assert_eq!(back.get(&fp).unwrap().value, 3 * RESERVE);
+        assert!(back.get(&"0".repeat(32)).unwrap().expired);
+        assert_eq!(back.generation, 2);
     }
 
     #[test]
-    fn a_fingerprint_tells_keys_spis_and_directions_apart() {
-        let a = fingerprint(Direction::Out, 0x1001, &[1; 16], &[2; 20]);
-        assert_ne!(a, fingerprint(Direction::Out, 0x1001, &[1; 16], &[3; 20]));
-        assert_ne!(a, fingerprint(Direction::Out, 0x1002, &[1; 16], &[2; 20]));
-        assert_ne!(a, fingerprint(Direction::In, 0x1001, &[1; 16], &[2; 20]));
-        assert_eq!(a, fingerprint(Direction::Out, 0x1001, &[1; 16], &[2; 20]));
+    fn the_fingerprint_is_the_keys_not_the_spi_or_direction() {
+        let a = fingerprint(Direction::Out, 0x1001, &[1; 20], &[]);
+        assert_eq!(a, fingerprint(Direction::Out, 0x3003, &[1; 20], &[]));
+        assert_eq!(a, fingerprint(Direction::In, 0x1001, &[1; 20], &[]));
+        assert_ne!(a, fingerprint(Direction::Out, 0x1001, &[2; 20], &[]));
+        let b = fingerprint(Direction::Out, 0x1001, &[1; 16], &[2; 20]);
+        assert_ne!(b, fingerprint(Direction::Out, 0x1001, &[1; 16], &[3; 20]));
+        // where the key bytes end and the integrity key's begin is part of it
+        assert_ne!(
+            fingerprint(Direction::Out, 1, &[1, 2], &[3]),
+            fingerprint(Direction::Out, 1, &[1], &[2, 3])
+        );
+        // no keys at all: nothing to repeat, told apart by SPI and direction
+        let n = fingerprint(Direction::Out, 0x1001, &[], &[]);
+        assert_ne!(n, fingerprint(Direction::Out, 0x1002, &[], &[]));
+        assert_ne!(n, fingerprint(Direction::In, 0x1001, &[], &[]));
     }
 
     #[test]
-    fn a_damaged_file_is_refused_not_guessed() {
-        let p = tmp("bad");
-        fs::create_dir_all(p.parent().unwrap()).unwrap();
-        fs::write(&p, "00001001 abc 12\n").unwrap();
-        let e = SeqState::load(&p).unwrap_err();
+    fn both_slots_missing_is_refused_without_init() {
+        let p = tmp("missing");
+        let e = SeqState::open(&p, Direction::Out, false).unwrap_err();
         assert!(
-            e.contains("gw.state:1") && e.contains("not a sequence state line"),
+            e.contains("no sequence state") && e.contains("--init-state"),
             "{e}"
         );
+        assert!(!p.exists(), "a refused open must not create the file");
+        let s = SeqState::open(&p, Direction::Out, true).unwrap();
+        assert!(s.entries.is_empty() && p.exists() && second_slot(&p).exists());
+    }
+
+    /// Every way one slot can be damaged: cut at a line boundary, emptied, edited, the
+    /// other direction's, an old format. With the other slot good too, the state loads
+    /// with every reservation one block higher; with both damaged, it is refused.
+    #[test]
+    fn a_damaged_state_is_refused_or_survived_one_block_higher() {
+        let p = tmp("bad");
+        let mut s = SeqState::open(&p, Direction::Out, true).unwrap();
+        s.set("a".repeat(32), entry(10));
+        s.set("b".repeat(32), entry(20));
+        s.save().unwrap(); // generation 1 in slot b
+        s.raise(&"a".repeat(32), 11, false);
+        s.save().unwrap(); // generation 2 in slot a
+        drop(s);
+        let good = fs::read_to_string(&p).unwrap();
+        let cut = good
+            .lines()
+            .take(good.lines().count() - 1)
+            .collect::<Vec<_>>();
+        let damages = [
+            cut.join("\n") + "\n",
+            String::new(),
+            good.replace(" 11\n", " 12\n"),
+            good.replace(" out ", " in "),
+            format!("00001001 {} 11\n", "a".repeat(32)),
+        ];
+        for bad in &damages {
+            fs::write(&p, bad).unwrap();
+            let s = SeqState::open(&p, Direction::Out, false).unwrap();
+            // generation 1 (10, 20), every value one block up
+            assert_eq!(s.get(&"a".repeat(32)), Some(entry(10 + RESERVE)), "{bad:?}");
+            assert_eq!(s.get(&"b".repeat(32)), Some(entry(20 + RESERVE)));
+            drop(s);
+            let other = fs::read_to_string(second_slot(&p)).unwrap();
+            fs::write(second_slot(&p), bad).unwrap();
+            let e = SeqState::open(&p, Direction::Out, false).unwrap_err();
+            assert!(e.contains("not usable"), "{e}");
+            fs::write(second_slot(&p), other).unwrap();
+        }
+        // one slot deleted: survived, one block up
+        fs::write(&p, &good).unwrap();
+        fs::remove_file(second_slot(&p)).unwrap();
+        let s = SeqState::open(&p, Direction::Out, false).unwrap();
+        assert_eq!(s.get(&"a".repeat(32)), Some(entry(11 + RESERVE)));
     }
 
     #[test]
-    fn an_unwritable_place_is_an_error() {
-        let s = SeqState {
-            path: PathBuf::from("/proc/ipsec-gw-cannot-write-here/gw.state.out"),
-            entries: BTreeMap::new(),
-        };
+    fn a_symlinked_slot_is_refused() {
+        let p = tmp("link");
+        let target = p.with_file_name("elsewhere");
+        fs::write(&target, "precious\n").unwrap();
+        std::os::unix::fs::symlink(&target, &p).unwrap();
+        let e = SeqState::open(&p, Direction::Out, true).unwrap_err();
+        assert!(e.contains("symlink"), "{e}");
+        assert_eq!(fs::read_to_string(&target).unwrap(), "precious\n");
+    }
+
+    #[test]
+    fn a_second_lock_on_one_state_is_refused() {
+        let p = tmp("lock");
+        let base = p.with_file_name("gw.state");
+        let held = lock(&base).unwrap();
+        let e = lock(&base).unwrap_err();
+        assert!(e.contains("another ipsec-gw holds"), "{e}");
+        drop(held);
+        assert!(lock(&base).is_ok());
+    }
+
+    #[test]
+    fn the_highest_of_both_directions_wins() {
+        let p = tmp("hi");
+        let q = p.with_file_name("gw.state.in");
+        let mut out = SeqState::open(&p, Direction::Out, true).unwrap();
+        let mut inb = SeqState::open(&q, Direction::In, true).unwrap();
+        out.set("a".repeat(32), entry(5));
+        inb.set(
+            "a".repeat(32),
+            Entry {
+                value: 9,
+                expired: true,
+            },
+        );
+        inb.save().unwrap();
+        let read = SeqState::read(&q, Direction::In).unwrap();
+        let h = highest(Some(&out), Some(&read), &"a".repeat(32));
+        assert_eq!((h.value, h.expired), (9, true));
+        assert_eq!(highest(Some(&out), None, &"c".repeat(32)), Entry::default());
+    }
+
+    #[test]
+    fn an_unwritable_state_is_an_error() {
+        let mut s = SeqState::read(Path::new("/nonexistent/gw.state.out"), Direction::Out).unwrap();
         assert!(s.save().is_err());
     }
 }

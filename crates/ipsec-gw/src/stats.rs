@@ -86,6 +86,18 @@ pub struct Shared {
     pub reloads_refused: std::sync::atomic::AtomicU64,
     /// Why a worker stopped on its own (the gateway then exits non-zero with it).
     pub failed: Mutex<Option<String>>,
+    /// The nftables table of the clear-traffic guard (`guard`), whose counters the
+    /// stats report.
+    pub guard: Mutex<Option<String>>,
+}
+
+/// Clear packets for protected traffic the guard dropped before they crossed.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct ClearDropped {
+    /// From outside, matching an inbound protect policy, not out of the TUN device.
+    pub inbound: u64,
+    /// Matching an outbound protect policy, about to leave by another interface.
+    pub outbound: u64,
 }
 
 impl Default for Shared {
@@ -103,6 +115,7 @@ impl Shared {
             reloads: Default::default(),
             reloads_refused: Default::default(),
             failed: Mutex::new(None),
+            guard: Mutex::new(None),
         }
     }
 
@@ -115,8 +128,10 @@ impl Shared {
             reloads_refused: u64,
             outbound: DirStats,
             inbound: DirStats,
+            clear_dropped: ClearDropped,
         }
         let all = All {
+            clear_dropped: self.clear_dropped(),
             uptime_s: self.started.elapsed().as_secs_f64(),
             reloads: self.reloads.load(Relaxed),
             reloads_refused: self.reloads_refused.load(Relaxed),
@@ -126,9 +141,27 @@ impl Shared {
         serde_json::to_string_pretty(&all).expect("stats serialise")
     }
 
+    /// The guard's counters (zero when it has none or nftables cannot be asked).
+    pub fn clear_dropped(&self) -> ClearDropped {
+        let table = self.guard.lock().expect("guard lock").clone();
+        match table.and_then(|t| crate::guard::dropped(&t)) {
+            Some((inbound, outbound)) => ClearDropped { inbound, outbound },
+            None => ClearDropped::default(),
+        }
+    }
+
     /// Prometheus text exposition format (version 0.0.4).
     pub fn prometheus(&self) -> String {
         let mut s = String::new();
+        let clear = self.clear_dropped();
+        let _ = writeln!(
+            s,
+            "# HELP ipsec_gw_clear_dropped_total Clear packets for protected traffic dropped \
+             at the boundary.\n# TYPE ipsec_gw_clear_dropped_total counter\n\
+             ipsec_gw_clear_dropped_total{{direction=\"in\"}} {}\n\
+             ipsec_gw_clear_dropped_total{{direction=\"out\"}} {}",
+            clear.inbound, clear.outbound
+        );
         let mut family = |name: &str, help: &str, kind: &str| {
             let _ = writeln!(s, "# HELP {name} {help}\n# TYPE {name} {kind}");
         };
@@ -227,10 +260,11 @@ impl Shared {
     }
 }
 
-/// Serve `shared` on a Unix socket: a client writes one line, `json` (the default) or
-/// `prometheus`, and reads the answer until the socket closes.
-pub fn serve(path: &Path, shared: std::sync::Arc<Shared>) -> std::io::Result<()> {
-    use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+/// Bind the stats socket (0600), before the gateway gives up root; [`serve`] answers on
+/// it: a client writes one line, `json` (the default) or `prometheus`, and reads the
+/// answer until the socket closes.
+pub fn bind(path: &Path) -> std::io::Result<(UnixListener, BoundSocket)> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
     // Only a socket (one a previous gateway left) is replaced: a typo that names a
     // config or a key file must not delete it, as root.
     match std::fs::symlink_metadata(path) {
@@ -246,6 +280,16 @@ pub fn serve(path: &Path, shared: std::sync::Arc<Shared>) -> std::io::Result<()>
     let listener = UnixListener::bind(path)?;
     // Counters only, but still this gateway's business: owner only.
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+    let m = std::fs::symlink_metadata(path)?;
+    let bound = BoundSocket {
+        path: path.to_path_buf(),
+        id: (m.dev(), m.ino()),
+    };
+    Ok((listener, bound))
+}
+
+/// Answer on `listener` (from [`bind`]) on a thread of its own, for the process's life.
+pub fn serve(listener: UnixListener, shared: std::sync::Arc<Shared>) -> std::io::Result<()> {
     std::thread::Builder::new()
         .name("stats".into())
         .spawn(move || {
@@ -260,6 +304,37 @@ pub fn serve(path: &Path, shared: std::sync::Arc<Shared>) -> std::io::Result<()>
             }
         })?;
     Ok(())
+}
+
+/// The stats socket this gateway bound: its path and (device, inode).
+#[derive(Debug)]
+pub struct BoundSocket {
+    pub path: std::path::PathBuf,
+    id: (u64, u64),
+}
+
+impl BoundSocket {
+    /// Remove the socket at a clean stop — only if the path still names the very socket
+    /// this gateway bound (same device and inode): never a file put there since, nor
+    /// another gateway's socket.
+    pub fn remove(&self) {
+        use std::os::unix::fs::MetadataExt;
+        match std::fs::symlink_metadata(&self.path) {
+            Ok(m) if (m.dev(), m.ino()) == self.id => {
+                if let Err(e) = std::fs::remove_file(&self.path) {
+                    eprintln!(
+                        "ipsec-gw: cannot remove the stats socket {}: {e}",
+                        self.path.display()
+                    );
+                }
+            }
+            Ok(_) => eprintln!(
+                "ipsec-gw: {} is no longer the stats socket this gateway bound: left alone",
+                self.path.display()
+            ),
+            Err(_) => {}
+        }
+    }
 }
 
 /// The longest request line taken ("json" or "prometheus").

@@ -465,8 +465,8 @@ pub fn terminate_self() {
 }
 
 /// capset(2), version 3: the calling thread's effective and permitted capabilities 0–31
-/// become `keep` (a bit mask), inheritable none, and 32–63 none.
-pub fn capset_keep(keep: u32) -> io::Result<()> {
+/// become `keep` (a bit mask), inheritable `inherit`, and 32–63 none.
+pub fn capset_keep(keep: u32, inherit: u32) -> io::Result<()> {
     const LINUX_CAPABILITY_VERSION_3: u32 = 0x2008_0522;
     #[repr(C)]
     struct CapHeader {
@@ -488,7 +488,7 @@ pub fn capset_keep(keep: u32) -> io::Result<()> {
         CapData {
             effective: keep,
             permitted: keep,
-            inheritable: 0,
+            inheritable: inherit,
         },
         CapData::default(), // capabilities 32-63: none
     ];
@@ -515,4 +515,87 @@ pub fn set_no_new_privs() -> io::Result<()> {
         return Err(io::Error::last_os_error());
     }
     Ok(())
+}
+
+/// flock(2), exclusive and non-blocking: `WouldBlock` when another open file holds it.
+/// Held until every descriptor of this open file is closed.
+pub fn flock_exclusive(f: &std::fs::File) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: flock(2) on a descriptor the borrowed File keeps open; no pointers.
+    let rc = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// The uid and gid of user `name` from the password database (getpwnam(3)), or None
+/// when there is no such user. Called before any other thread exists (getpwnam is not
+/// thread-safe).
+pub fn user_ids(name: &str) -> io::Result<Option<(u32, u32)>> {
+    let c = std::ffi::CString::new(name).map_err(|_| io::Error::other("a NUL in the name"))?;
+    // SAFETY: a valid NUL-terminated string; the returned pointer (static storage, valid
+    // until the next getpw* call) is read at once, on this thread only.
+    unsafe {
+        *libc::__errno_location() = 0;
+        let pw = libc::getpwnam(c.as_ptr());
+        if pw.is_null() {
+            let e = io::Error::last_os_error();
+            return match e.raw_os_error() {
+                Some(0) | Some(libc::ENOENT) | Some(libc::ESRCH) => Ok(None),
+                _ => Err(e),
+            };
+        }
+        Ok(Some(((*pw).pw_uid, (*pw).pw_gid)))
+    }
+}
+
+fn check(rc: libc::c_int) -> io::Result<()> {
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// prctl(PR_SET_SECUREBITS, bits): needs CAP_SETPCAP.
+pub fn set_securebits(bits: libc::c_ulong) -> io::Result<()> {
+    // SAFETY: prctl with integer arguments only.
+    check(unsafe { libc::prctl(libc::PR_SET_SECUREBITS, bits, 0, 0, 0) })
+}
+
+/// prctl(PR_CAPBSET_DROP, cap): take `cap` out of the bounding set (CAP_SETPCAP).
+/// EINVAL (a capability this kernel does not know) is no error.
+pub fn capbset_drop(cap: u32) -> io::Result<()> {
+    // SAFETY: prctl with integer arguments only.
+    let rc = unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0) };
+    if rc != 0 && io::Error::last_os_error().raw_os_error() != Some(libc::EINVAL) {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE, cap): what `ip` and `nft`, run later by
+/// a non-root process, keep across their exec.
+pub fn ambient_raise(cap: u32) -> io::Result<()> {
+    // SAFETY: prctl with integer arguments only.
+    check(unsafe {
+        libc::prctl(
+            libc::PR_CAP_AMBIENT,
+            libc::PR_CAP_AMBIENT_RAISE as libc::c_ulong,
+            cap as libc::c_ulong,
+            0,
+            0,
+        )
+    })
+}
+
+/// setgroups(0) (no supplementary groups), setgid, setuid — glibc's wrappers, which
+/// change every thread of the process.
+pub fn become_user(uid: u32, gid: u32) -> io::Result<()> {
+    // SAFETY: setgroups with a zero count reads no pointer; setgid/setuid take integers.
+    unsafe {
+        check(libc::setgroups(0, std::ptr::null()))?;
+        check(libc::setgid(gid))?;
+        check(libc::setuid(uid))
+    }
 }

@@ -104,13 +104,14 @@ impl Engine {
     /// Register a live SA taken from another engine ([`Engine::remove_sa`]), keeping its
     /// sequence number, replay window and counters — how a gateway reloads its
     /// configuration without resetting SAs that did not change.
+    ///
+    /// Ids are never reused within an engine: a removed SA's id stays empty, so every
+    /// policy and bundle that named it fails closed (`no_sa`) instead of reaching the
+    /// next SA added (RFC 4301 §4.4.2.1: traffic of an SA past its hard lifetime is
+    /// dropped, never carried by another SA).
     pub fn insert_sa(&mut self, mut sa: Sa) -> Result<SaId, SaError> {
         sa.stages.set_clock(self.clock);
-        let id = self
-            .sas
-            .iter()
-            .position(Option::is_none)
-            .unwrap_or(self.sas.len());
+        let id = self.sas.len();
         if sa.direction == Direction::In {
             let key = SadKey {
                 spi: sa.spi,
@@ -122,11 +123,7 @@ impl Engine {
             }
             self.sad.insert(key, id);
         }
-        if id == self.sas.len() {
-            self.sas.push(Some(sa));
-        } else {
-            self.sas[id] = Some(sa);
-        }
+        self.sas.push(Some(sa));
         Ok(id)
     }
 

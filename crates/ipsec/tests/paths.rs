@@ -89,6 +89,16 @@ fn fail_closed() {
     assert_eq!(a.outbound(&mut p), Err(DropReason::NoSa));
     assert_eq!(p.data(), &pkt[..]);
     assert_eq!(a.counters.drops.get(DropReason::NoSa), 1);
+    // The SA added next gets a new id: the removed SA's policy stays closed, never
+    // carried by another SA (an id reused would have sealed it under the new SA).
+    let mut c = cfg("null-sha1", Mode::Tunnel, Direction::Out, v4);
+    c.spi = 0x3003;
+    let next = a.add_sa(&c).unwrap();
+    assert_ne!(next, 0);
+    let mut buf = framed(&pkt);
+    let mut p = PacketBuf::new(&mut buf, HEADROOM, pkt.len()).unwrap();
+    assert_eq!(a.outbound(&mut p), Err(DropReason::NoSa));
+    assert_eq!(a.counters.drops.get(DropReason::NoSa), 2);
     // No rule matches: discard.
     let other = udp("10.9.0.5", "10.2.0.9", 40);
     let mut buf = framed(&other);

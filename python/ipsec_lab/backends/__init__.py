@@ -15,7 +15,9 @@ is then recorded as skipped with that reason, not silently dropped.
 
 from __future__ import annotations
 
+import os
 import subprocess
+from pathlib import Path
 from typing import Protocol
 
 from ipsec_lab.testbed.build import Testbed
@@ -82,6 +84,23 @@ class Processless:
 
     def died(self) -> str | None:
         return None
+
+
+def private_file(path: Path, text: str) -> None:
+    """Write `text` (it holds keys) to a file that is 0600 from its first byte — never
+    world-readable in between, as a write then a chmod would leave it — and never through
+    a symlink put in its place."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as f:
+        os.fchmod(f.fileno(), 0o600)  # a file that existed keeps its mode otherwise
+        f.write(text)
+
+
+def private_dir(path: Path) -> Path:
+    """A directory only its owner (root) may list or enter, made 0700 from the start."""
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    path.chmod(0o700)
+    return path
 
 
 def make(name: str, stage_timing: bool = False) -> Backend:

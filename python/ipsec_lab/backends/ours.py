@@ -5,6 +5,7 @@ directory, its counters read from its stats socket."""
 from __future__ import annotations
 
 import json
+import os
 import secrets
 import shutil
 import signal
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ipsec_lab.backends import Unsupported, exited
+from ipsec_lab.backends import Unsupported, exited, private_dir, private_file
 from ipsec_lab.meters import process_cpu_ns
 from ipsec_lab.model.transforms import parse_configuration
 from ipsec_lab.testbed import Tunnel
@@ -84,6 +85,32 @@ def layers(configuration: str) -> Layers:
     if c.ipcomp and not esp:
         raise Unsupported("ipsec-gw carries IPComp inside ESP only (a bundle needs ESP)")
     return Layers(esp, ah, c.ipcomp)
+
+
+# The user ipsec-gw runs as once set up (its config's default; the Makefile creates it).
+GATEWAY_USER = "ipsec-gw"
+
+
+def gateway_socket_dir(tb: Testbed) -> Path:
+    """Where the gateways' stats sockets go: a directory of the testbed's socket
+    directory that the gateway's user owns, group root, 0770 — the gateway binds its
+    socket there while still uid 0 (with no capability to override file modes) and
+    removes it when it stops, no longer root; the socket directory itself only
+    passable."""
+    import pwd
+
+    d = tb.sockets / "gw"
+    tb.sockets.chmod(0o711)
+    d.mkdir(mode=0o770, exist_ok=True)
+    d.chmod(0o770)
+    try:
+        pw = pwd.getpwnam(GATEWAY_USER)
+    except KeyError:
+        raise LabError(
+            f"no user {GATEWAY_USER!r}, which ipsec-gw runs as: `make gateway` creates it"
+        ) from None
+    os.chown(d, pw.pw_uid, 0)
+    return d
 
 
 Keys = dict[tuple[str, str], tuple[str, str]]  # (protocol, "lr"|"rl") -> (enc, integ) hex
@@ -221,8 +248,8 @@ class Ours:
         ls = layers(configuration)
         binary = self._binary()
         assert binary is not None
-        d = tb.rundir / "ipsec-gw"
-        d.mkdir(parents=True, exist_ok=True)
+        d = private_dir(tb.rundir / "ipsec-gw")
+        socks = gateway_socket_dir(tb)
         ends = [(n, t) for t in tb.topo.tunnels for n in (t.left, t.right)]
         for i, t in enumerate(tb.topo.tunnels):
             keys = fresh_keys(ls)
@@ -231,7 +258,7 @@ class Ours:
                 mine = [x for n, x in ends if n == node]
                 k = mine.index(t)
                 key = node if len(mine) == 1 else f"{node}-t{i}"
-                sock = tb.sockets / f"gw-{key}.sock"
+                sock = socks / f"gw-{key}.sock"
                 conf = d / f"{key}.toml"
                 text = gateway_config(
                     node, t, ls, keys, sock, self.udp_encap, self.stage_timing,
@@ -240,13 +267,13 @@ class Ours:
                     mtu=1400 if host_to_host else TUN_MTU,
                     mode=self.mode if host_to_host else "tunnel",
                 )  # fmt: skip
-                conf.write_text(self.edit(key, text) if self.edit else text)
-                conf.chmod(0o600)  # it holds keys
+                private_file(conf, self.edit(key, text) if self.edit else text)
                 self.configs[key] = conf
                 self.sockets[key] = sock
+                # fresh keys, never used before: the one case for --init-state
                 self._procs[key] = tb.spawn(
                     node,
-                    [str(binary), "--config", str(conf)],
+                    [str(binary), "--config", str(conf), "--init-state"],
                     f"ipsec-gw-{key}",
                     limited=node in tb.topo.limited_nodes,
                 )

@@ -22,7 +22,7 @@ import secrets
 import subprocess
 from pathlib import Path
 
-from ipsec_lab.backends import Unsupported, exited
+from ipsec_lab.backends import Unsupported, exited, private_dir, private_file
 from ipsec_lab.model.transforms import parse_configuration
 from ipsec_lab.testbed import Tunnel
 from ipsec_lab.testbed.build import LabError, Testbed, require_tools, tail, wait_for_path
@@ -259,8 +259,7 @@ class StrongSwan:
         psk = secrets.token_hex(32)  # fresh per run; written only to the run's own files
         topo = tb.topo
         for node in topo.ipsec_nodes:
-            d = tb.rundir / "strongswan" / node
-            d.mkdir(parents=True, exist_ok=True)
+            d = private_dir(tb.rundir / "strongswan" / node)
             for sub in ("x509", "x509ca", "private", "pubkey", "rsa", "ecdsa", "pkcs8"):
                 (d / sub).mkdir(exist_ok=True)  # swanctl --load-all looks for these
             conf = d / "strongswan.conf"
@@ -268,8 +267,7 @@ class StrongSwan:
             conf.write_text(_charon_conf(vici, d / "charon.log", kernel))
             mine = [t for t in topo.tunnels if node in (t.left, t.right)]
             sw = d / "swanctl.conf"
-            sw.write_text(_swanctl_conf(node, mine, esp, psk, ah, ipcomp, kernel))
-            sw.chmod(0o600)
+            private_file(sw, _swanctl_conf(node, mine, esp, psk, ah, ipcomp, kernel))
             vici.unlink(missing_ok=True)
             (d / "charon.log").unlink(missing_ok=True)  # its tail must be this run's
             self._procs[node] = tb.spawn(

@@ -294,7 +294,8 @@ class Testbed:
     def build(self) -> None:
         require_root()
         require_tools("ip", "tc")
-        self.rundir.mkdir(parents=True, exist_ok=True)
+        self.rundir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.rundir.chmod(0o700)  # keys, configs and captures of this run: root's only
         if self.cpu_quota:
             self.cgroup = CpuLimit(self.token, self.cpu_quota)
         t = self.topo

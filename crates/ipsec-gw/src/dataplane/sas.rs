@@ -40,6 +40,9 @@ pub enum BuildError {
     /// The sequence state could not be written: without it a restart would reuse
     /// sequence numbers under the same keys.
     State { path: PathBuf, source: io::Error },
+    /// The other direction's sequence state could not be read (a key seen there must
+    /// resume above it).
+    OtherState(String),
 }
 
 impl fmt::Display for BuildError {
@@ -57,6 +60,7 @@ impl fmt::Display for BuildError {
             BuildError::Unknown { what, name } => {
                 write!(f, "no {what} named {name:?} in this direction")
             }
+            BuildError::OtherState(why) => write!(f, "{why}"),
             BuildError::State { path, source } => write!(
                 f,
                 "cannot write the sequence state {}: {source} (without it a restart would \
@@ -81,6 +85,8 @@ pub struct DirEngine {
     /// Where this direction's sequence numbers outlive the process (None: a dry build,
     /// for `--check` and reload validation).
     state: Option<SeqState>,
+    /// The other direction's state, read on every build: a key seen there counts here.
+    other: Option<seqstate::Reader>,
 }
 
 struct SaEntry {
@@ -111,21 +117,31 @@ impl DirEngine {
         cfg: &Config,
         direction: Direction,
         old: Option<DirEngine>,
-        state: Option<SeqState>,
+        state: Option<(SeqState, seqstate::Reader)>,
     ) -> Result<DirEngine, BuildError> {
         let mut engine = Engine::new();
         if cfg.stage_timing {
             engine.set_clock(Some(clock));
         }
         let mut old = old;
+        let (state, reader) = match state {
+            Some((s, r)) => (Some(s), Some(r)),
+            None => (None, None),
+        };
         let mut state = old.as_mut().and_then(|o| o.state.take()).or(state);
+        let reader = old.as_mut().and_then(|o| o.other.take()).or(reader);
+        // A key is a key in either direction: what the other direction's state records
+        // under it counts too (its worker writes it; read through descriptors opened at
+        // start).
+        let other = match (&state, &reader) {
+            (Some(_), Some(r)) => Some(r.read().map_err(BuildError::OtherState)?),
+            _ => None,
+        };
         let mut sas = Vec::new();
         for spec in cfg.sas.iter().filter(|s| s.config.direction == direction) {
             let c = &spec.config;
-            let key = (
-                c.spi,
-                seqstate::fingerprint(direction, c.spi, c.enc_key.expose(), c.integ_key.expose()),
-            );
+            let key =
+                seqstate::fingerprint(direction, c.spi, c.enc_key.expose(), c.integ_key.expose());
             let kept = old.as_mut().and_then(|o| {
                 let i = o
                     .sas
@@ -141,14 +157,25 @@ impl DirEngine {
                 spi: c.spi,
                 source: e,
             };
-            let stored = state.as_ref().and_then(|s| s.get(&key));
+            let stored = seqstate::highest(state.as_ref(), other.as_ref(), &key);
             let was_kept = kept.is_some();
             let (id, soft_logged, mut stored_value, expired) = match kept {
                 Some((sa, soft, v)) => (engine.insert_sa(sa).map_err(named)?, soft, v, false),
                 None => {
                     let id = engine.add_sa(c).map_err(named)?;
-                    let entry = stored.unwrap_or_default();
+                    let entry = stored;
                     let sa = engine.sa_mut(id).expect("just added");
+                    // RFC 4303 §3.3.3: without ESN a sender stops at 2^32 - 1 (the
+                    // number is never allowed to cycle): an SA whose keys used the last
+                    // one starts with nothing to send, refused here.
+                    let last = if c.esn { u64::MAX } else { u64::from(u32::MAX) };
+                    if direction == Direction::Out && !entry.expired && entry.value >= last {
+                        return Err(BuildError::SequenceSpent {
+                            name: spec.name.clone(),
+                            spi: c.spi,
+                            used: entry.value,
+                        });
+                    }
                     if entry.value > 0 && !entry.expired {
                         match direction {
                             Direction::Out => {
@@ -181,7 +208,9 @@ impl DirEngine {
                     (id, false, entry.value, entry.expired)
                 }
             };
-            let retired = if expired { engine.remove_sa(id) } else { None };
+            // An expired SA stays in the engine until its bundles and policies are
+            // built (they must name it), then leaves it: its id is never reused, so
+            // whatever named it fails closed (RFC 4301 §4.4.2.1).
             // A new or resumed outbound SA reserves its first block now, before it seals
             // anything; one kept live over a reload goes on with its reservation.
             if direction == Direction::Out && !expired && !was_kept && state.is_some() {
@@ -195,7 +224,7 @@ impl DirEngine {
                 lifetime: spec.lifetime,
                 soft_logged,
                 expired,
-                retired,
+                retired: None,
                 key,
                 stored: stored_value,
             });
@@ -269,6 +298,9 @@ impl DirEngine {
                 Direction::In => engine.spd_in.push(rule),
             }
         }
+        for e in sas.iter_mut().filter(|e| e.expired) {
+            e.retired = engine.remove_sa(e.id);
+        }
         let ipcomps = bundles
             .iter()
             .filter_map(|(n, _, c)| c.map(|c| (n.clone(), c)))
@@ -280,6 +312,7 @@ impl DirEngine {
             ipcomps,
             bundle_sas,
             state,
+            other: reader,
         })
     }
 
@@ -315,6 +348,7 @@ impl DirEngine {
             ipcomps: Vec::new(),
             bundle_sas: Vec::new(),
             state: None,
+            other: None,
         }
     }
 
@@ -404,7 +438,7 @@ impl DirEngine {
     pub fn release(&mut self) {
         if self.direction == Direction::In {
             self.persist_tops();
-            if let Some(st) = self.state.as_ref() {
+            if let Some(st) = self.state.as_mut() {
                 if let Err(err) = st.save() {
                     eprintln!(
                         "ipsec-gw: cannot write the inbound sequence state {}: {err}",
@@ -417,7 +451,7 @@ impl DirEngine {
         let Some(st) = self.state.as_mut() else {
             return;
         };
-        for e in &mut self.sas {
+        for e in self.sas.iter_mut().filter(|e| !e.expired) {
             let Some(sa) = self.engine.sa(e.id) else {
                 continue;
             };
@@ -448,7 +482,7 @@ impl DirEngine {
             return;
         }
         let mut changed = false;
-        for e in &mut self.sas {
+        for e in self.sas.iter_mut().filter(|e| !e.expired) {
             let Some(sa) = self.engine.sa(e.id) else {
                 continue;
             };

@@ -1,0 +1,396 @@
+//! The boundary closed, running or down (RFC 4301 §5.1, §5.2): traffic that policy says
+//! to protect never crosses in clear.
+//!
+//! - **Outbound, while down.** Every prefix routed into the TUN device also gets a
+//!   `blackhole` route in the gateway's table, at the lowest preference
+//!   ([`BLACKHOLE_METRIC`]): while the TUN device exists its own route wins; when the
+//!   gateway stops or is killed the TUN device and its routes go, the blackhole stays,
+//!   and the rule sending every unmarked packet to that table stays too — the host's
+//!   other routes (a plain route to the far subnet) are never reached.
+//! - **Clear packets from outside for protected traffic**, in either direction, running
+//!   or down: an nftables table the gateway owns (`inet ipsec_gw_TABLE`, replaced in one
+//!   transaction at start and on reload, never removed by a stop) drops, and counts,
+//!   forwarded packets matching an inbound protect policy that did not come out of the
+//!   TUN device, packets matching an outbound protect policy about to leave by another
+//!   interface, and packets for the host itself matching an inbound protect policy that
+//!   are not ESP, AH or (with UDP encapsulation) UDP 4500. Bypass policies before them
+//!   are honoured in order, as the engine does.
+//!
+//! What a stop leaves is taken away only by `ipsec-gw --release CONFIG` ([`release`]).
+
+use std::fmt::Write as _;
+use std::net::IpAddr;
+use std::process::{Command, Stdio};
+
+use ipsec::sa::Direction;
+use ipsec::spd::{Prefix, Selector};
+
+use crate::config::{Config, PolicyAction};
+
+/// The blackhole routes' metric: the least preferred, below the TUN device's routes.
+pub const BLACKHOLE_METRIC: u32 = 4_294_967_295;
+
+/// iproute2's `ip`, by absolute path (not whatever `ip` comes first on $PATH).
+fn binary(names: &[&'static str]) -> &'static str {
+    names
+        .iter()
+        .copied()
+        .find(|p| std::path::Path::new(p).exists())
+        .unwrap_or(names[0])
+}
+
+/// Run `ip ARGS` (iproute2: what a user would type); an error quotes its stderr.
+pub fn ip(args: &[&str]) -> Result<(), String> {
+    run(
+        binary(&["/usr/sbin/ip", "/usr/bin/ip", "/sbin/ip", "/bin/ip"]),
+        args,
+        None,
+    )
+    .map(|_| ())
+}
+
+/// Run `nft ARGS`, `input` on its stdin; its stdout.
+fn nft(args: &[&str], input: Option<&str>) -> Result<String, String> {
+    run(
+        binary(&["/usr/sbin/nft", "/usr/bin/nft", "/sbin/nft"]),
+        args,
+        input,
+    )
+}
+
+fn run(bin: &str, args: &[&str], input: Option<&str>) -> Result<String, String> {
+    use std::io::Write;
+    let mut child = Command::new(bin)
+        .args(args)
+        .stdin(if input.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("cannot run {bin}: {e}"))?;
+    if let (Some(text), Some(mut stdin)) = (input, child.stdin.take()) {
+        stdin
+            .write_all(text.as_bytes())
+            .map_err(|e| format!("{bin}: {e}"))?;
+    }
+    let out = child
+        .wait_with_output()
+        .map_err(|e| format!("{bin}: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "{bin} {} failed: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// The gateway's nftables table (inet family): one per routing table, as the rule is.
+pub fn table_name(cfg: &Config) -> String {
+    format!("ipsec_gw_{}", cfg.table)
+}
+
+fn family(p: &Prefix) -> &'static str {
+    if p.addr.is_ipv4() {
+        "ip"
+    } else {
+        "ip6"
+    }
+}
+
+/// A selector as an nftables match (addresses, protocol, ports), or None when it can
+/// match no packet of one family (source IPv4, destination IPv6).
+fn matcher(sel: &Selector) -> Option<String> {
+    let mut m = String::new();
+    if let (Some(s), Some(d)) = (sel.src, sel.dst) {
+        if s.addr.is_ipv4() != d.addr.is_ipv4() {
+            return None;
+        }
+    }
+    for (p, dir) in [(sel.src, "saddr"), (sel.dst, "daddr")] {
+        if let Some(p) = p {
+            let _ = write!(m, "{} {dir} {}/{} ", family(&p), prefix_addr(&p), p.len);
+        }
+    }
+    if let Some(proto) = sel.protocol {
+        let _ = write!(m, "meta l4proto {proto} ");
+    }
+    for (r, word) in [(&sel.src_ports, "sport"), (&sel.dst_ports, "dport")] {
+        if *r != (0..=u16::MAX) {
+            let _ = write!(m, "th {word} {}-{} ", r.start(), r.end());
+        }
+    }
+    Some(m)
+}
+
+/// The network address of a prefix (nftables refuses host bits set).
+fn prefix_addr(p: &Prefix) -> IpAddr {
+    match p.addr {
+        IpAddr::V4(a) => {
+            let bits = u32::from(a);
+            let mask = if p.len == 0 {
+                0
+            } else {
+                u32::MAX << (32 - u32::from(p.len))
+            };
+            IpAddr::from((bits & mask).to_be_bytes())
+        }
+        IpAddr::V6(a) => {
+            let bits = u128::from(a);
+            let mask = if p.len == 0 {
+                0
+            } else {
+                u128::MAX << (128 - u32::from(p.len))
+            };
+            IpAddr::from((bits & mask).to_be_bytes())
+        }
+    }
+}
+
+/// The rules of one direction's policies, in order: a bypass accepts what it matches
+/// (later rules do not see it), a protect or discard drops it unless `exempt` lets it
+/// through; each drop counted, with a comment naming the direction.
+fn policy_rules(cfg: &Config, direction: Direction, exempt: &str, label: &str) -> String {
+    let mut out = String::new();
+    for p in cfg.policies.iter().filter(|p| p.direction == direction) {
+        let Some(m) = matcher(&p.selector) else {
+            continue;
+        };
+        match p.action {
+            PolicyAction::Bypass => {
+                let _ = writeln!(out, "    {m}accept");
+            }
+            PolicyAction::Discard | PolicyAction::Protect(_) | PolicyAction::ProtectBundle(_) => {
+                let _ = writeln!(out, "    {exempt}{m}counter drop comment \"{label}\"");
+            }
+        }
+    }
+    out
+}
+
+/// The whole table, as one `nft -f` transaction that replaces any earlier copy.
+pub fn ruleset(cfg: &Config) -> String {
+    let t = table_name(cfg);
+    let tun = &cfg.tun;
+    // (nftables comments hold at most 128 characters: no path in it)
+    let mut s = format!(
+        "table inet {t} {{}}\ndelete table inet {t}\ntable inet {t} {{\n\
+         \x20 comment \"ipsec-gw: no clear traffic for protected subnets; ipsec-gw --release \
+         removes it\"\n"
+    );
+    // forwarded, from outside into a protected subnet: only out of the TUN device
+    let _ = write!(
+        s,
+        "  chain inbound {{\n    type filter hook forward priority filter - 1; policy accept;\n\
+         \x20   iifname \"{tun}\" accept\n{}  }}\n",
+        policy_rules(cfg, Direction::In, "", "clear_inbound")
+    );
+    // forwarded, from a protected subnet out: only into the TUN device
+    let _ = write!(
+        s,
+        "  chain outbound {{\n    type filter hook forward priority filter - 1; policy accept;\n\
+         \x20   oifname \"{tun}\" accept\n{}  }}\n",
+        policy_rules(cfg, Direction::Out, "", "clear_outbound")
+    );
+    // to the host itself (host-to-host): the tunnel's own packets, and nothing else, in
+    // clear
+    let encap = if cfg.udp_encap {
+        "    udp dport 4500 accept\n"
+    } else {
+        ""
+    };
+    let _ = write!(
+        s,
+        "  chain local {{\n    type filter hook input priority filter - 1; policy accept;\n\
+         \x20   iifname \"{tun}\" accept\n    meta l4proto {{ esp, ah }} accept\n{encap}{}  }}\n}}\n",
+        policy_rules(cfg, Direction::In, "", "clear_inbound")
+    );
+    s
+}
+
+/// Install (or replace) the guard: the blackhole routes, the rule into the gateway's
+/// table, and the nftables table. Nothing is taken away first: the boundary is never
+/// open while it is replaced.
+pub fn install(cfg: &Config) -> Result<(), String> {
+    blackholes(cfg)?;
+    rule(cfg)?;
+    nft(&["-f", "-"], Some(&ruleset(cfg)))
+        .map(|_| ())
+        .map_err(|e| format!("cannot install the clear-traffic guard (nftables): {e}"))
+}
+
+/// The blackhole route of every prefix routed into the TUN device.
+pub fn blackholes(cfg: &Config) -> Result<(), String> {
+    let table = cfg.table.to_string();
+    let metric = BLACKHOLE_METRIC.to_string();
+    for r in &cfg.routes {
+        let dst = format!("{}/{}", prefix_addr(r), r.len);
+        let fam = if r.addr.is_ipv4() { "-4" } else { "-6" };
+        ip(&[
+            fam,
+            "route",
+            "replace",
+            "blackhole",
+            &dst,
+            "table",
+            &table,
+            "metric",
+            &metric,
+        ])?;
+    }
+    Ok(())
+}
+
+fn rule_args(cfg: &Config) -> Vec<String> {
+    [
+        "not".to_string(),
+        "fwmark".into(),
+        format!("0x{:x}", cfg.fwmark),
+        "lookup".into(),
+        cfg.table.to_string(),
+        "priority".into(),
+        cfg.table.to_string(),
+    ]
+    .into()
+}
+
+/// The rule that sends every packet but the gateway's own (marked) to its table — policy
+/// routing, as strongSwan's table 220: a route there may cover the peer's outer address,
+/// as a host-to-host tunnel needs. Exactly one copy: one a killed gateway left is kept.
+fn rule(cfg: &Config) -> Result<(), String> {
+    let r = rule_args(cfg);
+    let r: Vec<&str> = r.iter().map(String::as_str).collect();
+    for fam in ["-4", "-6"] {
+        let mut del = vec![fam, "rule", "del"];
+        del.extend(&r);
+        // copies beyond one (older gateways added without looking)
+        let mut n = 0;
+        while n < 16 && ip(&del).is_ok() {
+            n += 1;
+        }
+        let mut add = vec![fam, "rule", "add"];
+        add.extend(&r);
+        ip(&add)?;
+    }
+    Ok(())
+}
+
+/// Take the guard away (`ipsec-gw --release`): the rule, the blackhole routes and the
+/// nftables table. What is already gone is no error.
+pub fn release(cfg: &Config) -> Result<(), String> {
+    let r = rule_args(cfg);
+    let r: Vec<&str> = r.iter().map(String::as_str).collect();
+    for fam in ["-4", "-6"] {
+        let mut del = vec![fam, "rule", "del"];
+        del.extend(&r);
+        let mut n = 0;
+        while n < 16 && ip(&del).is_ok() {
+            n += 1;
+        }
+    }
+    let table = cfg.table.to_string();
+    let metric = BLACKHOLE_METRIC.to_string();
+    for p in &cfg.routes {
+        let dst = format!("{}/{}", prefix_addr(p), p.len);
+        let fam = if p.addr.is_ipv4() { "-4" } else { "-6" };
+        let _ = ip(&[
+            fam,
+            "route",
+            "del",
+            "blackhole",
+            &dst,
+            "table",
+            &table,
+            "metric",
+            &metric,
+        ]);
+    }
+    let t = table_name(cfg);
+    nft(
+        &["-f", "-"],
+        Some(&format!("table inet {t} {{}}\ndelete table inet {t}\n")),
+    )
+    .map(|_| ())
+    .map_err(|e| format!("cannot remove the nftables table {t}: {e}"))
+}
+
+/// Packets the guard dropped so far, (inbound, outbound), from its table's counters.
+pub fn dropped(table: &str) -> Option<(u64, u64)> {
+    let text = nft(&["-j", "list", "table", "inet", table], None).ok()?;
+    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+    let (mut inb, mut out) = (0, 0);
+    for item in v["nftables"].as_array()? {
+        let rule = &item["rule"];
+        let Some(comment) = rule["comment"].as_str() else {
+            continue;
+        };
+        let packets: u64 = rule["expr"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|e| e["counter"]["packets"].as_u64())
+            .sum();
+        match comment {
+            "clear_inbound" => inb += packets,
+            "clear_outbound" => out += packets,
+            _ => {}
+        }
+    }
+    Some((inb, out))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(text: &str) -> Config {
+        let keys = "enc_key = \"000102030405060708090a0b0c0d0e0f10111213\"\n";
+        let base = format!(
+            "[gateway]\ntun = \"ipsec0\"\nlocal = \"192.0.2.1\"\nremote = \"192.0.2.2\"\n\
+             routes = [\"10.2.0.0/24\"]\n[[sa]]\nname = \"out\"\ndirection = \"out\"\n\
+             spi = 4097\nencryption = \"aes128gcm16\"\n{keys}\
+             [[sa]]\nname = \"in\"\ndirection = \"in\"\nspi = 4098\n\
+             encryption = \"aes128gcm16\"\nenc_key = \"100102030405060708090a0b0c0d0e0f10111213\"\n{text}"
+        );
+        crate::config::parse(&base, std::path::Path::new("/etc/gw.toml")).unwrap()
+    }
+
+    #[test]
+    fn the_ruleset_drops_clear_protected_traffic_and_honours_bypass_first() {
+        let c = cfg(
+            "[[policy]]\ndirection = \"in\"\nsrc = \"10.2.0.7/32\"\ndst = \"10.1.0.0/24\"\n\
+             protocol = 17\naction = \"bypass\"\n\
+             [[policy]]\ndirection = \"in\"\nsrc = \"10.2.0.9/24\"\ndst = \"10.1.0.0/24\"\n\
+             action = \"protect\"\nsa = \"in\"\n\
+             [[policy]]\ndirection = \"out\"\nsrc = \"10.1.0.0/24\"\ndst = \"10.2.0.0/24\"\n\
+             action = \"protect\"\nsa = \"out\"\n",
+        );
+        let r = ruleset(&c);
+        assert!(r.starts_with("table inet ipsec_gw_220 {}\ndelete table inet ipsec_gw_220\n"));
+        let inbound = r.split("chain inbound").nth(1).unwrap();
+        let inbound = inbound.split("chain outbound").next().unwrap();
+        let bypass = inbound
+            .find("ip saddr 10.2.0.7/32 ip daddr 10.1.0.0/24 meta l4proto 17 accept")
+            .expect(&r);
+        // the host bits of 10.2.0.9/24 cleared: nftables refuses them
+        let drop = inbound
+            .find(
+                "ip saddr 10.2.0.0/24 ip daddr 10.1.0.0/24 counter drop comment \"clear_inbound\"",
+            )
+            .expect(&r);
+        assert!(bypass < drop);
+        assert!(inbound.contains("iifname \"ipsec0\" accept"));
+        let outbound = r.split("chain outbound").nth(1).unwrap();
+        assert!(outbound.contains("oifname \"ipsec0\" accept"));
+        assert!(outbound.contains(
+            "ip saddr 10.1.0.0/24 ip daddr 10.2.0.0/24 counter drop comment \"clear_outbound\""
+        ));
+        let local = r.split("chain local").nth(1).unwrap();
+        assert!(local.contains("meta l4proto { esp, ah } accept"));
+        assert!(!local.contains("4500"), "no UDP encapsulation configured");
+    }
+}
