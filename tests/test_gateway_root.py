@@ -650,12 +650,17 @@ def test_bundles_ah_over_esp_and_ipcomp_inside_esp(tmp_path: Path) -> None:
     assert inb["decompressed"] >= out["compressed"] * 0.99 and inb["drops"] == {}
 
 
-def test_ipcomp_inside_esp_in_udp_opens_coalesced_datagrams(tmp_path: Path) -> None:
+@pytest.mark.parametrize("crypto_workers", [1, 2])
+def test_ipcomp_inside_esp_in_udp_opens_coalesced_datagrams(
+    tmp_path: Path, crypto_workers: int
+) -> None:
     """Random data does not compress, so IPComp sends it as it is (RFC 3173 §2.2) and the
     ESP packets are all one size: UDP GRO hands gwB several per receive. With IPComp in
-    the bundle each segment is opened in a copy of its own (decompressing may grow it
-    past its slot); every byte still arrives."""
-    with tunnel(tmp_path, "ipcomp+esp:aes128-sha1", udp_encap=True) as (tb, gw):
+    the bundle each segment is opened in a copy of its own, at the buffer's headroom
+    (decompressing may grow it past its slot) — by the worker alone, or by its crew;
+    every byte still arrives."""
+    crew = gateway_key(f"crypto_workers = {crypto_workers}")
+    with tunnel(tmp_path, "ipcomp+esp:aes128-sha1", udp_encap=True, edit=crew) as (tb, gw):
         data = tb.rundir / "random.bin"
         data.write_bytes(random.Random(7).randbytes(2 * 1024 * 1024))
         send_file(tb, data)

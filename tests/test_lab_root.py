@@ -206,7 +206,14 @@ seconds = 3
     assert 0 < x["ipsec_cpu_s"] <= 0.1 * x["cpu_wall_s"] * 1.3 + 0.05, x
 
 
-def test_ctrl_c_keeps_finished_runs_and_resume_repeats_none(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=["ctrl-c", "term", "hup"]
+)
+def test_ctrl_c_keeps_finished_runs_and_resume_repeats_none(tmp_path: Path, sig: int) -> None:
+    """Ctrl-C — and SIGTERM or SIGHUP (a supervisor, a closed terminal) alike: the
+    testbed comes down, finished runs are kept, the campaign is `interrupted`, and the
+    exit status is 128 + the signal. Before, SIGTERM left the namespaces and the campaign
+    `running`."""
     f = tmp_path / "scenario.toml"
     f.write_text(
         """
@@ -240,9 +247,9 @@ seconds = 1.5
             done = db.execute("SELECT COUNT(*) FROM runs WHERE status = 'done'").fetchone()[0]
             db.close()
     assert done >= 2
-    p.send_signal(signal.SIGINT)
+    p.send_signal(sig)
     _, err = p.communicate(timeout=60)
-    assert p.returncode == 130, err
+    assert p.returncode == 128 + sig, err
     assert "--resume" in err
     assert not [n for n in leftovers()[0] if n]  # the testbed came down on Ctrl-C
     db = sqlite3.connect(db_path)

@@ -462,6 +462,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"ipsec-lab {args.command}: --budget-ms and --trials must be at least 1",
               file=sys.stderr)  # fmt: skip
         return 2
+    from ipsec_lab.signals import on_termination
+
+    on_termination()  # SIGTERM and SIGHUP stop a lab run as Ctrl-C does
     try:
         if args.command in cli_model.COMMANDS:
             sub = getattr(args, "model_command", None) or getattr(args, "advise_command", None)

@@ -107,13 +107,15 @@ def _run(args: argparse.Namespace) -> int:
     rc = 0
     try:
         run_with_progress(campaign, quiet)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
+        from ipsec_lab.signals import Terminated, interrupted_status
+
         print(
-            f"ipsec-lab run: interrupted; finished runs are kept — continue with "
-            f"`ipsec-lab run --resume {args.scenario}`",
+            f"ipsec-lab run: interrupted{f' ({e})' if isinstance(e, Terminated) else ''}; "
+            f"finished runs are kept — continue with `ipsec-lab run --resume {args.scenario}`",
             file=sys.stderr,
         )
-        return 130
+        return interrupted_status(e)
     except LabError as e:
         print(f"ipsec-lab run: {e}", file=sys.stderr)
         print(f"(continue later with `ipsec-lab run --resume {args.scenario}`)", file=sys.stderr)

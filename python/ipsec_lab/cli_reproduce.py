@@ -76,10 +76,12 @@ def _reproduce(args: argparse.Namespace) -> int:
             results.append(
                 reproduce.run_study(name, lab, args.quick, backends, args.resume, run, announce)
             )
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as e:
             print("ipsec-lab reproduce: interrupted; finished runs are kept — continue with "
                   "the same command and --resume", file=sys.stderr)  # fmt: skip
-            return 130
+            from ipsec_lab.signals import interrupted_status
+
+            return interrupted_status(e)
         except LabError as e:
             print(f"ipsec-lab reproduce: {name}: {e}", file=sys.stderr)
             print("(continue later with the same command and --resume)", file=sys.stderr)

@@ -1351,4 +1351,32 @@ sa = "in"
         let e = err(&good.replacen("bundle = \"b\"", "bundle = \"b\"\nsa = \"in\"", 1));
         assert_eq!(e.key, "policy[0].bundle");
     }
+
+    /// Two SAs never share a key, in or out: the nonce (salt ‖ sequence number) has no
+    /// SPI or direction in it. Refused naming the second SA's key and the first SA.
+    #[test]
+    fn two_sas_sharing_a_key_are_refused() {
+        let gcm_in = "name = \"in\"\ndirection = \"in\"\nspi = 0x2002\n\
+                      encryption = \"aes128gcm16\"\n\
+                      enc_key = \"000102030405060708090a0b0c0d0e0f10111213\"\n";
+        let text = GOOD.replacen(
+            &GOOD[GOOD.find("name = \"in\"").unwrap()..GOOD.find("\n\n[[policy]]").unwrap()],
+            gcm_in.trim_end(),
+            1,
+        );
+        let e = err(&text);
+        assert_eq!(e.key, "sa[1].enc_key");
+        assert!(e.message.contains("the same key as sa[0] (\"out\")"), "{e}");
+        assert!(
+            !e.to_string().contains("0001020304"),
+            "the key was printed: {e}"
+        );
+        // an integrity key shared is refused too
+        let text = with(
+            "encryption = \"aes128gcm16\"\nenc_key = \"000102030405060708090a0b0c0d0e0f10111213\"",
+            "encryption = \"null\"\nintegrity = \"sha256\"\n\
+             integ_key = \"000102030405060708090a0b0c0d0e0f000102030405060708090a0b0c0d0e0f\"",
+        );
+        assert_eq!(err(&text).key, "sa[1].integ_key");
+    }
 }

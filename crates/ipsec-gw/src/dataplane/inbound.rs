@@ -382,8 +382,13 @@ impl InboundPath {
                         for at in (HEADROOM..end).step_by(g) {
                             let len = g.min(end - at);
                             c.make_room(engine, &mut self.sink, io);
-                            c.bufs[c.n][at..at + len].copy_from_slice(&rx.bufs[k][at..at + len]);
-                            c.start(engine, local, (at, len), from, io);
+                            // to the slot's headroom, as the single-thread path does: at
+                            // its place in the datagram, a segment near the end would
+                            // leave IPComp no room to decompress into (a drop blamed on
+                            // the peer, `decompressed_too_big`)
+                            c.bufs[c.n][HEADROOM..HEADROOM + len]
+                                .copy_from_slice(&rx.bufs[k][at..at + len]);
+                            c.start(engine, local, (HEADROOM, len), from, io);
                         }
                         continue;
                     }

@@ -603,3 +603,65 @@ impl DirEngine {
         *slot.lock().expect("stats lock") = snap;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(esn: bool) -> Config {
+        let text = crate::config::tests::GOOD.replacen(
+            "spi = 0x1001",
+            &format!("spi = 0x1001\nesn = {esn}"),
+            1,
+        );
+        crate::config::parse(&text, Path::new("/tmp/gw.toml")).unwrap()
+    }
+
+    fn state_at(name: &str, c: &Config, value: u64) -> (SeqState, seqstate::Reader) {
+        let d = std::env::temp_dir().join(format!("ipsec-gw-sas-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        let mut out = SeqState::open(&d.join("s.out"), Direction::Out, true).unwrap();
+        let inb = SeqState::open(&d.join("s.in"), Direction::In, true).unwrap();
+        let sa = &c.sas[0].config;
+        let fp = seqstate::fingerprint(
+            Direction::Out,
+            sa.spi,
+            sa.enc_key.expose(),
+            sa.integ_key.expose(),
+        );
+        out.set(
+            fp,
+            seqstate::Entry {
+                value,
+                expired: false,
+            },
+        );
+        out.save().unwrap();
+        let reader = inb.reader().unwrap();
+        (out, reader)
+    }
+
+    /// RFC 4303 §3.3.3: without ESN the counter never cycles. An SA whose keys used
+    /// number 2^32 - 1 has nothing left to send: refused at start (before, it started
+    /// and dropped every packet); one number below, or with ESN, it starts.
+    #[test]
+    fn an_sa_whose_last_number_was_used_is_refused_at_start() {
+        let c = cfg(false);
+        let e = DirEngine::build(
+            &c,
+            Direction::Out,
+            None,
+            Some(state_at("spent", &c, u32::MAX.into())),
+        )
+        .err()
+        .expect("refused");
+        assert!(matches!(e, BuildError::SequenceSpent { .. }), "{e}");
+        assert!(e.to_string().contains("none is left to send"), "{e}");
+        let ok = u64::from(u32::MAX) - 1;
+        assert!(DirEngine::build(&c, Direction::Out, None, Some(state_at("left", &c, ok))).is_ok());
+        let c = cfg(true);
+        let st = state_at("esn", &c, u32::MAX.into());
+        assert!(DirEngine::build(&c, Direction::Out, None, Some(st)).is_ok());
+    }
+}
