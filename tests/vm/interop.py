@@ -32,6 +32,7 @@ from ipsec_lab.backends.ours import (
     fresh_keys,
     gateway_binary,
     gateway_config,
+    gateway_socket_dir,
     layers,
     stats,
 )
@@ -112,10 +113,24 @@ def ends(topo: Topology) -> tuple[tuple[str, str], tuple[str, str]]:
 
 
 def fingerprint(out: bool, spi: int, enc: bytes, integ: bytes) -> str:
-    """ipsec-gw's key fingerprint in its sequence state (crates/ipsec-gw/src/seqstate.rs)."""
-    h = hashlib.sha256(b"ipsec-gw sequence state v1\0" + bytes([out]) + struct.pack(">I", spi))
-    h.update(struct.pack(">I", len(enc)) + enc + integ)
+    """ipsec-gw's key fingerprint in its sequence state (crates/ipsec-gw/src/seqstate.rs):
+    the key material alone; the SPI and direction only for an SA with no keys."""
+    h = hashlib.sha256(b"ipsec-gw key material v2\0")
+    h.update(struct.pack(">I", len(enc)) + enc + struct.pack(">I", len(integ)) + integ)
+    if not enc and not integ:
+        h.update(bytes([out]) + struct.pack(">I", spi))
     return h.hexdigest()[:32]
+
+
+def state_slot(direction: str, generation: int, lines: list[str]) -> str:
+    """One slot of ipsec-gw's sequence state: its header (direction, generation, entry
+    count, SHA-256 of the entries) and the entries."""
+    body = "".join(lines)
+    digest = hashlib.sha256(body.encode()).hexdigest()
+    return (
+        f"ipsec-gw-seqstate v2 {direction} generation={generation} entries={len(lines)} "
+        f"sha256={digest}\n{body}"
+    )
 
 
 def resume_after(conf: Path, left: bool, keys: dict[tuple[str, str], tuple[str, str]],
@@ -128,8 +143,12 @@ def resume_after(conf: Path, left: bool, keys: dict[tuple[str, str], tuple[str, 
             if w == way:
                 spi = SPI[(proto, w)]
                 fp = fingerprint(direction == "out", spi, bytes.fromhex(enc), bytes.fromhex(integ))
-                lines.append(f"{spi:08x} {fp} {value}\n")
-        Path(f"{conf}.state.{direction}").write_text("".join(lines))
+                lines.append(f"{fp} {value}\n")
+        lines.sort()
+        # both slots, generations 2 and 1: as after two writes (one alone would read as a
+        # newer write lost, and raise every reservation a block)
+        Path(f"{conf}.state.{direction}").write_text(state_slot(direction, 2, lines))
+        Path(f"{conf}.state.{direction}.b").write_text(state_slot(direction, 1, lines))
 
 
 @dataclass(frozen=True)
@@ -163,7 +182,7 @@ def ours_and_xfrm(tmp: Path, case: Case) -> Iterator[tuple[Testbed, Path]]:
                 fam = ["-6"] if ":" in dst else ["-4"]
                 gw = ["via", via] if (":" in dst) == (":" in via) else []
                 tb.run(node, ["ip", *fam, "route", "add", dst, *gw, "dev", "wan"])
-        sock = tb.sockets / f"gw-{t.left}.sock"
+        sock = gateway_socket_dir(tb) / f"gw-{t.left}.sock"
         conf = tb.rundir / f"{t.left}.toml"
         conf.write_text(
             gateway_config(
@@ -185,7 +204,9 @@ def ours_and_xfrm(tmp: Path, case: Case) -> Iterator[tuple[Testbed, Path]]:
         batch.write_text("\n".join(lines) + "\n")
         tb.run(t.right, ["ip", "-batch", str(batch)])
         holder = xfrm.encap_socket(tb, t.right, t.right_outer) if case.udp_encap else None
-        p = tb.spawn(t.left, [str(binary), "--config", str(conf)], f"ipsec-gw-{t.left}")
+        # fresh keys (resume_after's state, when written, is found and used)
+        argv = [str(binary), "--config", str(conf), "--init-state"]
+        p = tb.spawn(t.left, argv, f"ipsec-gw-{t.left}")
         try:
             assert wait_for_path(sock, p, 10), (tb.rundir / f"ipsec-gw-{t.left}.log").read_text()
             yield tb, sock

@@ -172,6 +172,12 @@ fn policy_rules(cfg: &Config, direction: Direction, exempt: &str, label: &str) -
     out
 }
 
+/// IPv6 neighbour discovery (RFC 4861) is the link's own business, never IPsec's: a
+/// host-to-host policy covers the peer's address, and its neighbour solicitations and
+/// advertisements must still pass in clear (as strongSwan and Linux xfrm let them by).
+const ND: &str = "    icmpv6 type { nd-router-solicit, nd-router-advert, nd-neighbor-solicit, \
+                  nd-neighbor-advert, nd-redirect } accept\n";
+
 /// The whole table, as one `nft -f` transaction that replaces any earlier copy.
 pub fn ruleset(cfg: &Config) -> String {
     let t = table_name(cfg);
@@ -186,7 +192,7 @@ pub fn ruleset(cfg: &Config) -> String {
     let _ = write!(
         s,
         "  chain inbound {{\n    type filter hook forward priority filter - 1; policy accept;\n\
-         \x20   iifname \"{tun}\" accept\n{}  }}\n",
+         \x20   iifname \"{tun}\" accept\n{ND}{}  }}\n",
         policy_rules(cfg, Direction::In, "", "clear_inbound")
     );
     // forwarded, from a protected subnet out: only into the TUN device
@@ -206,7 +212,7 @@ pub fn ruleset(cfg: &Config) -> String {
     let _ = write!(
         s,
         "  chain local {{\n    type filter hook input priority filter - 1; policy accept;\n\
-         \x20   iifname \"{tun}\" accept\n    meta l4proto {{ esp, ah }} accept\n{encap}{}  }}\n}}\n",
+         \x20   iifname \"{tun}\" accept\n    meta l4proto {{ esp, ah }} accept\n{ND}{encap}{}  }}\n}}\n",
         policy_rules(cfg, Direction::In, "", "clear_inbound")
     );
     s
@@ -391,6 +397,9 @@ mod tests {
         ));
         let local = r.split("chain local").nth(1).unwrap();
         assert!(local.contains("meta l4proto { esp, ah } accept"));
+        for chain in [inbound, local] {
+            assert!(chain.contains("icmpv6 type { nd-router-solicit"), "{chain}");
+        }
         assert!(!local.contains("4500"), "no UDP encapsulation configured");
     }
 }
