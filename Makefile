@@ -86,8 +86,8 @@ pytest: native gateway
 # RUSTC_BOOTSTRAP lets it pass the sanitizer flags), optimised and with debug assertions
 # and overflow checks on (-O -a), each target from its kept corpus in fuzz/corpus/<target>:
 # the inbound path, IPComp, GRO into the TUN device (differential against tun-rs's
-# segmentation), the replay window (against a set model), and the gateway's config text
-# to engines. Crashes are kept in fuzz/artifacts and become regression tests.
+# segmentation), the replay window (against a set model), the gateway's config text
+# to engines, and the crew's inbound path (differential against the single-thread one). Crashes are kept in fuzz/artifacts and become regression tests.
 FUZZ = cd fuzz && RUSTC_BOOTSTRAP=1 cargo fuzz run --sanitizer none -O -a
 FUZZ_ARGS = -rss_limit_mb=2048 -print_final_stats=1
 fuzz: rust
@@ -96,6 +96,8 @@ fuzz: rust
 	$(FUZZ) gro corpus/gro -- -max_total_time=$(SMALL_FUZZ_SECONDS) $(FUZZ_ARGS)
 	$(FUZZ) replay corpus/replay -- -max_total_time=$(SMALL_FUZZ_SECONDS) $(FUZZ_ARGS)
 	$(FUZZ) config corpus/config -- -max_total_time=$(SMALL_FUZZ_SECONDS) -max_len=8192 $(FUZZ_ARGS)
+	mkdir -p fuzz/corpus/crew
+	$(FUZZ) crew corpus/crew -- -max_total_time=$(SMALL_FUZZ_SECONDS) -max_len=1200 $(FUZZ_ARGS)
 
 
 bench-json: native
