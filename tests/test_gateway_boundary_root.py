@@ -312,3 +312,87 @@ def test_a_bad_or_shared_state_is_refused_and_one_damaged_slot_survived_safely(
     assert "a newer write may be lost" in log
     numbers = [n for s, n, _ in _esp(pcap, "192.0.2.1") if s == 0x1001]
     assert len(numbers) == 10 and min(numbers) > 2 * (1 << 20), numbers  # a block higher
+
+
+def test_the_stats_socket_is_removed_only_while_it_is_still_the_gateways(tmp_path: Path) -> None:
+    """A reload that moves `stats` is refused (before, the stop then deleted whatever the
+    new path named, as root); a file put where the socket was is left alone at the stop;
+    the gateway's own socket is removed."""
+    with tunnel(tmp_path) as (tb, gw):
+        conf = gw.configs["gwA"]
+        sock = gw.sockets["gwA"]
+        precious = tmp_path / "precious.txt"
+        precious.write_text("keep me\n")
+        good = conf.read_text()
+        before = settle(gw, "gwA")["reloads_refused"]
+        conf.write_text(good.replace(f'stats = "{sock}"', f'stats = "{precious}"', 1))
+        os.kill(gw.process("gwA").pid, signal.SIGHUP)
+        time.sleep(0.5)
+        assert settle(gw, "gwA")["reloads_refused"] == before + 1
+        conf.write_text(good)
+        sock.unlink()
+        sock.write_text("not the gateway's\n")  # another file where the socket was
+        p = gw.process("gwA")
+        p.send_signal(signal.SIGTERM)
+        p.wait(10)
+        log = (tb.rundir / "ipsec-gw-gwA.log").read_text()
+        assert sock.read_text() == "not the gateway's\n"
+        assert "no longer the stats socket this gateway bound" in log
+        sock.unlink()
+        gw.restart(tb, "gwA")
+        assert sock.exists()
+        q = gw.process("gwA")
+        q.send_signal(signal.SIGTERM)
+        q.wait(10)
+        assert not sock.exists()  # its own: removed
+    assert precious.read_text() == "keep me\n"
+
+
+
+def test_a_sighup_during_start_up_waits_for_the_gateway(tmp_path: Path) -> None:
+    """The handlers are in place before anything is made: watched from /proc, the
+    gateway catches SIGHUP while its TUN device does not exist yet (before, it caught it
+    only once the TUN device, sockets and workers existed, and a SIGHUP in between killed
+    it with no clean-up); one sent then is handled, as a reload, once it is up."""
+    binary = str(gateway_binary())
+    with tunnel(tmp_path) as (tb, gw):
+        conf = gw.configs["gwB"]
+        p = gw.process("gwB")
+        p.send_signal(signal.SIGTERM)
+        p.wait(10)
+        log = tmp_path / "early.log"
+        with log.open("w") as out:
+            # `ip netns exec` execs the gateway in place: the PID becomes the gateway's
+            q = subprocess.Popen(["ip", "netns", "exec", tb.ns("gwB"), binary, "--config",
+                                  str(conf)], stdout=out, stderr=out)  # fmt: skip
+            sent = False
+            try:
+                deadline = time.monotonic() + 10
+                while time.monotonic() < deadline and q.poll() is None and not sent:
+                    try:
+                        exe = os.readlink(f"/proc/{q.pid}/exe")
+                        status = Path(f"/proc/{q.pid}/status").read_text()
+                        devices = Path(f"/proc/{q.pid}/net/dev").read_text()
+                    except OSError:
+                        continue
+                    if not exe.endswith("ipsec-gw"):
+                        continue
+                    if "ipsec0:" in devices:
+                        break  # the TUN device exists: too late to tell
+                    caught = int(status.split("SigCgt:")[1].split()[0], 16)
+                    if caught & (1 << (signal.SIGHUP - 1)):
+                        os.kill(q.pid, signal.SIGHUP)
+                        sent = True
+                up = False
+                while time.monotonic() < deadline and q.poll() is None:
+                    if "reloaded" in log.read_text():
+                        up = True
+                        break
+                    time.sleep(0.05)
+                text = log.read_text()
+            finally:
+                if q.poll() is None:
+                    q.send_signal(signal.SIGTERM)
+                q.wait(10)
+    assert sent, f"SIGHUP was not caught before the TUN device existed:\n{text}"
+    assert up and "ipsec-gw: up" in text, (q.returncode, text)

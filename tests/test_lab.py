@@ -728,3 +728,36 @@ def test_a_run_whose_gateway_died_is_failed_not_measured(
     assert "ours went down during the run: ipsec-gw gwB exited (status -9)" in runs[1]["reason"]
     assert "worker inbound panicked" in runs[1]["reason"]  # the gateway's own log
     assert runs[2]["reason"].startswith("ours is down: ipsec-gw gwB exited (status -9)")
+
+
+def test_key_files_and_their_directories_are_private_from_the_start(tmp_path: Path) -> None:
+    """Issue 29, item 12: a file holding keys is created 0600 (never readable by others
+    between a write and a chmod), a file that existed with a wider mode is narrowed before
+    the keys go in, a symlink put in its place is refused, and a run's directories are
+    0700 whatever the umask."""
+    import os
+    import stat
+
+    from ipsec_lab.backends import private_dir, private_file
+
+    old = os.umask(0)  # the widest umask: nothing may depend on it
+    try:
+        d = private_dir(tmp_path / "run" / "ipsec-gw")
+        f = d / "gwA.toml"
+        private_file(f, 'enc_key = "00"\n')
+        assert stat.S_IMODE(d.stat().st_mode) == 0o700
+        assert stat.S_IMODE(f.stat().st_mode) == 0o600
+        wide = d / "old.toml"
+        wide.write_text("x")
+        wide.chmod(0o644)
+        private_file(wide, "keys\n")
+        assert stat.S_IMODE(wide.stat().st_mode) == 0o600 and wide.read_text() == "keys\n"
+        target = tmp_path / "elsewhere"
+        target.write_text("precious\n")
+        link = d / "link.toml"
+        link.symlink_to(target)
+        with pytest.raises(OSError):
+            private_file(link, "keys\n")
+        assert target.read_text() == "precious\n"
+    finally:
+        os.umask(old)

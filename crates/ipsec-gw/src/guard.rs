@@ -222,35 +222,40 @@ pub fn ruleset(cfg: &Config) -> String {
 /// table, and the nftables table. Nothing is taken away first: the boundary is never
 /// open while it is replaced.
 pub fn install(cfg: &Config) -> Result<(), String> {
-    blackholes(cfg)?;
-    rule(cfg)?;
+    blackholes(cfg, &cfg.routes, "replace")?;
+    rule(cfg, true)?;
     nft(&["-f", "-"], Some(&ruleset(cfg)))
         .map(|_| ())
         .map_err(|e| format!("cannot install the clear-traffic guard (nftables): {e}"))
 }
 
-/// The blackhole route of every prefix routed into the TUN device.
-pub fn blackholes(cfg: &Config) -> Result<(), String> {
+/// `ip route VERB blackhole PREFIX table T metric M` for each of `routes` (prefixes
+/// routed into the TUN device): `replace` to install, `del` to release.
+fn blackholes(cfg: &Config, routes: &[Prefix], verb: &str) -> Result<(), String> {
     let table = cfg.table.to_string();
     let metric = BLACKHOLE_METRIC.to_string();
-    for r in &cfg.routes {
+    for r in routes {
         let dst = format!("{}/{}", prefix_addr(r), r.len);
         let fam = if r.addr.is_ipv4() { "-4" } else { "-6" };
-        ip(&[
+        let args = [
             fam,
             "route",
-            "replace",
+            verb,
             "blackhole",
             &dst,
             "table",
             &table,
             "metric",
             &metric,
-        ])?;
+        ];
+        ip(&args)?;
     }
     Ok(())
 }
 
+/// The rule that sends every packet but the gateway's own (marked) to its table — policy
+/// routing, as strongSwan's table 220: a route there may cover the peer's outer address,
+/// as a host-to-host tunnel needs.
 fn rule_args(cfg: &Config) -> Vec<String> {
     [
         "not".to_string(),
@@ -264,23 +269,23 @@ fn rule_args(cfg: &Config) -> Vec<String> {
     .into()
 }
 
-/// The rule that sends every packet but the gateway's own (marked) to its table — policy
-/// routing, as strongSwan's table 220: a route there may cover the peer's outer address,
-/// as a host-to-host tunnel needs. Exactly one copy: one a killed gateway left is kept.
-fn rule(cfg: &Config) -> Result<(), String> {
+/// Every copy of the rule removed (in both families), then, when `add`, exactly one
+/// added: one a killed gateway left is replaced, never doubled.
+fn rule(cfg: &Config, add: bool) -> Result<(), String> {
     let r = rule_args(cfg);
     let r: Vec<&str> = r.iter().map(String::as_str).collect();
     for fam in ["-4", "-6"] {
         let mut del = vec![fam, "rule", "del"];
         del.extend(&r);
-        // copies beyond one (older gateways added without looking)
         let mut n = 0;
         while n < 16 && ip(&del).is_ok() {
             n += 1;
         }
-        let mut add = vec![fam, "rule", "add"];
-        add.extend(&r);
-        ip(&add)?;
+        if add {
+            let mut args = vec![fam, "rule", "add"];
+            args.extend(&r);
+            ip(&args)?;
+        }
     }
     Ok(())
 }
@@ -288,32 +293,10 @@ fn rule(cfg: &Config) -> Result<(), String> {
 /// Take the guard away (`ipsec-gw --release`): the rule, the blackhole routes and the
 /// nftables table. What is already gone is no error.
 pub fn release(cfg: &Config) -> Result<(), String> {
-    let r = rule_args(cfg);
-    let r: Vec<&str> = r.iter().map(String::as_str).collect();
-    for fam in ["-4", "-6"] {
-        let mut del = vec![fam, "rule", "del"];
-        del.extend(&r);
-        let mut n = 0;
-        while n < 16 && ip(&del).is_ok() {
-            n += 1;
-        }
-    }
-    let table = cfg.table.to_string();
-    let metric = BLACKHOLE_METRIC.to_string();
-    for p in &cfg.routes {
-        let dst = format!("{}/{}", prefix_addr(p), p.len);
-        let fam = if p.addr.is_ipv4() { "-4" } else { "-6" };
-        let _ = ip(&[
-            fam,
-            "route",
-            "del",
-            "blackhole",
-            &dst,
-            "table",
-            &table,
-            "metric",
-            &metric,
-        ]);
+    rule(cfg, false)?;
+    // one already gone is no error: take away the others
+    for r in &cfg.routes {
+        let _ = blackholes(cfg, std::slice::from_ref(r), "del");
     }
     let t = table_name(cfg);
     nft(

@@ -66,6 +66,16 @@ enum Cmd {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // Signals first, before the config is read: a SIGHUP or SIGTERM that comes while the
+    // gateway is being set up waits for the loop in `run`, instead of killing it half
+    // made (their default action). Registering opens a self-pipe; it spawns no thread.
+    let signals = match Signals::new([SIGHUP, SIGTERM, SIGINT]) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("ipsec-gw: cannot handle signals: {e}");
+            return ExitCode::from(1);
+        }
+    };
     if let Some(Cmd::Stats {
         socket,
         json,
@@ -119,7 +129,7 @@ fn main() -> ExitCode {
         );
         return ExitCode::SUCCESS;
     }
-    match run(cfg, cli.init_state) {
+    match run(cfg, cli.init_state, signals) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("ipsec-gw: {e}");
@@ -192,11 +202,7 @@ fn print_stats(socket: &std::path::Path, json: bool, prometheus: bool) -> ExitCo
 
 use ipsec_gw::guard::ip;
 
-fn run(cfg: config::Config, init_state: bool) -> Result<(), String> {
-    // Signals first: a SIGHUP or SIGTERM that comes while the gateway is being set up
-    // waits for the loop below, instead of killing it half made (its default action).
-    let mut signals =
-        Signals::new([SIGHUP, SIGTERM, SIGINT]).map_err(|e| format!("signals: {e}"))?;
+fn run(cfg: config::Config, init_state: bool, mut signals: Signals) -> Result<(), String> {
     // Least privilege before anything is made: every step below proves it needs no more.
     privilege::limit_for_setup()?;
     let ids = privilege::lookup(&cfg.user)?;
