@@ -1,8 +1,15 @@
 //! Differential: the inbound path the gateway's crew runs (`inbound_start` on the worker,
 //! the ICV check and decryption on other threads, `inbound_finish` back on the worker in
 //! arrival order — `crates/ipsec-gw/src/dataplane/inbound.rs`) against the single-thread
-//! path (`inbound`), on the same packets: every packet's outcome (its opened bytes, or
-//! its drop reason), the SA's counters and its replay window must be identical.
+//! path (`inbound`), on the same packets: every packet accepted by one is accepted by the
+//! other with the same opened bytes, the SAs' packet and byte counts and their replay
+//! windows are identical, and so is every drop reason — except which of `replay`,
+//! `replay_too_old`, `icv_failure` and `zero_sequence` names a packet both drop: the
+//! crew's first window check runs before the earlier packets of its batch are committed
+//! (so an old twin may still be `replay` there where one thread says `replay_too_old`,
+//! and with ESN the high half is inferred from that earlier window: a number one thread
+//! places in the next 2^32 block, failing its ICV there, the crew may place in this one,
+//! as a replay or as number 0). The total of drops must still agree.
 //!
 //! The input drives a sender: byte 0 picks the suite, ESN and the replay window; then
 //! each 3-byte op seals a new packet (of a length the op gives), repeats an earlier one
@@ -39,7 +46,11 @@ fn config(suite: &str, dir: Direction, esn: bool, window: u32) -> SaConfig {
     let mut c = SaConfig::new(
         0x1000,
         s,
-        SecretBytes::new((0..s.encryption.key_len()).map(|i| i as u8 ^ 0x5a).collect()),
+        SecretBytes::new(
+            (0..s.encryption.key_len())
+                .map(|i| i as u8 ^ 0x5a)
+                .collect(),
+        ),
         SecretBytes::new(vec![9; s.integrity.key_len()]),
     );
     c.direction = dir;
@@ -148,7 +159,8 @@ fn crew(rx: &mut Engine, batch: &[Vec<u8>], order: &[u8], threads: usize) -> Vec
     {
         let mut work: Vec<(usize, &mut Vec<u8>)> = bufs.iter_mut().enumerate().collect();
         work.sort_by_key(|(i, _)| order.get(*i).copied().unwrap_or(0));
-        let mut shares: Vec<Vec<(usize, &mut Vec<u8>)>> = (0..threads).map(|_| Vec::new()).collect();
+        let mut shares: Vec<Vec<(usize, &mut Vec<u8>)>> =
+            (0..threads).map(|_| Vec::new()).collect();
         for (k, w) in work.into_iter().enumerate() {
             shares[k % threads].push(w);
         }
@@ -258,13 +270,48 @@ fuzz_target!(|data: &[u8]| {
     }
     flush(&mut batch, &mut order, &mut crew_rx);
     assert_eq!(single_out.len(), crew_out.len());
+    let replay_family = |r: &Outcome| {
+        matches!(
+            r,
+            Err(DropReason::Replay
+                | DropReason::ReplayTooOld
+                | DropReason::IcvFailure
+                | DropReason::ZeroSequence)
+        )
+    };
     for (i, (a, b)) in single_out.iter().zip(&crew_out).enumerate() {
-        assert!(a == b, "packet {i}: single {a:?}, crew {b:?}");
+        let same = a == b || (replay_family(a) && replay_family(b));
+        assert!(same, "packet {i}: single {a:?}, crew {b:?}");
     }
     let (_, a) = single_rx.sas().next().unwrap();
     let (_, b) = crew_rx.sas().next().unwrap();
-    assert_eq!(a.counters, b.counters, "the SA's counters differ");
-    assert_eq!(single_rx.counters, crew_rx.counters, "the engine's counters differ");
+    assert_eq!(
+        (a.counters.packets, a.counters.bytes),
+        (b.counters.packets, b.counters.bytes),
+        "the SA's counts differ"
+    );
+    let total = |c: &ipsec::DropCounters| c.nonzero().map(|(_, n)| n).sum::<u64>();
+    assert_eq!(
+        total(&a.counters.drops),
+        total(&b.counters.drops),
+        "the drops differ"
+    );
+    for (label, n) in a.counters.drops.nonzero() {
+        if !["replay", "replay_too_old", "icv_failure", "zero_sequence"].contains(&label) {
+            assert_eq!(
+                b.counters
+                    .drops
+                    .nonzero()
+                    .find(|(l, _)| *l == label)
+                    .map(|x| x.1),
+                Some(n)
+            );
+        }
+    }
+    assert_eq!(
+        single_rx.counters, crew_rx.counters,
+        "the engine's counters differ"
+    );
     let (wa, wb) = (a.replay_window(), b.replay_window());
     assert_eq!(wa.top(), wb.top(), "the replay windows' tops differ");
     let lo = wa.top().saturating_sub(u64::from(window) + 2);

@@ -409,6 +409,24 @@ impl Sa {
         job: &CryptoJob,
         crypto: Result<(), DropReason>,
     ) -> Result<u8, DropReason> {
+        // A packet that failed its ICV is named as the single-thread path names it, which
+        // checks the window before the ICV (RFC 4303 §3.4.3) with every earlier packet
+        // committed — as they are now: a replay when the window now refuses its number
+        // (an earlier packet of the batch, opened beside it, took it). With ESN, only when
+        // the number inferred now is the one the job used (else that path would have
+        // tried the ICV under the other high half: an ICV failure). Found by the crew's
+        // differential fuzz target.
+        let crypto = crypto.map_err(|e| {
+            let now = if self.esn {
+                self.replay.infer_esn(job.seq as u32)
+            } else {
+                Some(job.seq)
+            };
+            match now {
+                Some(seq) if seq == job.seq => self.replay.check(seq).err().unwrap_or(e),
+                _ => e,
+            }
+        });
         let r = crypto.and_then(|()| match self.mode {
             Mode::Tunnel => self.open_tunnel_finish(pkt, job, false),
             Mode::Transport => self.open_transport_finish(pkt, job),

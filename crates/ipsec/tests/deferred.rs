@@ -373,3 +373,41 @@ fn opening_whole_from_the_start_times_one_sa_lookup() {
     assert_eq!(p.data(), &udp(inner.0, inner.1, 100)[..]);
     assert_eq!(b.sa(0).unwrap().stages.calls(ipsec::Stage::SaLookup), 1);
 }
+
+/// A forged copy of a packet, opened in the same batch behind the packet itself: its ICV
+/// fails, but its number was committed by then — a `replay`, as the single-thread path
+/// (window before ICV, RFC 4303 §3.4.3) calls it, not an `icv_failure`. Found by the
+/// crew differential fuzz target (fuzz/fuzz_targets/crew.rs).
+#[test]
+fn a_forged_twin_behind_its_packet_is_a_replay_as_on_one_thread() {
+    let v4 = ("192.0.2.1", "192.0.2.2");
+    let (mut a, mut b) = pair(
+        "aes128gcm16",
+        Mode::Tunnel,
+        v4,
+        ("10.1.0.0/16", "10.2.0.0/16"),
+    );
+    let pkt = udp("10.1.0.5", "10.2.0.9", 100);
+    let mut buf = framed(&pkt);
+    let mut p = PacketBuf::new(&mut buf, HEADROOM, pkt.len()).unwrap();
+    a.outbound(&mut p).unwrap();
+    let wire = p.data().to_vec();
+    let mut forged = wire.clone();
+    *forged.last_mut().unwrap() ^= 1;
+    let mut bufs = [framed(&wire), framed(&forged)];
+    let mut started = Vec::new();
+    for (buf, w) in bufs.iter_mut().zip([&wire, &forged]) {
+        let mut p = PacketBuf::new(buf, HEADROOM, w.len()).unwrap();
+        let InboundStart::Open { sa, job } = b.inbound_start(&mut p).unwrap() else {
+            panic!("a lone ESP SA's packet is a job");
+        };
+        started.push((sa, job, p.head(), p.len()));
+    }
+    let mut reasons = Vec::new();
+    for ((sa, job, head, len), buf) in started.into_iter().zip(bufs.iter_mut()) {
+        let crypto = job.open(b.sa(sa).unwrap().keys(), buf);
+        let mut p = PacketBuf::new(buf, head, len).unwrap();
+        reasons.push(b.inbound_finish(&mut p, sa, &job, crypto).err());
+    }
+    assert_eq!(reasons, [None, Some(DropReason::Replay)]);
+}
