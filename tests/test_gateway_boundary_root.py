@@ -348,7 +348,6 @@ def test_the_stats_socket_is_removed_only_while_it_is_still_the_gateways(tmp_pat
     assert precious.read_text() == "keep me\n"
 
 
-
 def test_a_sighup_during_start_up_waits_for_the_gateway(tmp_path: Path) -> None:
     """The handlers are in place before anything is made: watched from /proc, the
     gateway catches SIGHUP while its TUN device does not exist yet (before, it caught it
