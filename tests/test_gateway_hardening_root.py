@@ -265,9 +265,24 @@ def test_a_hard_lifetime_on_any_sa_of_a_bundle_stops_the_bundle(tmp_path: Path) 
     with tunnel(tmp_path, "ah:sha1+esp:aes128", edit=limits) as (tb, gw):
         with capture(tb, "gwA", "wan", "wan") as pcap:
             blast(tb, 150)
-        a, b = settle(gw, "gwA"), settle(gw, "gwB")
+            a, b = settle(gw, "gwA"), settle(gw, "gwB")
+            # issue 29: a SIGHUP after a bundle member expired made the rebuild fail and
+            # the gateway exit (and a restart was refused): now both keep the bundle
+            # closed, and the gateway running
+            os.kill(gw.process("gwA").pid, signal.SIGHUP)
+            time.sleep(0.5)
+            blast(tb, 20)
+            reloaded = settle(gw, "gwA")
+            assert gw.process("gwA").poll() is None, "the reload killed the gateway"
+            gw.restart(tb, "gwA")
+            blast(tb, 20)
+            restarted = settle(gw, "gwA")
     assert sa(a, "outbound", "esp-out")["state"] == "expired"
     assert sa(a, "outbound", "esp-out")["packets"] == 100
+    assert reloaded["reloads"] == 1
+    for st in (reloaded, restarted):
+        assert sa(st, "outbound", "esp-out")["state"] == "expired"
+        assert st["outbound"]["drops"].get("no_sa", 0) >= 20, st["outbound"]["drops"]
     from scapy.all import IP, rdpcap
 
     sent = [p for p in rdpcap(str(pcap)) if IP in p and p[IP].src == "192.0.2.1"]
