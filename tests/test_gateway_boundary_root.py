@@ -18,7 +18,7 @@ import pytest
 
 from ipsec_lab.backends.ours import gateway_binary
 from netutil import capture
-from test_gateway_root import blast, sa, settle, tunnel
+from test_gateway_root import blast, hup_then_restart, sa, settle, tunnel
 
 pytestmark = pytest.mark.root
 
@@ -175,14 +175,7 @@ def test_an_expired_sas_traffic_is_dropped_never_carried_by_the_next_sa(tmp_path
             blast(tb, 10)
             time.sleep(0.3)
             assert sa(settle(gw, "gwA"), "outbound", "out")["state"] == "expired"
-            os.kill(gw.process("gwA").pid, signal.SIGHUP)
-            time.sleep(0.5)
-            blast(tb, 10)
-            after_reload = settle(gw, "gwA")
-            assert gw.process("gwA").poll() is None, "the reload killed the gateway"
-            gw.restart(tb, "gwA")
-            blast(tb, 10)
-            after_restart = settle(gw, "gwA")
+            after_reload, after_restart = hup_then_restart(tb, gw, "gwA", 10)
     assert after_reload["reloads"] == 1
     for st in (after_reload, after_restart):
         assert sa(st, "outbound", "out")["state"] == "expired"

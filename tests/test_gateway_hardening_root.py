@@ -19,6 +19,7 @@ from ipsec_lab.backends.ours import gateway_binary
 from netutil import capture
 from test_gateway_root import (
     blast,
+    hup_then_restart,
     replay_esp,
     sa,
     sa_key,
@@ -269,14 +270,7 @@ def test_a_hard_lifetime_on_any_sa_of_a_bundle_stops_the_bundle(tmp_path: Path) 
             # issue 29: a SIGHUP after a bundle member expired made the rebuild fail and
             # the gateway exit (and a restart was refused): now both keep the bundle
             # closed, and the gateway running
-            os.kill(gw.process("gwA").pid, signal.SIGHUP)
-            time.sleep(0.5)
-            blast(tb, 20)
-            reloaded = settle(gw, "gwA")
-            assert gw.process("gwA").poll() is None, "the reload killed the gateway"
-            gw.restart(tb, "gwA")
-            blast(tb, 20)
-            restarted = settle(gw, "gwA")
+            reloaded, restarted = hup_then_restart(tb, gw, "gwA", 20)
     assert sa(a, "outbound", "esp-out")["state"] == "expired"
     assert sa(a, "outbound", "esp-out")["packets"] == 100
     assert reloaded["reloads"] == 1

@@ -133,6 +133,19 @@ def settle(gw: Ours, node: str) -> dict[str, Any]:
     return stats(gw.sockets[node])
 
 
+def hup_then_restart(tb: Testbed, gw: Ours, node: str, n: int) -> tuple[dict[str, Any], ...]:
+    """SIGHUP `node`'s gateway, send `n` datagrams, then restart it and send `n` more: its
+    counters after each. The reload must not have stopped it."""
+    os.kill(gw.process(node).pid, signal.SIGHUP)
+    time.sleep(0.5)
+    blast(tb, n)
+    after_reload = settle(gw, node)
+    assert gw.process(node).poll() is None, "the reload killed the gateway"
+    gw.restart(tb, node)
+    blast(tb, n)
+    return after_reload, settle(gw, node)
+
+
 @pytest.mark.parametrize(
     "configuration",
     [
