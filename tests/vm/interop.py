@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from ipsec_lab.backends import xfrm
+from ipsec_lab.backends import private_file, xfrm
 from ipsec_lab.backends.ours import (
     SPI,
     TUN_MTU,
@@ -184,14 +184,11 @@ def ours_and_xfrm(tmp: Path, case: Case) -> Iterator[tuple[Testbed, Path]]:
                 tb.run(node, ["ip", *fam, "route", "add", dst, *gw, "dev", "wan"])
         sock = gateway_socket_dir(tb) / f"gw-{t.left}.sock"
         conf = tb.rundir / f"{t.left}.toml"
-        conf.write_text(
-            gateway_config(
-                t.left, t, ls, keys, sock, udp_encap=case.udp_encap, esn=case.esn,
-                mode="transport" if transport else "tunnel",
-                mtu=1400 if transport else TUN_MTU,
-            )
-        )  # fmt: skip
-        conf.chmod(0o600)
+        private_file(conf, gateway_config(
+            t.left, t, ls, keys, sock, udp_encap=case.udp_encap, esn=case.esn,
+            mode="transport" if transport else "tunnel",
+            mtu=1400 if transport else TUN_MTU,
+        ))  # fmt: skip
         after = ESN_START if case.esn else 0
         if after:
             resume_after(conf, True, keys, after)
@@ -200,8 +197,7 @@ def ours_and_xfrm(tmp: Path, case: Case) -> Iterator[tuple[Testbed, Path]]:
             udp_encap=case.udp_encap, esn=case.esn, after_seq=after,
         )  # fmt: skip
         batch = tb.rundir / f"{t.right}.ip"
-        batch.touch(mode=0o600)
-        batch.write_text("\n".join(lines) + "\n")
+        private_file(batch, "\n".join(lines) + "\n")
         tb.run(t.right, ["ip", "-batch", str(batch)])
         holder = xfrm.encap_socket(tb, t.right, t.right_outer) if case.udp_encap else None
         # fresh keys (resume_after's state, when written, is found and used)

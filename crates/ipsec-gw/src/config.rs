@@ -359,7 +359,7 @@ impl Source {
     /// the descriptor because its path could not be opened (a replaced file is then not
     /// seen).
     pub fn reload(&mut self) -> Result<(Config, bool), ConfigError> {
-        use std::os::unix::fs::{FileExt, MetadataExt};
+        use std::os::unix::fs::MetadataExt;
         let err = |message: String| ConfigError {
             file: self.path.clone(),
             key: "(file)".into(),
@@ -378,24 +378,31 @@ impl Source {
             Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => through_fd = true,
             Err(e) => return Err(err(e.to_string())),
         }
-        let mut bytes = Zeroizing::new(Vec::new());
-        let mut chunk = [0u8; 8192];
-        loop {
-            let n = self
-                .file
-                .read_at(&mut chunk, bytes.len() as u64)
-                .map_err(|e| err(e.to_string()))?;
-            if n == 0 {
-                break;
-            }
-            bytes.extend_from_slice(&chunk[..n]);
-        }
-        chunk.fill(0);
+        let mut bytes = read_whole(&self.file).map_err(|e| err(e.to_string()))?;
         let text = Zeroizing::new(
             String::from_utf8(std::mem::take(&mut *bytes))
                 .map_err(|_| err("not UTF-8 text".into()))?,
         );
         Ok((parse(&text, &self.path)?, through_fd))
+    }
+}
+
+/// All of an open file, read from offset 0 with pread (the descriptor's offset is never
+/// moved, so descriptors that share it may read too), wiped when dropped: a config holds
+/// keys. For files a gateway reads through what it opened before giving up root (its
+/// config, its sequence state).
+pub(crate) fn read_whole(f: &std::fs::File) -> std::io::Result<Zeroizing<Vec<u8>>> {
+    use std::os::unix::fs::FileExt;
+    // sized up front: a buffer that grows leaves unwiped copies behind
+    let size = f.metadata().map_or(0, |m| m.len() as usize);
+    let mut bytes = Zeroizing::new(Vec::with_capacity(size + 1));
+    let mut chunk = Zeroizing::new([0u8; 8192]);
+    loop {
+        let n = f.read_at(&mut chunk[..], bytes.len() as u64)?;
+        if n == 0 {
+            return Ok(bytes);
+        }
+        bytes.extend_from_slice(&chunk[..n]);
     }
 }
 

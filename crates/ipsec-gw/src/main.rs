@@ -13,6 +13,7 @@ use std::sync::Arc;
 
 use clap::{Parser, Subcommand};
 use ipsec::sa::Direction;
+use ipsec_gw::guard::ip;
 use ipsec_gw::{config, dataplane, guard, privilege, seqstate, stats};
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
@@ -200,8 +201,6 @@ fn print_stats(socket: &std::path::Path, json: bool, prometheus: bool) -> ExitCo
     ExitCode::SUCCESS
 }
 
-use ipsec_gw::guard::ip;
-
 fn run(cfg: config::Config, init_state: bool, mut signals: Signals) -> Result<(), String> {
     // Least privilege before anything is made: every step below proves it needs no more.
     privilege::limit_for_setup()?;
@@ -238,13 +237,13 @@ fn run(cfg: config::Config, init_state: bool, mut signals: Signals) -> Result<()
     if let Err(e) = std::fs::write(&rp, "2") {
         eprintln!("ipsec-gw: warning: cannot set loose reverse-path filtering ({rp}): {e}");
     }
-    Routing::routes(&cfg)?;
+    tun_routes(&cfg)?;
     let outside = Arc::new(
         dataplane::Outside::open(&cfg)
             .map_err(|e| format!("cannot open the outer sockets: {e}"))?,
     );
     let shared = Arc::new(stats::Shared::new());
-    *shared.guard.lock().expect("guard lock") = Some(guard::table_name(&cfg));
+    let _ = shared.guard.set(guard::table_name(&cfg));
     let stats_socket = match &cfg.stats {
         Some(p) => Some(
             stats::bind(p).map_err(|e| format!("cannot serve stats on {}: {e}", p.display()))?,
@@ -388,7 +387,7 @@ fn run(cfg: config::Config, init_state: bool, mut signals: Signals) -> Result<()
                 for w in &new.warnings {
                     eprintln!("ipsec-gw: warning: {w}");
                 }
-                if let Err(e) = guard::install(&new).and_then(|()| Routing::routes(&new)) {
+                if let Err(e) = guard::install(&new).and_then(|()| tun_routes(&new)) {
                     eprintln!("ipsec-gw: {e}");
                 }
                 let new = Arc::new(new);
@@ -452,15 +451,11 @@ fn reload_problem(current: &config::Config, new: &config::Config) -> Option<Stri
 
 /// The routes into the TUN device, in the gateway's own table (see [`guard`]: the rule
 /// that sends traffic there, and the blackholes under these routes, stay when it stops).
-struct Routing;
-
-impl Routing {
-    fn routes(cfg: &config::Config) -> Result<(), String> {
-        let table = cfg.table.to_string();
-        for r in &cfg.routes {
-            let dst = format!("{}/{}", r.addr, r.len);
-            ip(&["route", "replace", &dst, "dev", &cfg.tun, "table", &table])?;
-        }
-        Ok(())
+fn tun_routes(cfg: &config::Config) -> Result<(), String> {
+    let table = cfg.table.to_string();
+    for r in &cfg.routes {
+        let dst = format!("{}/{}", r.addr, r.len);
+        ip(&["route", "replace", &dst, "dev", &cfg.tun, "table", &table])?;
     }
+    Ok(())
 }

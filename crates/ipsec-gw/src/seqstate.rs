@@ -234,38 +234,19 @@ enum Slot {
     Good(u64, BTreeMap<Key, Entry>),
 }
 
-/// All of `f`, read at offset 0 on (pread: descriptors shared with a [`Reader`] share
-/// an offset, which this never moves).
-fn read_all(f: &File) -> io::Result<String> {
-    let mut bytes = Vec::new();
-    let mut chunk = [0u8; 8192];
-    loop {
-        let n = f.read_at(&mut chunk, bytes.len() as u64)?;
-        if n == 0 {
-            break;
-        }
-        bytes.extend_from_slice(&chunk[..n]);
-    }
-    String::from_utf8(bytes).map_err(|_| io::Error::other("not UTF-8 text"))
-}
-
-fn read_slot(f: Option<&File>, path: &Path, direction: Direction) -> Slot {
-    let mut text = String::new();
-    let r = match f {
-        Some(f) => read_all(f).map(|t| text = t),
-        None => match fs::read_to_string(path) {
-            Ok(t) => {
-                text = t;
-                Ok(())
-            }
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Slot::Missing,
-            Err(e) => Err(e),
-        },
+/// One slot as its open file holds it (None: the file does not exist). Read with pread
+/// ([`crate::config::read_whole`]): the descriptors a [`Reader`] shares with the writer
+/// share an offset, which this never moves.
+fn read_slot(f: Option<&File>, direction: Direction) -> Slot {
+    let Some(f) = f else {
+        return Slot::Missing;
     };
-    match r {
+    let text = crate::config::read_whole(f)
+        .and_then(|b| String::from_utf8(b.to_vec()).map_err(|_| io::Error::other("not UTF-8")));
+    match text {
         Err(e) => Slot::Bad(format!("cannot read it: {e}")),
-        Ok(()) if text.is_empty() => Slot::Bad("empty".into()),
-        Ok(()) => match parse(&text, direction) {
+        Ok(t) if t.is_empty() => Slot::Bad("empty".into()),
+        Ok(t) => match parse(&t, direction) {
             Ok((g, e)) => Slot::Good(g, e),
             Err(why) => Slot::Bad(why),
         },
@@ -340,11 +321,6 @@ impl SeqState {
         Ok(st)
     }
 
-    /// Read a direction's state by its path, without keeping it open. Missing: empty.
-    pub fn read(path: &Path, direction: Direction) -> Result<SeqState, String> {
-        SeqState::from_slots(path, direction, [None, None])
-    }
-
     /// A reader of this state through descriptors of its own (for the other direction's
     /// engine, which reads it on every reload, after the gateway gave up root).
     pub fn reader(&self) -> Result<Reader, String> {
@@ -369,15 +345,7 @@ impl SeqState {
         files: [Option<&File>; 2],
     ) -> Result<SeqState, String> {
         let paths = [path.to_path_buf(), second_slot(path)];
-        let slots: Vec<Slot> = files
-            .iter()
-            .zip(&paths)
-            .map(|(f, p)| match f {
-                Some(f) => read_slot(Some(f), p, direction),
-                None if files.iter().all(Option::is_none) => read_slot(None, p, direction),
-                None => Slot::Missing,
-            })
-            .collect();
+        let slots: Vec<Slot> = files.iter().map(|f| read_slot(*f, direction)).collect();
         let mut st = SeqState {
             path: path.to_path_buf(),
             direction,
@@ -716,15 +684,17 @@ mod tests {
             },
         );
         inb.save().unwrap();
-        let read = SeqState::read(&q, Direction::In).unwrap();
+        let read = inb.reader().unwrap().read().unwrap();
         let h = highest(Some(&out), Some(&read), &"a".repeat(32));
         assert_eq!((h.value, h.expired), (9, true));
         assert_eq!(highest(Some(&out), None, &"c".repeat(32)), Entry::default());
     }
 
     #[test]
-    fn an_unwritable_state_is_an_error() {
-        let mut s = SeqState::read(Path::new("/nonexistent/gw.state.out"), Direction::Out).unwrap();
-        assert!(s.save().is_err());
+    fn a_state_read_through_a_reader_cannot_be_written() {
+        let p = tmp("ro");
+        let s = SeqState::open(&p, Direction::Out, true).unwrap();
+        let mut copy = s.reader().unwrap().read().unwrap();
+        assert!(copy.save().is_err());
     }
 }

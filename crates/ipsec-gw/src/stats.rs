@@ -87,8 +87,9 @@ pub struct Shared {
     /// Why a worker stopped on its own (the gateway then exits non-zero with it).
     pub failed: Mutex<Option<String>>,
     /// The nftables table of the clear-traffic guard (`guard`), whose counters the
-    /// stats report.
-    pub guard: Mutex<Option<String>>,
+    /// stats report: set once at start (the table follows `table`, which a reload may
+    /// not change).
+    pub guard: std::sync::OnceLock<String>,
 }
 
 /// Clear packets for protected traffic the guard dropped before they crossed.
@@ -115,7 +116,7 @@ impl Shared {
             reloads: Default::default(),
             reloads_refused: Default::default(),
             failed: Mutex::new(None),
-            guard: Mutex::new(None),
+            guard: std::sync::OnceLock::new(),
         }
     }
 
@@ -143,8 +144,7 @@ impl Shared {
 
     /// The guard's counters (zero when it has none or nftables cannot be asked).
     pub fn clear_dropped(&self) -> ClearDropped {
-        let table = self.guard.lock().expect("guard lock").clone();
-        match table.and_then(|t| crate::guard::dropped(&t)) {
+        match self.guard.get().and_then(|t| crate::guard::dropped(t)) {
             Some((inbound, outbound)) => ClearDropped { inbound, outbound },
             None => ClearDropped::default(),
         }

@@ -305,13 +305,26 @@ impl Sa {
     }
 
     /// Set the sequence number of the next sealed packet (known-answer tests, and
-    /// resuming an SA). `0` is refused: sequence numbers start at 1.
+    /// resuming an SA). `0` is refused: sequence numbers start at 1; so is a number past
+    /// the last usable one (RFC 4303 §3.3.3): an SA resumed there has nothing to send.
     pub fn set_next_seq(&mut self, seq: u64) -> Result<(), crate::DropReason> {
         if seq == 0 {
             return Err(crate::DropReason::ZeroSequence);
         }
+        if seq > self.last_usable_seq() {
+            return Err(crate::DropReason::SequenceExhausted);
+        }
         self.last_seq = seq - 1;
         Ok(())
+    }
+
+    /// The last sequence number the SA may send: 2^32 - 1 without ESN, 2^64 - 1 with.
+    fn last_usable_seq(&self) -> u64 {
+        if self.esn {
+            u64::MAX
+        } else {
+            u64::from(u32::MAX)
+        }
     }
 
     /// Resume an inbound SA whose highest received sequence number was `top` (known-answer
@@ -331,12 +344,7 @@ impl Sa {
     /// Take the next sequence number, refusing to cycle (RFC 4303 §3.3.3): without ESN
     /// the last usable number is 2^32 - 1, with ESN 2^64 - 1.
     pub(crate) fn take_seq(&mut self) -> Result<u64, crate::DropReason> {
-        let limit = if self.esn {
-            u64::MAX
-        } else {
-            u64::from(u32::MAX)
-        };
-        if self.last_seq >= limit {
+        if self.last_seq >= self.last_usable_seq() {
             return Err(crate::DropReason::SequenceExhausted);
         }
         self.last_seq += 1;

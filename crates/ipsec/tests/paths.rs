@@ -292,6 +292,13 @@ fn sequence_numbers_never_cycle() {
         c.esn = esn;
         let mut sa = Sa::new(&c).unwrap();
         let last = if esn { u64::MAX } else { u64::from(u32::MAX) };
+        if !esn {
+            // past the last usable number: refused (an SA resumed there sends nothing)
+            assert_eq!(
+                sa.set_next_seq(last + 1),
+                Err(DropReason::SequenceExhausted)
+            );
+        }
         sa.set_next_seq(last).unwrap();
         let pkt = udp("10.1.0.1", "10.2.0.1", 10);
         let mut buf = framed(&pkt);

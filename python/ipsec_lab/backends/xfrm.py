@@ -34,7 +34,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from ipsec_lab.backends import Processless, Unsupported, exited
+from ipsec_lab.backends import Processless, Unsupported, exited, private_dir, private_file
 from ipsec_lab.backends.ours import IPCOMP_CPI, SPI, Layer, Layers, fresh_keys, layers
 from ipsec_lab.testbed import Tunnel
 from ipsec_lab.testbed.build import LabError, Testbed, probe, tail, wait_for_text
@@ -306,9 +306,7 @@ class Xfrm(Processless):
     def start(self, tb: Testbed, configuration: str) -> None:
         self.check(configuration)
         ls = layers(configuration)
-        d = tb.rundir / "xfrm"
-        d.mkdir(parents=True, exist_ok=True)
-        d.chmod(0o700)
+        d = private_dir(tb.rundir / "xfrm")
         for i, t in enumerate(tb.topo.tunnels):
             keys = Keys.fresh(ls)
             for node in (t.left, t.right):
@@ -316,8 +314,7 @@ class Xfrm(Processless):
                     node, t, ls, keys, node in tb.topo.forwarding, udp_encap=self.udp_encap
                 )
                 batch = d / f"{node}-t{i}.ip"
-                batch.touch(mode=0o600)
-                batch.write_text("\n".join(lines) + "\n")
+                private_file(batch, "\n".join(lines) + "\n")
                 tb.run(node, ["ip", "-batch", str(batch)])
                 if node not in self.nodes:
                     self.nodes.append(node)

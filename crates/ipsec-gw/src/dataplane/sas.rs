@@ -157,29 +157,23 @@ impl DirEngine {
                 spi: c.spi,
                 source: e,
             };
-            let stored = seqstate::highest(state.as_ref(), other.as_ref(), &key);
+            let entry = seqstate::highest(state.as_ref(), other.as_ref(), &key);
             let was_kept = kept.is_some();
             let (id, soft_logged, mut stored_value, expired) = match kept {
                 Some((sa, soft, v)) => (engine.insert_sa(sa).map_err(named)?, soft, v, false),
                 None => {
                     let id = engine.add_sa(c).map_err(named)?;
-                    let entry = stored;
                     let sa = engine.sa_mut(id).expect("just added");
-                    // RFC 4303 §3.3.3: without ESN a sender stops at 2^32 - 1 (the
-                    // number is never allowed to cycle): an SA whose keys used the last
-                    // one starts with nothing to send, refused here.
-                    let last = if c.esn { u64::MAX } else { u64::from(u32::MAX) };
-                    if direction == Direction::Out && !entry.expired && entry.value >= last {
-                        return Err(BuildError::SequenceSpent {
-                            name: spec.name.clone(),
-                            spi: c.spi,
-                            used: entry.value,
-                        });
-                    }
                     if entry.value > 0 && !entry.expired {
                         match direction {
                             Direction::Out => {
-                                sa.set_next_seq(entry.value.saturating_add(1))
+                                // refused past the last usable number (RFC 4303
+                                // §3.3.3): an SA whose keys used it has none to send
+                                entry
+                                    .value
+                                    .checked_add(1)
+                                    .ok_or(ipsec::DropReason::SequenceExhausted)
+                                    .and_then(|next| sa.set_next_seq(next))
                                     .map_err(|_| BuildError::SequenceSpent {
                                         name: spec.name.clone(),
                                         spi: c.spi,
