@@ -1,9 +1,14 @@
-"""A/B of one ipsec-gw config change: the gateway as the lab configures it (A) against the
-same with extra `[gateway]` lines (B), in alternating runs on the `line` testbed, raw ESP
-and ESP in UDP. Prints JSON: per variant the median TCP and UDP Mbit/s and B's ratio to A.
+"""A/B of one ipsec-gw change: the gateway as the lab configures it (A) against the same
+with extra `[gateway]` lines (B) — or A run by another ipsec-gw build (`--binary-a`, e.g.
+an older commit's) — in alternating runs on the `line` testbed, raw ESP and ESP in UDP.
+Prints JSON: per variant the median TCP and UDP Mbit/s and B's ratio to A.
 
     sudo .venv/bin/python benchmarks/gateway_ab.py --line "workers = 1" [--repetitions 3]
         [--configuration esp:aes128gcm16] [--tcp-s 5] [--udp-s 3]
+    sudo .venv/bin/python benchmarks/gateway_ab.py --binary-a /tmp/old/ipsec-gw
+
+The lab starts ipsec-gw with `--init-state`; a build older than that option (before
+issue 29) needs a wrapper script that drops it and execs the old binary.
 
 Runs alternate (A raw, B raw, A UDP, B UDP, then again) so a machine's drift lands on
 both sides. Not a test: nothing here asserts a time.
@@ -14,6 +19,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
+from pathlib import Path
 from typing import Any
 
 from bench_common import emit, mbps, tunnel
@@ -22,14 +28,16 @@ from ipsec_lab.backends.ours import Ours
 from ipsec_lab.scenario import Workload
 
 
-def _run(args: argparse.Namespace, udp_encap: bool, lines: list[str]) -> tuple[float, float]:
+def _run(
+    args: argparse.Namespace, udp_encap: bool, lines: list[str], binary: Path | None
+) -> tuple[float, float]:
     """One run: TCP then UDP 1420 B through a fresh tunnel; (TCP Mbit/s, UDP Mbit/s)."""
     extra = "".join(f"{x}\n" for x in lines)
 
     def edit(node: str, text: str) -> str:
         return text.replace("[gateway]\n", f"[gateway]\n{extra}", 1)
 
-    gw = Ours(udp_encap=udp_encap, edit=edit if lines else None)
+    gw = Ours(udp_encap=udp_encap, edit=edit if lines else None, binary=binary)
     with tunnel(gw, args.configuration, "gw-ab-") as tb:
         t = mbps(tb, Workload("tcp", seconds=args.tcp_s))
         u = mbps(tb, Workload("udp", size=1420, rate_mbit=args.udp_rate, seconds=args.udp_s))
@@ -38,7 +46,8 @@ def _run(args: argparse.Namespace, udp_encap: bool, lines: list[str]) -> tuple[f
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--line", action="append", required=True, help="a [gateway] line for B")
+    ap.add_argument("--line", action="append", default=[], help="a [gateway] line for B")
+    ap.add_argument("--binary-a", type=Path, help="another ipsec-gw build for A")
     ap.add_argument("--repetitions", type=int, default=3)
     ap.add_argument("--configuration", default="esp:aes128gcm16")
     ap.add_argument("--tcp-s", type=float, default=5.0)
@@ -47,14 +56,20 @@ def main() -> int:
     args = ap.parse_args()
     if args.repetitions < 1:
         ap.error("--repetitions: at least 1")
+    if not args.line and not args.binary_a:
+        ap.error("give B its --line, or A its --binary-a")
     runs: dict[str, list[tuple[float, float]]] = {}
     for rep in range(args.repetitions):
         for udp_encap in (False, True):
-            for variant, lines in (("A", []), ("B", args.line)):
+            for variant, lines, binary in (("A", [], args.binary_a), ("B", args.line, None)):
                 key = f"{'ours-udp' if udp_encap else 'ours'} {variant}"
-                runs.setdefault(key, []).append(_run(args, udp_encap, lines))
+                runs.setdefault(key, []).append(_run(args, udp_encap, lines, binary))
                 print(f"{rep + 1}/{args.repetitions} {key}: {runs[key][-1]}", file=sys.stderr)
-    out: dict[str, Any] = {"configuration": args.configuration, "b_lines": args.line}
+    out: dict[str, Any] = {
+        "configuration": args.configuration,
+        "b_lines": args.line,
+        "a_binary": str(args.binary_a) if args.binary_a else None,
+    }
     for backend in ("ours", "ours-udp"):
         med = {
             v: [statistics.median(x[i] for x in runs[f"{backend} {v}"]) for i in (0, 1)]
