@@ -23,15 +23,12 @@ from scapy.layers.inet6 import (  # noqa: E402
     PadN,
 )
 from scapy.packet import Packet, Raw  # noqa: E402
+from scapyutil import SCAPY_AUTH, integ_key_len  # noqa: E402
 
-# ours -> scapy auth_algo, key length
-AUTH = {
-    "md5": ("HMAC-MD5-96", 16),
-    "sha1": ("HMAC-SHA1-96", 20),
-    "sha256": ("SHA2-256-128", 32),
-    "sha384": ("SHA2-384-192", 48),
-    "sha512": ("SHA2-512-256", 64),
-}
+from ipsec_lab.algorithms import AH_INTEGRITY  # noqa: E402
+
+# ours -> scapy auth_algo, key length: AH's integrity algorithms scapy has
+AUTH = {i: (SCAPY_AUTH[i], integ_key_len(i)) for i in AH_INTEGRITY if i in SCAPY_AUTH}
 V4 = ("192.0.2.1", "192.0.2.2", "10.1.0.5", "10.2.0.9")
 V6 = ("2001:db8::1", "2001:db8::2", "fd00:1::5", "fd00:2::9")
 

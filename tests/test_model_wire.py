@@ -7,7 +7,8 @@ import warnings
 
 import pytest
 
-from ipsec_lab import SecurityAssociation, _native
+from ipsec_lab import SecurityAssociation
+from ipsec_lab.algorithms import AH_INTEGRITY, CIPHERS, INTEGRITIES
 from ipsec_lab.model import Layout, packet_plan, parse_configuration, wire_size
 
 warnings.filterwarnings("ignore", category=DeprecationWarning)
@@ -18,22 +19,22 @@ from scapy.layers.inet6 import IPv6  # noqa: E402
 from scapy.layers.ipsec import AH, ESP  # noqa: E402
 from scapy.layers.ipsec import SecurityAssociation as ScapySA  # noqa: E402
 from scapy.packet import Packet, Raw  # noqa: E402
+from scapyutil import (  # noqa: E402
+    COMBINED,
+    LEGACY,
+    SCAPY_AUTH,
+    SCAPY_CRYPT,
+    enc_key_len,
+    integ_key_len,
+)
 
-ENC_KEY = {
-    "aes128": 16, "aes192": 24, "aes256": 32, "aes128gcm16": 20, "aes256gcm16": 36,
-    "chacha20poly1305": 36, "aes128gmac": 20, "aes256gmac": 36, "null": 0, "3des": 24, "des": 8,
-}  # fmt: skip
-INTEG_KEY = {"null": 0, "sha1": 20, "sha256": 32, "sha384": 48, "sha512": 64, "md5": 16}
-LEGACY = {"3des", "des", "md5"}
-COMBINED = {"aes128gcm16", "aes256gcm16", "chacha20poly1305", "aes128gmac", "aes256gmac"}
 SIZES = [48, 63, 64, 65, 100, 127, 128, 129, 511, 512, 1400, 1420, 1500]
 
 
 def _suites() -> list[tuple[str, str]]:
-    encs, integs = _native.algorithms()
     out = []
-    for e in encs:
-        for i in integs:
+    for e in CIPHERS:
+        for i in INTEGRITIES:
             if (e in COMBINED and i != "null") or (e == "null" and i == "null"):
                 continue
             if i in ("aes128gmac", "aes256gmac"):
@@ -70,8 +71,8 @@ def test_esp_wire_size_is_what_the_engine_sends(
         0x1000,
         enc,
         integ,
-        enc_key=bytes(range(ENC_KEY[enc])) or None,  # distinct bytes: 3DES refuses K1 = K2
-        integ_key="22" * INTEG_KEY[integ] or None,
+        enc_key=bytes(range(enc_key_len(enc))) or None,  # distinct bytes: 3DES refuses K1 = K2
+        integ_key="22" * integ_key_len(integ) or None,
         mode=mode,
         tunnel_src=src,
         tunnel_dst=dst,
@@ -91,13 +92,8 @@ def _scapy_len(sa: ScapySA, size: int, inner: int = 4) -> int:
     return len(bytes(sa.encrypt(pkt)))
 
 
-SCAPY_AUTH = {
-    "md5": ("HMAC-MD5-96", 16),
-    "sha1": ("HMAC-SHA1-96", 20),
-    "sha256": ("SHA2-256-128", 32),
-    "sha384": ("SHA2-384-192", 48),
-    "sha512": ("SHA2-512-256", 64),
-}
+# AH's integrity algorithms scapy has: (its name, key bytes)
+AH_SCAPY = {i: (SCAPY_AUTH[i], integ_key_len(i)) for i in AH_INTEGRITY if i in SCAPY_AUTH}
 
 
 def _outer(version: int) -> Packet:
@@ -106,13 +102,13 @@ def _outer(version: int) -> Packet:
     return IPv6(src="2001:db8::1", dst="2001:db8::2")
 
 
-@pytest.mark.parametrize("integ", sorted(SCAPY_AUTH))
+@pytest.mark.parametrize("integ", sorted(AH_SCAPY))
 @pytest.mark.parametrize(
     "mode, version", [("tunnel", 4), ("tunnel", 6), ("transport", 4), ("transport", 6)]
 )
 def test_ah_wire_size_matches_scapy(integ: str, mode: str, version: int) -> None:
     """AH header + ICV padded to 32 bits (IPv4) or 64 bits (IPv6), RFC 4302 §2.2."""
-    name, klen = SCAPY_AUTH[integ]
+    name, klen = AH_SCAPY[integ]
     kw = {"tunnel_header": _outer(version)} if mode == "tunnel" else {}
     sa = ScapySA(AH, spi=0x1000, auth_algo=name, auth_key=b"k" * klen, **kw)
     lay = Layout(mode, version, version if mode == "transport" else 4)
@@ -122,14 +118,14 @@ def test_ah_wire_size_matches_scapy(integ: str, mode: str, version: int) -> None
         assert _scapy_len(sa, size, inner) == wire_size(cfg, size, lay), (integ, mode, size)
 
 
-@pytest.mark.parametrize("enc, klen", [("3des", 24), ("des", 8)])
+@pytest.mark.parametrize("enc, klen", [("3des", enc_key_len("3des")), ("des", enc_key_len("des"))])
 @pytest.mark.parametrize("integ", ["md5", "sha1"])
 def test_legacy_esp_wire_size_matches_scapy(enc: str, klen: int, integ: str) -> None:
-    name, ilen = SCAPY_AUTH[integ]
+    name, ilen = AH_SCAPY[integ]
     sa = ScapySA(
         ESP,
         spi=0x1000,
-        crypt_algo={"3des": "3DES", "des": "DES"}[enc],
+        crypt_algo=SCAPY_CRYPT[enc],
         crypt_key=b"k" * klen,
         auth_algo=name,
         auth_key=b"a" * ilen,

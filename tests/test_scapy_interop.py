@@ -21,29 +21,28 @@ scapy_ipsec = pytest.importorskip("scapy.layers.ipsec")
 from scapy.layers.inet import IP, UDP  # noqa: E402
 from scapy.layers.inet6 import IPv6  # noqa: E402
 from scapy.packet import Raw  # noqa: E402
+from scapyutil import (  # noqa: E402
+    LEGACY,
+    SCAPY_AUTH,
+    SCAPY_CRYPT,
+    enc_key_len,
+    integ_key_len,
+    unnamed,
+)
 
+# The (encryption, integrity) pairs checked both ways against scapy: each cipher once,
+# each ESP integrity once, and the legacy ones on SAs marked legacy.
+PAIRS = [
+    ("aes128", "sha1"), ("aes192", "sha256"), ("aes256", "sha384"), ("aes256", "sha512"),
+    ("aes128", "null"), ("null", "sha256"), ("aes128gcm16", "null"), ("aes256gcm16", "null"),
+    ("chacha20poly1305", "null"), ("aes128gmac", "null"), ("aes256gmac", "null"),
+    ("3des", "md5"), ("3des", "sha1"), ("des", "md5"), ("des", "null"), ("null", "md5"),
+    ("aes128", "md5"),
+]  # fmt: skip
 # ours (encryption, integrity) -> scapy (crypt_algo, auth_algo), key lengths incl. salt
 SUITES = {
-    ("aes128", "sha1"): ("AES-CBC", "HMAC-SHA1-96", 16, 20),
-    ("aes192", "sha256"): ("AES-CBC", "SHA2-256-128", 24, 32),
-    ("aes256", "sha384"): ("AES-CBC", "SHA2-384-192", 32, 48),
-    ("aes256", "sha512"): ("AES-CBC", "SHA2-512-256", 32, 64),
-    ("aes128", "null"): ("AES-CBC", "NULL", 16, 0),
-    ("null", "sha256"): ("NULL", "SHA2-256-128", 0, 32),
-    ("aes128gcm16", "null"): ("AES-GCM", "NULL", 20, 0),
-    ("aes256gcm16", "null"): ("AES-GCM", "NULL", 36, 0),
-    ("chacha20poly1305", "null"): ("CHACHA20-POLY1305", "NULL", 36, 0),
-    ("aes128gmac", "null"): ("AES-NULL-GMAC", "NULL", 20, 0),
-    ("aes256gmac", "null"): ("AES-NULL-GMAC", "NULL", 36, 0),
-    # Legacy, on SAs marked legacy (scapy's 3DES/DES come from `cryptography`'s).
-    ("3des", "md5"): ("3DES", "HMAC-MD5-96", 24, 16),
-    ("3des", "sha1"): ("3DES", "HMAC-SHA1-96", 24, 20),
-    ("des", "md5"): ("DES", "HMAC-MD5-96", 8, 16),
-    ("des", "null"): ("DES", "NULL", 8, 0),
-    ("null", "md5"): ("NULL", "HMAC-MD5-96", 0, 16),
-    ("aes128", "md5"): ("AES-CBC", "HMAC-MD5-96", 16, 16),
+    (e, i): (SCAPY_CRYPT[e], SCAPY_AUTH[i], enc_key_len(e), integ_key_len(i)) for e, i in PAIRS
 }
-LEGACY = {"3des", "des", "md5"}
 
 V4 = ("192.0.2.1", "192.0.2.2", "10.1.0.5", "10.2.0.9")
 V6 = ("2001:db8::1", "2001:db8::2", "fd00:1::5", "fd00:2::9")
@@ -203,3 +202,13 @@ def test_legacy_needs_the_flag_from_python() -> None:
     sa = SecurityAssociation(0x1000, "3des", "md5", enc_key=os.urandom(24),
                              integ_key=os.urandom(16), mode="transport", legacy=True)  # fmt: skip
     assert sa.suite == "3des-md5"
+
+
+def test_every_algorithm_has_a_scapy_name() -> None:
+    """A row added to the engine's table is checked against scapy too: name it in
+    tests/scapyutil.py, and add a pair above."""
+    from ipsec_lab.algorithms import CIPHERS, ESP_INTEGRITY
+
+    assert unnamed() == []
+    assert {e for e, _ in PAIRS} == set(CIPHERS)
+    assert {i for _, i in PAIRS} == set(ESP_INTEGRITY)

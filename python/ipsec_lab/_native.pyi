@@ -1,6 +1,7 @@
 """Type stub for the Rust extension module ipsec_lab._native (crates/ipsec-py)."""
 
 from collections.abc import Callable
+from typing import Any
 
 DEFAULT_SIZES: list[int]
 
@@ -92,5 +93,9 @@ def bench_configs(
 ) -> list[dict[str, object]]: ...
 def default_suites() -> list[str]: ...
 def stage_off_cost_ns(trials: int = 5) -> float: ...
-def algorithms() -> tuple[list[str], list[str]]: ...
+def algorithms() -> dict[str, list[dict[str, Any]]]:
+    """The engine's algorithm table: {"encryption": [row, ...], "integrity": [row, ...]}."""
+
+def stages() -> list[tuple[str, bool]]:
+    """The engine's stages in order: (label, per_byte)."""
 def drop_reasons() -> list[str]: ...

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ipsec_lab import _native
+from ipsec_lab.algorithms import PER_BYTE_STAGES
 
 KB = 1024  # CPU effort is µs per kB with kB = 1024 bytes, as netperf's service demand
 
@@ -38,8 +39,6 @@ def _with_stages(row: dict[str, Any], out: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-# Stages whose cost grows with the packet: the model's L_alg / R_alg; the rest is t_fix.
-PER_BYTE_STAGES = ("cipher", "mac", "compress", "decompress")
 
 
 def with_stage_split(

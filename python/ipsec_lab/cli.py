@@ -183,14 +183,10 @@ def _print_stages(rows: list[dict[str, Any]]) -> None:
     Console().print(t)
 
 
-STAGE_ORDER = [
-    "policy_lookup", "sa_lookup", "replay_check", "replay_update", "header", "padding", "iv",
-    "copy", "cipher", "mac", "compress", "decompress",
-]  # fmt: skip
-
-
 def _stage_order(label: str) -> int:
-    return STAGE_ORDER.index(label) if label in STAGE_ORDER else len(STAGE_ORDER)
+    from ipsec_lab.algorithms import STAGES
+
+    return STAGES.index(label) if label in STAGES else len(STAGES)
 
 
 def _print_table(rows: list[dict[str, Any]], env: dict[str, Any]) -> None:
@@ -242,9 +238,10 @@ def _suite(s: str) -> str:
     """An ESP proposal, written as everywhere else: `aes128gcm16` or `esp:aes128gcm16`."""
     import difflib
 
+    from ipsec_lab.algorithms import CIPHERS, ESP_INTEGRITY
     from ipsec_lab.model.transforms import suggest_suite
 
-    enc, integ = _native.algorithms()
+    enc, integ = list(CIPHERS), list(ESP_INTEGRITY)
     bare = s.strip().lower().removeprefix("esp:")
     if bare.split(":")[0] in ("ah", "ipcomp") or "+" in bare:
         raise argparse.ArgumentTypeError(

@@ -493,14 +493,6 @@ def _esp_suite(config: str) -> str:
         )
     enc, integ = cfg.esp
     suite = enc.name if integ.name == "null" else f"{enc.name}-{integ.name}"
-    from ipsec_lab import _native
-
-    encs, integs = _native.algorithms()
-    if enc.name not in encs or integ.name not in integs:
-        raise UserError(
-            f"{config!r}: the engine here does not implement {suite} yet, so it cannot be "
-            "measured; give its costs instead"
-        )
     return suite
 
 

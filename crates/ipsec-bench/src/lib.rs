@@ -13,17 +13,14 @@ pub mod configs;
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
-use aws_lc_rs::aead::{self, Aad, LessSafeKey, Nonce, UnboundKey};
+use aws_lc_rs::aead::{Aad, LessSafeKey, Nonce, UnboundKey};
 use aws_lc_rs::cipher::{
     DecryptingKey, DecryptionContext, EncryptingKey, EncryptionContext, UnboundCipherKey,
 };
 use aws_lc_rs::hmac;
 use aws_lc_rs::iv::FixedLength;
-use ipsec::crypto::SecretBytes;
-use ipsec::{
-    Encryption, Integrity, Mode, PacketBuf, Sa, SaConfig, Suite, TunnelEndpoints, HEADROOM,
-    TAILROOM,
-};
+use ipsec::crypto::{MacPrimitive, Primitive, SecretBytes};
+use ipsec::{Mode, PacketBuf, Sa, SaConfig, Suite, TunnelEndpoints, HEADROOM, TAILROOM};
 
 /// The IP packet sizes of the seed studies (RFC 2544's plus 1420 and 1500).
 pub const DEFAULT_SIZES: &[usize] = &[64, 128, 256, 512, 1024, 1280, 1420, 1500];
@@ -421,52 +418,34 @@ impl RawCrypto {
     fn new(suite: Suite) -> Self {
         let ek = key_bytes(suite.encryption.key_len(), 0x33);
         let k = ek.expose();
-        let cipher = match suite.encryption {
-            Encryption::Null => RawCipher::None,
-            Encryption::DesCbc => {
+        let cipher = match suite.encryption.spec().primitive {
+            Primitive::Null => RawCipher::None,
+            Primitive::DesCbc => {
                 RawCipher::Des(cbc::cipher::KeyInit::new_from_slice(k).expect("DES key"))
             }
-            Encryption::TripleDesCbc => {
+            Primitive::TripleDesCbc => {
                 RawCipher::Tdes(cbc::cipher::KeyInit::new_from_slice(k).expect("3DES key"))
             }
-            Encryption::Aes128Cbc | Encryption::Aes192Cbc | Encryption::Aes256Cbc => {
-                let alg = match k.len() {
-                    16 => &aws_lc_rs::cipher::AES_128,
-                    24 => &aws_lc_rs::cipher::AES_192,
-                    _ => &aws_lc_rs::cipher::AES_256,
-                };
-                RawCipher::Cbc(
-                    EncryptingKey::cbc(UnboundCipherKey::new(alg, k).unwrap()).unwrap(),
-                    DecryptingKey::cbc(UnboundCipherKey::new(alg, k).unwrap()).unwrap(),
-                )
-            }
-            e => {
-                let alg = match e {
-                    Encryption::Aes128Gcm16 | Encryption::Aes128Gmac => &aead::AES_128_GCM,
-                    Encryption::Aes256Gcm16 | Encryption::Aes256Gmac => &aead::AES_256_GCM,
-                    _ => &aead::CHACHA20_POLY1305,
-                };
-                let key = LessSafeKey::new(UnboundKey::new(alg, &k[..k.len() - 4]).unwrap());
-                if matches!(e, Encryption::Aes128Gmac | Encryption::Aes256Gmac) {
-                    RawCipher::Gmac(key)
-                } else {
-                    RawCipher::Aead(key)
-                }
-            }
+            Primitive::AesCbc(alg) => RawCipher::Cbc(
+                EncryptingKey::cbc(UnboundCipherKey::new(alg, k).unwrap()).unwrap(),
+                DecryptingKey::cbc(UnboundCipherKey::new(alg, k).unwrap()).unwrap(),
+            ),
+            Primitive::Aead(alg) => RawCipher::Aead(LessSafeKey::new(
+                UnboundKey::new(alg, &k[..k.len() - 4]).unwrap(),
+            )),
+            Primitive::Gmac(alg) => RawCipher::Gmac(LessSafeKey::new(
+                UnboundKey::new(alg, &k[..k.len() - 4]).unwrap(),
+            )),
         };
         let ik = key_bytes(suite.integrity.key_len(), 0x44);
-        let aws = |alg| RawMac::AwsLc(hmac::Key::new(alg, ik.expose()));
-        let mac = match suite.integrity {
-            Integrity::Null => None,
-            Integrity::HmacMd5_96 => Some(RawMac::Md5(
+        let mac = match suite.integrity.spec().primitive {
+            MacPrimitive::Null => None,
+            MacPrimitive::HmacMd5 => Some(RawMac::Md5(
                 ::hmac::Mac::new_from_slice(ik.expose()).expect("HMAC takes any key"),
             )),
-            Integrity::HmacSha1_96 => Some(aws(hmac::HMAC_SHA1_FOR_LEGACY_USE_ONLY)),
-            Integrity::HmacSha256_128 => Some(aws(hmac::HMAC_SHA256)),
-            Integrity::HmacSha384_192 => Some(aws(hmac::HMAC_SHA384)),
-            Integrity::HmacSha512_256 => Some(aws(hmac::HMAC_SHA512)),
+            MacPrimitive::Hmac(alg) => Some(RawMac::AwsLc(hmac::Key::new(*alg, ik.expose()))),
             // AH's GMAC is no ESP suite (`Sa::new` refuses it), so it has no raw baseline.
-            Integrity::AuthAes128Gmac | Integrity::AuthAes256Gmac => None,
+            MacPrimitive::Gmac(_) => None,
         }
         .map(|m| (m, suite.integrity.icv_len()));
         RawCrypto {

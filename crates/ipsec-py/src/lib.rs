@@ -484,13 +484,60 @@ fn default_suites() -> Vec<String> {
     Suite::bench_defaults().iter().map(Suite::name).collect()
 }
 
-/// Known encryption and integrity algorithm names.
+/// Every algorithm's row of the engine's table (`crates/ipsec/src/crypto/table.rs`):
+/// `{"encryption": [row, ...], "integrity": [row, ...]}`, each row a dict of its facts.
 #[pyfunction]
-fn algorithms() -> (Vec<&'static str>, Vec<&'static str>) {
-    (
-        ipsec::Encryption::all_names().collect(),
-        ipsec::Integrity::all_names().collect(),
-    )
+fn algorithms(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
+    let out = PyDict::new(py);
+    let enc = PyList::empty(py);
+    for r in ipsec::crypto::table::ENCRYPTIONS {
+        let d = PyDict::new(py);
+        d.set_item("name", r.name)?;
+        d.set_item("title", r.title)?;
+        d.set_item("rfc", r.rfc)?;
+        d.set_item("kind", r.kind().label())?;
+        d.set_item("key_len", r.key_len)?;
+        d.set_item("salt_len", r.salt_len)?;
+        d.set_item("iv_len", r.iv_len)?;
+        d.set_item("icv_len", r.icv_len)?;
+        d.set_item("block_len", r.block_len)?;
+        d.set_item("work_block", r.work_block)?;
+        d.set_item("legacy", r.legacy)?;
+        d.set_item("kernel", r.kernel)?;
+        d.set_item("libipsec", r.libipsec)?;
+        enc.append(d)?;
+    }
+    let integ = PyList::empty(py);
+    for r in ipsec::crypto::table::INTEGRITIES {
+        let d = PyDict::new(py);
+        d.set_item("name", r.name)?;
+        d.set_item("title", r.title)?;
+        d.set_item("rfc", r.rfc)?;
+        d.set_item("key_len", r.key_len)?;
+        d.set_item("salt_len", r.salt_len)?;
+        d.set_item("iv_len", r.iv_len)?;
+        d.set_item("icv_len", r.icv_len)?;
+        d.set_item("work_block", r.work_block)?;
+        d.set_item("md_pad", r.md_pad)?;
+        d.set_item("esp", r.esp)?;
+        d.set_item("ah", r.ah)?;
+        d.set_item("legacy", r.legacy)?;
+        d.set_item("kernel", r.kernel)?;
+        integ.append(d)?;
+    }
+    out.set_item("encryption", enc)?;
+    out.set_item("integrity", integ)?;
+    Ok(out)
+}
+
+/// The engine's stages in order, each `(label, per_byte)`: per-byte stages are the
+/// model's L_alg / R_alg, the rest its t_fix (`crates/ipsec/src/stage.rs`).
+#[pyfunction]
+fn stages() -> Vec<(&'static str, bool)> {
+    ipsec::Stage::ALL
+        .iter()
+        .map(|s| (s.label(), s.per_byte()))
+        .collect()
 }
 
 /// Every drop reason label, in counter order.
@@ -704,6 +751,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(default_suites, m)?)?;
     m.add_function(wrap_pyfunction!(stage_off_cost_ns, m)?)?;
     m.add_function(wrap_pyfunction!(algorithms, m)?)?;
+    m.add_function(wrap_pyfunction!(stages, m)?)?;
     m.add_function(wrap_pyfunction!(drop_reasons, m)?)?;
     m.add("DEFAULT_SIZES", ipsec_bench::DEFAULT_SIZES.to_vec())?;
     Ok(())

@@ -230,7 +230,7 @@ impl Sa {
         if cfg.protocol == Protocol::Ah && cfg.suite.encryption != crate::Encryption::Null {
             return Err(SaError::AhWithEncryption(cfg.suite.encryption.name()));
         }
-        if cfg.protocol == Protocol::Esp && cfg.suite.integrity.is_gmac() {
+        if cfg.protocol == Protocol::Esp && !cfg.suite.integrity.spec().esp {
             return Err(SaError::GmacIntegrityWithEsp(cfg.suite.integrity.name()));
         }
         // RFC 4303 §3.4.3: anti-replay needs integrity — without it the sequence number

@@ -15,22 +15,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ipsec_lab.backends import Unsupported, exited, private_dir, private_file
+from ipsec_lab.backends import Unsupported, exited, private_dir, private_file, sa_plan
+from ipsec_lab.backends.sa_plan import IPCOMP_CPI, SPI, Keys, Layer, Layers, fresh_keys
 from ipsec_lab.meters import process_cpu_ns
-from ipsec_lab.model.transforms import parse_configuration
 from ipsec_lab.testbed import Tunnel
 from ipsec_lab.testbed.build import LabError, Testbed, tail, wait_for_path, wait_for_text
 
-# Key material bytes per algorithm (the engine's; salts of the combined modes included).
-ENC_KEY = {
-    "null": 0, "aes128": 16, "aes192": 24, "aes256": 32, "aes128gcm16": 20,
-    "aes256gcm16": 36, "chacha20poly1305": 36, "aes128gmac": 20, "aes256gmac": 36,
-    "3des": 24, "des": 8,
-}  # fmt: skip
-INTEG_KEY = {
-    "null": 0, "md5": 16, "sha1": 20, "sha256": 32, "sha384": 48, "sha512": 64,
-    "aes128gmac": 20, "aes256gmac": 36,  # AH only (RFC 4543 §4): AES key ‖ 4-byte salt
-}  # fmt: skip
 # The lab's outer links have an MTU of 1600, room for a whole 1500-byte inner packet plus
 # ESP's overhead: the gateways' TUN takes 1500-byte packets and nothing is fragmented.
 TUN_MTU = 1500
@@ -45,46 +35,11 @@ def gateway_binary() -> Path | None:
     return Path(found) if found else None
 
 
-@dataclass(frozen=True)
-class Layer:
-    """One SA of a configuration: its protocol and algorithms."""
-
-    protocol: str  # esp | ah
-    encryption: str
-    integrity: str
-    legacy: bool
-
-
-@dataclass(frozen=True)
-class Layers:
-    """What a configuration asks of ipsec-gw: one SA, or a bundle (RFC 4301 §4.5)."""
-
-    esp: Layer | None
-    ah: Layer | None
-    ipcomp: bool
-
-    @property
-    def bundle(self) -> bool:
-        return self.ipcomp or (self.esp is not None and self.ah is not None)
-
-    def sas(self) -> list[Layer]:
-        return [x for x in (self.esp, self.ah) if x]
-
-
-# SPIs: left-to-right 0x1001 (ESP) / 0x1101 (AH), back 0x2002 / 0x2102.
-SPI = {("esp", "lr"): 0x1001, ("esp", "rl"): 0x2002, ("ah", "lr"): 0x1101, ("ah", "rl"): 0x2102}
-IPCOMP_CPI = 2  # DEFLATE's well-known CPI (RFC 3173 §3.3)
-
-
-def layers(configuration: str) -> Layers:
-    c = parse_configuration(configuration)
-    if c.is_none:
-        raise Unsupported("ours runs an IPsec configuration; use backend `none` for none")
-    esp = Layer("esp", c.esp[0].name, c.esp[1].name, c.legacy) if c.esp else None
-    ah = Layer("ah", "null", c.ah.name, c.legacy) if c.ah else None
-    if c.ipcomp and not esp:
+def layers(configuration: str, backend: str = "ours") -> Layers:
+    ls = sa_plan.layers(configuration, backend)
+    if ls.ipcomp and not ls.esp:
         raise Unsupported("ipsec-gw carries IPComp inside ESP only (a bundle needs ESP)")
-    return Layers(esp, ah, c.ipcomp)
+    return ls
 
 
 # The user ipsec-gw runs as once set up (its config's default; the Makefile creates it).
@@ -111,20 +66,6 @@ def gateway_socket_dir(tb: Testbed) -> Path:
         ) from None
     os.chown(d, pw.pw_uid, 0)
     return d
-
-
-Keys = dict[tuple[str, str], tuple[str, str]]  # (protocol, "lr"|"rl") -> (enc, integ) hex
-
-
-def fresh_keys(ls: Layers) -> Keys:
-    return {
-        (x.protocol, d): (
-            secrets.token_hex(ENC_KEY[x.encryption]),
-            secrets.token_hex(INTEG_KEY[x.integrity]),
-        )
-        for x in ls.sas()
-        for d in ("lr", "rl")
-    }
 
 
 def gateway_config(
@@ -232,7 +173,7 @@ class Ours:
         self.sockets: dict[str, Path] = {}
 
     def check(self, configuration: str) -> None:
-        if layers(configuration).ah and self.udp_encap:
+        if layers(configuration, self.name).ah and self.udp_encap:
             raise Unsupported("AH cannot cross UDP encapsulation (RFC 3948 carries ESP only)")
         if self._binary() is None:
             raise Unsupported("ipsec-gw is not built (`make native` builds it)")
@@ -245,7 +186,7 @@ class Ours:
         server) runs one per tunnel, each with its own TUN device, routing table and outer
         address. Processes, configs and sockets are keyed by node, or `node-tN` then."""
         self.check(configuration)
-        ls = layers(configuration)
+        ls = layers(configuration, self.name)
         binary = self._binary()
         assert binary is not None
         d = private_dir(tb.rundir / "ipsec-gw")

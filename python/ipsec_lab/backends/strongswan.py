@@ -49,8 +49,8 @@ def kernel_proposals(configuration: str) -> tuple[str | None, str | None, bool]:
     c = parse_configuration(configuration)
     if c.is_none:
         raise Unsupported("strongswan runs an IPsec configuration; use backend `none` for none")
-    if c.ah and c.ah.name.endswith("gmac"):
-        raise Unsupported("the kernel has no AH with AES-GMAC (RFC 4543 AH is not in Linux)")
+    if c.ah and c.ah.kernel is None:
+        raise Unsupported(f"the kernel has no AH with {c.ah.title} ({c.ah.rfc} AH is not in Linux)")
     esp = ah = None
     for part in configuration.strip().lower().split("+"):
         proto, _, algs = part.partition(":")
@@ -75,9 +75,9 @@ def esp_proposal(configuration: str) -> str:
         raise Unsupported("strongSwan's kernel-libipsec does no IPComp")
     assert c.esp is not None
     cipher, integ = c.esp
-    if cipher.kind == "gmac":
+    if not cipher.libipsec:
         # libipsec: "failed to create ESP context: unsupported AEAD algorithm NULL_AES_GMAC"
-        raise Unsupported("strongSwan's kernel-libipsec does not do ESP with AES-GMAC")
+        raise Unsupported(f"strongSwan's kernel-libipsec does not do ESP with {cipher.title}")
     if cipher.kind == "cbc" and integ.name == "null":
         # libipsec: "failed to create ESP context: unsupported integrity algorithm UNDEFINED"
         raise Unsupported("strongSwan's kernel-libipsec cannot do ESP encryption without integrity")

@@ -35,34 +35,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ipsec_lab.backends import Processless, Unsupported, exited, private_dir, private_file
-from ipsec_lab.backends.ours import IPCOMP_CPI, SPI, Layer, Layers, fresh_keys, layers
+from ipsec_lab.algorithms import CIPHERS, INTEGRITIES
+from ipsec_lab.backends.sa_plan import IPCOMP_CPI, SPI, Layer, Layers, fresh_keys, layers
 from ipsec_lab.testbed import Tunnel
 from ipsec_lab.testbed.build import LabError, Testbed, probe, tail, wait_for_text
 
-# ours' algorithm names -> the kernel's (crypto API) names
-AEAD = {
-    "aes128gcm16": "rfc4106(gcm(aes))",
-    "aes256gcm16": "rfc4106(gcm(aes))",
-    "chacha20poly1305": "rfc7539esp(chacha20,poly1305)",
-    "aes128gmac": "rfc4543(gcm(aes))",
-    "aes256gmac": "rfc4543(gcm(aes))",
-}
-CIPHER = {
-    "null": "ecb(cipher_null)",
-    "aes128": "cbc(aes)",
-    "aes192": "cbc(aes)",
-    "aes256": "cbc(aes)",
-    "3des": "cbc(des3_ede)",
-    "des": "cbc(des)",
-}
-# (kernel name, truncated ICV bits): RFC 2403/2404 96, RFC 4868 half the hash
-AUTH = {
-    "md5": ("hmac(md5)", 96),
-    "sha1": ("hmac(sha1)", 96),
-    "sha256": ("hmac(sha256)", 128),
-    "sha384": ("hmac(sha384)", 192),
-    "sha512": ("hmac(sha512)", 256),
-}
 REPLAY_WINDOW = 32
 NAT_T_PORT = 4500  # RFC 3948 §2: ESP in UDP, to and from 4500
 NO_AH_IN_UDP = "AH cannot be carried in UDP (RFC 3948 encapsulates ESP only)"
@@ -95,11 +72,12 @@ def kernel_has_esp() -> tuple[bool, str]:
 
 def unsupported_by_kernel_xfrm(ls: Layers) -> str | None:
     """Why the kernel cannot run these layers at all (whatever its modules), or None."""
-    if ls.ah and ls.ah.integrity not in AUTH:
-        return f"the kernel has no AH with {ls.ah.integrity} (RFC 4543 AH-GMAC is not in Linux)"
-    if ls.esp and ls.esp.encryption not in AEAD and ls.esp.encryption not in CIPHER:
-        return f"the kernel has no ESP encryption {ls.esp.encryption}"
-    if ls.esp and ls.esp.integrity not in AUTH and ls.esp.integrity != "null":
+    if ls.ipcomp and not ls.esp:
+        return "the lab keys IPComp in the kernel only in a bundle with ESP (ipcomp+esp:…)"
+    if ls.ah and INTEGRITIES[ls.ah.integrity].kernel is None:
+        i = INTEGRITIES[ls.ah.integrity]
+        return f"the kernel has no AH with {i.title} ({i.rfc} AH is not in Linux)"
+    if ls.esp and ls.esp.integrity != "null" and INTEGRITIES[ls.esp.integrity].kernel is None:
         return f"the kernel has no ESP integrity {ls.esp.integrity}"
     return None
 
@@ -115,17 +93,23 @@ class Keys:
         return Keys(fresh_keys(ls))  # the lengths ours takes: both ends share them
 
 
+def _auth(name: str, key: str) -> list[str]:
+    i = INTEGRITIES[name]
+    assert i.kernel is not None  # refused by unsupported_by_kernel_xfrm
+    return ["auth-trunc", i.kernel, f"0x{key}", str(i.kernel_trunc_bits)]
+
+
 def _algorithms(x: Layer, enc: str, integ: str) -> list[str]:
-    """The `ip xfrm state` algorithm arguments of one ESP or AH layer."""
+    """The `ip xfrm state` algorithm arguments of one ESP or AH layer (the kernel's crypto
+    API names from the engine's algorithm table)."""
     if x.protocol == "ah":
-        name, bits = AUTH[x.integrity]
-        return ["auth-trunc", name, f"0x{integ}", str(bits)]
-    if x.encryption in AEAD:
-        return ["aead", AEAD[x.encryption], f"0x{enc}", "128"]  # 16-byte ICV, never cut
-    args = ["enc", CIPHER[x.encryption], f"0x{enc}" if enc else '""']
+        return _auth(x.integrity, integ)
+    c = CIPHERS[x.encryption]
+    if c.aead:
+        return ["aead", c.kernel, f"0x{enc}", str(8 * c.icv)]  # 16-byte ICV, never cut
+    args = ["enc", c.kernel, f"0x{enc}" if enc else '""']
     if x.integrity != "null":
-        name, bits = AUTH[x.integrity]
-        args += ["auth-trunc", name, f"0x{integ}", str(bits)]
+        args += _auth(x.integrity, integ)
     return args
 
 
@@ -287,7 +271,7 @@ class Xfrm(Processless):
         self.holders: dict[str, subprocess.Popen[bytes]] = {}  # node-address -> holder
 
     def check(self, configuration: str) -> None:
-        ls = layers(configuration)
+        ls = layers(configuration, self.name)
         why = unsupported_by_kernel_xfrm(ls)
         if self.udp_encap and ls.ah:
             why = NO_AH_IN_UDP
@@ -305,7 +289,7 @@ class Xfrm(Processless):
 
     def start(self, tb: Testbed, configuration: str) -> None:
         self.check(configuration)
-        ls = layers(configuration)
+        ls = layers(configuration, self.name)
         d = private_dir(tb.rundir / "xfrm")
         for i, t in enumerate(tb.topo.tunnels):
             keys = Keys.fresh(ls)

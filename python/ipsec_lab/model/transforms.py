@@ -28,6 +28,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Optional
 
+from ipsec_lab.algorithms import AH_INTEGRITY, CIPHERS, ESP_INTEGRITY, Cipher, Integrity
+
 IPV4_HEADER = 20
 IPV6_HEADER = 40
 ESP_HEADER = 8  # RFC 4303 §2: SPI + sequence number
@@ -46,65 +48,10 @@ class ConfigError(ValueError):
     """A configuration or secured-length form that cannot be understood."""
 
 
-@dataclass(frozen=True)
-class Cipher:
-    """An ESP encryption (or combined-mode) algorithm."""
-
-    name: str
-    align: int  # the ciphertext (payload+pad+trailer) is a multiple of this (RFC 4303 §2.4)
-    iv: int  # IV bytes carried in each packet
-    icv: int  # ICV of a combined-mode algorithm (0 = needs a separate integrity algorithm)
-    work_block: int  # the block function's width, for the precise secured length
-    kind: str  # "none", "cbc", "aead", "gmac"
-    legacy: bool = False
-
-
-@dataclass(frozen=True)
-class Integrity:
-    """An integrity algorithm (ESP integrity or AH)."""
-
-    name: str
-    icv: int  # ICV bytes on the wire
-    block: int  # hash block (HMAC) or GHASH block (GMAC)
-    md_pad: int  # minimum Merkle-Damgård padding: 0x80 + length field (0 for GMAC)
-    iv: int = 0  # GMAC in AH carries an 8-byte IV in front of the ICV (RFC 4543 §3.1)
-    legacy: bool = False
-
-
-CIPHERS: dict[str, Cipher] = {
-    c.name: c
-    for c in [
-        Cipher("null", 4, 0, 0, 1, "none"),
-        Cipher("aes128", 16, 16, 0, 16, "cbc"),  # RFC 3602
-        Cipher("aes192", 16, 16, 0, 16, "cbc"),
-        Cipher("aes256", 16, 16, 0, 16, "cbc"),
-        Cipher("3des", 8, 8, 0, 8, "cbc", legacy=True),  # RFC 2451
-        Cipher("des", 8, 8, 0, 8, "cbc", legacy=True),  # RFC 2405
-        Cipher("aes128gcm16", 4, 8, 16, 16, "aead"),  # RFC 4106
-        Cipher("aes256gcm16", 4, 8, 16, 16, "aead"),
-        Cipher("chacha20poly1305", 4, 8, 16, 64, "aead"),  # RFC 7634
-        Cipher("aes128gmac", 4, 8, 16, 16, "gmac"),  # RFC 4543
-        Cipher("aes256gmac", 4, 8, 16, 16, "gmac"),
-    ]
-}
-
-INTEGRITY: dict[str, Integrity] = {
-    i.name: i
-    for i in [
-        Integrity("null", 0, 1, 0),
-        Integrity("md5", 12, 64, 9, legacy=True),  # RFC 2403
-        Integrity("sha1", 12, 64, 9),  # RFC 2404
-        Integrity("sha256", 16, 64, 9),  # RFC 4868
-        Integrity("sha384", 24, 128, 17),
-        Integrity("sha512", 32, 128, 17),
-    ]
-}
-# AH adds GMAC as an integrity algorithm (RFC 4543: an 8-byte IV before the 16-byte ICV).
-AH_INTEGRITY: dict[str, Integrity] = {
-    **{k: v for k, v in INTEGRITY.items() if k != "null"},
-    "aes128gmac": Integrity("aes128gmac", 16, 16, 0, iv=8),
-    "aes256gmac": Integrity("aes256gmac", 16, 16, 0, iv=8),
-}
+# The algorithms come from the engine's one table (crates/ipsec/src/crypto/table.rs):
+# ESP's encryption and integrity algorithms, and AH's (which adds GMAC, RFC 4543: an
+# 8-byte IV before the 16-byte ICV, and has no null).
+INTEGRITY = ESP_INTEGRITY
 
 
 @dataclass(frozen=True)
@@ -259,7 +206,7 @@ def ah_length(integ: Integrity, ip_version: int) -> int:
 
 def esp_ciphertext(cipher: Cipher, payload: int) -> int:
     """Payload + minimal padding + trailer, aligned to the cipher block and 4 bytes."""
-    return _ceil_to(payload + ESP_TRAILER, max(cipher.align, 4))
+    return _ceil_to(payload + ESP_TRAILER, cipher.align)
 
 
 def _hash_work(integ: Integrity, n: int) -> int:

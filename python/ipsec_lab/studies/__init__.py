@@ -288,7 +288,8 @@ def user_share(xs: list[dict[str, Any]]) -> tuple[float | None, float | None]:
 def stage_split(xs: list[dict[str, Any]]) -> tuple[float, float] | None:
     """(per-packet ns, per-byte ns) summed over measurements' per-stage counters: the
     model's t_fix stages and its L_alg / R_alg stages (see crates/ipsec/src/stage.rs)."""
-    per_byte_stages = {"cipher", "mac", "compress", "decompress"}
+    from ipsec_lab.algorithms import PER_BYTE_STAGES as per_byte_stages
+
     fixed = byte = 0
     seen = False
     for x in xs:

@@ -7,8 +7,10 @@
 //! which zeroises on drop and never prints.
 
 pub mod state;
+pub mod table;
 
 pub use state::CipherState;
+pub use table::{EncryptionSpec, IntegritySpec, Kind, MacPrimitive, Primitive};
 
 use core::fmt;
 use zeroize::{Zeroize, ZeroizeOnDrop};
@@ -56,163 +58,79 @@ pub enum Integrity {
     AuthAes256Gmac,
 }
 
-const ENCRYPTION_NAMES: &[(&str, Encryption)] = &[
-    ("null", Encryption::Null),
-    ("aes128", Encryption::Aes128Cbc),
-    ("aes192", Encryption::Aes192Cbc),
-    ("aes256", Encryption::Aes256Cbc),
-    ("aes128gcm16", Encryption::Aes128Gcm16),
-    ("aes256gcm16", Encryption::Aes256Gcm16),
-    ("chacha20poly1305", Encryption::ChaCha20Poly1305),
-    ("aes128gmac", Encryption::Aes128Gmac),
-    ("aes256gmac", Encryption::Aes256Gmac),
-    ("3des", Encryption::TripleDesCbc),
-    ("des", Encryption::DesCbc),
-];
-
-const INTEGRITY_NAMES: &[(&str, Integrity)] = &[
-    ("null", Integrity::Null),
-    ("sha1", Integrity::HmacSha1_96),
-    ("sha256", Integrity::HmacSha256_128),
-    ("sha384", Integrity::HmacSha384_192),
-    ("sha512", Integrity::HmacSha512_256),
-    ("md5", Integrity::HmacMd5_96),
-    ("aes128gmac", Integrity::AuthAes128Gmac),
-    ("aes256gmac", Integrity::AuthAes256Gmac),
-];
-
 impl Encryption {
     pub fn from_name(name: &str) -> Option<Self> {
-        ENCRYPTION_NAMES
+        table::ENCRYPTIONS
             .iter()
-            .find(|(n, _)| *n == name)
-            .map(|(_, e)| *e)
+            .find(|r| r.name == name)
+            .map(|r| r.id)
     }
     pub fn name(self) -> &'static str {
-        ENCRYPTION_NAMES
-            .iter()
-            .find(|(_, e)| *e == self)
-            .map(|(n, _)| *n)
-            .unwrap()
+        self.spec().name
     }
     pub fn all_names() -> impl Iterator<Item = &'static str> {
-        ENCRYPTION_NAMES.iter().map(|(n, _)| *n)
+        table::ENCRYPTIONS.iter().map(|r| r.name)
     }
     /// Combined mode: confidentiality and integrity in one (no separate integrity algorithm).
     pub fn is_aead(self) -> bool {
-        matches!(
-            self,
-            Encryption::Aes128Gcm16
-                | Encryption::Aes256Gcm16
-                | Encryption::ChaCha20Poly1305
-                | Encryption::Aes128Gmac
-                | Encryption::Aes256Gmac
-        )
+        self.spec().is_aead()
     }
-    /// Key material length in bytes, the 4-byte salt included for the combined modes
+    /// Key material length in bytes, the salt included for the combined modes
     /// (RFC 4106 §8.1, RFC 4543 §6, RFC 7634 §4).
     pub fn key_len(self) -> usize {
-        match self {
-            Encryption::Null => 0,
-            Encryption::Aes128Cbc => 16,
-            Encryption::Aes192Cbc => 24,
-            Encryption::Aes256Cbc => 32,
-            Encryption::Aes128Gcm16 | Encryption::Aes128Gmac => 16 + 4,
-            Encryption::Aes256Gcm16 | Encryption::Aes256Gmac | Encryption::ChaCha20Poly1305 => {
-                32 + 4
-            }
-            // RFC 2451 §2.3: three 64-bit DES keys (parity bits included, not checked).
-            Encryption::TripleDesCbc => 24,
-            Encryption::DesCbc => 8,
-        }
+        self.spec().key_len + self.spec().salt_len
     }
     /// Explicit IV carried in each packet.
     pub fn iv_len(self) -> usize {
-        match self {
-            Encryption::Null => 0,
-            Encryption::Aes128Cbc | Encryption::Aes192Cbc | Encryption::Aes256Cbc => 16,
-            _ => 8,
-        }
+        self.spec().iv_len
     }
     /// Cipher block size the plaintext is padded to (1 for stream/counter modes).
     pub fn block_len(self) -> usize {
-        match self {
-            Encryption::Aes128Cbc | Encryption::Aes192Cbc | Encryption::Aes256Cbc => 16,
-            Encryption::TripleDesCbc | Encryption::DesCbc => 8,
-            _ => 1,
-        }
+        self.spec().block_len
     }
     /// Broken or weak: accepted only on an SA explicitly marked legacy.
     pub fn is_legacy(self) -> bool {
-        matches!(self, Encryption::TripleDesCbc | Encryption::DesCbc)
+        self.spec().legacy
     }
     /// ICV of a combined mode (0 for non-combined ciphers).
     pub fn aead_icv_len(self) -> usize {
-        if self.is_aead() {
-            16
-        } else {
-            0
-        }
+        self.spec().icv_len
     }
 }
 
 impl Integrity {
     pub fn from_name(name: &str) -> Option<Self> {
-        INTEGRITY_NAMES
+        table::INTEGRITIES
             .iter()
-            .find(|(n, _)| *n == name)
-            .map(|(_, i)| *i)
+            .find(|r| r.name == name)
+            .map(|r| r.id)
     }
     pub fn name(self) -> &'static str {
-        INTEGRITY_NAMES
-            .iter()
-            .find(|(_, i)| *i == self)
-            .map(|(n, _)| *n)
-            .unwrap()
+        self.spec().name
     }
     pub fn all_names() -> impl Iterator<Item = &'static str> {
-        INTEGRITY_NAMES.iter().map(|(n, _)| *n)
+        table::INTEGRITIES.iter().map(|r| r.name)
     }
     /// Broken or weak: accepted only on an SA explicitly marked legacy.
     pub fn is_legacy(self) -> bool {
-        self == Integrity::HmacMd5_96
+        self.spec().legacy
     }
-    /// HMAC key length: the hash output length (RFC 2403 §3, RFC 2404 §3, RFC 4868 §2.1.1);
-    /// GMAC: the AES key and the 4-byte salt (RFC 4543 §5.4).
+    /// Key material length: the HMAC key (the hash output length), or GMAC's AES key
+    /// and 4-byte salt (RFC 4543 §5.4).
     pub fn key_len(self) -> usize {
-        match self {
-            Integrity::AuthAes128Gmac => 16 + 4,
-            Integrity::AuthAes256Gmac => 32 + 4,
-            Integrity::Null => 0,
-            Integrity::HmacMd5_96 => 16,
-            Integrity::HmacSha1_96 => 20,
-            Integrity::HmacSha256_128 => 32,
-            Integrity::HmacSha384_192 => 48,
-            Integrity::HmacSha512_256 => 64,
-        }
+        self.spec().key_len + self.spec().salt_len
     }
     /// Truncated ICV length (GMAC's tag is never truncated, RFC 4543 §3.4).
     pub fn icv_len(self) -> usize {
-        match self {
-            Integrity::AuthAes128Gmac | Integrity::AuthAes256Gmac => 16,
-            Integrity::Null => 0,
-            Integrity::HmacSha1_96 | Integrity::HmacMd5_96 => 12,
-            Integrity::HmacSha256_128 => 16,
-            Integrity::HmacSha384_192 => 24,
-            Integrity::HmacSha512_256 => 32,
-        }
+        self.spec().icv_len
     }
     /// AES-GMAC, which only AH takes as an integrity algorithm.
     pub fn is_gmac(self) -> bool {
-        matches!(self, Integrity::AuthAes128Gmac | Integrity::AuthAes256Gmac)
+        matches!(self.spec().primitive, table::MacPrimitive::Gmac(_))
     }
     /// The IV AH carries in front of the ICV: 8 bytes for GMAC (RFC 4543 §4), else none.
     pub fn iv_len(self) -> usize {
-        if self.is_gmac() {
-            8
-        } else {
-            0
-        }
+        self.spec().iv_len
     }
     /// AH's Authentication Data: the IV (GMAC) and the ICV, before alignment padding.
     pub fn auth_data_len(self) -> usize {

@@ -1,7 +1,7 @@
 //! Per-SA expanded keys and the seal/open primitives ESP calls.
 
 use ::hmac::Mac as _;
-use aws_lc_rs::aead::{self, Aad, LessSafeKey, Nonce, UnboundKey};
+use aws_lc_rs::aead::{Aad, LessSafeKey, Nonce, UnboundKey};
 use aws_lc_rs::cipher::{
     DecryptingKey, DecryptionContext, EncryptingKey, EncryptionContext, UnboundCipherKey,
 };
@@ -12,7 +12,7 @@ use cbc::cipher::block_padding::NoPadding;
 use cbc::cipher::{BlockDecryptMut, BlockEncryptMut, InnerIvInit, KeyInit};
 use zeroize::Zeroizing;
 
-use super::{Encryption, Integrity, SecretBytes, Suite, SuiteError};
+use super::{Integrity, MacPrimitive, Primitive, SecretBytes, Suite, SuiteError};
 use crate::constants::ESP_HEADER_LEN;
 use crate::drop::DropReason;
 use crate::stage::{Stage, StageTimes};
@@ -242,15 +242,10 @@ impl CipherState {
             expected: e.key_len(),
             got: enc_key.len(),
         };
-        let cipher = match e {
-            Encryption::Null => Cipher::Null,
-            Encryption::Aes128Cbc | Encryption::Aes192Cbc | Encryption::Aes256Cbc => {
-                let alg = match e {
-                    Encryption::Aes128Cbc => &aws_lc_rs::cipher::AES_128,
-                    Encryption::Aes192Cbc => &aws_lc_rs::cipher::AES_192,
-                    _ => &aws_lc_rs::cipher::AES_256,
-                };
-                let k = enc_key.expose();
+        let k = enc_key.expose();
+        let cipher = match e.spec().primitive {
+            Primitive::Null => Cipher::Null,
+            Primitive::AesCbc(alg) => {
                 let enc = EncryptingKey::cbc(UnboundCipherKey::new(alg, k).map_err(|_| bad())?)
                     .map_err(|_| bad())?;
                 let dec = DecryptingKey::cbc(UnboundCipherKey::new(alg, k).map_err(|_| bad())?)
@@ -261,8 +256,7 @@ impl CipherState {
                     ivs: CbcIvs::fresh()?,
                 }
             }
-            Encryption::TripleDesCbc => {
-                let k = enc_key.expose();
+            Primitive::TripleDesCbc => {
                 // RFC 2451 §2.3: K1 = K2 or K2 = K3 degenerates to single DES.
                 if k[..8] == k[8..16] || k[8..16] == k[16..24] {
                     return Err(SuiteError::DegenerateKey);
@@ -272,23 +266,19 @@ impl CipherState {
                     CbcIvs::fresh()?,
                 )
             }
-            Encryption::DesCbc => Cipher::LegacyCbc(
-                LegacyBlock::Des(des::Des::new_from_slice(enc_key.expose()).map_err(|_| bad())?),
+            Primitive::DesCbc => Cipher::LegacyCbc(
+                LegacyBlock::Des(des::Des::new_from_slice(k).map_err(|_| bad())?),
                 CbcIvs::fresh()?,
             ),
-            _ => {
-                let alg = match e {
-                    Encryption::Aes128Gcm16 | Encryption::Aes128Gmac => &aead::AES_128_GCM,
-                    Encryption::Aes256Gcm16 | Encryption::Aes256Gmac => &aead::AES_256_GCM,
-                    _ => &aead::CHACHA20_POLY1305,
-                };
-                let (k, salt) = split_salt(enc_key.expose());
+            Primitive::Aead(alg) => {
+                let (k, salt) = split_salt(k);
                 let key = LessSafeKey::new(UnboundKey::new(alg, k).map_err(|_| bad())?);
-                if matches!(e, Encryption::Aes128Gmac | Encryption::Aes256Gmac) {
-                    Cipher::Gmac { key, salt }
-                } else {
-                    Cipher::Aead { key, salt }
-                }
+                Cipher::Aead { key, salt }
+            }
+            Primitive::Gmac(alg) => {
+                let (k, salt) = split_salt(k);
+                let key = LessSafeKey::new(UnboundKey::new(alg, k).map_err(|_| bad())?);
+                Cipher::Gmac { key, salt }
             }
         };
         let mac = mac_key(suite.integrity, integ_key.expose()).ok_or(SuiteError::KeyLength {
@@ -297,9 +287,9 @@ impl CipherState {
             expected: suite.integrity.key_len(),
             got: integ_key.len(),
         });
-        let mac = match suite.integrity {
-            Integrity::Null => None,
-            _ => Some(mac?),
+        let mac = match suite.integrity.spec().primitive {
+            MacPrimitive::Null => None,
+            MacPrimitive::Hmac(_) | MacPrimitive::HmacMd5 | MacPrimitive::Gmac(_) => Some(mac?),
         };
         Ok(CipherState { suite, cipher, mac })
     }
@@ -317,7 +307,7 @@ impl CipherState {
                 *ivs = CbcIvs::with_key(&key).expect("AES-128 takes a 16-byte key");
                 true
             }
-            _ => false,
+            Cipher::Null | Cipher::Aead { .. } | Cipher::Gmac { .. } => false,
         }
     }
 
@@ -563,35 +553,25 @@ impl CipherState {
 
 /// The integrity key for `i`; `None` for `null`, and for a GMAC key of the wrong length.
 fn mac_key(i: Integrity, key: &[u8]) -> Option<MacKey> {
-    let alg = match i {
-        Integrity::Null => return None,
-        Integrity::AuthAes128Gmac | Integrity::AuthAes256Gmac => {
+    match i.spec().primitive {
+        MacPrimitive::Null => None,
+        MacPrimitive::Gmac(alg) => {
             if key.len() != i.key_len() {
                 return None;
             }
-            let alg = match i {
-                Integrity::AuthAes128Gmac => &aead::AES_128_GCM,
-                _ => &aead::AES_256_GCM,
-            };
             let (k, salt) = split_salt(key);
-            return Some(MacKey::Gmac {
+            Some(MacKey::Gmac {
                 key: LessSafeKey::new(UnboundKey::new(alg, k).ok()?),
                 salt,
-            });
+            })
         }
-        Integrity::HmacMd5_96 => {
-            // HMAC takes a key of any length (RFC 2104 §2): this cannot fail.
-            return Some(MacKey::Md5(
-                <::hmac::Hmac<md5::Md5> as ::hmac::Mac>::new_from_slice(key)
-                    .expect("HMAC accepts any key"),
-            ));
-        }
-        Integrity::HmacSha1_96 => awshmac::HMAC_SHA1_FOR_LEGACY_USE_ONLY,
-        Integrity::HmacSha256_128 => awshmac::HMAC_SHA256,
-        Integrity::HmacSha384_192 => awshmac::HMAC_SHA384,
-        Integrity::HmacSha512_256 => awshmac::HMAC_SHA512,
-    };
-    Some(MacKey::AwsLc(awshmac::Key::new(alg, key)))
+        // HMAC takes a key of any length (RFC 2104 §2): this cannot fail.
+        MacPrimitive::HmacMd5 => Some(MacKey::Md5(
+            <::hmac::Hmac<md5::Md5> as ::hmac::Mac>::new_from_slice(key)
+                .expect("HMAC accepts any key"),
+        )),
+        MacPrimitive::Hmac(alg) => Some(MacKey::AwsLc(awshmac::Key::new(*alg, key))),
+    }
 }
 
 impl Integrity {
