@@ -23,9 +23,9 @@ from scapy.layers.inet6 import (  # noqa: E402
     PadN,
 )
 from scapy.packet import Packet, Raw  # noqa: E402
-from scapyutil import SCAPY_AUTH, integ_key_len  # noqa: E402
 
 from ipsec_lab.algorithms import AH_INTEGRITY  # noqa: E402
+from scapyutil import SCAPY_AUTH, integ_key_len  # noqa: E402
 
 # ours -> scapy auth_algo, key length: AH's integrity algorithms scapy has
 AUTH = {i: (SCAPY_AUTH[i], integ_key_len(i)) for i in AH_INTEGRITY if i in SCAPY_AUTH}

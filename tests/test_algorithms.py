@@ -38,7 +38,12 @@ def test_every_row_builds_an_sa_with_keys_of_its_length() -> None:
         ls = layers(f"esp:{enc}-{integ}" if integ != "null" else f"esp:{enc}", "test")
         (ek, ik) = fresh_keys(ls)[("esp", "lr")]
         sa = SecurityAssociation(
-            0x1000, enc, integ, enc_key=ek or None, integ_key=ik or None, legacy=c.legacy,
+            0x1000,
+            enc,
+            integ,
+            enc_key=ek or None,
+            integ_key=ik or None,
+            legacy=c.legacy,
             mode="transport",
         )
         inner = bytes.fromhex("4500007800000000401100000a0100020a020002") + bytes(100)
@@ -64,6 +69,6 @@ def test_layers_name_the_backend_that_refuses() -> None:
 
     from ipsec_lab.backends import Unsupported
 
-    with pytest.raises(Unsupported, match="^xfrm runs an IPsec configuration"):
+    with pytest.raises(Unsupported, match=r"^xfrm runs an IPsec configuration"):
         layers("none", "xfrm")
     assert isinstance(layers("ipcomp+esp:aes128-sha1", "ours"), Layers)

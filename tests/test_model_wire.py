@@ -19,6 +19,7 @@ from scapy.layers.inet6 import IPv6  # noqa: E402
 from scapy.layers.ipsec import AH, ESP  # noqa: E402
 from scapy.layers.ipsec import SecurityAssociation as ScapySA  # noqa: E402
 from scapy.packet import Packet, Raw  # noqa: E402
+
 from scapyutil import (  # noqa: E402
     COMBINED,
     LEGACY,

@@ -21,6 +21,7 @@ scapy_ipsec = pytest.importorskip("scapy.layers.ipsec")
 from scapy.layers.inet import IP, UDP  # noqa: E402
 from scapy.layers.inet6 import IPv6  # noqa: E402
 from scapy.packet import Raw  # noqa: E402
+
 from scapyutil import (  # noqa: E402
     LEGACY,
     SCAPY_AUTH,

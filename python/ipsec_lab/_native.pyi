@@ -98,4 +98,5 @@ def algorithms() -> dict[str, list[dict[str, Any]]]:
 
 def stages() -> list[tuple[str, bool]]:
     """The engine's stages in order: (label, per_byte)."""
+
 def drop_reasons() -> list[str]: ...

@@ -81,8 +81,8 @@ class Integrity:
 
 def _cipher(row: dict[str, Any]) -> Cipher:
     return Cipher(
-        name=row["name"], title=row["title"], rfc=row["rfc"], kind=row["kind"], key_len=row["key_len"],
-        salt_len=row["salt_len"], iv=row["iv_len"], icv=row["icv_len"],
+        name=row["name"], title=row["title"], rfc=row["rfc"], kind=row["kind"],
+        key_len=row["key_len"], salt_len=row["salt_len"], iv=row["iv_len"], icv=row["icv_len"],
         block_len=row["block_len"], work_block=row["work_block"], legacy=row["legacy"],
         kernel=row["kernel"], libipsec=row["libipsec"],
     )  # fmt: skip
@@ -90,7 +90,8 @@ def _cipher(row: dict[str, Any]) -> Cipher:
 
 def _integrity(row: dict[str, Any]) -> Integrity:
     return Integrity(
-        name=row["name"], title=row["title"], rfc=row["rfc"], key_len=row["key_len"], salt_len=row["salt_len"],
+        name=row["name"], title=row["title"], rfc=row["rfc"], key_len=row["key_len"],
+        salt_len=row["salt_len"],
         iv=row["iv_len"], icv=row["icv_len"], block=row["work_block"], md_pad=row["md_pad"],
         esp=row["esp"], ah=row["ah"], legacy=row["legacy"], kernel=row["kernel"],
     )  # fmt: skip

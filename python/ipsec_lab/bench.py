@@ -39,8 +39,6 @@ def _with_stages(row: dict[str, Any], out: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-
-
 def with_stage_split(
     off: list[dict[str, Any]], on: list[dict[str, Any]], off_point_ns: float
 ) -> list[dict[str, Any]]:

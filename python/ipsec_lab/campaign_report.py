@@ -11,7 +11,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from ipsec_lab import runner
+from ipsec_lab import metrics, runner
 from ipsec_lab.studies import Analysis, Plot, Table, fmt
 
 TERMS = (
@@ -48,26 +48,17 @@ def analyse(
                 r["flow"], r["measurement"]]  # fmt: skip
         if not r.get("n"):
             why = r.get("failed") or r.get("skipped") or ""
-            rows.append([*head, 0, "FAILED: " + why if r.get("failed") else "skipped: " + why,
-                         *[""] * 7])  # fmt: skip
+            rows.append([*head, 0, *[""] * len(metrics.COLUMNS),
+                         "FAILED: " + why if r.get("failed") else "skipped: " + why])  # fmt: skip
             continue
-        rows.append([
-            *head, r["n"],
-            f"{fmt(r['seconds_median'])} s" if r.get("transfer") else fmt(r["mbps_median"]),
-            f"{fmt(r['mbps_min'])}-{fmt(r['mbps_max'])}",
-            "—" if r.get("mbps_cv") is None else f"{100 * r['mbps_cv']:.1f} %",
-            fmt(r["mbps_vs_none"]), fmt(r["effort_median"]), fmt(r["ipsec_effort_median"]),
-            "—" if r.get("wire_pct_of_payload") is None else f"{r['wire_pct_of_payload']:.1f} %",
-            r.get("note", ""),
-        ])  # fmt: skip
+        rows.append([*head, r["n"], *metrics.cells(r), r.get("note", "")])
     an.tables.append(Table(
         f"Campaign {cid}: {c['done']} runs done, {c['failed']} failed, {c['skipped']} skipped",
         ["backend", "configuration", "link", "flow", "measurement", "n",
-         "Mbit/s (or time) median", "min-max Mbit/s", "CV", "x none", "effort µs/kB",
-         "IPsec µs/kB", "wire % of payload", "note"],
+         *(col.header for col in metrics.COLUMNS), "note"],
         rows,
-        note="terms as defined above; a BUSY note: other processes used the CPU just before "
-        "those runs, so their CPU figures include that work",
+        note=metrics.SUMMARY_CAPTION + "; a BUSY note: other processes used the CPU just "
+        "before those runs, so their CPU figures include that work",
     ))  # fmt: skip
     for r in runs:
         if r["status"] == "failed":

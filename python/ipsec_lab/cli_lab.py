@@ -10,6 +10,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ipsec_lab import metrics
+
 DEFAULT_LAB = "lab"
 LAB_HELP = f"lab directory holding results.sqlite (default: $IPSEC_LAB_DIR or ./{DEFAULT_LAB})"
 
@@ -320,26 +322,10 @@ def counts_line(campaign: Any) -> str:
     )
 
 
-def _rate(v: float | None) -> str:
-    if v is None:
-        return "—"
-    return f"{v:.0f}" if v >= 100 else f"{v:.1f}" if v >= 10 else f"{v:.2f}"
-
-
-def _num(v: float | None, spec: str = ".3g") -> str:
-    return "—" if v is None else format(v, spec)
-
-
 def print_summary(summary: list[dict[str, Any]], title: str) -> None:
     from ipsec_lab.tables import WholeConsole as Console
 
     Console().print(summary_table(summary, title))
-
-
-def _secs(v: float | None) -> str:
-    if v is None:
-        return "—"
-    return f"{v * 1000:.3g} ms" if v < 1 else f"{v:.3g} s"
 
 
 def summary_table(summary: list[dict[str, Any]], title: str) -> Any:
@@ -348,14 +334,12 @@ def summary_table(summary: list[dict[str, Any]], title: str) -> Any:
     payload byte, TCP retransmits, and why a cell is empty."""
     from rich.table import Table
 
-    t = Table(title=title, caption="rate: Mbit/s of payload, or transfer time for HTTP/SMTP; "
-              "CV: over repetitions; wire %: wire bytes (both ways) per payload byte")  # fmt: skip
+    t = Table(title=title, caption=metrics.SUMMARY_CAPTION)
     for col in ("backend", "configuration", "link", "flow", "measurement"):
         t.add_column(col, no_wrap=True)
     t.add_column("n", justify="right")
-    for col in ("rate / time", "min-max", "CV", "x none", "effort µs/kB", "x none",
-                "IPsec µs/kB", "wire %", "retrans"):  # fmt: skip
-        t.add_column(col, justify="right")
+    for c in metrics.COLUMNS:
+        t.add_column(c.header, justify="right")
     t.add_column("note")
     for r in summary:
         head = (r.get("backend_label", r["backend"]), r["configuration"], r["link"], r["flow"],
@@ -366,24 +350,9 @@ def summary_table(summary: list[dict[str, Any]], title: str) -> Any:
                 if r.get("skipped") is not None
                 else ("FAILED: " + r["failed"])
             )
-            t.add_row(*head, "0", *[""] * 9, why)
+            t.add_row(*head, "0", *[""] * len(metrics.COLUMNS), why)
             continue
-        cv = r.get("mbps_cv")
-        if r.get("transfer"):
-            main = _secs(r["seconds_median"])
-            rng = f"{_rate(r['mbps_min'])}-{_rate(r['mbps_max'])} Mbit/s"
-            vs = _num(r["seconds_vs_none"], ".2f")
-        else:
-            main = f"{_rate(r['mbps_median'])} Mbit/s"
-            rng = f"{_rate(r['mbps_min'])}-{_rate(r['mbps_max'])}"
-            vs = _num(r["mbps_vs_none"], ".2f")
-        t.add_row(
-            *head, str(r["n"]), main, rng, "—" if cv is None else f"{100 * cv:.1f} %", vs,
-            _num(r["effort_median"]), _num(r["effort_vs_none"], ".2f"),
-            _num(r["ipsec_effort_median"]),
-            "—" if r.get("wire_pct_of_payload") is None else f"{r['wire_pct_of_payload']:.1f} %",
-            _num(r.get("retransmits_median"), ".0f"), r.get("note", ""),
-        )  # fmt: skip
+        t.add_row(*head, str(r["n"]), *metrics.cells(r), r.get("note", ""))
     return t
 
 
@@ -463,18 +432,8 @@ def _planned(camp: Any) -> int | None:
         return None
 
 
-CSV_FIELDS = (
-    "campaign_id", "run_id", "backend", "backend_version", "configuration", "link",
-    "workload", "flow", "repetition", "status", "reason", "label", "mbps", "seconds",
-    "payload_bytes",
-    "effort_us_per_kb", "ipsec_effort_us_per_kb", "cpu_load", "loss_pct",
-    "wire_up_bytes", "wire_up_packets", "wire_down_bytes", "wire_down_packets",
-    "other_cpu_before", "busy",
-)  # fmt: skip
-
-
 def _csv(runs: list[dict[str, Any]]) -> None:
-    w = csv.DictWriter(sys.stdout, fieldnames=CSV_FIELDS, extrasaction="ignore")
+    w = csv.DictWriter(sys.stdout, fieldnames=metrics.CSV_FIELDS, extrasaction="ignore")
     w.writeheader()
     for r in runs:
         base = {**r, "run_id": r["id"]}

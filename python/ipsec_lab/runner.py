@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import statistics
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ipsec_lab import backends, environment, meters, scenario
+from ipsec_lab import backends, environment, meters, metrics, scenario
 from ipsec_lab.backends import Unsupported
 from ipsec_lab.meters.soaker import Soaker
 from ipsec_lab.scenario import Link, Scenario, Workload
@@ -371,63 +370,28 @@ def summarize(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     shown = {r["backend"]: label(r["backend"], r.get("backend_version")) for r in runs}
     out: list[dict[str, Any]] = []
     for key, xs in groups.items():
-        mbps = [float(x["mbps"]) for x in xs]
-        eff = [float(x["effort_us_per_kb"]) for x in xs if x.get("effort_us_per_kb") is not None]
-        secs = [float(x["seconds"]) for x in xs]
         row: dict[str, Any] = {
             "backend": key[0], "backend_label": shown.get(key[0], key[0]),
             "configuration": key[1], "link": key[2], "flow": key[3],
             "measurement": key[4], "n": len(xs),
-            "mbps_median": statistics.median(mbps), "mbps_min": min(mbps), "mbps_max": max(mbps),
-            "mbps_cv": _cv(mbps),
-            "effort_median": statistics.median(eff) if eff else None,
-            "effort_cv": _cv(eff) if eff else None,
-            "seconds_median": statistics.median(secs),
+            **metrics.summarise_metrics(xs),
         }  # fmt: skip
-        for f in ("wire_up_bytes", "wire_up_packets", "wire_down_bytes", "wire_down_packets"):
-            vals = [float(x[f]) for x in xs if x.get(f) is not None]
-            row[f + "_median"] = statistics.median(vals) if vals else None
-        ipsec = [float(x["ipsec_effort_us_per_kb"]) for x in xs if x.get("ipsec_effort_us_per_kb")]
-        row["ipsec_effort_median"] = statistics.median(ipsec) if ipsec else None
-        # Wire bytes (both ways, on the measured wire end) per payload byte, in %.
-        wire = [
-            100
-            * (float(x.get("wire_up_bytes") or 0) + float(x.get("wire_down_bytes") or 0))
-            / float(x["payload_bytes"])
-            for x in xs
-            if x.get("payload_bytes") and x.get("wire_up_bytes") is not None
-        ]
-        row["wire_pct_of_payload"] = statistics.median(wire) if wire else None
-        rt = [int(x["retransmits"]) for x in xs if x.get("retransmits") is not None]
-        row["retransmits_median"] = statistics.median(rt) if rt else None
         # An application transfer (HTTP, SMTP) is judged by its time, not its rate.
         row["transfer"] = any("file_bytes" in x for x in xs)
-        pdr = [float(x["pdr_mbps"]) for x in xs if x.get("pdr_mbps") is not None]
-        row["pdr_mbps_median"] = statistics.median(pdr) if pdr else None
         notes = sorted({str(x["cpu_note"]) for x in xs if x.get("cpu_note")})
         busy = [float(x["other_cpu_before"]) for x in xs if x.get("busy")]
         row["busy_runs"] = len(busy)
         if busy:
             notes.insert(0, meters.busy_note(max(busy), len(busy), len(xs)))
-        if pdr:
+        if row["pdr_mbps_median"] is not None:
             notes.insert(0, f"NDR {row['mbps_median']:.4g}, PDR (<= 0.5 % loss) "
-                         f"{statistics.median(pdr):.4g} Mbit/s")  # fmt: skip
-        if not eff and not notes:
+                         f"{row['pdr_mbps_median']:.4g} Mbit/s")  # fmt: skip
+        if row["effort_median"] is None and not notes:
             notes = ["no CPU figure: the measurement metered none"]
         row["note"] = "; ".join(notes)
         out.append(row)
     base = {(r["link"], r["flow"], r["measurement"]): r for r in out if r["backend"] == "none"}
-    for r in out:
-        b = base.get((r["link"], r["flow"], r["measurement"]))
-        r["mbps_vs_none"] = r["mbps_median"] / b["mbps_median"] if b and b["mbps_median"] else None
-        r["effort_vs_none"] = (
-            r["effort_median"] / b["effort_median"]
-            if b and b["effort_median"] and r["effort_median"] is not None
-            else None
-        )
-        r["seconds_vs_none"] = (
-            r["seconds_median"] / b["seconds_median"] if b and b["seconds_median"] else None
-        )
+    metrics.add_ratios(out, lambda r: base.get((r["link"], r["flow"], r["measurement"])))
     for (bk, cfg, link, flow, wl), (status, reason) in unmeasured.items():
         out.append(
             {"backend": bk, "backend_label": shown.get(bk, bk), "configuration": cfg,
@@ -441,10 +405,3 @@ def counts(runs: list[dict[str, Any]], planned: int | None = None) -> dict[str, 
     whole plan when given, else the runs stored)."""
     c = {s: sum(1 for r in runs if r["status"] == s) for s in ("done", "failed", "skipped")}
     return {"planned": planned if planned is not None else len(runs), **c}
-
-
-def _cv(xs: list[float]) -> float | None:
-    if len(xs) < 2:
-        return None
-    m = statistics.mean(xs)
-    return statistics.stdev(xs) / m if m else None

@@ -6,12 +6,10 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 import shutil
 import signal
 import subprocess
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 

@@ -1,0 +1,230 @@
+"""Every figure a lab run records, declared once: its key in a measurement's row, unit,
+label, what it means, how it aggregates over repetitions, and how it prints.
+
+The runner's summary (`runner.summarize`), the `results` table and the live summary
+(`cli.lab.summary_table`), the CSV export and the campaign report
+(`campaign_report.analyse`) all loop over these declarations. A new metric is one
+`Metric` here (and the meter that fills its row field); `docs/lab.md` lists them and a
+test checks it agrees.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+Row = dict[str, Any]
+
+STATS = ("median", "min", "max", "cv")
+
+
+def _cv(xs: list[float]) -> float | None:
+    if len(xs) < 2:
+        return None
+    m = statistics.mean(xs)
+    return statistics.stdev(xs) / m if m else None
+
+
+_AGGREGATE: dict[str, Callable[[list[float]], float | None]] = {
+    "median": statistics.median, "min": min, "max": max, "cv": _cv,
+}  # fmt: skip
+
+
+def _field(key: str, *, zero_is_none: bool = False) -> Callable[[Row], float | None]:
+    def get(x: Row) -> float | None:
+        v = x.get(key)
+        if v is None or (zero_is_none and not v):
+            return None
+        return float(v)
+
+    return get
+
+
+def _wire_pct(x: Row) -> float | None:
+    """Wire bytes (both ways, on the measured wire end) per payload byte, in %."""
+    if not x.get("payload_bytes") or x.get("wire_up_bytes") is None:
+        return None
+    wire = float(x.get("wire_up_bytes") or 0) + float(x.get("wire_down_bytes") or 0)
+    return 100 * wire / float(x["payload_bytes"])
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One figure of a measurement."""
+
+    key: str  # the field of a measurement's row (what meters and workloads write)
+    unit: str
+    doc: str
+    # The summary's keys, by statistic over the repetitions ("median", "min", "max",
+    # "cv"); none: the metric is recorded, not summarised.
+    summary: dict[str, str] = field(default_factory=dict)
+    # The summary's key of the median's ratio to backend `none`'s on the same link, flow
+    # and measurement; None: no ratio.
+    vs_none: str | None = None
+    csv: bool = True  # a column of `results --csv`
+    # How to read it from a row (default: the field, None when absent).
+    value: Callable[[Row], float | None] | None = None
+
+    def read(self, x: Row) -> float | None:
+        return (self.value or _field(self.key))(x)
+
+    def aggregate(self, xs: list[Row], into: Row) -> None:
+        """Set this metric's summary keys in `into` from the repetitions `xs`."""
+        vals = [v for v in (self.read(x) for x in xs) if v is not None]
+        for stat, key in self.summary.items():
+            into[key] = _AGGREGATE[stat](vals) if vals else None
+
+
+def _keys(prefix: str, *stats: str) -> dict[str, str]:
+    return {s: f"{prefix}_{s}" for s in stats}
+
+
+METRICS: tuple[Metric, ...] = (
+    Metric("mbps", "Mbit/s", "payload delivered per second (an RFC 2544 search: its NDR)",
+           summary=_keys("mbps", *STATS), vs_none="mbps_vs_none"),
+    Metric("seconds", "s", "how long the measurement ran (an HTTP/SMTP transfer: its time)",
+           summary=_keys("seconds", "median"), vs_none="seconds_vs_none"),
+    Metric("payload_bytes", "B", "payload bytes delivered"),
+    Metric("effort_us_per_kb", "µs/kB",
+           "busy CPU time of the whole machine per kB (1024 B) of payload delivered "
+           "(netperf's service demand)",
+           summary={"median": "effort_median", "cv": "effort_cv"}, vs_none="effort_vs_none"),
+    Metric("ipsec_effort_us_per_kb", "µs/kB",
+           "CPU time of the IPsec processes alone per kB of payload",
+           summary={"median": "ipsec_effort_median"},
+           value=_field("ipsec_effort_us_per_kb", zero_is_none=True)),
+    Metric("cpu_load", "share", "busy share of all CPUs over the measurement"),
+    Metric("loss_pct", "%", "packets lost (UDP and RFC 2544 workloads)"),
+    *(Metric(f"wire_{way}_{what}", unit,
+             f"{what} on the flow's outer link, {'source → sink' if way == 'up' else 'back'}",
+             summary=_keys(f"wire_{way}_{what}", "median"))
+      for way in ("up", "down") for what, unit in (("bytes", "B"), ("packets", "packets"))),
+    Metric("wire_pct_of_payload", "%", "wire bytes (both ways) per payload byte",
+           summary={"median": "wire_pct_of_payload"}, csv=False, value=_wire_pct),
+    Metric("retransmits", "segments", "TCP retransmissions (iperf3's count)",
+           summary=_keys("retransmits", "median"), csv=False),
+    Metric("pdr_mbps", "Mbit/s", "RFC 2544 search: the partial drop rate (<= 0.5 % loss)",
+           summary=_keys("pdr_mbps", "median"), csv=False),
+    Metric("other_cpu_before", "CPUs",
+           "CPUs' worth other processes used just before the run (a busy machine)"),
+    Metric("busy", "", "whether that was more than the busy threshold (0.25 CPUs)"),
+)  # fmt: skip
+
+BY_KEY: dict[str, Metric] = {m.key: m for m in METRICS}
+
+# The identity of a result in `results --csv`, then each metric's field.
+CSV_IDENTITY = (
+    "campaign_id", "run_id", "backend", "backend_version", "configuration", "link",
+    "workload", "flow", "repetition", "status", "reason", "label",
+)  # fmt: skip
+CSV_FIELDS: tuple[str, ...] = CSV_IDENTITY + tuple(m.key for m in METRICS if m.csv)
+
+
+def summarise_metrics(xs: list[Row]) -> Row:
+    """Every metric's summary keys over the repetitions `xs`."""
+    out: Row = {}
+    for m in METRICS:
+        m.aggregate(xs, out)
+    return out
+
+
+def add_ratios(rows: list[Row], base_of: Callable[[Row], Row | None]) -> None:
+    """Each metric's ratio to backend `none`'s median (`base_of(row)`: none's row on the
+    same link, flow and measurement, or None)."""
+    for r in rows:
+        b = base_of(r)
+        for m in METRICS:
+            if m.vs_none is None:
+                continue
+            med = m.summary["median"]
+            ok = b is not None and b.get(med) and r.get(med) is not None
+            r[m.vs_none] = r[med] / b[med] if ok and b is not None else None
+
+
+# --- how the summary prints ---------------------------------------------------------------
+
+
+def rate(v: float | None) -> str:
+    if v is None:
+        return "—"
+    return f"{v:.0f}" if v >= 100 else f"{v:.1f}" if v >= 10 else f"{v:.2f}"
+
+
+def num(v: float | None, spec: str = ".3g") -> str:
+    return "—" if v is None else format(v, spec)
+
+
+def secs(v: float | None) -> str:
+    if v is None:
+        return "—"
+    return f"{v * 1000:.3g} ms" if v < 1 else f"{v:.3g} s"
+
+
+def pct(v: float | None, scale: float = 1.0) -> str:
+    return "—" if v is None else f"{scale * v:.1f} %"
+
+
+@dataclass(frozen=True)
+class Column:
+    """A column of the summary (the `results` table and the campaign report)."""
+
+    header: str
+    cell: Callable[[Row], str]
+
+
+def _main(r: Row) -> str:
+    if r.get("transfer"):
+        return secs(r["seconds_median"])
+    return f"{rate(r['mbps_median'])} Mbit/s"
+
+
+def _range(r: Row) -> str:
+    span = f"{rate(r['mbps_min'])}-{rate(r['mbps_max'])}"
+    return span + " Mbit/s" if r.get("transfer") else span
+
+
+def _vs(r: Row) -> str:
+    return num(r["seconds_vs_none"] if r.get("transfer") else r["mbps_vs_none"], ".2f")
+
+
+# What the summary shows of each measured row, in order (the identity columns and the
+# note go around them). Rate and time share a column: an HTTP/SMTP transfer is judged
+# by its time, a stream by its rate.
+COLUMNS: tuple[Column, ...] = (
+    Column("rate / time", _main),
+    Column("min-max", _range),
+    Column("CV", lambda r: pct(r.get("mbps_cv"), 100)),
+    Column("x none", _vs),
+    Column("effort µs/kB", lambda r: num(r["effort_median"])),
+    Column("x none", lambda r: num(r["effort_vs_none"], ".2f")),
+    Column("IPsec µs/kB", lambda r: num(r["ipsec_effort_median"])),
+    Column("wire %", lambda r: pct(r.get("wire_pct_of_payload"))),
+    Column("retrans", lambda r: num(r.get("retransmits_median"), ".0f")),
+)
+SUMMARY_CAPTION = (
+    "rate: Mbit/s of payload, or transfer time for HTTP/SMTP; CV: over repetitions; "
+    "x none: ratio to no IPsec; effort: machine-wide CPU µs per kB of payload; IPsec "
+    "µs/kB: the IPsec processes' alone; wire %: wire bytes (both ways) per payload byte"
+)
+
+
+def cells(r: Row) -> list[str]:
+    """The COLUMNS' cells of one summary row."""
+    return [c.cell(r) for c in COLUMNS]
+
+
+def markdown() -> str:
+    """The metric table of docs/lab.md (`python -m ipsec_lab.metrics` prints it)."""
+    lines = ["| field | unit | what it is | summary |", "|---|---|---|---|"]
+    for m in METRICS:
+        summ = ", ".join(f"`{k}`" for k in m.summary.values())
+        if m.vs_none:
+            summ += f", `{m.vs_none}`"
+        lines.append(f"| `{m.key}` | {m.unit} | {m.doc} | {summ} |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    print(markdown(), end="")
