@@ -25,13 +25,13 @@ TIMES = "full: about 7 / 16 / 1.5 / 6 minutes (31 in all); --quick: about 60 / 7
 
 
 def _backends(args: argparse.Namespace) -> tuple[str, ...] | str:
-    from ipsec_lab.scenario import BACKENDS
+    from ipsec_lab.backends import IPSEC_NAMES
 
     names = args.compare.split(",") if args.compare else [args.backend]
     names = [n.strip() for n in names if n.strip()]
     for n in names:
-        if n not in BACKENDS or n == "none":
-            known = ", ".join(b for b in BACKENDS if b != "none")
+        if n not in IPSEC_NAMES:
+            known = ", ".join(IPSEC_NAMES)
             flag = "--compare" if args.compare else "--backend"
             return f"{flag}: unknown IPsec backend {n!r} (known: {known})"
     if not names:
@@ -202,14 +202,17 @@ def add_parsers(sub: Any) -> None:
                    help="a reduced run for a first look (fewer configurations, sizes and "
                    "seconds; all four studies in about 3 minutes)")  # fmt: skip
     g = r.add_mutually_exclusive_group()
-    g.add_argument("--backend", default="ours", metavar="B",
-                   help="the IPsec under test: ours (default), ours-udp (ESP in UDP), "
-                        "strongswan (the kernel's xfrm where it has ESP, else libipsec), "
-                        "strongswan-kernel, strongswan-libipsec, xfrm, xfrm-udp (the "
-                        "kernel's ESP in UDP)")  # fmt: skip
+    from ipsec_lab.backends import IPSEC_NAMES, described
+
+    g.add_argument(
+        "--backend",
+        default="ours",
+        metavar="B",
+        help=f"the IPsec under test (default ours): {described(IPSEC_NAMES)}",
+    )
     g.add_argument("--compare", metavar="B1,B2",
                    help="run the same study on several backends side by side, e.g. "
-                   "ours,strongswan")  # fmt: skip
+                   f"ours,strongswan (any of {', '.join(IPSEC_NAMES)})")  # fmt: skip
     r.add_argument("--lab", metavar="DIR", help=LAB_HELP)
     r.add_argument(
         "--resume",

@@ -2,7 +2,7 @@
 
     name = "study-1 at two link speeds"
     topology = "line"                 # pair | line | clients
-    backends = ["none", "strongswan"] # ours | ours-udp | strongswan[-kernel] | xfrm | none
+    backends = ["none", "strongswan"] # any of ipsec_lab.backends.NAMES (`ipsec-lab check`)
     configurations = ["esp:aes128gcm16", "esp:aes128-sha1"]   # or "@ferrante2005"
     repetitions = 3
     warmup_s = 1.0
@@ -36,13 +36,10 @@ from typing import Any
 
 import tomllib
 
-from ipsec_lab import units
+from ipsec_lab import backends, units
 
 TOPOLOGIES = ("pair", "line", "clients")
-BACKENDS = (
-    "none", "strongswan", "strongswan-kernel", "strongswan-libipsec", "xfrm", "xfrm-udp", "ours",
-    "ours-udp",
-)  # fmt: skip
+BACKENDS = backends.NAMES  # the registry's (ipsec_lab.backends.REGISTRY)
 WORKLOAD_KINDS = ("tcp", "udp", "rfc2544", "imix", "http", "smtp")
 TCP_DATA = ("iperf", "text", "random")
 

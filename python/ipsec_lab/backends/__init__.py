@@ -1,13 +1,8 @@
 """The IPsec under test: how each implementation is started in a testbed's IPsec nodes.
 
-- `none`: plain forwarding, the baseline every ratio is taken against;
-- `strongswan-kernel`: charon negotiating a real IKEv2 PSK tunnel, configured through
-  swanctl, its SAs in the kernel's xfrm; `strongswan-libipsec`: the same with
-  kernel-libipsec (strongSwan's own user-space ESP on a TUN device); `strongswan`: the
-  kernel one where the kernel has ESP, else libipsec;
-- `xfrm`: the Linux kernel's IPsec, keyed by hand; detected, and refused with the reason
-  when the kernel lacks it; `xfrm-udp` the same with ESP in UDP (RFC 3948);
-- `ours`: the `ipsec-gw` gateway daemon.
+`REGISTRY` lists every backend once (name, module, what it is); the scenario's
+validation, the CLI's choices and help and the docs derive from it. Each lives in its
+own module here; the SA planning those that key their own SAs share is `sa_plan`.
 
 A backend that cannot run a configuration raises `Unsupported` with the reason; the run
 is then recorded as skipped with that reason, not silently dropped.
@@ -15,12 +10,15 @@ is then recorded as skipped with that reason, not silently dropped.
 
 from __future__ import annotations
 
+import importlib
 import os
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from ipsec_lab.testbed.build import Testbed
+if TYPE_CHECKING:
+    from ipsec_lab.testbed.build import Testbed
 
 
 class Unsupported(Exception):
@@ -103,28 +101,62 @@ def private_dir(path: Path) -> Path:
     return path
 
 
+@dataclass(frozen=True)
+class Entry:
+    """One backend of the registry: its name, where its class lives and how it is built."""
+
+    name: str
+    module: str  # under ipsec_lab.backends
+    cls: str
+    what: str  # one line for --help and the docs
+    kwargs: tuple[tuple[str, Any], ...] = ()
+    stage_timing: bool = False  # takes ours' per-stage counters
+
+    @property
+    def ipsec(self) -> bool:
+        """Whether it runs IPsec at all (`none` is the baseline)."""
+        return self.name != "none"
+
+
+# Every backend, once: scenario validation, the CLI's choices and help, and the docs
+# derive from this list. A new backend is its module and one line here.
+REGISTRY: tuple[Entry, ...] = (
+    Entry("none", "none", "NoIpsec", "plain forwarding, the baseline every ratio is taken against"),
+    Entry("strongswan", "strongswan", "StrongSwan",
+          "charon negotiating IKEv2 (PSK): strongswan-kernel where the kernel has ESP, "
+          "else strongswan-libipsec",
+          (("data_plane", "auto"),)),
+    Entry("strongswan-kernel", "strongswan", "StrongSwan",
+          "charon with its SAs in the kernel's xfrm", (("data_plane", "kernel"),)),
+    Entry("strongswan-libipsec", "strongswan", "StrongSwan",
+          "charon with kernel-libipsec, strongSwan's own user-space ESP on a TUN device",
+          (("data_plane", "libipsec"),)),
+    Entry("xfrm", "xfrm", "Xfrm", "the Linux kernel's IPsec, keyed by hand"),
+    Entry("xfrm-udp", "xfrm", "Xfrm", "the same with ESP in UDP, RFC 3948",
+          (("udp_encap", True),)),
+    Entry("ours", "ours", "Ours", "this project's gateway, ipsec-gw", stage_timing=True),
+    Entry("ours-udp", "ours", "Ours", "ipsec-gw with ESP in UDP, RFC 3948, and UDP GSO/GRO",
+          (("udp_encap", True),), stage_timing=True),
+)  # fmt: skip
+BY_NAME: dict[str, Entry] = {e.name: e for e in REGISTRY}
+NAMES: tuple[str, ...] = tuple(BY_NAME)
+IPSEC_NAMES: tuple[str, ...] = tuple(e.name for e in REGISTRY if e.ipsec)
+
+
+def described(names: tuple[str, ...] = NAMES) -> str:
+    """`name` (what it is), … — for --help."""
+    return "; ".join(f"{n}: {BY_NAME[n].what}" for n in names)
+
+
 def make(name: str, stage_timing: bool = False) -> Backend:
     """The backend `name`; `stage_timing` switches on ours' per-stage counters (the
     others have none: the lab then records no per-stage split for them)."""
-    if name == "none":
-        from ipsec_lab.backends.none import NoIpsec
-
-        return NoIpsec()
-    if name in ("strongswan", "strongswan-kernel", "strongswan-libipsec"):
-        from ipsec_lab.backends.strongswan import StrongSwan
-
-        plane = {"strongswan-kernel": "kernel", "strongswan-libipsec": "libipsec"}
-        return StrongSwan(plane.get(name, "auto"))
-    if name in ("xfrm", "xfrm-udp"):
-        from ipsec_lab.backends.xfrm import Xfrm
-
-        return Xfrm(udp_encap=name == "xfrm-udp")
-    if name == "ours":
-        from ipsec_lab.backends.ours import Ours
-
-        return Ours(stage_timing=stage_timing)
-    if name == "ours-udp":
-        from ipsec_lab.backends.ours import Ours
-
-        return Ours(udp_encap=True, stage_timing=stage_timing)
-    raise ValueError(f"unknown backend {name!r}")
+    e = BY_NAME.get(name)
+    if e is None:
+        raise ValueError(f"unknown backend {name!r} (known: {', '.join(NAMES)})")
+    cls = getattr(importlib.import_module(f"ipsec_lab.backends.{e.module}"), e.cls)
+    kwargs = dict(e.kwargs)
+    if e.stage_timing:
+        kwargs["stage_timing"] = stage_timing
+    backend: Backend = cls(**kwargs)
+    return backend
