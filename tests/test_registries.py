@@ -17,7 +17,8 @@ def _run(backend: str, mbps: list[float], effort: list[float]) -> list[dict]:
             "backend_version": "x",
             "results": [{
                 "label": "tcp", "mbps": m, "seconds": 2.0, "payload_bytes": 1000,
-                "effort_us_per_kb": e, "ipsec_effort_us_per_kb": 0.0 if backend == "none" else e / 2,
+                "effort_us_per_kb": e,
+                "ipsec_effort_us_per_kb": 0.0 if backend == "none" else e / 2,
                 "wire_up_bytes": 1100, "wire_down_bytes": 100, "retransmits": i,
             }],
         }
