@@ -127,7 +127,7 @@ def test_a_reader_gone_away_ends_quietly() -> None:
 
 def test_a_backend_shows_the_variant_it_ran_as() -> None:
     from ipsec_lab import runner
-    from ipsec_lab.cli_lab import summary_table
+    from ipsec_lab.cli.output import summary_table
     from ipsec_lab.tables import natural_width
 
     def run(backend: str, version: str) -> dict[str, object]:

@@ -12,7 +12,8 @@ import sys
 import pytest
 
 from ipsec_lab import __version__, scenario
-from ipsec_lab.cli_model import human_bytes, rate_mbps
+from ipsec_lab.cli.args import rate_mbps
+from ipsec_lab.cli.output import human_bytes
 from ipsec_lab.model.transforms import ConfigError, parse_configuration
 
 

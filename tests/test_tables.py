@@ -11,7 +11,7 @@ import sys
 from rich.console import Console
 
 from ipsec_lab import runner, tables
-from ipsec_lab.cli_lab import summary_table
+from ipsec_lab.cli.output import summary_table
 
 
 def _summary() -> list[dict[str, object]]:

@@ -1,4 +1,4 @@
-"""`ipsec-lab reproduce STUDY|all` and `ipsec-lab report`."""
+"""`ipsec-lab reproduce`: run a seed study (or all four) and write the report."""
 
 from __future__ import annotations
 
@@ -6,10 +6,11 @@ import argparse
 import json
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
-from ipsec_lab.cli_lab import LAB_HELP, _lab_dir
+from ipsec_lab.cli.args import LAB_HELP, add_vm_arguments, in_vm, lab_dir
+from ipsec_lab.cli.output import run_with_progress
+from ipsec_lab.cli.report import write_report
 
 STUDY_HELP = {
     "ferrante2005": "study 1: eight configurations at 100 and 10 Mbit/s, today's CPU and "
@@ -21,6 +22,8 @@ STUDY_HELP = {
     "hadjichristofi2003": "study 4: HTTP and SMTP transfers, slow and fast client, % "
     "increase in load, transactions and time",
 }
+
+
 TIMES = "full: about 7 / 16 / 1.5 / 6 minutes (31 in all); --quick: about 60 / 75 / 15 / 20 s"
 
 
@@ -41,12 +44,9 @@ def _backends(args: argparse.Namespace) -> tuple[str, ...] | str:
 
 def _reproduce(args: argparse.Namespace) -> int:
     from ipsec_lab import reproduce, studies
-    from ipsec_lab.cli_lab import run_with_progress
     from ipsec_lab.testbed.build import LabError, require_root
 
     if args.vm:
-        from ipsec_lab.cli_lab import in_vm
-
         return in_vm(args, "reproduce")
     which = list(studies.NAMES) if args.study == "all" else [args.study]
     backends = _backends(args)
@@ -58,7 +58,7 @@ def _reproduce(args: argparse.Namespace) -> int:
     except LabError as e:
         print(f"ipsec-lab reproduce: {e}", file=sys.stderr)
         return 2
-    lab = _lab_dir(args)
+    lab = lab_dir(args)
     quiet = args.json or not sys.stderr.isatty()
     results: list[reproduce.StudyRun] = []
     rc = 0
@@ -98,7 +98,7 @@ def _reproduce(args: argparse.Namespace) -> int:
             rc = 1
     page = None
     if not args.no_report and results:
-        page = _write_report(lab, None, args.out)
+        page = write_report(lab, None, args.out)
     out = {
         "lab": str(lab),
         "seconds": round(time.monotonic() - t0, 1),
@@ -127,61 +127,7 @@ def _reproduce(args: argparse.Namespace) -> int:
     return rc
 
 
-def _write_report(lab: Path, ids: list[int] | None, out: str | None) -> Path:
-    """Write the report of the chosen (or newest) study campaigns to `out`, by default
-    LAB/report; return the HTML's path."""
-    from ipsec_lab import campaign_report, report, reproduce
-    from ipsec_lab.store import Store
-
-    store = Store(lab / "results.sqlite")
-    try:
-        camps = {int(c["id"]): c for c in store.campaigns()}
-        names = {i: c["name"] for i, c in camps.items()}
-        for i in ids or []:
-            if i not in names:
-                raise ValueError(f"no campaign {i} in {store.path}")
-        own = [i for i in ids or [] if reproduce.parse_name(names[i]) is None]
-        study_ids = [i for i in ids or [] if i not in own]
-        chosen = reproduce.latest_campaigns(store, study_ids) if (study_ids or not ids) else {}
-        if not chosen and not own:
-            raise ValueError(
-                f"no study campaigns in {store.path}: run `ipsec-lab reproduce` first, or "
-                "name campaigns (`ipsec-lab results` lists them)"
-            )
-        analyses = reproduce.analyse(store, chosen) + [
-            campaign_report.analyse(
-                i, names[i], store.runs(i, samples=True), camps[i]["scenario_path"], lab
-            )
-            for i in own
-        ]
-        newest = max([c for roles in chosen.values() for c in roles.values()] + own)
-        camp = store.campaign(newest)
-        env = json.loads(camp["environment"]) if camp else {}
-    finally:
-        store.close()
-    return report.write(analyses, env, lab, Path(out) if out else lab / "report")
-
-
-def _report(args: argparse.Namespace) -> int:
-    lab = _lab_dir(args)
-    if not (lab / "results.sqlite").exists():
-        print(f"ipsec-lab report: no results in {lab / 'results.sqlite'} (run "
-              "`ipsec-lab reproduce` first)", file=sys.stderr)  # fmt: skip
-        return 2
-    try:
-        page = _write_report(lab, args.campaign or None, args.out)
-    except ValueError as e:
-        print(f"ipsec-lab report: {e}", file=sys.stderr)
-        return 2
-    if args.json:
-        print(page.with_name("report.json").read_text())
-    else:
-        print(f"report: {page}")
-        print(f"tables: {page.parent / 'tables'} (CSV), analyses: {page.with_name('report.json')}")
-    return 0
-
-
-def add_parsers(sub: Any) -> None:
+def add_parser(sub: Any) -> None:
     from ipsec_lab import studies
 
     r = sub.add_parser(
@@ -223,21 +169,5 @@ def add_parsers(sub: Any) -> None:
     r.add_argument("--no-report", action="store_true", help="only run; write no report")
     r.add_argument("--json", action="store_true",
                    help="print the campaigns, timings and report path as JSON")  # fmt: skip
-    from ipsec_lab.cli_lab import add_vm_arguments
-
     add_vm_arguments(r)
     r.set_defaults(func=_reproduce)
-    p = sub.add_parser(
-        "report",
-        help="write the HTML report (and CSV/JSON) of study campaigns or your own",
-        description="Without CAMPAIGN: the newest campaign of each study and role in the "
-        "lab. With CAMPAIGN ids: those — study reproductions beside their papers, any other "
-        "campaign (from `ipsec-lab run`) as throughput, CPU effort, wire bytes and CPU load "
-        "per backend x configuration x link, several side by side. Writes OUT/report.html "
-        "(self-contained: plots inline, opens offline), OUT/report.json and OUT/tables/*.csv.",
-    )
-    p.add_argument("campaign", nargs="*", type=int, help="campaign ids (see `ipsec-lab results`)")
-    p.add_argument("--lab", metavar="DIR", help=LAB_HELP)
-    p.add_argument("--out", metavar="DIR", help="output directory (default LAB/report)")
-    p.add_argument("--json", action="store_true", help="print report.json to stdout as well")
-    p.set_defaults(func=_report)

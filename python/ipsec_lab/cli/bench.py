@@ -1,15 +1,15 @@
-"""The `ipsec-lab` command."""
+"""`ipsec-lab bench`: time the engine's seal and open per suite, configuration and
+packet size on one core, beside the raw crypto of the same bytes."""
 
 from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
-from collections.abc import Sequence
-from typing import Any, NoReturn
+from typing import Any
 
-from ipsec_lab import _native, cli_lab, cli_model, cli_reproduce
+from ipsec_lab import _native
+from ipsec_lab.cli.args import positive_size, suite_arg
 
 
 def _bench(args: argparse.Namespace) -> int:
@@ -231,119 +231,7 @@ def _print_table(rows: list[dict[str, Any]], env: dict[str, Any]) -> None:
     )
 
 
-_positive_size = cli_model.whole(28, 9000, "IP packet size")
-
-
-def _suite(s: str) -> str:
-    """An ESP proposal, written as everywhere else: `aes128gcm16` or `esp:aes128gcm16`."""
-    import difflib
-
-    from ipsec_lab.algorithms import CIPHERS, ESP_INTEGRITY
-    from ipsec_lab.model.transforms import suggest_suite
-
-    enc, integ = list(CIPHERS), list(ESP_INTEGRITY)
-    bare = s.strip().lower().removeprefix("esp:")
-    if bare.split(":")[0] in ("ah", "ipcomp") or "+" in bare:
-        raise argparse.ArgumentTypeError(
-            f"{s!r}: --suite times one ESP proposal (aes128gcm16, aes128-sha1); time AH, "
-            f"IPComp or a bundle as a whole configuration: --config {s}"
-        )
-    e, _, i = bare.partition("-")
-    if e not in enc or (i and i not in integ):
-        close = difflib.get_close_matches(e if e not in enc else i, enc if e not in enc else integ)
-        hint = (suggest_suite(bare, enc, integ) if e not in enc else "") or (
-            f" (did you mean {' or '.join(close[:2])}?)" if close else ""
-        )
-        raise argparse.ArgumentTypeError(
-            f"{s!r} is not a proposal{hint}: encryption one of {', '.join(enc)}, "
-            f"optionally '-' and integrity one of {', '.join(integ)}"
-        )
-    return bare
-
-
-# Lines break between words only: never inside `strongswan-libipsec` or a long path.
-WHOLE: dict[str, Any] = {"break_on_hyphens": False, "break_long_words": False}
-
-
-class Formatter(argparse.HelpFormatter):
-    """Help that fits the terminal: prose paragraphs filled to its width; an indented
-    line that is a command (`  ipsec-lab ...`, continued with `\\`) kept as written, so
-    an example is never broken mid-command; other indented lines (a list) filled with
-    a hanging indent."""
-
-    def __init__(self, prog: str, **kwargs: Any) -> None:
-        import shutil
-
-        width = min(shutil.get_terminal_size().columns, 100) - 2
-        super().__init__(prog, width=max(width, 40), **kwargs)
-
-    def _split_lines(self, text: str, width: int) -> list[str]:
-        import textwrap
-
-        return textwrap.wrap(" ".join(text.split()), width, **WHOLE)
-
-    def _fill_text(self, text: str, width: int, indent: str) -> str:
-        import textwrap
-
-        out: list[str] = []
-        para: list[str] = []
-
-        def flush() -> None:
-            if para:
-                out.append(textwrap.fill(" ".join(para), width, initial_indent=indent,
-                                         subsequent_indent=indent, **WHOLE))  # fmt: skip
-                para.clear()
-
-        for line in text.splitlines():
-            if not line.strip():
-                flush()
-                out.append("")
-            elif line.startswith("  "):
-                flush()
-                body = line.lstrip()
-                if body.startswith(("ipsec-lab ", "--", "sudo ")) or line.startswith("      "):
-                    out.append(indent + line)  # a command (or its continuation): as written
-                else:
-                    lead = indent + line[: len(line) - len(body)]
-                    out.append(textwrap.fill(body, width, initial_indent=lead,
-                                             subsequent_indent=lead + "    ", **WHOLE))  # fmt: skip
-            elif line.endswith(":") and len(line) < 40:  # a heading: "examples:"
-                flush()
-                out.append(indent + line)
-            else:
-                para.append(line.strip())
-        flush()
-        return "\n".join(out)
-
-
-class Parser(argparse.ArgumentParser):
-    """argparse, with an argument error as one line naming the option and the problem,
-    then where help is (not the usage block first), and a value such as `-5MB` read as
-    the option's (negative) value, so its own error can say "negative"."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        kwargs.setdefault("formatter_class", Formatter)
-        super().__init__(*args, **kwargs)
-        # argparse reads only -5 and -.5 as values; -5MB, -1G, -2e3 are values too.
-        self._negative_number_matcher = re.compile(r"^-\.?\d[\w./]*$")
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: {message}\ntry '{self.prog} --help'\n")
-
-
-def build_parser() -> argparse.ArgumentParser:
-    p = Parser(
-        prog="ipsec-lab",
-        description="What does IPsec cost, here, and why? Measure, model and explain it.",
-    )
-    from ipsec_lab import __version__
-
-    p.add_argument(
-        "--version", action="version", version=f"ipsec-lab {__version__}",
-        help="print the version and exit",
-    )  # fmt: skip
-    sub = p.add_subparsers(dest="command", metavar="COMMAND")
-    sub.required = True
+def add_parser(sub: Any) -> None:
     b = sub.add_parser(
         "bench",
         help="time ESP seal/open per suite and packet size against raw crypto",
@@ -358,7 +246,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument(
         "--suite",
         action="append",
-        type=_suite,
+        type=suite_arg,
         metavar="PROPOSAL",
         help="proposal such as aes128gcm16 or aes128-sha256 (repeatable; "
         f"default: {', '.join(_native.default_suites())}). The legacy 3des, des and md5 "
@@ -367,7 +255,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument(
         "--size",
         action="append",
-        type=_positive_size,
+        type=positive_size,
         metavar="BYTES",
         help="inner IP packet size (repeatable; default: "
         f"{' '.join(map(str, _native.DEFAULT_SIZES))})",
@@ -426,57 +314,3 @@ def build_parser() -> argparse.ArgumentParser:
     )
     b.add_argument("--json", action="store_true", help="print JSON for scripts instead of a table")
     b.set_defaults(func=_bench)
-    cli_model.add_parsers(sub)
-    cli_lab.add_parsers(sub)
-    cli_reproduce.add_parsers(sub)
-    _add_wide(p)
-    return p
-
-
-def _add_wide(p: argparse.ArgumentParser) -> None:
-    """`--wide` on every command that prints (the leaves of the command tree)."""
-    subs = [a for a in p._actions if isinstance(a, argparse._SubParsersAction)]
-    if not subs:
-        if p.prog != "ipsec-lab":
-            p.add_argument(
-                "--wide",
-                action="store_true",
-                help="print tables with all columns at full width even on a narrow terminal "
-                "(default there: one block per row; in a pipe tables are always full width)",
-            )
-        return
-    for a in subs:
-        for child in a.choices.values():
-            _add_wide(child)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    from ipsec_lab import tables
-
-    tables.WIDE = bool(getattr(args, "wide", False))
-    if getattr(args, "budget_ms", 1) < 1 or getattr(args, "trials", 1) < 1:
-        print(f"ipsec-lab {args.command}: --budget-ms and --trials must be at least 1",
-              file=sys.stderr)  # fmt: skip
-        return 2
-    from ipsec_lab.signals import on_termination
-
-    on_termination()  # SIGTERM and SIGHUP stop a lab run as Ctrl-C does
-    try:
-        if args.command in cli_model.COMMANDS:
-            sub = getattr(args, "model_command", None) or getattr(args, "advise_command", None)
-            rc: int = cli_model.run(args, " ".join(filter(None, ["ipsec-lab", args.command, sub])))
-        else:
-            rc = args.func(args)
-    except BrokenPipeError:
-        # The reader (e.g. `| head`) went away: not an error of ours. What is still
-        # buffered, and the interpreter's last flush, go nowhere instead of failing.
-        import os
-
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
-    return rc
-
-
-if __name__ == "__main__":
-    sys.exit(main())

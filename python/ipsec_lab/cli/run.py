@@ -1,61 +1,16 @@
-"""`ipsec-lab run | results | clean`: the lab's commands."""
+"""`ipsec-lab run`, `check` and `scenarios`: run a scenario on real testbeds, say what
+it will run, list the shipped ones."""
 
 from __future__ import annotations
 
 import argparse
-import csv
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
 
-from ipsec_lab import metrics
-
-DEFAULT_LAB = "lab"
-LAB_HELP = f"lab directory holding results.sqlite (default: $IPSEC_LAB_DIR or ./{DEFAULT_LAB})"
-
-
-def _lab_dir(args: argparse.Namespace) -> Path:
-    """The lab directory, absolute: every path the lab hands to another program (nginx's
-    `-c`/`-p`, charon's and ipsec-gw's configs, tcpdump's capture) derives from it, and a
-    relative one means something else to each of them."""
-    return Path(args.lab or os.environ.get("IPSEC_LAB_DIR") or DEFAULT_LAB).resolve()
-
-
-def in_vm(args: argparse.Namespace, command: str) -> int:
-    """Run this very command (`--vm` taken off, the lab directory made explicit) in a
-    micro-VM whose kernel has IPsec and netem; the lab directory (and `--out`) are
-    shared writable, so the results land in this machine's store."""
-    from ipsec_lab import vm
-
-    lab = _lab_dir(args)
-    rw = [lab] + ([Path(args.out).resolve()] if getattr(args, "out", None) else [])
-    inner = vm.strip_vm_args(sys.argv[1:])
-    if "--lab" in inner:
-        i = inner.index("--lab")
-        inner[i + 1 : i + 2] = [str(lab)]
-    else:
-        inner += ["--lab", str(lab)]
-    exe = str(Path(sys.argv[0]).resolve())
-    try:
-        return vm.run([exe, *inner], rw, kernel=args.vm_kernel)
-    except vm.VmError as e:
-        print(f"ipsec-lab {command}: {e}", file=sys.stderr)
-        return 2
-
-
-def add_vm_arguments(p: Any) -> None:
-    p.add_argument(
-        "--vm",
-        action="store_true",
-        help="run inside a micro-VM (virtme-ng) booted with a kernel that has "
-        "ESP, AH, IPComp and netem, for kernels that lack them; KVM where it "
-        "works, else emulated (TCG: correct, not fast; figures not comparable)",
-    )
-    p.add_argument("--vm-kernel", metavar="PATH",
-                   help="the kernel --vm boots (default: the newest /boot/vmlinuz-* with "
-                   "those modules)")  # fmt: skip
+from ipsec_lab.cli.args import LAB_HELP, add_vm_arguments, in_vm, lab_dir
+from ipsec_lab.cli.output import counts_line, print_failures, print_summary, run_with_progress
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -77,7 +32,7 @@ def _run(args: argparse.Namespace) -> int:
     except LabError as e:
         print(f"ipsec-lab run: {e}", file=sys.stderr)
         return 2
-    lab = _lab_dir(args)
+    lab = lab_dir(args)
     if args.resume:
         stop = _nothing_to_resume(sc, lab, args.scenario)
         if stop is not None:
@@ -185,7 +140,7 @@ def _print_forecast(sc: Any, args: argparse.Namespace) -> int:
     from ipsec_lab import preflight
 
     doc = preflight.forecast(sc)
-    doc["lab"] = str(_lab_dir(args))
+    doc["lab"] = str(lab_dir(args))
     if args.json:
         json.dump(doc, sys.stdout, indent=1)
         print()
@@ -260,202 +215,14 @@ def _scenarios(args: argparse.Namespace) -> int:
 
 def shipped_scenarios() -> Path | None:
     """The folder of the scenarios that come with ipsec-lab (the checkout's scenarios/)."""
-    here = Path(__file__).resolve()
-    for d in (here.parents[2] / "scenarios", here.parent / "scenarios"):
+    package = Path(__file__).resolve().parents[1]  # python/ipsec_lab
+    for d in (package.parents[1] / "scenarios", package / "scenarios"):
         if d.is_dir():
             return d
     return None
 
 
-def run_with_progress(campaign: Any, quiet: bool, title: str = "") -> None:
-    """Run a campaign, with a live rich progress bar (count, ETA, current run) on stderr
-    unless `quiet`, and a line on stderr for each run as it ends (done with its figures,
-    failed or skipped with the reason's first line)."""
-    last = [""]
-    if quiet:
-
-        def plain(p: Any) -> None:
-            if p.last and p.last != last[0]:
-                last[0] = p.last
-                print(f"{title}[{p.done}/{p.total}] {p.last}", file=sys.stderr, flush=True)
-
-        campaign.on_progress = plain
-        campaign.run()
-        return
-    from rich.console import Console
-    from rich.markup import escape
-    from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
-
-    with Progress(
-        TextColumn(title + "{task.completed}/{task.total}"),
-        BarColumn(),
-        TimeRemainingColumn(),
-        TextColumn("{task.description}"),
-        transient=True,
-        console=Console(stderr=True),
-    ) as prog:
-        task = prog.add_task("", total=campaign.progress.total)
-
-        def show(p: Any) -> None:
-            if p.last and p.last != last[0]:
-                last[0] = p.last
-                style = (
-                    "red"
-                    if p.last.startswith("failed")
-                    else ("yellow" if p.last.startswith("skipped") else "")
-                )
-                line = escape(p.last)
-                prog.console.print(f"[{style}]{line}[/{style}]" if style else line)
-            prog.update(task, completed=p.done, description=escape(p.current))
-
-        campaign.on_progress = show
-        show(campaign.progress)
-        campaign.run()
-
-
-def counts_line(campaign: Any) -> str:
-    """planned / done / failed / skipped, in words, for the end of a run."""
-    p = campaign.progress
-    ok = p.done - p.failed - p.skipped
-    return f"{p.total} runs planned: {ok} done, {p.failed} failed, {p.skipped} skipped" + (
-        f", {p.total - p.done} not run" if p.total > p.done else ""
-    )
-
-
-def print_summary(summary: list[dict[str, Any]], title: str) -> None:
-    from ipsec_lab.tables import WholeConsole as Console
-
-    Console().print(summary_table(summary, title))
-
-
-def summary_table(summary: list[dict[str, Any]], title: str) -> Any:
-    """The summary an engineer reads: rate (or, for HTTP/SMTP, transfer time) median and
-    range, its CV over repetitions, ratios to no IPsec, CPU effort, wire bytes per
-    payload byte, TCP retransmits, and why a cell is empty."""
-    from rich.table import Table
-
-    t = Table(title=title, caption=metrics.SUMMARY_CAPTION)
-    for col in ("backend", "configuration", "link", "flow", "measurement"):
-        t.add_column(col, no_wrap=True)
-    t.add_column("n", justify="right")
-    for c in metrics.COLUMNS:
-        t.add_column(c.header, justify="right")
-    t.add_column("note")
-    for r in summary:
-        head = (r.get("backend_label", r["backend"]), r["configuration"], r["link"], r["flow"],
-                r["measurement"])  # fmt: skip
-        if r.get("skipped") is not None or r.get("failed") is not None:
-            why = (
-                "skipped: " + r["skipped"]
-                if r.get("skipped") is not None
-                else ("FAILED: " + r["failed"])
-            )
-            t.add_row(*head, "0", *[""] * len(metrics.COLUMNS), why)
-            continue
-        t.add_row(*head, str(r["n"]), *metrics.cells(r), r.get("note", ""))
-    return t
-
-
-def _results(args: argparse.Namespace) -> int:
-    from ipsec_lab import runner
-    from ipsec_lab.store import Store
-
-    db = _lab_dir(args) / "results.sqlite"
-    if not db.exists():
-        print(f"ipsec-lab results: no results in {db} (run a scenario first)", file=sys.stderr)
-        return 2
-    store = Store(db)
-    if args.campaign is None:
-        rows = [
-            {k: r[k] for k in ("id", "name", "status", "started", "n_runs", "n_done",
-                               "n_failed", "n_skipped")}
-            for r in store.campaigns()
-        ]  # fmt: skip
-        if args.json:
-            json.dump(rows, sys.stdout, indent=1)
-            print()
-            return 0
-        from rich.table import Table
-
-        from ipsec_lab.tables import WholeConsole as Console
-
-        t = Table(title=f"campaigns in {db}")
-        for c in ("id", "name", "status", "runs", "done", "failed", "skipped"):
-            t.add_column(c, justify="right" if c in ("id", "runs", "done", "failed",
-                                                      "skipped") else "left")  # fmt: skip
-        for r in rows:
-            t.add_row(str(r["id"]), r["name"], r["status"], str(r["n_runs"]), str(r["n_done"]),
-                      str(r["n_failed"]), str(r["n_skipped"]))  # fmt: skip
-        Console().print(t)
-        return 0
-    camp = store.campaign(args.campaign)
-    if camp is None:
-        print(f"ipsec-lab results: no campaign {args.campaign} in {db}", file=sys.stderr)
-        return 2
-    runs = store.runs(args.campaign)
-    summary = runner.summarize(runs)
-    n = runner.counts(runs, _planned(camp))
-    if args.json:
-        json.dump(
-            {"campaign": dict(camp) | {"environment": json.loads(camp["environment"])},
-             "counts": n, "summary": summary, "runs": runs},
-            sys.stdout, indent=1,
-        )  # fmt: skip
-        print()
-    elif args.csv:
-        _csv(runs)
-    else:
-        print_summary(summary, f"campaign {camp['id']}: {camp['name']} ({camp['status']})")
-        print(
-            f"{n['planned']} runs planned: {n['done']} done, {n['failed']} failed, "
-            f"{n['skipped']} skipped"
-        )
-        print_failures(runs)
-    return 0
-
-
-def print_failures(runs: list[dict[str, Any]]) -> None:
-    """Each failed run with its whole reason (the programs' log tails included)."""
-    for r in runs:
-        if r["status"] == "failed":
-            print(f"\nFAILED: {r['backend']} {r['configuration']} | {r['link']} | "
-                  f"{r['workload']} {r['flow']} #{r['repetition']}\n{r['reason']}")  # fmt: skip
-
-
-def _planned(camp: Any) -> int | None:
-    """How many runs the campaign's scenario plans (None if it no longer parses)."""
-    from ipsec_lab import runner, scenario
-
-    try:
-        return len(runner.plan(scenario.parse(camp["scenario_text"], camp["scenario_path"])))
-    except Exception:
-        return None
-
-
-def _csv(runs: list[dict[str, Any]]) -> None:
-    w = csv.DictWriter(sys.stdout, fieldnames=metrics.CSV_FIELDS, extrasaction="ignore")
-    w.writeheader()
-    for r in runs:
-        base = {**r, "run_id": r["id"]}
-        for x in r["results"] or [{}]:
-            w.writerow({**base, **x})
-
-
-def _clean(args: argparse.Namespace) -> int:
-    from ipsec_lab.testbed.build import clean
-
-    if os.geteuid() != 0:
-        print("ipsec-lab clean: needs root (it removes network namespaces)", file=sys.stderr)
-        return 2
-    done = clean()
-    for d in done:
-        print(f"removed {d}")
-    if not done:
-        print("nothing left over")
-    return 0
-
-
-def add_parsers(sub: Any) -> None:
+def add_parser(sub: Any) -> None:
     r = sub.add_parser(
         "run",
         help="run a scenario (TOML) on real testbeds and store every result",
@@ -500,22 +267,3 @@ def add_parsers(sub: Any) -> None:
     )
     sc.add_argument("--json", action="store_true", help="as JSON")
     sc.set_defaults(func=_scenarios)
-    s = sub.add_parser(
-        "results",
-        help="list campaigns, or print one campaign's table / JSON / CSV",
-        description="Without CAMPAIGN: the campaigns in the lab directory. With one: its "
-        "summary (median and min-max over repetitions, ratios to the no-IPsec baseline).",
-    )
-    s.add_argument("campaign", nargs="?", type=int, help="campaign id (see the list)")
-    s.add_argument("--lab", metavar="DIR", help=LAB_HELP)
-    g = s.add_mutually_exclusive_group()
-    g.add_argument("--json", action="store_true", help="everything, as JSON")
-    g.add_argument("--csv", action="store_true", help="one row per measurement, as CSV")
-    s.set_defaults(func=_results)
-    c = sub.add_parser(
-        "clean",
-        help="remove namespaces, processes and cgroups a crashed lab run left",
-        description="Removes only what the lab made: namespaces named ipl-*, the processes "
-        "inside them, and cgroups named ipsec-lab-*.",
-    )
-    c.set_defaults(func=_clean)
