@@ -24,6 +24,11 @@ SCAPY_AUTH = {
 }  # fmt: skip
 NOT_IN_SCAPY = {"aes128gmac", "aes256gmac"}  # as AH integrity only
 
+# Outer (tunnel) and inner addresses of the interop tests: (outer src, outer dst, inner
+# src, inner dst), IPv4 and IPv6 documentation and unique-local prefixes.
+V4 = ("192.0.2.1", "192.0.2.2", "10.1.0.5", "10.2.0.9")
+V6 = ("2001:db8::1", "2001:db8::2", "fd00:1::5", "fd00:2::9")
+
 LEGACY = {n for n, c in CIPHERS.items() if c.legacy} | {
     n for n, i in INTEGRITIES.items() if i.legacy
 }

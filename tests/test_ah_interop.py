@@ -25,12 +25,10 @@ from scapy.layers.inet6 import (  # noqa: E402
 from scapy.packet import Packet, Raw  # noqa: E402
 
 from ipsec_lab.algorithms import AH_INTEGRITY  # noqa: E402
-from scapyutil import SCAPY_AUTH, integ_key_len  # noqa: E402
+from scapyutil import SCAPY_AUTH, V4, V6, integ_key_len  # noqa: E402
 
 # ours -> scapy auth_algo, key length: AH's integrity algorithms scapy has
 AUTH = {i: (SCAPY_AUTH[i], integ_key_len(i)) for i in AH_INTEGRITY if i in SCAPY_AUTH}
-V4 = ("192.0.2.1", "192.0.2.2", "10.1.0.5", "10.2.0.9")
-V6 = ("2001:db8::1", "2001:db8::2", "fd00:1::5", "fd00:2::9")
 
 
 def inner_packet(v6: bool, n: int, seed: int, ext: bool) -> Packet:

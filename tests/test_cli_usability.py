@@ -7,10 +7,10 @@ from __future__ import annotations
 import argparse
 import json
 import subprocess
-import sys
 
 import pytest
 
+from conftest import cli
 from ipsec_lab import __version__, scenario
 from ipsec_lab.cli.args import rate_mbps
 from ipsec_lab.cli.output import human_bytes
@@ -18,8 +18,7 @@ from ipsec_lab.model.transforms import ConfigError, parse_configuration
 
 
 def _cli(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "ipsec_lab.cli", *args], capture_output=True,
-                          text=True, timeout=300, check=check)  # fmt: skip
+    return cli(*args, check=check)
 
 
 @pytest.mark.parametrize("text", ["aes128gcm16", "esp:aes128gcm16", "ESP:AES128GCM16"])

@@ -23,12 +23,6 @@ from test_gateway_root import blast, hup_then_restart, sa, settle, tunnel
 pytestmark = pytest.mark.root
 
 
-@pytest.fixture(autouse=True)
-def root() -> None:
-    if os.geteuid() != 0:
-        pytest.fail("the gateway tests need root (as CI runs them)")
-
-
 def _esp(pcap: Path, src: str) -> list[tuple[int, int, bytes]]:
     """(SPI, sequence number, the 8 bytes after them: GCM's explicit IV, RFC 4106 §3.1)
     of every ESP packet `src` sent, parsed from the capture's bytes."""

@@ -31,12 +31,6 @@ from test_gateway_root import (
 pytestmark = pytest.mark.root
 
 
-@pytest.fixture(autouse=True)
-def root() -> None:
-    if os.geteuid() != 0:
-        pytest.fail("the gateway tests need root (as CI runs them)")
-
-
 def _esp_numbers(pcap: Path, src: str) -> list[tuple[int, int]]:
     """(SPI, sequence number) of every ESP packet `src` sent, in capture order."""
     from scapy.all import IP, rdpcap

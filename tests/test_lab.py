@@ -7,13 +7,13 @@ from __future__ import annotations
 import json
 import random
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from conftest import cli
 from ipsec_lab import runner, scenario
 from ipsec_lab.backends import Unsupported
 from ipsec_lab.backends.strongswan import _swanctl_conf, esp_proposal
@@ -353,11 +353,8 @@ def test_mail_message_is_about_the_size_asked_and_well_formed(n: int) -> None:
 # --- the CLI's errors ------------------------------------------------------------------
 
 
-def _cli(*args: str, **kw: object) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "ipsec_lab.cli", *args],
-        capture_output=True, text=True, timeout=60, **kw,  # type: ignore[call-overload]
-    )  # fmt: skip
+def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return cli(*args, timeout=60, env=env)
 
 
 def test_run_with_a_bad_scenario_names_the_key_and_exits_2(tmp_path: Path) -> None:

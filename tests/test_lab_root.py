@@ -18,6 +18,7 @@ from typing import Any
 import psutil
 import pytest
 
+from conftest import cli
 from ipsec_lab.testbed.build import leftovers
 
 pytestmark = pytest.mark.root
@@ -25,8 +26,6 @@ pytestmark = pytest.mark.root
 
 @pytest.fixture(autouse=True)
 def nothing_left_behind(tmp_path: Path) -> Iterator[None]:
-    if os.geteuid() != 0:
-        pytest.fail("the lab tests need root (as CI runs them)")
     before = set(leftovers()[0])
     yield
     names, groups = leftovers()
@@ -41,12 +40,7 @@ def nothing_left_behind(tmp_path: Path) -> Iterator[None]:
 
 
 def _cli(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "ipsec_lab.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    return cli(*args, timeout=timeout)
 
 
 def _campaign(tmp_path: Path, text: str) -> dict[str, Any]:

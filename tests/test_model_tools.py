@@ -6,12 +6,12 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import zlib
 from pathlib import Path
 
 import pytest
 
+from conftest import cli
 from ipsec_lab.model import ipcomp as ipc
 from ipsec_lab.model import overhead as ovh
 from ipsec_lab.model import parse_configuration, parse_lalg
@@ -177,13 +177,7 @@ def test_capture_errors_name_the_file(tmp_path: Path) -> None:
 
 
 def _cli(*args: str, ok: bool = True) -> subprocess.CompletedProcess[str]:
-    p = subprocess.run(
-        [sys.executable, "-m", "ipsec_lab.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    p = cli(*args, timeout=120)
     if ok:
         assert p.returncode == 0, p.stderr
     return p

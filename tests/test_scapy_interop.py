@@ -26,6 +26,8 @@ from scapyutil import (  # noqa: E402
     LEGACY,
     SCAPY_AUTH,
     SCAPY_CRYPT,
+    V4,
+    V6,
     enc_key_len,
     integ_key_len,
     unnamed,
@@ -44,9 +46,6 @@ PAIRS = [
 SUITES = {
     (e, i): (SCAPY_CRYPT[e], SCAPY_AUTH[i], enc_key_len(e), integ_key_len(i)) for e, i in PAIRS
 }
-
-V4 = ("192.0.2.1", "192.0.2.2", "10.1.0.5", "10.2.0.9")
-V6 = ("2001:db8::1", "2001:db8::2", "fd00:1::5", "fd00:2::9")
 
 
 def inner_packet(v6: bool, n: int, seed: int) -> bytes:

@@ -10,12 +10,12 @@ import json
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from conftest import cli
 from ipsec_lab import report, reproduce, scenario, studies
 from ipsec_lab.model.throughput import SyncModel
 from ipsec_lab.model.transforms import parse_lalg
@@ -409,8 +409,7 @@ def test_latest_campaigns_picks_the_newest_per_role_and_checks_ids(tmp_path: Pat
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "ipsec_lab.cli", *args],
-                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    return cli(*args, timeout=60)
 
 
 def test_cli_errors_name_what_is_wrong(tmp_path: Path) -> None:

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import io
-import os
 import re
-import subprocess
-import sys
 
 from rich.console import Console
 
+from conftest import cli
 from ipsec_lab import runner, tables
 from ipsec_lab.cli.output import summary_table
 
@@ -79,10 +77,7 @@ def test_wide_keeps_the_table_layout_on_a_narrow_terminal() -> None:
 
 
 def _cli(*args: str, columns: str = "80") -> str:
-    env = {**os.environ, "COLUMNS": columns, "LINES": "40"}
-    p = subprocess.run([sys.executable, "-m", "ipsec_lab.cli", *args], capture_output=True,
-                       text=True, env=env, timeout=300, check=True)  # fmt: skip
-    return p.stdout
+    return cli(*args, columns=int(columns), check=True).stdout
 
 
 def test_bench_piped_prints_every_suite_name_whole() -> None:

@@ -30,11 +30,10 @@ Building the testbed is elsewhere (`testbed`); this module only reads and checks
 
 from __future__ import annotations
 
+import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-import tomllib
 
 from ipsec_lab import backends, units
 

@@ -18,7 +18,7 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Union
+from typing import Any
 
 import numpy as np
 
@@ -129,7 +129,7 @@ class AsyncModel:
         }
 
 
-Model = Union[SyncModel, AsyncModel]
+Model = SyncModel | AsyncModel
 
 
 # --- fits -------------------------------------------------------------------------------

@@ -26,7 +26,6 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Optional
 
 from ipsec_lab.algorithms import AH_INTEGRITY, CIPHERS, ESP_INTEGRITY, Cipher, Integrity
 
@@ -216,7 +215,7 @@ def _hash_work(integ: Integrity, n: int) -> int:
     return _ceil_to(n + integ.md_pad, integ.block)
 
 
-CompressedLen = Callable[[int], Optional[int]]
+CompressedLen = Callable[[int], int | None]
 
 
 @dataclass

@@ -17,6 +17,7 @@ browser or a plotting library.
 
 from __future__ import annotations
 
+import itertools
 import math
 import statistics
 from collections.abc import Callable
@@ -189,7 +190,7 @@ def chain(vals: list[float | None], reverse: bool = False, digits: int = 3) -> t
     xs = [float(v) for v in vals if v is not None]
     text = fmt(xs[0], digits)
     good = 0
-    for a, b in zip(xs, xs[1:], strict=False):
+    for a, b in itertools.pairwise(xs):
         ok = a >= b if reverse else a <= b
         good += ok
         rel = ">" if a > b else "=" if a == b else "<"
