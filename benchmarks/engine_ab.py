@@ -4,7 +4,7 @@ size) the median Mpps of each side and B's ratio to A. Every refactor of the eng
 with it that it cost nothing.
 
     .venv/bin/python benchmarks/engine_ab.py 5505de5 [--rounds 3] [--suite aes128gcm16 ...]
-        [--size 64 --size 1420] [--op seal --op open] [--budget-ms 80]
+        [--size 64 --size 1420] [--op seal --op open] [--budget-ms 80] [--b OTHER_REF]
 
 REF's engine (its Python extension, with its own ipsec_lab package) is built with
 maturin into target/engine-ab/REF and run from there; a second call with the same REF
@@ -83,6 +83,8 @@ def bench(path: Path | None, args: argparse.Namespace) -> dict[tuple[str, str, i
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("ref", help="the commit to compare against (A)")
+    ap.add_argument("--b", metavar="REF", help="B another commit's engine instead of this "
+                    "checkout's (to find which commit a change came in)")
     ap.add_argument("--rounds", type=int, default=3, help="A/B pairs (default 3)")
     ap.add_argument("--suite", action="append", help=f"default: {' '.join(SUITES)}")
     ap.add_argument("--size", action="append", type=int, help="default: 64 1420")
@@ -93,11 +95,12 @@ def main() -> int:
     if args.rounds < 1:
         ap.error("--rounds: at least 1")
     a_path = build(args.ref)
+    b_path = build(args.b) if args.b else None
     runs: dict[str, list[dict[tuple[str, str, int], float]]] = {"a": [], "b": []}
     for i in range(args.rounds):
         print(f"round {i + 1}/{args.rounds}", file=sys.stderr)
         runs["a"].append(bench(a_path, args))
-        runs["b"].append(bench(None, args))
+        runs["b"].append(bench(b_path, args))
     cells: list[dict[str, Any]] = []
     for key in runs["b"][0]:
         if key not in runs["a"][0]:
@@ -107,7 +110,7 @@ def main() -> int:
         cells.append({"suite": key[0], "op": key[1], "size": key[2], "a_mpps": round(a, 3),
                       "b_mpps": round(b, 3), "ratio": round(b / a, 3)})  # fmt: skip
     doc = {
-        "a": args.ref, "b": _git("rev-parse", "--short", "HEAD") + ("+" if _git(
+        "a": args.ref, "b": args.b or _git("rev-parse", "--short", "HEAD") + ("+" if _git(
             "status", "--porcelain", "--untracked-files=no") else ""),
         "rounds": args.rounds, "median_ratio": round(statistics.median(
             c["ratio"] for c in cells), 3) if cells else None,

@@ -14,7 +14,7 @@ use crate::bundle::{self, Layers};
 use crate::constants::proto;
 use crate::crypto::state::IvSource;
 use crate::drop::{DropCounters, DropReason};
-use crate::esp::{ipsec_location, CryptoJob, When};
+use crate::esp::{ipsec_location, CryptoJob, Later, Now, When};
 use crate::ipcomp::{IpcompConfig, IpcompSa};
 use crate::sa::{Direction, Sa, SaConfig, SaError};
 use crate::sad::{SaId, Sad, SadKey};
@@ -249,7 +249,7 @@ impl Engine {
 
     /// Apply outbound policy to the IP packet in `pkt`.
     pub fn outbound(&mut self, pkt: &mut PacketBuf<'_>) -> Result<Outbound, DropReason> {
-        self.outbound_when(pkt, When::Now).map(|(o, _)| o)
+        self.outbound_when::<Now>(pkt).map(|(o, ())| o)
     }
 
     /// As [`Engine::outbound`], but a packet a lone ESP SA protects is left for the
@@ -261,20 +261,18 @@ impl Engine {
         &mut self,
         pkt: &mut PacketBuf<'_>,
     ) -> Result<(Outbound, Option<CryptoJob>), DropReason> {
-        let when = if self.clock.is_none() {
-            When::Later
+        if self.clock.is_none() {
+            self.outbound_when::<Later>(pkt)
         } else {
-            When::Now
-        };
-        self.outbound_when(pkt, when)
+            self.outbound_when::<Now>(pkt).map(|(o, ())| (o, None))
+        }
     }
 
-    /// Outbound policy, a lone ESP SA's cryptography done now or handed back (`when`).
-    fn outbound_when(
+    /// Outbound policy, a lone ESP SA's cryptography done now or handed back (`W`).
+    fn outbound_when<W: When>(
         &mut self,
         pkt: &mut PacketBuf<'_>,
-        when: When,
-    ) -> Result<(Outbound, Option<CryptoJob>), DropReason> {
+    ) -> Result<(Outbound, W::Job), DropReason> {
         let t0 = self.now();
         let info = PacketInfo::parse(pkt.data()).map_err(|d| self.drop_here(d))?;
         let action = self.spd_out.lookup(&info);
@@ -282,7 +280,7 @@ impl Engine {
         match action {
             Action::Bypass => {
                 self.counters.bypassed_out += 1;
-                Ok((Outbound::Bypass, None))
+                Ok((Outbound::Bypass, W::none()))
             }
             Action::Discard => Err(self.drop_here(DropReason::PolicyDiscard)),
             Action::Protect(id) => match self.sas.get_mut(id).and_then(Option::as_mut) {
@@ -290,7 +288,7 @@ impl Engine {
                     if sa.stages.enabled() {
                         sa.stages.add(Stage::PolicyLookup, lookup_ns);
                     }
-                    let job = sa.seal_when(pkt, IvSource::Generate, when)?;
+                    let job = sa.seal_when::<W>(pkt, IvSource::Generate)?;
                     Ok((Outbound::Sealed { sa: id }, job))
                 }
                 _ => Err(self.drop_here(DropReason::NoSa)),
@@ -301,7 +299,7 @@ impl Engine {
                         l.esp.stages.add(Stage::PolicyLookup, lookup_ns);
                     }
                     l.seal(pkt, IvSource::Generate)?;
-                    Ok((Outbound::SealedBundle { bundle: b }, None))
+                    Ok((Outbound::SealedBundle { bundle: b }, W::none()))
                 }
                 _ => Err(self.drop_here(DropReason::NoSa)),
             },

@@ -72,8 +72,12 @@ impl ReplayWindow {
         self.top
     }
 
-    fn bits(&self) -> u64 {
-        self.bitmap.len() as u64 * WORD_BITS
+    /// The bit of `seq` in the ring. The ring's length is a power of two (`new`), so
+    /// `seq mod bits` is a mask: no division per packet (a 64-bit `div` is tens of
+    /// cycles, a visible share of a 64-byte AEAD open).
+    #[inline]
+    fn bit_of(&self, seq: u64) -> u64 {
+        seq & (self.bitmap.len() as u64 * WORD_BITS - 1)
     }
 
     /// May `seq` be accepted? Does not change the window.
@@ -87,7 +91,7 @@ impl ReplayWindow {
         if self.top - seq >= self.size {
             return Err(DropReason::ReplayTooOld);
         }
-        let bit = seq % self.bits();
+        let bit = self.bit_of(seq);
         if self.bitmap[(bit / WORD_BITS) as usize] & (1 << (bit % WORD_BITS)) != 0 {
             return Err(DropReason::Replay);
         }
@@ -109,7 +113,7 @@ impl ReplayWindow {
             }
             // the bits above `top` in its own word stand for numbers not yet seen (the
             // words after it are cleared by `commit` as the window moves into them)
-            let word = ((top % self.bits()) / WORD_BITS) as usize;
+            let word = (self.bit_of(top) / WORD_BITS) as usize;
             self.bitmap[word] &= u64::MAX >> (WORD_BITS - 1 - top % WORD_BITS);
         }
     }
@@ -121,13 +125,13 @@ impl ReplayWindow {
                 let words = self.bitmap.len() as u64;
                 let (old, new) = (self.top / WORD_BITS, seq / WORD_BITS);
                 for i in 1..=(new - old).min(words) {
-                    self.bitmap[((old + i) % words) as usize] = 0;
+                    self.bitmap[((old + i) & (words - 1)) as usize] = 0;
                 }
             }
             self.top = seq;
         }
         if self.enabled {
-            let bit = seq % self.bits();
+            let bit = self.bit_of(seq);
             self.bitmap[(bit / WORD_BITS) as usize] |= 1 << (bit % WORD_BITS);
         }
     }

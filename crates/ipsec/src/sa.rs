@@ -8,7 +8,7 @@ use crate::buf::PacketBuf;
 use crate::crypto::state::IvSource;
 use crate::crypto::{CipherState, SecretBytes, Suite, SuiteError};
 use crate::drop::{DropCounters, DropReason};
-use crate::esp::{CryptoJob, When};
+use crate::esp::{CryptoJob, Later, Now, Recheck, When};
 use crate::replay::{ReplayWindow, DEFAULT_WINDOW};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -366,7 +366,7 @@ impl Sa {
         pkt: &mut PacketBuf<'_>,
         iv: IvSource<'_>,
     ) -> Result<(), DropReason> {
-        self.seal_when(pkt, iv, When::Now).map(|_| ())
+        self.seal_when::<Now>(pkt, iv)
     }
 
     /// As [`Sa::seal`], but an ESP SA leaves the encryption and ICV to the caller: the
@@ -377,21 +377,20 @@ impl Sa {
         &mut self,
         pkt: &mut PacketBuf<'_>,
     ) -> Result<Option<CryptoJob>, DropReason> {
-        self.seal_when(pkt, IvSource::Generate, When::Later)
+        self.seal_when::<Later>(pkt, IvSource::Generate)
     }
 
-    /// Seal by protocol and mode, an ESP SA's cryptography now or handed back (`when`;
+    /// Seal by protocol and mode, an ESP SA's cryptography now or handed back (`W`;
     /// AH always now). Drops are counted on the SA.
-    pub(crate) fn seal_when(
+    pub(crate) fn seal_when<W: When>(
         &mut self,
         pkt: &mut PacketBuf<'_>,
         iv: IvSource<'_>,
-        when: When,
-    ) -> Result<Option<CryptoJob>, DropReason> {
+    ) -> Result<W::Job, DropReason> {
         let r = match (self.protocol, self.mode) {
-            (Protocol::Ah, _) => self.seal_ah(pkt).map(|_| None),
-            (Protocol::Esp, Mode::Tunnel) => self.seal_tunnel(pkt, iv, when),
-            (Protocol::Esp, Mode::Transport) => self.seal_transport(pkt, iv, when),
+            (Protocol::Ah, _) => self.seal_ah(pkt).map(|_| W::none()),
+            (Protocol::Esp, Mode::Tunnel) => self.seal_tunnel::<W>(pkt, iv),
+            (Protocol::Esp, Mode::Transport) => self.seal_transport::<W>(pkt, iv),
         };
         self.count(r)
     }
@@ -436,8 +435,8 @@ impl Sa {
             }
         });
         let r = crypto.and_then(|()| match self.mode {
-            Mode::Tunnel => self.open_tunnel_finish(pkt, job, false),
-            Mode::Transport => self.open_transport_finish(pkt, job),
+            Mode::Tunnel => self.open_tunnel_finish(pkt, job, false, Recheck::Yes),
+            Mode::Transport => self.open_transport_finish(pkt, job, Recheck::Yes),
         });
         self.count(r)
     }

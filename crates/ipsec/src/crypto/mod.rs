@@ -65,6 +65,7 @@ impl Encryption {
             .find(|r| r.name == name)
             .map(|r| r.id)
     }
+    #[inline]
     pub fn name(self) -> &'static str {
         self.spec().name
     }
@@ -72,27 +73,33 @@ impl Encryption {
         table::ENCRYPTIONS.iter().map(|r| r.name)
     }
     /// Combined mode: confidentiality and integrity in one (no separate integrity algorithm).
+    #[inline]
     pub fn is_aead(self) -> bool {
         self.spec().is_aead()
     }
     /// Key material length in bytes, the salt included for the combined modes
     /// (RFC 4106 §8.1, RFC 4543 §6, RFC 7634 §4).
+    #[inline]
     pub fn key_len(self) -> usize {
         self.spec().key_len + self.spec().salt_len
     }
     /// Explicit IV carried in each packet.
+    #[inline]
     pub fn iv_len(self) -> usize {
         self.spec().iv_len
     }
     /// Cipher block size the plaintext is padded to (1 for stream/counter modes).
+    #[inline]
     pub fn block_len(self) -> usize {
         self.spec().block_len
     }
     /// Broken or weak: accepted only on an SA explicitly marked legacy.
+    #[inline]
     pub fn is_legacy(self) -> bool {
         self.spec().legacy
     }
     /// ICV of a combined mode (0 for non-combined ciphers).
+    #[inline]
     pub fn aead_icv_len(self) -> usize {
         self.spec().icv_len
     }
@@ -105,6 +112,7 @@ impl Integrity {
             .find(|r| r.name == name)
             .map(|r| r.id)
     }
+    #[inline]
     pub fn name(self) -> &'static str {
         self.spec().name
     }
@@ -112,27 +120,33 @@ impl Integrity {
         table::INTEGRITIES.iter().map(|r| r.name)
     }
     /// Broken or weak: accepted only on an SA explicitly marked legacy.
+    #[inline]
     pub fn is_legacy(self) -> bool {
         self.spec().legacy
     }
     /// Key material length: the HMAC key (the hash output length), or GMAC's AES key
     /// and 4-byte salt (RFC 4543 §5.4).
+    #[inline]
     pub fn key_len(self) -> usize {
         self.spec().key_len + self.spec().salt_len
     }
     /// Truncated ICV length (GMAC's tag is never truncated, RFC 4543 §3.4).
+    #[inline]
     pub fn icv_len(self) -> usize {
         self.spec().icv_len
     }
     /// AES-GMAC, which only AH takes as an integrity algorithm.
+    #[inline]
     pub fn is_gmac(self) -> bool {
         matches!(self.spec().primitive, table::MacPrimitive::Gmac(_))
     }
     /// The IV AH carries in front of the ICV: 8 bytes for GMAC (RFC 4543 §4), else none.
+    #[inline]
     pub fn iv_len(self) -> usize {
         self.spec().iv_len
     }
     /// AH's Authentication Data: the IV (GMAC) and the ICV, before alignment padding.
+    #[inline]
     pub fn auth_data_len(self) -> usize {
         self.iv_len() + self.icv_len()
     }
@@ -265,15 +279,18 @@ impl Suite {
 
     /// Whether the suite authenticates what it carries (a combined-mode cipher, or an
     /// integrity algorithm): without it the sequence number is not authenticated.
+    #[inline]
     pub fn has_integrity(&self) -> bool {
         self.encryption.is_aead() || self.integrity != Integrity::Null
     }
 
+    #[inline]
     pub fn is_legacy(&self) -> bool {
         self.encryption.is_legacy() || self.integrity.is_legacy()
     }
 
     /// The proposal name, the inverse of [`Suite::parse`].
+    #[inline]
     pub fn name(&self) -> String {
         if self.integrity == Integrity::Null {
             self.encryption.name().to_string()
@@ -282,19 +299,23 @@ impl Suite {
         }
     }
 
+    #[inline]
     pub fn iv_len(&self) -> usize {
         self.encryption.iv_len()
     }
+    #[inline]
     pub fn icv_len(&self) -> usize {
         self.encryption.aead_icv_len() + self.integrity.icv_len()
     }
     /// Alignment of pad + trailer: the cipher block, at least 4 (RFC 4303 §2.4).
+    #[inline]
     pub fn align(&self) -> usize {
         self.encryption
             .block_len()
             .max(crate::constants::ESP_MIN_ALIGN)
     }
     /// Bytes padding adds for a payload of `payload_len` (RFC 4303 §2.4).
+    #[inline]
     pub fn pad_len(&self, payload_len: usize) -> usize {
         let a = self.align();
         (a - (payload_len + crate::constants::ESP_TRAILER_LEN) % a) % a

@@ -373,6 +373,7 @@ impl CipherState {
     /// The IV of the packet numbered `seq` into `buf[esp + 8 ..]`: the one step of
     /// sealing that changes the SA's state (a CBC SA's IV batch), so that the rest,
     /// [`CipherState::seal_body`], can run on any thread.
+    #[inline]
     pub fn write_iv(
         &mut self,
         buf: &mut [u8],
@@ -416,6 +417,7 @@ impl CipherState {
         self.seal_body_staged(buf, esp, end, seq, esn, &mut StageTimes::off())
     }
 
+    #[inline]
     pub(crate) fn seal_body_staged(
         &self,
         buf: &mut [u8],

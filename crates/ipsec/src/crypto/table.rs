@@ -92,6 +92,7 @@ pub struct EncryptionSpec {
 }
 
 impl EncryptionSpec {
+    #[inline]
     pub fn kind(&self) -> Kind {
         match self.primitive {
             Primitive::Null => Kind::None,
@@ -100,6 +101,7 @@ impl EncryptionSpec {
             Primitive::Gmac(_) => Kind::Gmac,
         }
     }
+    #[inline]
     pub fn is_aead(&self) -> bool {
         matches!(self.kind(), Kind::Aead | Kind::Gmac)
     }
@@ -285,6 +287,7 @@ pub static INTEGRITIES: [&IntegritySpec; 8] = [
 impl Encryption {
     /// This algorithm's row. The one exhaustive match on the name: a new variant does
     /// not compile without a row.
+    #[inline]
     pub fn spec(self) -> &'static EncryptionSpec {
         match self {
             Encryption::Null => &E_NULL,
@@ -304,6 +307,7 @@ impl Encryption {
 
 impl Integrity {
     /// This algorithm's row (the one exhaustive match on the name).
+    #[inline]
     pub fn spec(self) -> &'static IntegritySpec {
         match self {
             Integrity::Null => &I_NULL,
@@ -345,7 +349,20 @@ mod tests {
     fn the_aws_lc_algorithm_takes_the_rows_key_length() {
         for row in ENCRYPTIONS {
             match row.primitive {
-                Primitive::AesCbc(a) => assert_eq!(a.key_len(), row.key_len, "{}", row.name),
+                Primitive::AesCbc(a) => {
+                    let key = vec![7u8; row.key_len];
+                    assert!(
+                        cipher::UnboundCipherKey::new(a, &key).is_ok(),
+                        "{}",
+                        row.name
+                    );
+                    let short = &key[..row.key_len - 8];
+                    assert!(
+                        cipher::UnboundCipherKey::new(a, short).is_err(),
+                        "{}",
+                        row.name
+                    );
+                }
                 Primitive::Aead(a) | Primitive::Gmac(a) => {
                     assert_eq!(a.key_len(), row.key_len, "{}", row.name)
                 }
