@@ -83,8 +83,12 @@ def bench(path: Path | None, args: argparse.Namespace) -> dict[tuple[str, str, i
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("ref", help="the commit to compare against (A)")
-    ap.add_argument("--b", metavar="REF", help="B another commit's engine instead of this "
-                    "checkout's (to find which commit a change came in)")
+    ap.add_argument(
+        "--b",
+        metavar="REF",
+        help="B another commit's engine instead of this "
+        "checkout's (to find which commit a change came in)",
+    )
     ap.add_argument("--rounds", type=int, default=3, help="A/B pairs (default 3)")
     ap.add_argument("--suite", action="append", help=f"default: {' '.join(SUITES)}")
     ap.add_argument("--size", action="append", type=int, help="default: 64 1420")
