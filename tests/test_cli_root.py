@@ -111,13 +111,13 @@ def test_resume_says_when_there_is_nothing_to_resume(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("path", sorted((ROOT / "scenarios").glob("*.toml")), ids=lambda p: p.name)
 def test_check_says_what_each_shipped_scenario_will_run(path: Path) -> None:
-    from ipsec_lab import runner, scenario
+    from ipsec_lab import preflight, scenario
 
     rc, out = in_pipe(["check", str(path), "--json"])
     assert rc == 0, out
     doc = json.loads(out)
     sc = scenario.load(path)
-    assert doc["runs"] == len(runner.plan(sc)) == doc["will_run"] + doc["skipped"]
+    assert doc["runs"] == len(preflight.plan(sc)) == doc["will_run"] + doc["skipped"]
     assert doc["unknown"] == 0  # as root every probe ran
     for g in doc["groups"]:
         assert (g["status"] == "skip") == bool(g["reason"]), g

@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 
 from ipsec_lab.backends.ours import Ours, gateway_binary, stats
-from ipsec_lab.scenario import Link, Workload
-from ipsec_lab.testbed import topology
+from ipsec_lab.scenario import Workload
+from ipsec_lab.testbed import Link, topology
 from ipsec_lab.testbed.build import Testbed, leftovers
 from ipsec_lab.traffic import iperf
 from netutil import capture, transfer

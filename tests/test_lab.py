@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from conftest import cli
-from ipsec_lab import runner, scenario
+from ipsec_lab import preflight, runner, scenario
 from ipsec_lab.backends import Unsupported
 from ipsec_lab.backends.strongswan import _swanctl_conf, esp_proposal
 from ipsec_lab.store import RunKey, Store
@@ -66,7 +66,7 @@ def test_a_good_scenario_reads_with_presets_expanded() -> None:
 
 def test_plan_runs_none_once_per_link_workload_and_repetition() -> None:
     sc = scenario.parse(GOOD, "good.toml")
-    plan = runner.plan(sc)
+    plan = preflight.plan(sc)
     n_cfg = len(sc.configurations)
     assert len(plan) == 2 * 2 * 2 * (1 + n_cfg)  # links x workloads x reps x (none + cfgs)
     assert {p.key.configuration for p in plan if p.key.backend == "none"} == {"none"}
@@ -177,7 +177,7 @@ def test_the_example_scenarios_are_valid() -> None:
     assert len(files) >= 4
     for f in files:
         sc = scenario.load(f)
-        assert runner.plan(sc), f
+        assert preflight.plan(sc), f
 
 
 # --- RFC 2544 search ------------------------------------------------------------------

@@ -17,7 +17,9 @@ from typing import Any
 
 from ipsec_lab import backends
 from ipsec_lab.backends import Unsupported
-from ipsec_lab.scenario import Link, Scenario, Workload
+from ipsec_lab.scenario import Scenario, Workload
+from ipsec_lab.store import RunKey
+from ipsec_lab.testbed import Flow, Link, topology
 from ipsec_lab.testbed.build import LabError, netem_available
 
 # Seconds a campaign spends besides traffic, set from one run of scenarios/quick.toml on a
@@ -129,10 +131,35 @@ class Group:
     reason: str = ""
 
 
+# --- the campaign's runs -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Planned:
+    key: RunKey
+    link: Link
+    workload: Workload
+    flow: Flow
+
+
+def plan(sc: Scenario) -> list[Planned]:
+    """Every run of the scenario, in the order the runner takes them: per link, backend,
+    configuration (`none` once), workload, flow and repetition."""
+    topo = topology(sc.topology)
+    out: list[Planned] = []
+    for link in sc.links:
+        for b in sc.backends:
+            for cfg in ("none",) if b == "none" else sc.configurations:
+                for w in sc.workloads:
+                    for flow in topo.flows:
+                        for rep in range(1, sc.repetitions + 1):
+                            key = RunKey(b, cfg, link.name, w.name, flow.name, rep)
+                            out.append(Planned(key, link, w, flow))
+    return out
+
+
 def forecast(sc: Scenario) -> dict[str, Any]:
     """The campaign's plan, as `check` prints it (JSON-ready)."""
-    from ipsec_lab.runner import plan
-
     root = is_root()
     groups: dict[tuple[str, str, str], Group] = {}
     resolved = {b: resolve_backend(b) for b in sc.backends}

@@ -23,9 +23,10 @@ from typing import Any
 from ipsec_lab import backends, environment, meters, metrics, scenario
 from ipsec_lab.backends import Unsupported
 from ipsec_lab.meters.soaker import Soaker
-from ipsec_lab.scenario import Link, Scenario, Workload
+from ipsec_lab.preflight import Planned, label, link_skip, plan
+from ipsec_lab.scenario import Scenario
 from ipsec_lab.store import RunKey, Store, group_results
-from ipsec_lab.testbed import Flow, topology
+from ipsec_lab.testbed import Link, topology
 from ipsec_lab.testbed.build import (
     LabError,
     Testbed,
@@ -33,28 +34,6 @@ from ipsec_lab.testbed.build import (
     require_tools,
 )
 from ipsec_lab.traffic import Meters, Row, apps, iperf, rfc2544
-
-
-@dataclass(frozen=True)
-class Planned:
-    key: RunKey
-    link: Link
-    workload: Workload
-    flow: Flow
-
-
-def plan(sc: Scenario) -> list[Planned]:
-    topo = topology(sc.topology)
-    out: list[Planned] = []
-    for link in sc.links:
-        for b in sc.backends:
-            for cfg in ("none",) if b == "none" else sc.configurations:
-                for w in sc.workloads:
-                    for flow in topo.flows:
-                        for rep in range(1, sc.repetitions + 1):
-                            key = RunKey(b, cfg, link.name, w.name, flow.name, rep)
-                            out.append(Planned(key, link, w, flow))
-    return out
 
 
 def same_scenario(text: str, sc: Scenario) -> bool:
@@ -156,7 +135,6 @@ class Campaign:
     def _link(self, link: Link, group: list[Planned]) -> None:
         sc = self.sc
         # Skips are decided before building anything (cheap, and no testbed for nothing).
-        from ipsec_lab.preflight import link_skip
 
         reason = link_skip(link)
         if reason:
@@ -221,7 +199,6 @@ class Campaign:
                 pass
             return
         version = backend.version()
-        from ipsec_lab.preflight import label
 
         self.shown[bname] = label(bname, version)
         try:
@@ -364,8 +341,6 @@ def summarize(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         k = (r["backend"], r["configuration"], r["link"], r["flow"], r["workload"])
         if r["status"] == "failed" or (r["status"] == "skipped" and k not in done_keys):
             unmeasured.setdefault(k, (r["status"], (r["reason"] or "").split("\n")[0]))
-    from ipsec_lab.preflight import label
-
     # The variant a backend ran as (`strongswan (libipsec)`), from its runs' versions.
     shown = {r["backend"]: label(r["backend"], r.get("backend_version")) for r in runs}
     out: list[dict[str, Any]] = []

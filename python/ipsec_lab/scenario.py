@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from ipsec_lab import backends, units
+from ipsec_lab.testbed import LINK_PRESETS, Link
 
 TOPOLOGIES = ("pair", "line", "clients")
 BACKENDS = backends.NAMES  # the registry's (ipsec_lab.backends.REGISTRY)
@@ -50,38 +51,6 @@ class ScenarioError(ValueError):
         super().__init__(f"{source}: {key}: {message}")
         self.source = source
         self.key = key
-
-
-@dataclass(frozen=True)
-class Link:
-    """A link profile: shaping applied on both ends of the topology's shaped link(s)."""
-
-    name: str
-    rate_mbit: float | None = None  # None: unshaped
-    delay_ms: float = 0.0
-    jitter_ms: float = 0.0
-    loss_pct: float = 0.0
-    reorder_pct: float = 0.0
-    duplicate_pct: float = 0.0
-
-    @property
-    def needs_netem(self) -> bool:
-        return any(
-            (self.delay_ms, self.jitter_ms, self.loss_pct, self.reorder_pct, self.duplicate_pct)
-        )
-
-
-# Presets. wifi-2mbit is 802.11 at its 2 Mbit/s DSSS rate, as study 4's wireless LAN: 2 ms
-# each way with 1 ms jitter (channel access and the link-layer ACK of one frame at 2 Mbit/s
-# take ~1-3 ms), and 0.2 % residual loss (what is left after 802.11's own retries on a
-# fair indoor link). Reordering is not in the profile: 802.11 delivers in order.
-LINK_PRESETS: dict[str, Link] = {
-    "unshaped": Link("unshaped"),
-    "ethernet-10": Link("ethernet-10", rate_mbit=10),
-    "ethernet-100": Link("ethernet-100", rate_mbit=100),
-    "gigabit": Link("gigabit", rate_mbit=1000),
-    "wifi-2mbit": Link("wifi-2mbit", rate_mbit=2, delay_ms=2, jitter_ms=1, loss_pct=0.2),
-}
 
 
 @dataclass(frozen=True)
@@ -352,23 +321,14 @@ def _workload(r: _Reader, t: Any, where: str) -> Workload:
     return w
 
 
-HADJICHRISTOFI2003 = (
-    "esp:null-md5", "esp:null-sha1", "ah:md5", "ah:sha1",
-    "esp:3des-md5", "esp:3des-sha1", "ah:sha1+esp:3des",
-)  # fmt: skip
-
-
 def configuration_presets() -> dict[str, tuple[str, ...]]:
     """The studies' configuration matrices, as `@name` in a scenario's `configurations`."""
-    from ipsec_lab.studies import ferrante2005, tisovsky2013
+    from ipsec_lab.studies import ferrante2005, hadjichristofi2003, tisovsky2013
 
     return {
         "ferrante2005": tuple(dict.fromkeys(c for _, c, _ in ferrante2005.CONFIGURATIONS if c)),
         "tisovsky2013": tuple(tisovsky2013.CONFIGURATION.values()),
-        # Study 4's scenarios 2M...7MA mapped to today's names: authentication only with
-        # ESP or AH (HMAC-MD5, HMAC-SHA-1), then 3DES with ESP's or AH's authentication.
-        # Manual vs IKE keying (M/A) changes no per-packet work, so it maps to one row.
-        "hadjichristofi2003": HADJICHRISTOFI2003,
+        "hadjichristofi2003": hadjichristofi2003.CONFIGURATIONS,
     }
 
 

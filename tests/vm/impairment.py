@@ -13,8 +13,7 @@ import pytest
 
 from ipsec_lab.backends.ours import Ours, stats
 from ipsec_lab.backends.xfrm import Xfrm
-from ipsec_lab.scenario import Link
-from ipsec_lab.testbed import topology
+from ipsec_lab.testbed import Link, topology
 from ipsec_lab.testbed.build import Testbed
 
 sys.path[:0] = [str(Path(__file__).parent), str(Path(__file__).parents[1])]

@@ -13,8 +13,6 @@
 
 #![deny(unsafe_code)]
 
-#[cfg(feature = "io-ceiling")]
-pub mod ceiling;
 pub mod config;
 pub mod dataplane;
 pub mod gro;

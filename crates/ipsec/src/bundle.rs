@@ -6,7 +6,7 @@
 //! A bundle here is tunnel mode and always has ESP: ESP's SA builds the outer header
 //! (around the inner packet, or around what IPComp made of it: ESP next header 108), and
 //! AH is inserted after that outer header, covering it and the ESP packet, as Linux and
-//! strongSwan put "AH + ESP" on the wire: outer IP | AH | ESP | [IPComp] | inner IP.
+//! strongSwan put "AH + ESP" on the wire: outer IP | AH | ESP | \[IPComp\] | inner IP.
 //! Study 1's "AH + ESP" is `esp: aes128, ah: sha1`; its "IPComp + ESP" is
 //! `ipcomp, esp: aes128-sha1`.
 
@@ -14,8 +14,8 @@ use crate::buf::PacketBuf;
 use crate::constants::proto;
 use crate::crypto::state::IvSource;
 use crate::drop::DropReason;
-use crate::esp::TunnelInner;
 use crate::ipcomp::{Compressed, IpcompSa};
+use crate::locate::TunnelInner;
 use crate::sa::{Mode, Protocol, Sa};
 use crate::wire::ip::{IpPacket, PacketInfo};
 

@@ -12,10 +12,11 @@
 use crate::buf::PacketBuf;
 use crate::bundle::{self, Layers};
 use crate::constants::proto;
+use crate::crypto::job::{CryptoJob, Later, Now, When};
 use crate::crypto::state::IvSource;
 use crate::drop::{DropCounters, DropReason};
-use crate::esp::{ipsec_location, CryptoJob, Later, Now, When};
 use crate::ipcomp::{IpcompConfig, IpcompSa};
+use crate::locate::ipsec_location;
 use crate::sa::{Direction, Sa, SaConfig, SaError};
 use crate::sad::{SaId, Sad, SadKey};
 use crate::spd::{Action, Spd};

@@ -16,7 +16,7 @@ use zlib_rs::{Deflate, DeflateFlush, Inflate, InflateFlush, Status};
 use crate::buf::PacketBuf;
 use crate::constants::{proto, IPCOMP_HEADER_LEN, MAX_PACKET};
 use crate::drop::{DropCounters, DropReason};
-use crate::esp::{ipsec_location, rewrite_ip_header, TransportSplit};
+use crate::locate::{ipsec_location, rewrite_ip_header, TransportSplit};
 use crate::stage::{Stage, StageTimes};
 
 /// Linux's default: payloads under 90 bytes are not worth compressing

@@ -14,15 +14,14 @@
 
 #![forbid(unsafe_code)]
 
-pub mod ah;
 pub mod buf;
 pub mod bundle;
 pub mod constants;
 pub mod crypto;
 pub mod drop;
 pub mod engine;
-pub mod esp;
 pub mod ipcomp;
+pub mod locate;
 pub mod replay;
 pub mod sa;
 pub mod sad;
@@ -32,12 +31,13 @@ pub mod wire;
 
 pub use buf::PacketBuf;
 pub use constants::{HEADROOM, TAILROOM};
+pub use crypto::job::CryptoJob;
 pub use crypto::{Encryption, Integrity, Suite, SuiteError};
 pub use drop::{DropCounters, DropReason};
 pub use engine::{Bundle, Engine, Inbound, InboundStart, Outbound};
-pub use esp::CryptoJob;
 pub use ipcomp::{Compressed, IpcompConfig, IpcompCounters, IpcompSa};
 pub use replay::ReplayWindow;
+pub use sa::{ah, esp};
 pub use sa::{Direction, Mode, Protocol, Sa, SaConfig, SaCounters, SaError, TunnelEndpoints};
 pub use sad::{Sad, SadKey};
 pub use spd::{Action, Selector, Spd, SpdRule};

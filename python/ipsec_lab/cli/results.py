@@ -73,10 +73,10 @@ def _results(args: argparse.Namespace) -> int:
 
 def _planned(camp: Any) -> int | None:
     """How many runs the campaign's scenario plans (None if it no longer parses)."""
-    from ipsec_lab import runner, scenario
+    from ipsec_lab import preflight, scenario
 
     try:
-        return len(runner.plan(scenario.parse(camp["scenario_text"], camp["scenario_path"])))
+        return len(preflight.plan(scenario.parse(camp["scenario_text"], camp["scenario_path"])))
     except Exception:
         return None
 

@@ -156,3 +156,35 @@ TOPOLOGIES = {"pair": pair, "line": line, "clients": clients}
 
 def topology(name: str) -> Topology:
     return TOPOLOGIES[name]()
+
+
+@dataclass(frozen=True)
+class Link:
+    """A link profile: shaping applied on both ends of the topology's shaped link(s)."""
+
+    name: str
+    rate_mbit: float | None = None  # None: unshaped
+    delay_ms: float = 0.0
+    jitter_ms: float = 0.0
+    loss_pct: float = 0.0
+    reorder_pct: float = 0.0
+    duplicate_pct: float = 0.0
+
+    @property
+    def needs_netem(self) -> bool:
+        return any(
+            (self.delay_ms, self.jitter_ms, self.loss_pct, self.reorder_pct, self.duplicate_pct)
+        )
+
+
+# Presets. wifi-2mbit is 802.11 at its 2 Mbit/s DSSS rate, as study 4's wireless LAN: 2 ms
+# each way with 1 ms jitter (channel access and the link-layer ACK of one frame at 2 Mbit/s
+# take ~1-3 ms), and 0.2 % residual loss (what is left after 802.11's own retries on a
+# fair indoor link). Reordering is not in the profile: 802.11 delivers in order.
+LINK_PRESETS: dict[str, Link] = {
+    "unshaped": Link("unshaped"),
+    "ethernet-10": Link("ethernet-10", rate_mbit=10),
+    "ethernet-100": Link("ethernet-100", rate_mbit=100),
+    "gigabit": Link("gigabit", rate_mbit=1000),
+    "wifi-2mbit": Link("wifi-2mbit", rate_mbit=2, delay_ms=2, jitter_ms=1, loss_pct=0.2),
+}

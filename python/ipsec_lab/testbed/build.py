@@ -20,8 +20,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
 
-from ipsec_lab.scenario import Link
-from ipsec_lab.testbed import Topology
+from ipsec_lab.testbed import Link, Topology
 
 NS_PREFIX = "ipl-"
 CGROUP_PREFIX = "ipsec-lab-"

@@ -16,6 +16,8 @@
 //! [`outside`] (the outer sockets), [`outbound`] and [`inbound`] (each direction's path);
 //! every system call that needs `unsafe` is in [`crate::sys`].
 
+#[cfg(feature = "io-ceiling")]
+mod ceiling;
 mod crew;
 mod inbound;
 mod outbound;
@@ -51,7 +53,7 @@ const BATCH: usize = 64;
 const PUBLISH_EVERY: Duration = Duration::from_millis(100);
 
 /// Seal with the direction's engine — or, in the I/O-ceiling build, frame without
-/// cryptography ([`crate::ceiling`]).
+/// cryptography ([`ceiling`]).
 #[cfg(not(feature = "io-ceiling"))]
 fn seal(engine: &mut DirEngine, pkt: &mut PacketBuf<'_>) -> Result<Outbound, ipsec::DropReason> {
     engine.engine.outbound(pkt)
@@ -64,7 +66,7 @@ fn open(engine: &mut DirEngine, pkt: &mut PacketBuf<'_>) -> Result<Inbound, ipse
 }
 
 #[cfg(feature = "io-ceiling")]
-use crate::ceiling::{open, seal};
+use ceiling::{open, seal};
 
 fn pollfds(fds: &[RawFd]) -> Vec<libc::pollfd> {
     fds.iter()

@@ -6,6 +6,7 @@
 //! objects hold the expanded schedules); raw key bytes live only in [`SecretBytes`],
 //! which zeroises on drop and never prints.
 
+pub mod job;
 pub mod state;
 pub mod table;
 

@@ -7,7 +7,6 @@
 pub mod ah;
 pub mod esp;
 pub mod ip;
-pub mod locate;
 
 pub use ah::AhHeader;
 pub use esp::EspHeader;

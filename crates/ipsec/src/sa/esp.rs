@@ -9,18 +9,18 @@
 use core::net::IpAddr;
 use core::ops::Range;
 
+use super::Sa;
 use crate::buf::PacketBuf;
 use crate::constants::{proto, ESP_HEADER_LEN, ESP_TRAILER_LEN, IPV4_HEADER_LEN, MAX_PACKET};
-use crate::crypto::state::{CipherState, IvSource};
+use crate::crypto::job::{CryptoJob, Now, When};
+use crate::crypto::state::CipherState;
+use crate::crypto::state::IvSource;
 use crate::drop::DropReason;
-use crate::sa::Sa;
+pub use crate::locate::{esp_location, ipsec_location, EspLocation};
+pub(crate) use crate::locate::{outer_header_len, rewrite_ip_header, TransportSplit, TunnelInner};
 use crate::stage::Stage;
 use crate::wire::esp::{read_trailer, write_trailer, EspHeader};
 use crate::wire::ip::{IpPacket, Ipv4Header, Ipv6Header};
-pub use crate::wire::locate::{esp_location, ipsec_location, EspLocation};
-pub(crate) use crate::wire::locate::{
-    outer_header_len, rewrite_ip_header, TransportSplit, TunnelInner,
-};
 
 pub use crate::crypto::state::IvSource as Iv;
 
@@ -34,57 +34,6 @@ pub struct OpenedEsp {
     pub seq: u64,
 }
 
-/// The cryptographic half of sealing or opening one ESP packet: what is left once the
-/// SA's own state has been used (sequence number taken or replay-checked, header,
-/// trailer and IV written). It reads only the SA's keys ([`Sa::keys`]), so the packets
-/// of one SA can be encrypted and verified on several threads at once while every
-/// change to the SA stays with one thread (RFC 4303 §3.3.3 and §3.4.3: numbers taken
-/// in order, the window checked before and committed after the ICV).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct CryptoJob {
-    /// Where the ESP header starts in the packet's buffer.
-    pub esp_at: usize,
-    /// Sealing: the end of the ciphertext (the ICV goes after it); opening: the end of
-    /// the ESP packet, ICV included.
-    pub end: usize,
-    /// The full sequence number (the ESN's high half included).
-    pub seq: u64,
-    pub esn: bool,
-}
-
-impl CryptoJob {
-    /// Encrypt and write the ICV ([`CipherState::seal_body`]).
-    pub fn seal(&self, keys: &CipherState, buf: &mut [u8]) -> Result<(), DropReason> {
-        keys.seal_body(buf, self.esp_at, self.end, self.seq, self.esn)
-    }
-
-    /// Verify the ICV and, only if it verified, decrypt ([`CipherState::open`]).
-    pub fn open(&self, keys: &CipherState, buf: &mut [u8]) -> Result<(), DropReason> {
-        keys.open(buf, self.esp_at, self.end, self.seq, self.esn)
-    }
-}
-
-/// Whether a seal runs its cryptography at once ([`Now`]) or hands it back as a
-/// [`CryptoJob`] ([`Later`]). A type, not a value: each path is compiled on its own, and
-/// sealing now returns nothing more than `Result<(), DropReason>` — no job carried back
-/// through every return. A runtime flag and an `Option<CryptoJob>` on every return cost
-/// the AEAD seal 5-8 % at 64 B (`benchmarks/engine_ab.py 683ac1b --b 95e4664`; the
-/// 40-byte result was copied through memory at each level, and read back wider than it
-/// was written).
-pub(crate) trait When {
-    /// What a seal hands back: nothing ([`Now`]) or the job, if any ([`Later`]).
-    type Job;
-    /// Finish the ESP seal whose `job` is ready: run it now, or hand it back.
-    fn finish(
-        keys: &CipherState,
-        stages: &mut crate::stage::StageTimes,
-        buf: &mut [u8],
-        job: CryptoJob,
-    ) -> Result<Self::Job, DropReason>;
-    /// What a seal that leaves no job (AH) hands back.
-    fn none() -> Self::Job;
-}
-
 /// Whether opening checks the replay window again before it commits: only a job run
 /// away from the SA ([`Sa::open_finish`]) needs to; opening on the SA's own thread
 /// changed nothing between the check and the commit.
@@ -92,43 +41,6 @@ pub(crate) trait When {
 pub(crate) enum Recheck {
     Yes,
     No,
-}
-
-/// Seal now: encrypt and write the ICV before returning.
-pub(crate) struct Now;
-/// Seal later: return the encryption and ICV as a [`CryptoJob`].
-pub(crate) struct Later;
-
-impl When for Now {
-    type Job = ();
-    #[inline]
-    fn finish(
-        keys: &CipherState,
-        stages: &mut crate::stage::StageTimes,
-        buf: &mut [u8],
-        job: CryptoJob,
-    ) -> Result<(), DropReason> {
-        keys.seal_body_staged(buf, job.esp_at, job.end, job.seq, job.esn, stages)
-    }
-    #[inline]
-    fn none() {}
-}
-
-impl When for Later {
-    type Job = Option<CryptoJob>;
-    #[inline]
-    fn finish(
-        _: &CipherState,
-        _: &mut crate::stage::StageTimes,
-        _: &mut [u8],
-        job: CryptoJob,
-    ) -> Result<Option<CryptoJob>, DropReason> {
-        Ok(Some(job))
-    }
-    #[inline]
-    fn none() -> Option<CryptoJob> {
-        None
-    }
 }
 
 impl Sa {

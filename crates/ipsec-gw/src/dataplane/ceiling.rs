@@ -12,7 +12,7 @@ use ipsec::sa::Direction;
 use ipsec::wire::ip::Ipv4Header;
 use ipsec::{DropReason, PacketBuf};
 
-use crate::dataplane::DirEngine;
+use super::DirEngine;
 
 /// Outer IPv4 + ESP header + IV in front; pad length, next header and ICV behind.
 const FRONT: usize = 20 + 8 + 8;

@@ -18,15 +18,15 @@
 
 use aws_lc_rs::constant_time::verify_slices_are_equal;
 
+use super::{Mode, Sa};
 use crate::buf::PacketBuf;
 use crate::constants::{
     proto, AH_FIXED_LEN, IPV4_HEADER_LEN, IPV6_HEADER_LEN, MAX_ICV_LEN, MAX_PACKET,
 };
 use crate::drop::DropReason;
-use crate::esp::{
+use crate::locate::{
     ipsec_location, outer_header_len, rewrite_ip_header, TransportSplit, TunnelInner,
 };
-use crate::sa::{Mode, Sa};
 use crate::stage::Stage;
 use crate::wire::ah::AhHeader;
 use crate::wire::ip::{ext, opt, v4, v6, IpPacket};

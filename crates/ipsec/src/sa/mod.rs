@@ -5,10 +5,14 @@ use core::fmt;
 use core::net::IpAddr;
 
 use crate::buf::PacketBuf;
+use crate::crypto::job::{CryptoJob, Later, Now, When};
 use crate::crypto::state::IvSource;
 use crate::crypto::{CipherState, SecretBytes, Suite, SuiteError};
 use crate::drop::{DropCounters, DropReason};
-use crate::esp::{CryptoJob, Later, Now, Recheck, When};
+use esp::Recheck;
+
+pub mod ah;
+pub mod esp;
 use crate::replay::{ReplayWindow, DEFAULT_WINDOW};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -217,7 +221,7 @@ pub struct Sa {
     /// IPv4 identification for outer headers.
     pub(crate) ip_id: u16,
     pub counters: SaCounters,
-    /// Per-stage time, when a clock is lent ([`StageTimes::set_clock`]).
+    /// Per-stage time, when a clock is lent ([`crate::stage::StageTimes::set_clock`]).
     pub stages: crate::stage::StageTimes,
 }
 
@@ -352,7 +356,7 @@ impl Sa {
     }
 }
 
-/// Seal and open by protocol and mode: ESP ([`crate::esp`]) or AH ([`crate::ah`]).
+/// Seal and open by protocol and mode: ESP ([`esp`]) or AH ([`ah`]).
 impl Sa {
     /// Seal the IP packet in `pkt` according to this SA's mode; on success `pkt` holds
     /// the ESP packet with its (outer or moved) IP header. Drops are counted on the SA.
