@@ -1,0 +1,101 @@
+//! `[gateway]`: addresses, protected prefixes and the worker counts.
+
+use super::*;
+
+/// Most crypto workers per direction: beyond 8, one batch (at most 64 packets) gives
+/// each too little to do.
+pub const MAX_CRYPTO_WORKERS: usize = 8;
+
+/// `crypto_workers = "auto"`: 1 below 8 cores — today's single thread per direction,
+/// since with fewer a crew only takes CPU from the traffic's own ends (measured on 2
+/// cores: README) — and a quarter of the cores from 8 up (the two directions, and on a
+/// lab host the other gateway and the traffic's ends, share the machine), at most
+/// [`MAX_CRYPTO_WORKERS`]. Not yet measured on a many-core machine: set it from
+/// `benchmarks/gateway_scaling.py` there.
+pub fn auto_crypto_workers() -> usize {
+    crypto_workers_for(std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
+
+pub(super) fn crypto_workers_for(cores: usize) -> usize {
+    if cores < 8 {
+        1
+    } else {
+        (cores / 4).min(MAX_CRYPTO_WORKERS)
+    }
+}
+
+/// `[gateway] crypto_workers`: "auto" (the default) or 1..=MAX_CRYPTO_WORKERS.
+pub(super) fn crypto_workers(cx: &Ctx<'_>, g: &RawGateway) -> Result<usize, ConfigError> {
+    Ok(match &g.crypto_workers {
+        None => auto_crypto_workers(),
+        Some(RawCount::Word(w)) if w == "auto" => auto_crypto_workers(),
+        Some(RawCount::Number(n)) if (1..=MAX_CRYPTO_WORKERS as i64).contains(n) => *n as usize,
+        Some(other) => {
+            let got = match other {
+                RawCount::Number(n) => n.to_string(),
+                RawCount::Word(w) => format!("{w:?}"),
+            };
+            return Err(cx.err(
+                "gateway.crypto_workers",
+                format!(
+                    "{got} is not \"auto\" or a number of threads from 1 to {MAX_CRYPTO_WORKERS}"
+                ),
+            ));
+        }
+    })
+}
+
+/// `[gateway]`: its own checks; the outer addresses and the routes into the TUN device.
+pub(super) fn gateway(
+    cx: &Ctx<'_>,
+    g: &RawGateway,
+) -> Result<(IpAddr, IpAddr, Vec<Prefix>), ConfigError> {
+    if g.tun.is_empty() || g.tun.len() > 15 || g.tun.contains('/') {
+        return Err(cx.err(
+            "gateway.tun",
+            "must be an interface name of 1-15 characters",
+        ));
+    }
+    if !(1..=2).contains(&g.workers) {
+        return Err(cx.err(
+            "gateway.workers",
+            format!(
+                "{} is not 1 (one thread for both directions) or 2 (one per direction); \
+                 more than one worker per direction is not supported yet",
+                g.workers
+            ),
+        ));
+    }
+    if !(576..=9000).contains(&g.mtu) {
+        return Err(cx.err("gateway.mtu", format!("{} is outside 576..9000", g.mtu)));
+    }
+    let addr = |key: &str, s: &str| -> Result<IpAddr, ConfigError> {
+        s.parse()
+            .map_err(|_| cx.err(key, format!("{s:?} is not an IP address")))
+    };
+    let local = addr("gateway.local", &g.local)?;
+    let remote = addr("gateway.remote", &g.remote)?;
+    if local.is_ipv4() != remote.is_ipv4() {
+        return Err(cx.err(
+            "gateway.remote",
+            "local and remote must both be IPv4 or both IPv6",
+        ));
+    }
+    let mut routes = Vec::new();
+    for (i, r) in g.routes.iter().enumerate() {
+        routes.push(Prefix::parse(r).map_err(|e| cx.err(format!("gateway.routes[{i}]"), e))?);
+    }
+    if g.table == 0 || g.table >= 253 && g.table <= 255 {
+        return Err(cx.err(
+            "gateway.table",
+            format!("{} is a reserved routing table (0, 253-255)", g.table),
+        ));
+    }
+    if g.user.is_empty() || g.user.contains(['\0', '/', ':']) {
+        return Err(cx.err("gateway.user", format!("{:?} is not a user name", g.user)));
+    }
+    if g.fwmark == 0 {
+        return Err(cx.err("gateway.fwmark", "must not be 0 (unmarked)"));
+    }
+    Ok((local, remote, routes))
+}

@@ -1,0 +1,239 @@
+//! `[[sa]]`: each SA checked key by key, its keys read (hex or `@FILE`), and no key
+//! shared between two SAs.
+
+use super::*;
+
+/// `sa[i]`: one SA, checked key by key and against those before it (`sas`, and the SPIs
+/// each direction has used, `seen_spi`).
+pub(super) fn sa<'r>(
+    cx: &Ctx<'_>,
+    (i, s): (usize, &'r RawSa),
+    g: &RawGateway,
+    (local, remote): (IpAddr, IpAddr),
+    sas: &[SaSpec],
+    seen_spi: &mut HashMap<(u32, &'r str), usize>,
+    warnings: &mut Vec<String>,
+) -> Result<SaSpec, ConfigError> {
+    let k = |f: &str| format!("sa[{i}].{f}");
+    if s.name.is_empty() {
+        return Err(cx.err(k("name"), "must not be empty"));
+    }
+    if sas.iter().any(|x| x.name == s.name) {
+        return Err(cx.err(k("name"), format!("a second SA named {:?}", s.name)));
+    }
+    let direction = match s.direction.as_str() {
+        "out" => Direction::Out,
+        "in" => Direction::In,
+        d => return Err(cx.err(k("direction"), format!("{d:?}: must be in or out"))),
+    };
+    if s.spi < 256 {
+        return Err(cx.err(
+            k("spi"),
+            format!("{} is reserved (SPIs 0-255, RFC 4303 §2.1)", s.spi),
+        ));
+    }
+    if let Some(j) = seen_spi.insert((s.spi, s.direction.as_str()), i) {
+        return Err(cx.err(
+            k("spi"),
+            format!(
+                "0x{:x} is already the SPI of sa[{j}] in the same direction",
+                s.spi
+            ),
+        ));
+    }
+    let protocol = Protocol::from_name(&s.protocol).ok_or_else(|| {
+        cx.err(
+            k("protocol"),
+            format!("{:?}: must be esp or ah", s.protocol),
+        )
+    })?;
+    let mode = Mode::from_name(&s.mode).ok_or_else(|| {
+        cx.err(
+            k("mode"),
+            format!("{:?}: must be tunnel or transport", s.mode),
+        )
+    })?;
+    let suite = Suite::from_names(&s.encryption, &s.integrity).map_err(|e| {
+        let key = if matches!(e, ipsec::crypto::SuiteError::UnknownIntegrity(_)) {
+            k("integrity")
+        } else {
+            k("encryption")
+        };
+        cx.err(key, e.to_string())
+    })?;
+    if protocol == Protocol::Ah && s.encryption != "null" {
+        return Err(cx.err(k("encryption"), "AH does no encryption: set it to null"));
+    }
+    if protocol == Protocol::Esp && suite.integrity.is_gmac() {
+        return Err(cx.err(
+            k("integrity"),
+            format!(
+                "{}: AES-GMAC as integrity is AH's (RFC 4543 §5.3); for ESP set \
+                 encryption = \"{}\" and integrity = \"null\"",
+                s.integrity, s.integrity
+            ),
+        ));
+    }
+    suite
+        .check_legacy(s.legacy)
+        .map_err(|e| cx.err(k("legacy"), format!("{e}; set legacy = true to allow it")))?;
+    let enc_key = key(cx, cx.file, &k("enc_key"), &s.enc_key, warnings)?;
+    let integ_key = key(cx, cx.file, &k("integ_key"), &s.integ_key, warnings)?;
+    let want = suite.encryption.key_len();
+    if enc_key.expose().len() != want {
+        return Err(cx.err(
+            k("enc_key"),
+            format!(
+                "{} needs {want} key bytes{} ({} hex digits), got {}",
+                s.encryption,
+                if suite.encryption.is_aead() {
+                    ", the 4-byte salt included"
+                } else {
+                    ""
+                },
+                want * 2,
+                enc_key.expose().len()
+            ),
+        ));
+    }
+    let want = suite.integrity.key_len();
+    if integ_key.expose().len() != want {
+        return Err(cx.err(
+            k("integ_key"),
+            format!(
+                "{} needs {want} key bytes ({} hex digits), got {}",
+                s.integrity,
+                want * 2,
+                integ_key.expose().len()
+            ),
+        ));
+    }
+    if s.replay_window != 0
+        && (!(32..=65536).contains(&s.replay_window) || s.replay_window % 32 != 0)
+    {
+        return Err(cx.err(
+            k("replay_window"),
+            "must be 0 (no anti-replay) or a multiple of 32 from 32 to 65536",
+        ));
+    }
+    let lifetime = Lifetime {
+        soft_bytes: s.soft_bytes,
+        hard_bytes: s.hard_bytes,
+        soft_packets: s.soft_packets,
+        hard_packets: s.hard_packets,
+    };
+    for (soft, hard, what) in [
+        (lifetime.soft_bytes, lifetime.hard_bytes, "bytes"),
+        (lifetime.soft_packets, lifetime.hard_packets, "packets"),
+    ] {
+        if let (Some(sv), Some(hv)) = (soft, hard) {
+            if sv >= hv {
+                return Err(cx.err(
+                    k(&format!("soft_{what}")),
+                    format!("must be below hard_{what} ({hv})"),
+                ));
+            }
+        }
+    }
+    let tunnel = match direction {
+        Direction::Out => TunnelEndpoints {
+            src: local,
+            dst: remote,
+        },
+        Direction::In => TunnelEndpoints {
+            src: remote,
+            dst: local,
+        },
+    };
+    if !suite.has_integrity() && s.replay_window != 0 && direction == Direction::In {
+        warnings.push(format!(
+            "{}: {}: {} has no integrity, so its sequence numbers are not \
+             authenticated: it gets no anti-replay window (RFC 4303 §3.4.3) — one forged \
+             packet would otherwise block it; use an AEAD or add integrity",
+            cx.file.display(),
+            k("replay_window"),
+            suite.name()
+        ));
+    }
+    let mut c = SaConfig::new(s.spi, suite, enc_key, integ_key);
+    c.protocol = protocol;
+    c.direction = direction;
+    c.mode = mode;
+    c.esn = s.esn;
+    c.replay_window = (s.replay_window != 0).then_some(s.replay_window);
+    // Transport mode keeps the packet's own addresses (RFC 4303 §3.1.1): host-to-host.
+    c.tunnel = (mode == Mode::Tunnel).then_some(tunnel);
+    c.legacy = s.legacy;
+    if protocol == Protocol::Ah && g.udp_encap {
+        return Err(cx.err(
+            k("protocol"),
+            "AH cannot cross UDP encapsulation (RFC 3948 carries ESP only)",
+        ));
+    }
+    Ok(SaSpec {
+        name: s.name.clone(),
+        config: c,
+        lifetime,
+    })
+}
+
+/// A key given as hex, or `@FILE` holding hex (relative to the config's directory). A
+/// key file others may read is a warning.
+fn key(
+    cx: &Ctx<'_>,
+    cfg: &Path,
+    name: &str,
+    v: &str,
+    warnings: &mut Vec<String>,
+) -> Result<SecretBytes, ConfigError> {
+    if let Some(f) = v.strip_prefix('@') {
+        let p = cfg.parent().unwrap_or(Path::new(".")).join(f);
+        if let Ok(m) = std::fs::metadata(&p) {
+            use std::os::unix::fs::PermissionsExt;
+            if m.permissions().mode() & 0o077 != 0 {
+                warnings.push(format!(
+                    "{}: {name}: the key file {} may be read by others (mode {:o}): chmod 600 it",
+                    cfg.display(),
+                    p.display(),
+                    m.permissions().mode() & 0o777
+                ));
+            }
+        }
+        let text = Zeroizing::new(
+            std::fs::read_to_string(&p)
+                .map_err(|e| cx.err(name, format!("cannot read {}: {e}", p.display())))?,
+        );
+        return SecretBytes::from_hex(&text)
+            .map_err(|e| cx.err(name, format!("in {}: {e}", p.display())));
+    }
+    SecretBytes::from_hex(v).map_err(|e| cx.err(name, e))
+}
+
+/// No two SAs share a key, in either direction: with AES-GCM, ChaCha20-Poly1305 and GMAC
+/// the nonce is salt ‖ sequence number (RFC 4106 §3.1, RFC 7634 §2, RFC 4543 §3), with
+/// no SPI or direction in it, so two SAs under one key number the same nonces; an
+/// integrity key shared lets one SA's packets be replayed into the other (RFC 4301
+/// §4.4.2: each SA its own keys). The sequence state follows the key material
+/// (`seqstate`), which is what makes a key one SA's.
+pub(super) fn shared_keys(cx: &Ctx<'_>, sas: &[SaSpec]) -> Result<(), ConfigError> {
+    for (j, b) in sas.iter().enumerate() {
+        for (i, a) in sas[..j].iter().enumerate() {
+            let (ka, kb) = (&a.config, &b.config);
+            for (field, x, y) in [
+                ("enc_key", ka.enc_key.expose(), kb.enc_key.expose()),
+                ("integ_key", ka.integ_key.expose(), kb.integ_key.expose()),
+            ] {
+                if !y.is_empty() && x == y {
+                    return Err(cx.err(
+                        format!("sa[{j}].{field}"),
+                        format!(
+                            "the same key as sa[{i}] ({:?}): two SAs never share a key,                              not even one in and one out (with AES-GCM both would number the                              same nonces, RFC 4106 §3.1); give each SA its own",
+                            a.name
+                        ),
+                    ));
+                }
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,392 @@
+use super::gateway::crypto_workers_for;
+use super::*;
+
+/// A usable two-SA config (out: aes128gcm16 0x1001, in: aes256-sha256 0x2002); other
+/// modules' tests build engines from it.
+pub(crate) const GOOD: &str = r#"
+[gateway]
+tun = "ipsec0"
+local = "192.0.2.1"
+remote = "192.0.2.2"
+routes = ["10.2.0.0/24"]
+
+[[sa]]
+name = "out"
+direction = "out"
+spi = 0x1001
+encryption = "aes128gcm16"
+enc_key = "000102030405060708090a0b0c0d0e0f10111213"
+
+[[sa]]
+name = "in"
+direction = "in"
+spi = 0x2002
+encryption = "aes256"
+integrity = "sha256"
+enc_key = "000102030405060708090a0b0c0d0e0f000102030405060708090a0b0c0d0e0f"
+integ_key = "000102030405060708090a0b0c0d0e0f000102030405060708090a0b0c0d0e0f"
+
+[[policy]]
+direction = "out"
+src = "10.1.0.0/24"
+dst = "10.2.0.0/24"
+action = "protect"
+sa = "out"
+
+[[policy]]
+direction = "in"
+src = "10.2.0.0/24"
+dst = "10.1.0.0/24"
+action = "protect"
+sa = "in"
+"#;
+
+fn err(text: &str) -> ConfigError {
+    parse(text, Path::new("gw.toml")).expect_err("should be refused")
+}
+
+/// GOOD with the first occurrence of `from` replaced by `to`.
+fn with(from: &str, to: &str) -> String {
+    assert!(GOOD.contains(from), "{from:?} not in GOOD");
+    GOOD.replacen(from, to, 1)
+}
+
+/// Every window the config accepts is one the engine builds (the config's rule and
+/// the engine's agree), and an SA with encryption but no integrity is warned about.
+#[test]
+fn accepted_replay_windows_build_and_enc_only_is_warned() {
+    for w in [0u32, 32, 64, 96, 1024, 65536] {
+        let text = with(
+            "spi = 0x1001",
+            &format!("spi = 0x1001\nreplay_window = {w}"),
+        );
+        let c = parse(&text, Path::new("gw.toml")).unwrap();
+        ipsec::Sa::new(&c.sas[0].config).unwrap();
+    }
+    for w in [1u32, 31, 33, 100, 65537] {
+        let text = with(
+            "spi = 0x1001",
+            &format!("spi = 0x1001\nreplay_window = {w}"),
+        );
+        assert_eq!(err(&text).key, "sa[0].replay_window", "window {w}");
+    }
+    let text = with("integrity = \"sha256\"\n", "");
+    let text = text.replacen(
+        "integ_key = \"000102030405060708090a0b0c0d0e0f000102030405060708090a0b0c0d0e0f\"\n",
+        "",
+        1,
+    );
+    let c = parse(&text, Path::new("gw.toml")).unwrap();
+    assert!(
+        c.warnings
+            .iter()
+            .any(|w| w.contains("no anti-replay window")),
+        "{:?}",
+        c.warnings
+    );
+    assert!(!ipsec::Sa::new(&c.sas[1].config)
+        .unwrap()
+        .replay_window()
+        .is_enabled());
+}
+
+/// "auto": today's single thread per direction below 8 cores, a quarter of the
+/// cores from 8 up, never more than 8.
+#[test]
+fn auto_crypto_workers_follow_the_cores() {
+    let got: Vec<usize> = [1, 2, 4, 7, 8, 16, 32, 64].map(crypto_workers_for).to_vec();
+    assert_eq!(got, [1, 1, 1, 1, 2, 4, 8, 8]);
+}
+
+#[test]
+fn a_good_config_reads() {
+    let c = parse(GOOD, Path::new("gw.toml")).unwrap();
+    assert_eq!(c.sas.len(), 2);
+    assert_eq!(c.policies.len(), 2);
+    assert_eq!(c.mtu, 1400);
+    assert_eq!(c.workers, 2);
+    assert_eq!(c.crypto_workers, auto_crypto_workers());
+    for (line, want) in [
+        ("crypto_workers = 3", 3),
+        ("crypto_workers = \"auto\"", auto_crypto_workers()),
+    ] {
+        let text = GOOD.replace("tun = \"ipsec0\"", &format!("tun = \"ipsec0\"\n{line}"));
+        assert_eq!(
+            parse(&text, Path::new("gw.toml")).unwrap().crypto_workers,
+            want,
+            "{line}"
+        );
+    }
+    assert!(c.warnings.is_empty(), "{:?}", c.warnings);
+    let out = &c.sas[0].config;
+    assert_eq!(
+        out.tunnel.unwrap().dst,
+        "192.0.2.2".parse::<IpAddr>().unwrap()
+    );
+    let inb = &c.sas[1].config;
+    assert_eq!(
+        inb.tunnel.unwrap().dst,
+        "192.0.2.1".parse::<IpAddr>().unwrap()
+    );
+}
+
+#[test]
+fn each_error_names_the_file_and_key() {
+    let cases: &[(String, &str, &str)] = &[
+        (with("aes128gcm16", "aes999"), "sa[0].encryption", "aes999"),
+        (
+            with("integrity = \"sha256\"", "integrity = \"sha3\""),
+            "sa[1].integrity",
+            "sha3",
+        ),
+        (
+            with("0a0b0c0d0e0f10111213", "0a0b0c0d0e0f"),
+            "sa[0].enc_key",
+            "needs 20 key bytes",
+        ),
+        (with("spi = 0x2002", "spi = 0x10"), "sa[1].spi", "reserved"),
+        (
+            with("name = \"in\"", "name = \"out\""),
+            "sa[1].name",
+            "second SA",
+        ),
+        (
+            with("sa = \"in\"", "sa = \"nowhere\""),
+            "policy[1].sa",
+            "no SA named",
+        ),
+        (
+            with("sa = \"in\"", "sa = \"out\""),
+            "policy[1].sa",
+            "outbound",
+        ),
+        (
+            with("action = \"protect\"", "action = \"encrypt\""),
+            "policy[0].action",
+            "encrypt",
+        ),
+        (
+            with("tun = \"ipsec0\"", "tun = \"ipsec0\"\nworkers = 4"),
+            "gateway.workers",
+            "more than one worker per direction",
+        ),
+        (
+            with("tun = \"ipsec0\"", "tun = \"ipsec0\"\ncrypto_workers = 0"),
+            "gateway.crypto_workers",
+            "0 is not \"auto\" or a number of threads from 1 to 8",
+        ),
+        (
+            with(
+                "tun = \"ipsec0\"",
+                "tun = \"ipsec0\"\ncrypto_workers = \"all\"",
+            ),
+            "gateway.crypto_workers",
+            "\"all\" is not",
+        ),
+        (
+            with("local = \"192.0.2.1\"", "local = \"gw-a\""),
+            "gateway.local",
+            "not an IP",
+        ),
+        (
+            with("routes = [\"10.2.0.0/24\"]", "routes = [\"10.2.0.0/33\"]"),
+            "gateway.routes[0]",
+            "/33",
+        ),
+        (
+            with("direction = \"in\"", "direction = \"both\""),
+            "sa[1].direction",
+            "in or out",
+        ),
+        (
+            with("encryption = \"aes256\"", "encryption = \"3des\""),
+            "sa[1].legacy",
+            "legacy = true",
+        ),
+        (
+            with("tun = \"ipsec0\"", "tun = \"a-very-long-interface-name\""),
+            "gateway.tun",
+            "1-15",
+        ),
+        (
+            // the engine's windows are whole 32-bit words: 100 passed --check and
+            // then panicked at start
+            with("spi = 0x2002", "spi = 0x2002\nreplay_window = 100"),
+            "sa[1].replay_window",
+            "multiple of 32",
+        ),
+        (
+            // AH's AES-GMAC (RFC 4543 §4) as an ESP integrity algorithm
+            with(
+                "encryption = \"aes256\"\nintegrity = \"sha256\"",
+                "encryption = \"null\"\nintegrity = \"aes256gmac\"",
+            ),
+            "sa[1].integrity",
+            "AH's (RFC 4543 §5.3)",
+        ),
+    ];
+    for (text, key, words) in cases {
+        let e = err(text);
+        assert_eq!(e.key, *key, "{e}");
+        assert!(
+            e.to_string().starts_with(&format!("gw.toml: {key}: ")),
+            "{e}"
+        );
+        assert!(e.to_string().contains(words), "{e} lacks {words:?}");
+    }
+}
+
+#[test]
+fn duplicate_spi_in_one_direction_and_unknown_keys() {
+    let text = GOOD.replacen("spi = 0x2002", "spi = 0x1001", 1);
+    // the same SPI in the other direction is fine (they are the peer's choice)
+    assert!(parse(&text, Path::new("gw.toml")).is_ok());
+    let dup = format!(
+        "{GOOD}\n[[sa]]\nname = \"x\"\ndirection = \"out\"\nspi = 0x1001\n\
+         encryption = \"null\"\nintegrity = \"sha1\"\n\
+         integ_key = \"000102030405060708090a0b0c0d0e0f10111213\"\n"
+    );
+    let e = err(&dup);
+    assert_eq!(e.key, "sa[2].spi");
+    assert!(e.message.contains("already the SPI of sa[0]"), "{e}");
+    let e = err(&with("[gateway]", "[gateway]\ncolour = \"blue\""));
+    assert!(e.key.starts_with("line "), "{e}");
+    assert!(e.message.contains("unknown field `colour`"), "{e}");
+}
+
+#[test]
+fn keys_never_appear_in_errors() {
+    let secret = "deadbeefdeadbeefdeadbeefdeadbeefdeadbeez"; // one bad digit
+    let e = err(&with("000102030405060708090a0b0c0d0e0f10111213", secret));
+    assert_eq!(e.key, "sa[0].enc_key");
+    assert!(!e.to_string().contains("deadbeef"), "{e}");
+    let s = format!("{:?}", parse(GOOD, Path::new("gw.toml")).unwrap());
+    assert!(!s.contains("0a0b0c0d"), "a key leaked into Debug output");
+}
+
+#[test]
+fn overlapping_policies_and_unused_sas_are_warnings() {
+    let text = format!(
+        "{GOOD}\n[[policy]]\ndirection = \"out\"\nsrc = \"10.1.0.0/16\"\naction = \"bypass\"\n"
+    );
+    let c = parse(&text, Path::new("gw.toml")).unwrap();
+    assert_eq!(c.warnings.len(), 1);
+    assert!(
+        c.warnings[0].contains("policy[2] overlaps policy[0]"),
+        "{:?}",
+        c.warnings
+    );
+    let unused = format!(
+        "{GOOD}\n[[sa]]\nname = \"spare\"\ndirection = \"out\"\nspi = 0x3003\n\
+         encryption = \"null\"\nintegrity = \"sha1\"\n\
+         integ_key = \"000102030405060708090a0b0c0d0e0f10111213\"\n"
+    );
+    let c = parse(&unused, Path::new("gw.toml")).unwrap();
+    assert_eq!(c.warnings.len(), 1);
+    assert!(
+        c.warnings[0].contains("sa[2] (spare) is used by no policy"),
+        "{:?}",
+        c.warnings
+    );
+}
+
+#[test]
+fn keys_from_files_and_lifetimes() {
+    let dir = std::env::temp_dir().join(format!("ipsec-gw-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("k.hex"),
+        "000102030405060708090a0b0c0d0e0f10111213\n",
+    )
+    .unwrap();
+    let text = with(
+        "enc_key = \"000102030405060708090a0b0c0d0e0f10111213\"",
+        "enc_key = \"@k.hex\"\nsoft_packets = 10\nhard_packets = 20",
+    );
+    let c = parse(&text, &dir.join("gw.toml")).unwrap();
+    assert_eq!(c.sas[0].lifetime.hard_packets, Some(20));
+    let e = parse(&text.replace("@k.hex", "@nope.hex"), &dir.join("gw.toml")).unwrap_err();
+    assert_eq!(e.key, "sa[0].enc_key");
+    let bad = text.replace("soft_packets = 10", "soft_packets = 30");
+    let e = parse(&bad, &dir.join("gw.toml")).unwrap_err();
+    assert_eq!(e.key, "sa[0].soft_packets");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_reload_keeps_sas_whose_definition_is_unchanged() {
+    let a = parse(GOOD, Path::new("gw.toml")).unwrap();
+    let renamed = GOOD
+        .replace("name = \"out\"", "name = \"a-to-b\"")
+        .replace("sa = \"out\"", "sa = \"a-to-b\"");
+    let renamed = parse(&renamed, Path::new("gw.toml")).unwrap();
+    assert!(a.sas[0].same_as(&renamed.sas[0]));
+    let rekeyed = parse(
+        &with("0a0b0c0d0e0f10111213", "0a0b0c0d0e0f10111214"),
+        Path::new("gw.toml"),
+    )
+    .unwrap();
+    assert!(!a.sas[0].same_as(&rekeyed.sas[0]));
+    assert!(a.sas[1].same_as(&rekeyed.sas[1]));
+}
+
+#[test]
+fn bundles_are_checked() {
+    let ah = "\n[[sa]]\nname = \"ah-out\"\ndirection = \"out\"\nspi = 0x1101\nprotocol = \"ah\"\n\
+              encryption = \"null\"\nintegrity = \"sha1\"\n\
+              integ_key = \"000102030405060708090a0b0c0d0e0f10111213\"\n";
+    let bundle = |esp: &str, ahn: &str| {
+        format!(
+            "{GOOD}{ah}\n[[bundle]]\nname = \"b\"\ndirection = \"out\"\nesp = \"{esp}\"\n\
+             ah = \"{ahn}\"\nipcomp_cpi = 2\n"
+        )
+    };
+    // a good bundle, used by a policy in place of the ESP SA
+    let good = bundle("out", "ah-out").replacen("sa = \"out\"", "bundle = \"b\"", 1);
+    let c = parse(&good, Path::new("gw.toml")).unwrap();
+    assert_eq!(c.bundles.len(), 1);
+    assert!(c.warnings.is_empty(), "{:?}", c.warnings);
+    // an SA in a bundle cannot also protect alone
+    let e = err(&bundle("out", "ah-out"));
+    assert_eq!(e.key, "policy[0].sa");
+    assert!(e.message.contains("is in a bundle"), "{e}");
+    // layers of the wrong protocol or direction, or missing
+    let e = err(&bundle("ah-out", "out"));
+    assert_eq!(e.key, "bundle[0].esp");
+    let e = err(&bundle("in", "ah-out"));
+    assert!(e.message.contains("other direction"), "{e}");
+    let e = err(&bundle("out", "nope"));
+    assert_eq!(e.key, "bundle[0].ah");
+    let e = err(&good.replace("ipcomp_cpi = 2", "ipcomp_cpi = 100"));
+    assert_eq!(e.key, "bundle[0].ipcomp_cpi");
+    let e = err(&good.replacen("bundle = \"b\"", "bundle = \"b\"\nsa = \"in\"", 1));
+    assert_eq!(e.key, "policy[0].bundle");
+}
+
+/// Two SAs never share a key, in or out: the nonce (salt ‖ sequence number) has no
+/// SPI or direction in it. Refused naming the second SA's key and the first SA.
+#[test]
+fn two_sas_sharing_a_key_are_refused() {
+    let gcm_in = "name = \"in\"\ndirection = \"in\"\nspi = 0x2002\n\
+                  encryption = \"aes128gcm16\"\n\
+                  enc_key = \"000102030405060708090a0b0c0d0e0f10111213\"\n";
+    let text = GOOD.replacen(
+        &GOOD[GOOD.find("name = \"in\"").unwrap()..GOOD.find("\n\n[[policy]]").unwrap()],
+        gcm_in.trim_end(),
+        1,
+    );
+    let e = err(&text);
+    assert_eq!(e.key, "sa[1].enc_key");
+    assert!(e.message.contains("the same key as sa[0] (\"out\")"), "{e}");
+    assert!(
+        !e.to_string().contains("0001020304"),
+        "the key was printed: {e}"
+    );
+    // an integrity key shared is refused too
+    let text = with(
+        "encryption = \"aes128gcm16\"\nenc_key = \"000102030405060708090a0b0c0d0e0f10111213\"",
+        "encryption = \"null\"\nintegrity = \"sha256\"\n\
+         integ_key = \"000102030405060708090a0b0c0d0e0f000102030405060708090a0b0c0d0e0f\"",
+    );
+    assert_eq!(err(&text).key, "sa[1].integ_key");
+}

@@ -1,0 +1,147 @@
+"""The house rules a newcomer relies on, checked: no import cycle among the Python
+package's modules or among a Rust crate's modules, and no file so long that it holds
+several concerns (Python modules ~600 lines, Rust sources ~700 lines before their tests).
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PY_MAX = 600
+RS_MAX = 700
+
+
+def _sccs(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one node (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+    counter = 0
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on.add(root)
+        while work:
+            v, it = work[-1]
+            w = next(it, None)
+            if w is not None:
+                if w not in index:
+                    index[w] = low[w] = counter
+                    counter += 1
+                    stack.append(w)
+                    on.add(w)
+                    work.append((w, iter(sorted(graph.get(w, ())))))
+                elif w in on:
+                    low[v] = min(low[v], index[w])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[v])
+            if low[v] == index[v]:
+                comp = []
+                while True:
+                    w = stack.pop()
+                    on.discard(w)
+                    comp.append(w)
+                    if w == v:
+                        break
+                if len(comp) > 1:
+                    out.append(sorted(comp))
+    return out
+
+
+def _related(a: str, b: str) -> bool:
+    """A package and its own submodule (the package's door, not a cycle)."""
+    return a.startswith(b + ".") or b.startswith(a + ".")
+
+
+def python_graph() -> dict[str, set[str]]:
+    """ipsec_lab's modules and what each imports — at the top, in a function, or for
+    type checking only: any of them ties the two modules together."""
+    src = ROOT / "python"
+    mods = {}
+    for p in (src / "ipsec_lab").rglob("*.py"):
+        name = ".".join(p.relative_to(src).with_suffix("").parts).removesuffix(".__init__")
+        mods[name] = p
+    graph: dict[str, set[str]] = {m: set() for m in mods}
+    for m, p in mods.items():
+        package = m if p.name == "__init__.py" else m.rpartition(".")[0]
+        for node in ast.walk(ast.parse(p.read_text())):
+            names: list[str] = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    parts = package.split(".")
+                    base = ".".join(parts[: len(parts) - node.level + 1] + ([base] if base else []))
+                names = [base] + [f"{base}.{a.name}" for a in node.names]
+            for n in names:
+                while n and n not in mods:
+                    n = n.rpartition(".")[0]
+                if n and n != m and not _related(m, n):
+                    graph[m].add(n)
+    return graph
+
+
+def rust_graph(crate: Path) -> dict[str, set[str]]:
+    """A crate's modules (by file) and the modules each names with `crate::` or `super::`."""
+    src = crate / "src"
+    mods: dict[str, Path] = {}
+    for p in src.rglob("*.rs"):
+        parts = list(p.relative_to(src).with_suffix("").parts)
+        if parts[-1] in ("mod", "lib", "main"):
+            parts = parts[:-1]
+        mods["::".join(["crate", *parts])] = p
+    graph: dict[str, set[str]] = {m: set() for m in mods}
+    for m, p in mods.items():
+        text = re.sub(r"(?s)#\[cfg\(test\)\]\s*mod tests.*", "", p.read_text())
+        text = re.sub(r"//[^\n]*", "", text)
+        is_dir = p.stem in ("mod", "lib", "main")
+        parent = m if is_dir else m.rpartition("::")[0]
+        for path in re.findall(r"\b((?:crate|super)(?:::\w+)+)", text):
+            if path.startswith("super"):
+                path = parent.rpartition("::")[0] + path[len("super") :]
+            while path and path not in mods:
+                path = path.rpartition("::")[0]
+            if path and path != m and not _related(m.replace("::", "."), path.replace("::", ".")):
+                graph[m].add(path)
+    return graph
+
+
+def test_no_python_import_cycle() -> None:
+    assert _sccs(python_graph()) == []
+
+
+def test_no_rust_module_cycle() -> None:
+    for crate in sorted((ROOT / "crates").iterdir()):
+        assert _sccs(rust_graph(crate)) == [], crate.name
+
+
+def test_the_cycle_finder_finds_one() -> None:
+    """The check above can fail: a two-module loop is found."""
+    assert _sccs({"a": {"b"}, "b": {"a"}, "c": {"a"}}) == [["a", "b"]]
+
+
+def test_no_file_holds_several_concerns() -> None:
+    long_py = [
+        (p.relative_to(ROOT).as_posix(), n)
+        for p in (ROOT / "python" / "ipsec_lab").rglob("*.py")
+        if (n := len(p.read_text().splitlines())) > PY_MAX
+    ]
+    long_rs = []
+    for p in (ROOT / "crates").rglob("src/**/*.rs"):
+        lines = p.read_text().splitlines()
+        body = next((i for i, x in enumerate(lines) if x.startswith("#[cfg(test)]")), len(lines))
+        if body > RS_MAX:
+            long_rs.append((p.relative_to(ROOT).as_posix(), body))
+    assert long_py == [] and long_rs == []
