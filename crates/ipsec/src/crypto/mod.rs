@@ -6,7 +6,10 @@
 //! objects hold the expanded schedules); raw key bytes live only in [`SecretBytes`],
 //! which zeroises on drop and never prints.
 
+mod aead;
+mod cbc;
 pub mod job;
+mod mac;
 pub mod state;
 pub mod table;
 

@@ -1,21 +1,24 @@
 //! Per-SA expanded keys and the seal/open primitives ESP calls.
 
-use ::hmac::Mac as _;
-use aws_lc_rs::aead::{Aad, LessSafeKey, Nonce, UnboundKey};
+use aws_lc_rs::aead::{Aad, LessSafeKey, UnboundKey};
 use aws_lc_rs::cipher::{
     DecryptingKey, DecryptionContext, EncryptingKey, EncryptionContext, UnboundCipherKey,
 };
 use aws_lc_rs::constant_time::verify_slices_are_equal;
-use aws_lc_rs::hmac as awshmac;
 use aws_lc_rs::iv::FixedLength;
-use cbc::cipher::block_padding::NoPadding;
-use cbc::cipher::{BlockDecryptMut, BlockEncryptMut, InnerIvInit, KeyInit};
+use cbc::cipher::KeyInit;
 use zeroize::Zeroizing;
 
-use super::{Integrity, MacPrimitive, Primitive, SecretBytes, Suite, SuiteError};
+use super::{MacPrimitive, Primitive, SecretBytes, Suite, SuiteError};
 use crate::constants::ESP_HEADER_LEN;
 use crate::drop::DropReason;
 use crate::stage::{Stage, StageTimes};
+
+use super::aead::{aead_aad, nonce, with_gmac_aad};
+use super::cbc::LegacyBlock;
+pub use super::cbc::{CbcIvs, IV_BATCH};
+pub use super::mac::Icv;
+use super::mac::{hmac_icv, hmac_into, mac_key, MacKey};
 
 // One per SA, never moved on the hot path: boxing the large variant would only add a
 // pointer chase per packet.
@@ -39,139 +42,6 @@ enum Cipher {
     },
     /// Legacy DES / 3DES in CBC mode (RustCrypto; aws-lc-rs has neither).
     LegacyCbc(LegacyBlock, CbcIvs),
-}
-
-/// CBC IVs without a random-number call per packet.
-///
-/// RFC 3602 §2.1 asks for IVs an attacker cannot predict before the packet is sent (a
-/// predictable IV lets a chosen-plaintext attacker test guesses, as in BEAST), not for
-/// fresh randomness each time. NIST SP 800-38A appendix C gives the standard way: encrypt
-/// a nonce with a block cipher. Linux's ESP does this with `eseqiv` / `echainiv`
-/// (crypto/echainiv.c: the sequence number mixed with a secret salt, encrypted). We take
-/// the sequence number, which never repeats under an SA, as the nonce and encrypt it
-/// under an AES-128 key drawn once per SA from the system's generator and used for
-/// nothing else: IV(seq) = AES-128(K_iv, 0…0 ‖ seq), so IVs are distinct, pseudo-random
-/// and unknown until sent; a restart draws a new K_iv. They are made [`IV_BATCH`] at a
-/// time as one AES-CTR keystream from counter block `0…0 ‖ base` (CTR pipelines where
-/// CBC cannot): ~4 ns a packet instead of ~400 ns for `rand::fill` at 64 bytes
-/// (`bench --stages` at 492fd88) or ~25 ns for one serial extra block. DES and 3DES take
-/// the first 8 bytes.
-pub struct CbcIvs {
-    key: EncryptingKey,
-    /// The sequence number of `blocks`' first IV, when `filled`.
-    base: u64,
-    filled: bool,
-    blocks: Zeroizing<[u8; IV_BATCH * 16]>,
-}
-
-/// IVs derived per keystream call (a power of two: batches start at multiples of it).
-pub const IV_BATCH: usize = 32;
-
-impl CbcIvs {
-    fn fresh() -> Result<Self, SuiteError> {
-        let mut key = Zeroizing::new([0u8; 16]);
-        aws_lc_rs::rand::fill(&mut key[..]).map_err(|_| SuiteError::Random)?;
-        Self::with_key(&key)
-    }
-
-    fn with_key(key: &[u8; 16]) -> Result<Self, SuiteError> {
-        let unbound = UnboundCipherKey::new(&aws_lc_rs::cipher::AES_128, key)
-            .map_err(|_| SuiteError::Random)?;
-        Ok(CbcIvs {
-            key: EncryptingKey::ctr(unbound).map_err(|_| SuiteError::Random)?,
-            base: 0,
-            filled: false,
-            blocks: Zeroizing::new([0u8; IV_BATCH * 16]),
-        })
-    }
-
-    /// Write IV(seq), cut to `out.len()` (16 or 8 bytes), into `out`.
-    fn write(&mut self, seq: u64, out: &mut [u8]) -> Result<(), DropReason> {
-        let base = seq & !(IV_BATCH as u64 - 1);
-        if !self.filled || base != self.base {
-            // The batch's counter blocks are base … base + IV_BATCH - 1 in the low 64
-            // bits; base is aligned, so the low 32 bits never wrap inside a batch.
-            self.blocks.fill(0);
-            let mut counter = [0u8; 16];
-            counter[8..].copy_from_slice(&base.to_be_bytes());
-            self.filled = false;
-            self.key
-                .less_safe_encrypt(
-                    &mut self.blocks[..],
-                    EncryptionContext::Iv128(FixedLength::from(counter)),
-                )
-                .map_err(|_| DropReason::CryptoError)?;
-            (self.base, self.filled) = (base, true);
-        }
-        let at = (seq - base) as usize * 16;
-        let n = out.len();
-        out.copy_from_slice(&self.blocks[at..at + n]);
-        Ok(())
-    }
-}
-
-/// A DES-family key schedule, expanded once per SA and cloned into each packet's CBC
-/// state (RustCrypto's types zeroise nothing, so these are dropped with the SA).
-#[derive(Clone)]
-#[allow(clippy::large_enum_variant)] // one per SA, as `Cipher`
-enum LegacyBlock {
-    Des(des::Des),
-    Tdes(des::TdesEde3),
-}
-
-impl LegacyBlock {
-    fn encrypt(&self, iv: &[u8], data: &mut [u8]) -> Result<(), DropReason> {
-        let n = data.len();
-        let r = match self {
-            LegacyBlock::Des(k) => cbc::Encryptor::inner_iv_slice_init(k.clone(), iv)
-                .map(|e| e.encrypt_padded_mut::<NoPadding>(data, n).is_ok()),
-            LegacyBlock::Tdes(k) => cbc::Encryptor::inner_iv_slice_init(k.clone(), iv)
-                .map(|e| e.encrypt_padded_mut::<NoPadding>(data, n).is_ok()),
-        };
-        match r {
-            Ok(true) => Ok(()),
-            Ok(false) => Err(DropReason::BadCiphertextLength),
-            Err(_) => Err(DropReason::BadIv),
-        }
-    }
-
-    fn decrypt(&self, iv: &[u8], data: &mut [u8]) -> Result<(), DropReason> {
-        let r = match self {
-            LegacyBlock::Des(k) => cbc::Decryptor::inner_iv_slice_init(k.clone(), iv)
-                .map(|d| d.decrypt_padded_mut::<NoPadding>(data).is_ok()),
-            LegacyBlock::Tdes(k) => cbc::Decryptor::inner_iv_slice_init(k.clone(), iv)
-                .map(|d| d.decrypt_padded_mut::<NoPadding>(data).is_ok()),
-        };
-        match r {
-            Ok(true) => Ok(()),
-            Ok(false) => Err(DropReason::BadCiphertextLength),
-            Err(_) => Err(DropReason::BadIv),
-        }
-    }
-}
-
-/// An integrity key, set up once per SA: an HMAC (aws-lc-rs, or RustCrypto for MD5,
-/// which aws-lc-rs lacks), or AH's AES-GMAC (RFC 4543 §4).
-#[allow(clippy::large_enum_variant)] // one per SA, as `Cipher`
-enum MacKey {
-    AwsLc(awshmac::Key),
-    Md5(::hmac::Hmac<md5::Md5>),
-    Gmac {
-        key: LessSafeKey,
-        salt: Zeroizing<[u8; 4]>,
-    },
-}
-
-/// An untruncated HMAC output (up to SHA-512's 64 bytes).
-pub struct Icv {
-    bytes: [u8; 64],
-    len: usize,
-}
-
-impl AsRef<[u8]> for Icv {
-    fn as_ref(&self) -> &[u8] {
-        &self.bytes[..self.len]
-    }
 }
 
 /// Where the IV of a sealed packet comes from.
@@ -217,7 +87,7 @@ fn check_len(
     Ok(())
 }
 
-fn split_salt(key: &[u8]) -> (&[u8], Zeroizing<[u8; 4]>) {
+pub(super) fn split_salt(key: &[u8]) -> (&[u8], Zeroizing<[u8; 4]>) {
     let (k, s) = key.split_at(key.len() - 4);
     (k, Zeroizing::new(s.try_into().unwrap()))
 }
@@ -551,164 +421,4 @@ impl CipherState {
         st.stop(self.cipher_stage(), t);
         Ok(())
     }
-}
-
-/// The integrity key for `i`; `None` for `null`, and for a GMAC key of the wrong length.
-fn mac_key(i: Integrity, key: &[u8]) -> Option<MacKey> {
-    match i.spec().primitive {
-        MacPrimitive::Null => None,
-        MacPrimitive::Gmac(alg) => {
-            if key.len() != i.key_len() {
-                return None;
-            }
-            let (k, salt) = split_salt(key);
-            Some(MacKey::Gmac {
-                key: LessSafeKey::new(UnboundKey::new(alg, k).ok()?),
-                salt,
-            })
-        }
-        // HMAC takes a key of any length (RFC 2104 §2): this cannot fail.
-        MacPrimitive::HmacMd5 => Some(MacKey::Md5(
-            <::hmac::Hmac<md5::Md5> as ::hmac::Mac>::new_from_slice(key)
-                .expect("HMAC accepts any key"),
-        )),
-        MacPrimitive::Hmac(alg) => Some(MacKey::AwsLc(awshmac::Key::new(*alg, key))),
-    }
-}
-
-impl Integrity {
-    /// The untruncated and truncated ICV of `data` under a key of any length, through the
-    /// same HMAC path ESP uses (for known-answer tests against RFC 2202 / RFC 4231, whose
-    /// keys are not all of the length RFC 4868 requires of an SA). Empty for `null` and
-    /// for GMAC (not an HMAC; see [`CipherState::ah_gmac`]).
-    pub fn icv(self, key: &[u8], data: &[u8]) -> (Vec<u8>, Vec<u8>) {
-        if self.is_gmac() {
-            return (Vec::new(), Vec::new());
-        }
-        let Some(mac) = mac_key(self, key) else {
-            return (Vec::new(), Vec::new());
-        };
-        let tag = hmac_icv(&mac, &[data], 0, false);
-        (
-            tag.as_ref().to_vec(),
-            tag.as_ref()[..self.icv_len()].to_vec(),
-        )
-    }
-}
-
-fn nonce(salt: &[u8; 4], iv: &[u8]) -> Nonce {
-    let mut n = [0u8; 12];
-    n[..4].copy_from_slice(salt);
-    n[4..].copy_from_slice(iv);
-    Nonce::assume_unique_for_key(n)
-}
-
-/// RFC 4106 §5 / RFC 7634 §2.1: AAD = SPI ‖ seq (32-bit), or SPI ‖ seq_hi ‖ seq_lo with ESN.
-fn aead_aad(header: &[u8], seq: u64, esn: bool) -> ([u8; 12], usize) {
-    let mut a = [0u8; 12];
-    a[..4].copy_from_slice(&header[..4]);
-    if esn {
-        a[4..8].copy_from_slice(&((seq >> 32) as u32).to_be_bytes());
-        a[8..12].copy_from_slice(&header[4..8]);
-        (a, 12)
-    } else {
-        a[4..8].copy_from_slice(&header[4..8]);
-        (a, 8)
-    }
-}
-
-/// ESP's ICV: the HMAC of `data` (with the ESN high half, as [`hmac_icv`]) truncated to
-/// `out.len()` and written straight into `out`, with no intermediate tag buffer. AH's
-/// GMAC is no ESP integrity algorithm (`Sa::new` refuses it): a crypto error here.
-fn hmac_into(
-    mac: &MacKey,
-    data: &[u8],
-    seq: u64,
-    esn: bool,
-    out: &mut [u8],
-) -> Result<(), DropReason> {
-    let hi = ((seq >> 32) as u32).to_be_bytes();
-    match mac {
-        MacKey::AwsLc(k) => {
-            let mut ctx = awshmac::Context::with_key(k);
-            ctx.update(data);
-            if esn {
-                ctx.update(&hi);
-            }
-            out.copy_from_slice(&ctx.sign().as_ref()[..out.len()]);
-        }
-        MacKey::Md5(_) => {
-            let tag = hmac_icv(mac, &[data], seq, esn);
-            out.copy_from_slice(&tag.as_ref()[..out.len()]);
-        }
-        MacKey::Gmac { .. } => return Err(DropReason::CryptoError),
-    }
-    Ok(())
-}
-
-/// RFC 4303 §2.2.1 / §3.3.2.1: with ESN the high 32 bits are appended, after the next
-/// header field, to the bytes the ICV covers (but not sent).
-fn hmac_icv(mac: &MacKey, parts: &[&[u8]], seq: u64, esn: bool) -> Icv {
-    let hi = ((seq >> 32) as u32).to_be_bytes();
-    let mut out = Icv {
-        bytes: [0; 64],
-        len: 0,
-    };
-    match mac {
-        MacKey::AwsLc(k) => {
-            let mut ctx = awshmac::Context::with_key(k);
-            for p in parts {
-                ctx.update(p);
-            }
-            if esn {
-                ctx.update(&hi);
-            }
-            let tag = ctx.sign();
-            out.len = tag.as_ref().len();
-            out.bytes[..out.len].copy_from_slice(tag.as_ref());
-        }
-        MacKey::Gmac { .. } => {} // not an HMAC: `icv_over` and `hmac_into` refuse it
-        MacKey::Md5(k) => {
-            // The keyed inner/outer states are cloned, not recomputed, per packet.
-            let mut ctx = k.clone();
-            for p in parts {
-                ctx.update(p);
-            }
-            if esn {
-                ctx.update(&hi);
-            }
-            let tag = ctx.finalize().into_bytes();
-            out.len = tag.len();
-            out.bytes[..out.len].copy_from_slice(&tag);
-        }
-    }
-    out
-}
-
-/// RFC 4543 §3.3: the GMAC AAD is SPI ‖ seq (‖ seq as 64 bits with ESN) ‖ IV ‖ payload ‖
-/// padding ‖ pad length ‖ next header: the whole packet but the ICV. With ESN the
-/// high half is not on the wire, so we lay the AAD out contiguously by borrowing the 4
-/// bytes before the ESP header (headroom or the outer header) and restore them after.
-fn with_gmac_aad<R>(
-    buf: &mut [u8],
-    esp: usize,
-    end: usize,
-    seq: u64,
-    esn: bool,
-    f: impl FnOnce(&[u8]) -> R,
-) -> Result<R, DropReason> {
-    if !esn {
-        return Ok(f(&buf[esp..end]));
-    }
-    if esp < 4 {
-        return Err(DropReason::NoRoom);
-    }
-    let saved: [u8; 4] = buf[esp - 4..esp].try_into().unwrap();
-    let spi: [u8; 4] = buf[esp..esp + 4].try_into().unwrap();
-    buf[esp - 4..esp].copy_from_slice(&spi);
-    buf[esp..esp + 4].copy_from_slice(&((seq >> 32) as u32).to_be_bytes());
-    let r = f(&buf[esp - 4..end]);
-    buf[esp..esp + 4].copy_from_slice(&spi);
-    buf[esp - 4..esp].copy_from_slice(&saved);
-    Ok(r)
 }

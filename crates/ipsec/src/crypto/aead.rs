@@ -1,0 +1,55 @@
+//! The combined modes' inputs: the nonce (salt ‖ IV) and the AAD of GCM, ChaCha20-
+//! Poly1305 (RFC 4106 §5, RFC 7634 §2.1) and GMAC (RFC 4543 §3.3).
+
+use aws_lc_rs::aead::Nonce;
+
+use crate::drop::DropReason;
+
+pub(super) fn nonce(salt: &[u8; 4], iv: &[u8]) -> Nonce {
+    let mut n = [0u8; 12];
+    n[..4].copy_from_slice(salt);
+    n[4..].copy_from_slice(iv);
+    Nonce::assume_unique_for_key(n)
+}
+
+/// RFC 4106 §5 / RFC 7634 §2.1: AAD = SPI ‖ seq (32-bit), or SPI ‖ seq_hi ‖ seq_lo with ESN.
+pub(super) fn aead_aad(header: &[u8], seq: u64, esn: bool) -> ([u8; 12], usize) {
+    let mut a = [0u8; 12];
+    a[..4].copy_from_slice(&header[..4]);
+    if esn {
+        a[4..8].copy_from_slice(&((seq >> 32) as u32).to_be_bytes());
+        a[8..12].copy_from_slice(&header[4..8]);
+        (a, 12)
+    } else {
+        a[4..8].copy_from_slice(&header[4..8]);
+        (a, 8)
+    }
+}
+
+/// RFC 4543 §3.3: the GMAC AAD is SPI ‖ seq (‖ seq as 64 bits with ESN) ‖ IV ‖ payload ‖
+/// padding ‖ pad length ‖ next header: the whole packet but the ICV. With ESN the
+/// high half is not on the wire, so we lay the AAD out contiguously by borrowing the 4
+/// bytes before the ESP header (headroom or the outer header) and restore them after.
+pub(super) fn with_gmac_aad<R>(
+    buf: &mut [u8],
+    esp: usize,
+    end: usize,
+    seq: u64,
+    esn: bool,
+    f: impl FnOnce(&[u8]) -> R,
+) -> Result<R, DropReason> {
+    if !esn {
+        return Ok(f(&buf[esp..end]));
+    }
+    if esp < 4 {
+        return Err(DropReason::NoRoom);
+    }
+    let saved: [u8; 4] = buf[esp - 4..esp].try_into().unwrap();
+    let spi: [u8; 4] = buf[esp..esp + 4].try_into().unwrap();
+    buf[esp - 4..esp].copy_from_slice(&spi);
+    buf[esp..esp + 4].copy_from_slice(&((seq >> 32) as u32).to_be_bytes());
+    let r = f(&buf[esp - 4..end]);
+    buf[esp..esp + 4].copy_from_slice(&spi);
+    buf[esp - 4..esp].copy_from_slice(&saved);
+    Ok(r)
+}
