@@ -85,6 +85,14 @@ impl Payload {
             Payload::Random => "random",
         }
     }
+
+    pub fn from_name(name: &str) -> Result<Self, String> {
+        match name {
+            "text" => Ok(Payload::Text),
+            "random" => Ok(Payload::Random),
+            _ => Err(format!("payload {name:?}: use text or random")),
+        }
+    }
 }
 
 const PROSE: &[u8] = b"Five classic IPsec performance studies measured by hand what a secure \
@@ -304,6 +312,42 @@ pub fn measure_config(
         stages: raw.iter().map(|(l, ns, _)| (*l, *ns as f64 / n)).collect(),
         stage_points: raw.iter().map(|(_, _, c)| *c).sum::<u64>() as f64 / n,
     }
+}
+
+/// Every (configuration, payload, size, op) of a sweep, in that order, each measured
+/// with [`measure_config`]; `progress(done, total)` after each.
+#[allow(clippy::too_many_arguments)]
+pub fn run_configs(
+    specs: &[ConfigSpec],
+    payloads: &[Payload],
+    sizes: &[usize],
+    ops: &[Op],
+    budget: Duration,
+    trials: usize,
+    stage_timing: bool,
+    mut progress: impl FnMut(usize, usize),
+) -> Vec<ConfigResult> {
+    let total = specs.len() * sizes.len() * ops.len() * payloads.len();
+    let mut out = Vec::with_capacity(total);
+    for spec in specs {
+        for &payload in payloads {
+            for &size in sizes {
+                for &op in ops {
+                    out.push(measure_config(
+                        spec,
+                        size,
+                        op,
+                        payload,
+                        budget,
+                        trials,
+                        stage_timing,
+                    ));
+                    progress(out.len(), total);
+                }
+            }
+        }
+    }
+    out
 }
 
 #[cfg(test)]

@@ -38,6 +38,25 @@ impl Op {
             Op::Open => "open",
         }
     }
+
+    pub fn from_name(name: &str) -> Result<Self, String> {
+        match name {
+            "seal" => Ok(Op::Seal),
+            "open" => Ok(Op::Open),
+            _ => Err(format!("op {name:?}: use seal or open")),
+        }
+    }
+}
+
+/// Refuse an IP packet size the benchmark cannot build or the studies never use.
+pub fn check_size(size: usize) -> Result<(), String> {
+    if (MIN_SIZE..=9000).contains(&size) {
+        Ok(())
+    } else {
+        Err(format!(
+            "size {size}: IP packet sizes must be {MIN_SIZE} to 9000 bytes"
+        ))
+    }
 }
 
 #[derive(Clone, Debug)]
