@@ -24,30 +24,14 @@ use tun_rs::{VirtioNetHdr, VIRTIO_NET_HDR_GSO_UDP_L4, VIRTIO_NET_HDR_LEN};
 const TCP: u8 = 6;
 const UDP: u8 = 17;
 
-/// RFC 1071 over the concatenation of `parts` (written plainly: a reference apart from
-/// the vectorised sums both sides use).
+/// RFC 1071 over `parts`: the one plain checksum (`ipsec::wire::checksum`, checked
+/// against RFC 1071 §3's example), a reference apart from the vectorised sums of tun-rs
+/// the gateway uses.
 fn rfc1071(parts: &[&[u8]]) -> u16 {
-    let bytes: Vec<u8> = parts.concat();
-    let mut sum: u64 = bytes
-        .chunks(2)
-        .map(|w| u64::from(u16::from_be_bytes([w[0], *w.get(1).unwrap_or(&0)])))
-        .sum();
-    while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    !(sum as u16)
+    ipsec::wire::checksum(&parts.concat())
 }
 
-fn pseudo(pkt: &[u8], proto: u8, l4_len: usize) -> Vec<u8> {
-    let addrs = if pkt[0] >> 4 == 6 {
-        &pkt[8..40]
-    } else {
-        &pkt[12..20]
-    };
-    let mut p = addrs.to_vec();
-    p.extend_from_slice(&[0, proto, (l4_len >> 8) as u8, l4_len as u8]);
-    p
-}
+use ipsec::wire::l4::pseudo_header as pseudo;
 
 fn iph(pkt: &[u8]) -> usize {
     if pkt[0] >> 4 == 6 {

@@ -20,6 +20,8 @@
 //! packet of a connection that cannot join its open packet closes it, so nothing that
 //! arrives later is written ahead of it.
 
+use ipsec::wire::ip::{v4, v6, IPV4_DF};
+use ipsec::wire::l4::{tcp, udp};
 use tun_rs::{
     checksum, checksum_no_fold, VirtioNetHdr, VIRTIO_NET_HDR_GSO_TCPV4, VIRTIO_NET_HDR_GSO_TCPV6,
     VIRTIO_NET_HDR_GSO_UDP_L4, VIRTIO_NET_HDR_LEN,
@@ -27,13 +29,13 @@ use tun_rs::{
 
 /// The largest IP packet (IPv4 total length / what the TUN device takes in one write).
 const MAX_IP: usize = 65_535;
+const IPV4_HEADER_LEN: usize = 20;
+const IPV6_HEADER_LEN: usize = 40;
 /// UDP GSO cuts at most this many datagrams from one packet (UDP_MAX_SEGMENTS before
 /// Linux 6.1).
 const MAX_UDP_SEGMENTS: usize = 64;
 const TCP: u8 = 6;
 const UDP: u8 = 17;
-const TCP_ACK: u8 = 0x10;
-const TCP_PSH: u8 = 0x08;
 /// VIRTIO_NET_HDR_F_NEEDS_CSUM: the checksum at csum_start + csum_offset holds the
 /// pseudo-header sum; the rest is to be summed (CHECKSUM_PARTIAL).
 const NEEDS_CSUM: u8 = 1;
@@ -185,7 +187,7 @@ impl Coalescer {
         it.segments += 1;
         it.next_seq = s.seq.wrapping_add(s.payload as u32);
         if s.psh {
-            buf[vnet + first.iph + 13] |= TCP_PSH;
+            buf[vnet + first.iph + 13] |= tcp::FLAG_PSH;
         }
         // PSH ends a joined packet; so does a shorter segment (only the last may be) and
         // a full buffer.
@@ -251,6 +253,11 @@ impl Coalescer {
     }
 }
 
+/// A 16-bit big-endian field.
+fn be16(b: &[u8]) -> u16 {
+    u16::from_be_bytes([b[0], b[1]])
+}
+
 /// The fields of a joinable packet, or why it is not one.
 fn parse(pkt: &[u8], udp_ok: bool) -> Parsed {
     let Some(&first) = pkt.first() else {
@@ -260,30 +267,34 @@ fn parse(pkt: &[u8], udp_ok: bool) -> Parsed {
     let (iph, proto, v6) = match first >> 4 {
         4 => {
             // No options, the whole packet, not a fragment (MF clear, offset 0).
-            if pkt.len() < 20
+            if pkt.len() < IPV4_HEADER_LEN
                 || first & 0x0f != 5
-                || usize::from(u16::from_be_bytes([pkt[2], pkt[3]])) != pkt.len()
-                || pkt[6] & 0x3f != 0
-                || pkt[7] != 0
+                || usize::from(be16(&pkt[v4::TOTAL_LEN])) != pkt.len()
+                || be16(&pkt[v4::FLAGS_FRAG]) & 0x3fff != 0
             {
                 return Parsed::Other;
             }
-            addrs[..8].copy_from_slice(&pkt[12..20]);
-            (20, pkt[9], false)
+            addrs[..8].copy_from_slice(&pkt[v4::SRC.start..v4::DST.end]);
+            (IPV4_HEADER_LEN, pkt[v4::PROTOCOL], false)
         }
         6 => {
             // TCP or UDP right after the fixed header (no extension headers).
-            if pkt.len() < 40 || usize::from(u16::from_be_bytes([pkt[4], pkt[5]])) != pkt.len() - 40
+            if pkt.len() < IPV6_HEADER_LEN
+                || usize::from(be16(&pkt[v6::PAYLOAD_LEN])) != pkt.len() - IPV6_HEADER_LEN
             {
                 return Parsed::Other;
             }
-            addrs.copy_from_slice(&pkt[8..40]);
-            (40, pkt[6], true)
+            addrs.copy_from_slice(&pkt[v6::SRC.start..v6::DST.end]);
+            (IPV6_HEADER_LEN, pkt[v6::NEXT_HEADER], true)
         }
         _ => return Parsed::Other,
     };
     let l4 = &pkt[iph..];
-    let min = if proto == TCP { 20 } else { 8 };
+    let min = if proto == TCP {
+        tcp::HEADER_LEN
+    } else {
+        udp::HEADER_LEN
+    };
     if !(proto == TCP || proto == UDP) || l4.len() < min {
         return Parsed::Other;
     }
@@ -291,7 +302,7 @@ fn parse(pkt: &[u8], udp_ok: bool) -> Parsed {
         proto,
         v6,
         addrs,
-        ports: [l4[0], l4[1], l4[2], l4[3]],
+        ports: l4[tcp::PORTS].try_into().unwrap(), // the same 4 bytes in UDP
     };
     let mut s = Segment {
         conn,
@@ -299,25 +310,23 @@ fn parse(pkt: &[u8], udp_ok: bool) -> Parsed {
         seq: 0,
         psh: false,
         iph,
-        l4h: 8,
+        l4h: udp::HEADER_LEN,
         payload: 0,
     };
     if proto == TCP {
-        let l4h = usize::from(l4[12] >> 4) * 4;
-        let flags = l4[13];
-        if !(20..=60).contains(&l4h)
+        let l4h = usize::from(l4[tcp::DATA_OFFSET] >> 4) * 4;
+        let flags = l4[tcp::FLAGS];
+        if !(tcp::HEADER_LEN..=60).contains(&l4h)
             || l4.len() <= l4h
-            || (flags != TCP_ACK && flags != TCP_ACK | TCP_PSH)
+            || (flags != tcp::FLAG_ACK && flags != tcp::FLAG_ACK | tcp::FLAG_PSH)
         {
             return Parsed::Closes(conn);
         }
         s.l4h = l4h;
-        s.seq = u32::from_be_bytes([l4[4], l4[5], l4[6], l4[7]]);
-        s.ack = u32::from_be_bytes([l4[8], l4[9], l4[10], l4[11]]);
-        s.psh = flags & TCP_PSH != 0;
-    } else if !udp_ok
-        || l4.len() <= 8
-        || usize::from(u16::from_be_bytes([l4[4], l4[5]])) != l4.len()
+        s.seq = u32::from_be_bytes(l4[tcp::SEQ].try_into().unwrap());
+        s.ack = u32::from_be_bytes(l4[tcp::ACK].try_into().unwrap());
+        s.psh = flags & tcp::FLAG_PSH != 0;
+    } else if !udp_ok || l4.len() <= udp::HEADER_LEN || usize::from(be16(&l4[udp::LEN])) != l4.len()
     {
         return Parsed::Closes(conn);
     }
@@ -328,7 +337,11 @@ fn parse(pkt: &[u8], udp_ok: bool) -> Parsed {
 /// The pseudo-header sum (RFC 793 §3.1, RFC 768; RFC 8200 §8.1 for IPv6) of a packet
 /// whose transport part is `l4_len` bytes.
 fn pseudo_sum(pkt: &[u8], s: &Segment, l4_len: usize) -> u64 {
-    let addrs = if s.conn.v6 { &pkt[8..40] } else { &pkt[12..20] };
+    let addrs = if s.conn.v6 {
+        &pkt[v6::SRC.start..v6::DST.end]
+    } else {
+        &pkt[v4::SRC.start..v4::DST.end]
+    };
     let len = (l4_len as u16).to_be_bytes();
     checksum_no_fold(
         &[0, s.conn.proto, len[0], len[1]],
@@ -345,7 +358,7 @@ fn segment_checksum_ok(pkt: &[u8], s: &Segment) -> bool {
 
 /// A TCP segment's options (what follows the 20 fixed header bytes).
 fn tcp_options<'a>(pkt: &'a [u8], s: &Segment) -> &'a [u8] {
-    &pkt[s.iph + 20..s.iph + s.l4h]
+    &pkt[s.iph + tcp::HEADER_LEN..s.iph + s.l4h]
 }
 
 /// The fields that must be equal for IP packets to join (as the kernel's `inet_gro_receive`
@@ -355,9 +368,11 @@ fn tcp_options<'a>(pkt: &'a [u8], s: &Segment) -> &'a [u8] {
 /// the `gro` fuzz target).
 fn ip_headers_match(a: &[u8], b: &[u8]) -> bool {
     if a[0] >> 4 == 6 {
-        a[..4] == b[..4] && a[7] == b[7]
+        a[v6::VER_TC_FLOW] == b[v6::VER_TC_FLOW] && a[v6::HOP_LIMIT] == b[v6::HOP_LIMIT]
     } else {
-        a[1] == b[1] && a[6] >> 5 == b[6] >> 5 && a[8] == b[8]
+        a[v4::TOS] == b[v4::TOS]
+            && be16(&a[v4::FLAGS_FRAG]) >> 13 == be16(&b[v4::FLAGS_FRAG]) >> 13 // the flags
+            && a[v4::TTL] == b[v4::TTL]
     }
 }
 
@@ -366,10 +381,10 @@ fn ip_headers_match(a: &[u8], b: &[u8]) -> bool {
 /// packet that may be fragmented on its way must be kept (found by the `gro` fuzz
 /// target). With DF the ID identifies nothing (RFC 6864 §4.1) and is renumbered.
 fn ipv4_id_follows(pkt: &[u8], first: &[u8], joined: usize) -> bool {
-    if pkt[0] >> 4 != 4 || pkt[6] & 0x40 != 0 {
+    if pkt[0] >> 4 != 4 || be16(&pkt[v4::FLAGS_FRAG]) & IPV4_DF != 0 {
         return true;
     }
-    let id = |p: &[u8]| u16::from_be_bytes([p[4], p[5]]);
+    let id = |p: &[u8]| be16(&p[v4::IDENT]);
     id(pkt) == id(first).wrapping_add(joined as u16)
 }
 
@@ -381,20 +396,21 @@ fn finish(buf: &mut [u8], first: &Segment, gso_size: usize) -> VirtioNetHdr {
     let (len, iph) = (pkt.len(), first.iph);
     let l4_len = len - iph;
     if first.conn.v6 {
-        pkt[4..6].copy_from_slice(&(l4_len as u16).to_be_bytes());
+        pkt[v6::PAYLOAD_LEN].copy_from_slice(&(l4_len as u16).to_be_bytes());
     } else {
-        pkt[2..4].copy_from_slice(&(len as u16).to_be_bytes());
-        pkt[10..12].fill(0);
+        pkt[v4::TOTAL_LEN].copy_from_slice(&(len as u16).to_be_bytes());
+        pkt[v4::CHECKSUM].fill(0);
         let c = !checksum(&pkt[..iph], 0);
-        pkt[10..12].copy_from_slice(&c.to_be_bytes());
+        pkt[v4::CHECKSUM].copy_from_slice(&c.to_be_bytes());
     }
     let (gso_type, csum_offset) = match (first.conn.proto, first.conn.v6) {
         (UDP, _) => {
-            pkt[iph + 4..iph + 6].copy_from_slice(&(l4_len as u16).to_be_bytes());
-            (VIRTIO_NET_HDR_GSO_UDP_L4, 6)
+            let at = iph + udp::LEN.start;
+            pkt[at..at + 2].copy_from_slice(&(l4_len as u16).to_be_bytes());
+            (VIRTIO_NET_HDR_GSO_UDP_L4, udp::CHECKSUM.start)
         }
-        (_, false) => (VIRTIO_NET_HDR_GSO_TCPV4, 16),
-        (_, true) => (VIRTIO_NET_HDR_GSO_TCPV6, 16),
+        (_, false) => (VIRTIO_NET_HDR_GSO_TCPV4, tcp::CHECKSUM.start),
+        (_, true) => (VIRTIO_NET_HDR_GSO_TCPV6, tcp::CHECKSUM.start),
     };
     let partial = checksum(&[], pseudo_sum(pkt, first, l4_len));
     let at = iph + csum_offset;
@@ -413,29 +429,14 @@ fn finish(buf: &mut [u8], first: &Segment, gso_size: usize) -> VirtioNetHdr {
 mod tests {
     use super::*;
 
-    /// RFC 1071 checksum, written plainly (a reference apart from tun-rs's vectorised one).
+    /// RFC 1071 over `parts`: the one plain checksum (`ipsec::wire::checksum`, checked
+    /// against RFC 1071 §3's example), a reference apart from the vectorised sums of tun-rs
+    /// the gateway uses.
     fn rfc1071(parts: &[&[u8]]) -> u16 {
-        let bytes: Vec<u8> = parts.concat();
-        let mut sum: u64 = bytes
-            .chunks(2)
-            .map(|w| u64::from(u16::from_be_bytes([w[0], *w.get(1).unwrap_or(&0)])))
-            .sum();
-        while sum > 0xffff {
-            sum = (sum & 0xffff) + (sum >> 16);
-        }
-        !(sum as u16)
+        ipsec::wire::checksum(&parts.concat())
     }
 
-    fn pseudo(pkt: &[u8], proto: u8, l4_len: usize) -> Vec<u8> {
-        let addrs = if pkt[0] >> 4 == 6 {
-            &pkt[8..40]
-        } else {
-            &pkt[12..20]
-        };
-        let mut p = addrs.to_vec();
-        p.extend_from_slice(&[0, proto, (l4_len >> 8) as u8, l4_len as u8]);
-        p
-    }
+    use ipsec::wire::l4::pseudo_header as pseudo;
 
     /// Set the transport checksum of an IP packet (and the IPv4 header's) by RFC 1071.
     fn seal_checksums(pkt: &mut [u8], proto: u8) {
@@ -556,9 +557,9 @@ mod tests {
         for v6 in [false, true] {
             let (a, b, c) = (data(1000, 1), data(1000, 2), data(600, 3));
             let pkts = vec![
-                tcp(v6, 5000, 77, TCP_ACK, &a, 9),
-                tcp(v6, 6000, 77, TCP_ACK, &b, 10),
-                tcp(v6, 7000, 77, TCP_ACK | TCP_PSH, &c, 11),
+                tcp(v6, 5000, 77, tcp::FLAG_ACK, &a, 9),
+                tcp(v6, 6000, 77, tcp::FLAG_ACK, &b, 10),
+                tcp(v6, 7000, 77, tcp::FLAG_ACK | tcp::FLAG_PSH, &c, 11),
             ];
             let mut co = Coalescer::new(8, true, true);
             let out = run(&mut co, &pkts);
@@ -610,13 +611,13 @@ mod tests {
 
     #[test]
     fn a_segment_with_a_bad_checksum_joins_nothing_and_goes_as_it_came() {
-        let mut bad = tcp(false, 6000, 1, TCP_ACK, &data(1000, 2), 2);
+        let mut bad = tcp(false, 6000, 1, tcp::FLAG_ACK, &data(1000, 2), 2);
         let last = bad.len() - 1;
         bad[last] ^= 0x40;
         let pkts = vec![
-            tcp(false, 5000, 1, TCP_ACK, &data(1000, 1), 1),
+            tcp(false, 5000, 1, tcp::FLAG_ACK, &data(1000, 1), 1),
             bad.clone(),
-            tcp(false, 7000, 1, TCP_ACK, &data(1000, 3), 3),
+            tcp(false, 7000, 1, tcp::FLAG_ACK, &data(1000, 3), 3),
         ];
         let out = run(&mut Coalescer::new(8, true, true), &pkts);
         let got: Vec<Vec<Vec<u8>>> = out.iter().map(|o| cut(o, false).1).collect();
@@ -641,17 +642,17 @@ mod tests {
         // A gap, a FIN between segments, a new ACK number: each starts a new packet, and
         // nothing later is written ahead of what came before it.
         let pkts = vec![
-            seg(1000, TCP_ACK, 100),
-            seg(1200, TCP_ACK, 100),      // gap: new packet
-            seg(1100, TCP_ACK, 100),      // the missing one: may not join 1000 (1200 came first)
-            seg(1300, TCP_ACK | 0x01, 0), // FIN, no payload
-            seg(1300, TCP_ACK, 100),
-            tcp(false, 1400, 2, TCP_ACK, &data(100, 9), 1), // another ACK number
+            seg(1000, tcp::FLAG_ACK, 100),
+            seg(1200, tcp::FLAG_ACK, 100),      // gap: new packet
+            seg(1100, tcp::FLAG_ACK, 100), // the missing one: may not join 1000 (1200 came first)
+            seg(1300, tcp::FLAG_ACK | 0x01, 0), // FIN, no payload
+            seg(1300, tcp::FLAG_ACK, 100),
+            tcp(false, 1400, 2, tcp::FLAG_ACK, &data(100, 9), 1), // another ACK number
             vec![
                 0x45, 0, 0, 28, 0, 0, 0, 0, 64, 1, 0, 0, 10, 1, 0, 1, 10, 2, 0, 1, 8, 0, 0, 0, 0,
                 0, 0, 0,
             ], // ICMP
-            tcp(false, 1500, 2, TCP_ACK, &data(100, 9), 1), // may not jump the ICMP packet
+            tcp(false, 1500, 2, tcp::FLAG_ACK, &data(100, 9), 1), // may not jump the ICMP packet
         ];
         let out = run(&mut Coalescer::new(16, true, true), &pkts);
         let got: Vec<Vec<u8>> = out.iter().flat_map(|o| cut(o, false).1).collect();
@@ -670,26 +671,29 @@ mod tests {
         let cases: Vec<(&str, Vec<Vec<u8>>, usize)> = vec![
             (
                 "PSH ends it",
-                vec![seg(0, 100, TCP_ACK | TCP_PSH), seg(100, 100, TCP_ACK)],
+                vec![
+                    seg(0, 100, tcp::FLAG_ACK | tcp::FLAG_PSH),
+                    seg(100, 100, tcp::FLAG_ACK),
+                ],
                 2,
             ),
             (
                 "shorter ends it",
                 vec![
-                    seg(0, 100, TCP_ACK),
-                    seg(100, 50, TCP_ACK),
-                    seg(150, 50, TCP_ACK),
+                    seg(0, 100, tcp::FLAG_ACK),
+                    seg(100, 50, tcp::FLAG_ACK),
+                    seg(150, 50, tcp::FLAG_ACK),
                 ],
                 2,
             ),
             (
                 "larger may not follow",
-                vec![seg(0, 100, TCP_ACK), seg(100, 200, TCP_ACK)],
+                vec![seg(0, 100, tcp::FLAG_ACK), seg(100, 200, tcp::FLAG_ACK)],
                 2,
             ),
             (
                 "SYN never joins",
-                vec![seg(0, 100, 0x02), seg(100, 100, TCP_ACK)],
+                vec![seg(0, 100, 0x02), seg(100, 100, tcp::FLAG_ACK)],
                 2,
             ),
         ];
@@ -700,11 +704,11 @@ mod tests {
             assert_eq!(got, pkts, "{what}");
         }
         // Different TTL (IP header fields) or TCP options: separate packets.
-        let a = seg(0, 100, TCP_ACK);
-        let mut b = seg(100, 100, TCP_ACK);
+        let a = seg(0, 100, tcp::FLAG_ACK);
+        let mut b = seg(100, 100, tcp::FLAG_ACK);
         b[8] = 63;
         seal_checksums(&mut b, TCP);
-        let mut c = seg(100, 100, TCP_ACK);
+        let mut c = seg(100, 100, tcp::FLAG_ACK);
         c[20 + 27] = 8; // another timestamp
         seal_checksums(&mut c, TCP);
         assert_eq!(
@@ -720,8 +724,8 @@ mod tests {
     /// as it came.
     #[test]
     fn flow_labels_and_ids_segmentation_cannot_keep_do_not_join() {
-        let mut a6 = tcp(true, 0, 1, TCP_ACK, &data(100, 1), 0);
-        let mut b6 = tcp(true, 100, 1, TCP_ACK, &data(100, 2), 0);
+        let mut a6 = tcp(true, 0, 1, tcp::FLAG_ACK, &data(100, 1), 0);
+        let mut b6 = tcp(true, 100, 1, tcp::FLAG_ACK, &data(100, 2), 0);
         a6[1..4].copy_from_slice(&[0x00, 0x12, 0x34]);
         b6[1..4].copy_from_slice(&[0x00, 0x56, 0x78]); // another flow label
         seal_checksums(&mut a6, TCP);
@@ -733,13 +737,13 @@ mod tests {
         assert_eq!(out.len(), 2, "different flow labels stay apart");
         let got: Vec<Vec<u8>> = out.iter().flat_map(|o| cut(o, true).1).collect();
         assert_eq!(got, vec![a6.clone(), b6]);
-        let mut c6 = tcp(true, 100, 1, TCP_ACK, &data(100, 2), 0);
+        let mut c6 = tcp(true, 100, 1, tcp::FLAG_ACK, &data(100, 2), 0);
         c6[1..4].copy_from_slice(&[0x00, 0x12, 0x34]); // the same label: joins
         seal_checksums(&mut c6, TCP);
         assert_eq!(run(&mut Coalescer::new(8, true, true), &[a6, c6]).len(), 1);
         // IPv4 without DF: IDs 7 then 9 stay apart, 7 then 8 join; with DF, 7 then 9 join.
         let v4 = |seq: u32, id: u16, df: bool| {
-            let mut p = tcp(false, seq, 1, TCP_ACK, &data(100, 1), id);
+            let mut p = tcp(false, seq, 1, tcp::FLAG_ACK, &data(100, 1), id);
             if !df {
                 p[6] = 0;
                 seal_checksums(&mut p, TCP);
@@ -764,7 +768,16 @@ mod tests {
     #[test]
     fn a_joined_packet_stays_within_64_kib() {
         let pkts: Vec<Vec<u8>> = (0..50)
-            .map(|i| tcp(false, i * 1400, 1, TCP_ACK, &data(1400, i as u8), i as u16))
+            .map(|i| {
+                tcp(
+                    false,
+                    i * 1400,
+                    1,
+                    tcp::FLAG_ACK,
+                    &data(1400, i as u8),
+                    i as u16,
+                )
+            })
             .collect();
         let out = run(&mut Coalescer::new(8, true, true), &pkts);
         assert_eq!(out.len(), 2);
@@ -776,8 +789,8 @@ mod tests {
     #[test]
     fn without_a_virtio_header_or_for_anything_else_packets_go_as_they_came() {
         let pkts = vec![
-            tcp(false, 0, 1, TCP_ACK, &data(100, 1), 1),
-            tcp(false, 100, 1, TCP_ACK, &data(100, 2), 2),
+            tcp(false, 0, 1, tcp::FLAG_ACK, &data(100, 1), 1),
+            tcp(false, 100, 1, tcp::FLAG_ACK, &data(100, 2), 2),
         ];
         let out = run(&mut Coalescer::new(8, false, true), &pkts);
         assert_eq!(out, pkts, "no virtio header: written as they are, one each");

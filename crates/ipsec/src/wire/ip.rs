@@ -8,7 +8,7 @@ use crate::drop::DropReason;
 use crate::wire::checksum;
 
 /// IPv4 header fields (RFC 791 §3.1).
-pub(crate) mod v4 {
+pub mod v4 {
     use core::ops::Range;
     pub const VER_IHL: usize = 0;
     pub const TOS: usize = 1;
@@ -23,7 +23,7 @@ pub(crate) mod v4 {
 }
 
 /// IPv6 header fields (RFC 8200 §3).
-pub(crate) mod v6 {
+pub mod v6 {
     use core::ops::Range;
     pub const VER_TC_FLOW: Range<usize> = 0..4;
     pub const PAYLOAD_LEN: Range<usize> = 4..6;

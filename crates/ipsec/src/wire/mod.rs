@@ -7,6 +7,7 @@
 pub mod ah;
 pub mod esp;
 pub mod ip;
+pub mod l4;
 
 pub use ah::AhHeader;
 pub use esp::EspHeader;
