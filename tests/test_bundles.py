@@ -25,7 +25,7 @@ from scapy.packet import Raw  # noqa: E402
 
 warnings.filterwarnings("ignore", category=DeprecationWarning)
 
-TEXT = (Path(__file__).resolve().parents[1] / "README.md").read_bytes()
+TEXT = (Path(__file__).resolve().parent / "fixtures" / "prose.txt").read_bytes()
 OUT = ("192.0.2.1", "192.0.2.2")
 
 

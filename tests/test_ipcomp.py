@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from ipsec_lab import DropError, IpcompAssociation
 
-TEXT = (Path(__file__).resolve().parents[1] / "README.md").read_bytes()
+TEXT = (Path(__file__).resolve().parent / "fixtures" / "prose.txt").read_bytes()
 
 
 def raw_deflate(data: bytes, wbits: int, level: int = 6) -> bytes:

@@ -19,7 +19,7 @@ from ipsec_lab.model.pcap import CaptureError, size_histogram
 from ipsec_lab.model.throughput import SyncModel, predict_mix
 from ipsec_lab.studies import ferrante2005 as F
 
-TEXT = Path(__file__).resolve().parents[1] / "README.md"
+TEXT = Path(__file__).resolve().parent / "fixtures" / "prose.txt"
 
 
 # --- the advisor ------------------------------------------------------------------------

@@ -29,7 +29,7 @@ use signal_hook::iterator::Signals;
                   running one stays); SIGTERM or SIGINT stop it and remove the TUN device."
 )]
 struct Cli {
-    /// The gateway's config file (TOML; see the README for the format).
+    /// The gateway's config file (TOML; docs/gateway.md gives the format).
     #[arg(long, short)]
     config: Option<PathBuf>,
     /// Check the config and exit: 0 if it is usable (warnings on stderr), 2 if not.

@@ -160,3 +160,11 @@ def make(name: str, stage_timing: bool = False) -> Backend:
         kwargs["stage_timing"] = stage_timing
     backend: Backend = cls(**kwargs)
     return backend
+
+
+def markdown() -> str:
+    """The backend table of docs/backends.md (`python -m ipsec_lab.backends` prints it)."""
+    lines = ["| backend | what it is | module |", "|---|---|---|"]
+    for e in REGISTRY:
+        lines.append(f"| `{e.name}` | {e.what} | `backends/{e.module}.py` |")
+    return "\n".join(lines) + "\n"

@@ -30,7 +30,7 @@ from ipsec_lab.model.transforms import parse_configuration
 BENCH_SIZES = [64, 128, 256, 512, 1024, 1420]
 
 
-# One wording wherever plan's engine-only figure is shown (README included).
+# One wording wherever plan's engine-only figure is shown.
 ENGINE_ONLY = (
     "upper bound on rate, lower bound on cost: the engine alone, without the TUN, socket "
     "and kernel costs a gateway also pays (plan from a lab campaign with --campaign N)"

@@ -8,7 +8,7 @@ pub const MAX_CRYPTO_WORKERS: usize = 8;
 
 /// `crypto_workers = "auto"`: 1 below 8 cores — today's single thread per direction,
 /// since with fewer a crew only takes CPU from the traffic's own ends (measured on 2
-/// cores: README) — and a quarter of the cores from 8 up (the two directions, and on a
+/// cores: docs/gateway.md) — and a quarter of the cores from 8 up (the two directions, and on a
 /// lab host the other gateway and the traffic's ends, share the machine), at most
 /// [`MAX_CRYPTO_WORKERS`]. Not yet measured on a many-core machine: set it from
 /// `benchmarks/gateway_scaling.py` there.

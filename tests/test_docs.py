@@ -1,0 +1,55 @@
+"""The book agrees with the code: the tables generated from the registries are current,
+every link between pages leads somewhere, and the README stays a door (a short page
+with a map), not the book."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from ipsec_lab import backends, metrics
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+
+def _table(page: str, name: str) -> str:
+    text = (ROOT / "docs" / page).read_text()
+    m = re.search(rf"<!-- table: {name} -->\n(.*?)<!-- end -->", text, re.S)
+    assert m, f"docs/{page} has no {name} table"
+    return m.group(1)
+
+
+@pytest.mark.parametrize(
+    "page, name, make",
+    [("lab.md", "metrics", metrics.markdown), ("backends.md", "backends", backends.markdown)],
+)
+def test_generated_tables_are_current(page: str, name: str, make: object) -> None:
+    want = make()  # type: ignore[operator]
+    assert _table(page, name) == want, f"docs/{page} is stale; `python -m ...` prints:\n{want}"
+
+
+def test_every_metric_and_backend_is_on_its_page() -> None:
+    lab, bk = _table("lab.md", "metrics"), _table("backends.md", "backends")
+    assert all(f"| `{m.key}` |" in lab for m in metrics.METRICS)
+    assert all(f"| `{n}` |" in bk for n in backends.NAMES)
+
+
+def test_links_between_pages_lead_somewhere() -> None:
+    broken = []
+    for page in PAGES:
+        for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", page.read_text()):
+            if "://" in target:
+                continue
+            if not (page.parent / target).exists():
+                broken.append(f"{page.relative_to(ROOT)} -> {target}")
+    assert broken == []
+
+
+def test_the_readme_is_a_door() -> None:
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.splitlines()) <= 250
+    for page in sorted((ROOT / "docs").glob("*.md")):
+        assert f"docs/{page.name}" in readme, f"the README's map does not name {page.name}"
