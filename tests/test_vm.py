@@ -76,3 +76,39 @@ def test_vm_on_the_cli_says_what_is_missing(tmp_path: Path) -> None:
     # root: the kernel named is checked (and virtme-ng's absence, if so, is said first)
     assert "ipsec-lab run:" in p.stderr
     assert "vmlinuz-none: no such kernel image" in p.stderr or "virtme-ng" in p.stderr
+
+
+def test_run_with_vm_hands_the_vm_the_same_command_with_the_lab_made_explicit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`run --vm` runs this very command in the VM (the VM itself is booted by
+    tests/test_vm_root.py, which runs the campaign there): `--vm` and `--vm-kernel` off,
+    a relative `--lab` made absolute, the lab (and `--out`) shared writable. Only the
+    boot is replaced here, by a recorder."""
+    from ipsec_lab import cli
+
+    seen: list[tuple[list[str], list[Path], str | None]] = []
+
+    def boot(argv: list[str], rw: list[Path], kernel: str | None = None) -> int:
+        seen.append((argv, rw, kernel))
+        return 0
+
+    monkeypatch.setattr(vm, "run", boot)
+    monkeypatch.chdir(tmp_path)
+    argv = ["run", "s.toml", "--vm", "--vm-kernel", "/boot/k", "--lab", "lab", "--json"]
+    monkeypatch.setattr(sys, "argv", ["/usr/bin/ipsec-lab", *argv])
+    assert cli.main(argv) == 0
+    ((inner, rw, kernel),) = seen
+    lab = str((tmp_path / "lab").resolve())
+    assert inner == ["/usr/bin/ipsec-lab", "run", "s.toml", "--lab", lab, "--json"]
+    assert rw == [Path(lab)] and kernel == "/boot/k"
+    seen.clear()
+    argv = ["reproduce", "freeswan", "--quick", "--vm", "--out", "rep"]
+    monkeypatch.setattr(sys, "argv", ["/usr/bin/ipsec-lab", *argv])
+    monkeypatch.setenv("IPSEC_LAB_DIR", str(tmp_path / "store"))
+    assert cli.main(argv) == 0
+    ((inner, rw, kernel),) = seen
+    store = str((tmp_path / "store").resolve())
+    assert inner == ["/usr/bin/ipsec-lab", "reproduce", "freeswan", "--quick", "--out", "rep",
+                     "--lab", store]  # fmt: skip
+    assert rw == [Path(store), (tmp_path / "rep").resolve()] and kernel is None

@@ -19,49 +19,6 @@ pytestmark = pytest.mark.root
 REPO = Path(__file__).resolve().parents[1]
 
 
-def test_ours_and_the_kernels_ipsec_in_the_vm(tmp_path: Path) -> None:
-    """Interop (24 cases, both ways, and a replayed capture) and impairment (netem: ours
-    and xfrm)."""
-    log = tmp_path / "inner.log"
-    pytest_bin = str(Path(sys.executable).parent / "pytest")
-    argv = [
-        "sh", "-c",
-        f"{pytest_bin} -q -p no:cacheprovider --basetemp={tmp_path / 'inner'} "
-        f"{REPO / 'tests/vm/interop.py'} {REPO / 'tests/vm/impairment.py'} > {log} 2>&1; "
-        f"echo rc=$? >> {log}",
-    ]  # fmt: skip
-    rc = vm.run(argv, [tmp_path], timeout=1500)
-    text = log.read_text() if log.exists() else ""
-    assert rc == 0, f"the VM did not run (rc {rc})"
-    assert "rc=0" in text, text[-4000:]
-    m = re.search(r"(\d+) passed", text)
-    assert m and int(m.group(1)) == 28 and "failed" not in text, text[-4000:]
-
-
-def campaign_in_vm(scenario: Path, lab: Path, timeout: float) -> dict[str, Any]:
-    """`ipsec-lab run SCENARIO --vm` into `lab`; its campaign's `results --json`."""
-    exe = str(Path(sys.executable).parent / "ipsec-lab")
-    p = subprocess.run([exe, "run", str(scenario), "--vm", "--lab", str(lab)],
-                       capture_output=True, text=True, timeout=timeout, check=False)  # fmt: skip
-    assert p.returncode == 0, (p.stdout + p.stderr)[-4000:]
-    r = subprocess.run([exe, "results", "1", "--lab", str(lab), "--json"],
-                       capture_output=True, text=True, timeout=60, check=True)  # fmt: skip
-    data: dict[str, Any] = json.loads(r.stdout)
-    return data
-
-
-def test_a_campaign_of_every_backend_runs_in_the_vm(tmp_path: Path) -> None:
-    """scenarios/vm.toml with --vm: none, xfrm, strongSwan and ours, two configurations,
-    unshaped and 802.11 (netem), every run measured, into the host's store, each
-    recording that it ran in a VM."""
-    data = campaign_in_vm(REPO / "scenarios/vm.toml", tmp_path / "lab", 1200)
-    assert data["counts"] == {"planned": 14, "done": 14, "failed": 0, "skipped": 0}
-    assert data["campaign"]["environment"]["vm"].startswith(("tcg", "kvm"))
-    rates = {(x["backend"], x["link"]) for x in data["runs"] if x["status"] == "done"}
-    assert {b for b, _ in rates} == {"none", "xfrm", "strongswan", "ours"}
-    assert {link for _, link in rates} == {"unshaped", "wifi-2mbit"}
-
-
 CLIENTS = """\
 name = "vm-clients"
 topology = "clients"                   # a server and two clients, host-to-host each
@@ -79,13 +36,76 @@ seconds = 1
 """
 
 
-def test_the_kernels_ipsec_on_the_clients_topology_in_the_vm(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def in_the_vm(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One boot for every VM test (under TCG a boot and its lab start cost a minute): the
+    interop and impairment tests, then two campaigns, each as a person runs them in the
+    VM (`ipsec-lab run`, as `--vm` does; the `--vm` command line itself is checked in
+    tests/test_vm.py), each writing its log and exit status for its test below."""
+    d = tmp_path_factory.mktemp("vm")
+    (d / "clients.toml").write_text(CLIENTS)
+    pytest_bin = str(Path(sys.executable).parent / "pytest")
+    exe = str(Path(sys.executable).parent / "ipsec-lab")
+    steps = {
+        "inner": f"{pytest_bin} -q -p no:cacheprovider --basetemp={d / 'inner'} "
+        f"{REPO / 'tests/vm/interop.py'} {REPO / 'tests/vm/impairment.py'}",
+        "every": f"{exe} run {REPO / 'scenarios/vm.toml'} --lab {d / 'lab-every'}",
+        "clients": f"{exe} run {d / 'clients.toml'} --lab {d / 'lab-clients'}",
+    }
+    # a script file: the VM's command travels on the kernel's command line, which holds
+    # 2 KiB at most (three steps' paths would not fit; the VM then hangs at boot)
+    script = d / "steps.sh"
+    script.write_text("".join(
+        f"{cmd} > {d / name}.log 2>&1; echo rc=$? >> {d / name}.log\n"
+        for name, cmd in steps.items()
+    ))  # fmt: skip
+    rc = vm.run(["sh", str(script)], [d], timeout=2400)
+    assert rc == 0, f"the VM did not run (rc {rc})"
+    return d
+
+
+def _log(d: Path, name: str) -> str:
+    log = d / f"{name}.log"
+    return log.read_text() if log.exists() else ""
+
+
+def test_ours_and_the_kernels_ipsec_in_the_vm(in_the_vm: Path) -> None:
+    """Interop (24 cases, both ways, and a replayed capture) and impairment (netem: ours
+    and xfrm)."""
+    text = _log(in_the_vm, "inner")
+    assert "rc=0" in text, text[-4000:]
+    m = re.search(r"(\d+) passed", text)
+    assert m and int(m.group(1)) == 28 and "failed" not in text, text[-4000:]
+
+
+def campaign(d: Path, name: str) -> dict[str, Any]:
+    """The campaign step `name` ran in the VM: it exited 0; its `results --json`."""
+    text = _log(d, name)
+    assert "rc=0" in text, text[-4000:]
+    exe = str(Path(sys.executable).parent / "ipsec-lab")
+    r = subprocess.run([exe, "results", "1", "--lab", str(d / f"lab-{name}"), "--json"],
+                       capture_output=True, text=True, timeout=60, check=True)  # fmt: skip
+    data: dict[str, Any] = json.loads(r.stdout)
+    return data
+
+
+def test_a_campaign_of_every_backend_runs_in_the_vm(in_the_vm: Path) -> None:
+    """scenarios/vm.toml in the VM: none, xfrm, strongSwan and ours, two configurations,
+    unshaped and 802.11 (netem), every run measured, into the host's store, each
+    recording that it ran in a VM."""
+    data = campaign(in_the_vm, "every")
+    assert data["counts"] == {"planned": 14, "done": 14, "failed": 0, "skipped": 0}
+    assert data["campaign"]["environment"]["vm"].startswith(("tcg", "kvm"))
+    rates = {(x["backend"], x["link"]) for x in data["runs"] if x["status"] == "done"}
+    assert {b for b, _ in rates} == {"none", "xfrm", "strongswan", "ours"}
+    assert {link for _, link in rates} == {"unshaped", "wifi-2mbit"}
+
+
+def test_the_kernels_ipsec_on_the_clients_topology_in_the_vm(in_the_vm: Path) -> None:
     """The server holds one tunnel per client (two SAs of one SPI each way, told apart by
     their addresses): xfrm, xfrm with ESP in UDP, strongSwan on the kernel and ours all
     carry both clients' flows."""
-    scenario = tmp_path / "clients.toml"
-    scenario.write_text(CLIENTS)
-    data = campaign_in_vm(scenario, tmp_path / "lab", 900)
+    data = campaign(in_the_vm, "clients")
     assert data["counts"] == {"planned": 8, "done": 8, "failed": 0, "skipped": 0}
     flows = {(x["backend"], x["flow"]) for x in data["runs"] if x["results"][0]["mbps"] > 1}
     backends = ("xfrm", "xfrm-udp", "strongswan-kernel", "ours")

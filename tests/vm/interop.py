@@ -17,15 +17,15 @@ import re
 import struct
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from ipsec_lab.backends import private_file, xfrm
+from ipsec_lab.backends import private_dir, private_file, xfrm
 from ipsec_lab.backends.ours import (
     SPI,
     TUN_MTU,
@@ -163,55 +163,77 @@ class Case:
         return "-".join([self.configuration, self.net, *opts])
 
 
+@pytest.fixture(scope="module")
+def testbeds(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[[str], Testbed]]:
+    """One testbed per topology, built when a case first needs it and shared by the
+    cases after it (under TCG building namespaces, links and routes is seconds a case);
+    each case leaves it as it found it (`ours_and_xfrm`)."""
+    with ExitStack() as stack:
+        made: dict[str, Testbed] = {}
+
+        def get(net: str) -> Testbed:
+            if net not in made:
+                tb = stack.enter_context(Testbed(NETS[net](), tmp_path_factory.mktemp(net)))
+                if tb.topo.forwarding:
+                    # routes between the inner networks, for the kernel's output lookup
+                    t = tb.topo.tunnels[0]
+                    for node, dst, via in ((t.left, t.right_ts, t.right_outer),
+                                           (t.right, t.left_ts, t.left_outer)):  # fmt: skip
+                        fam = ["-6"] if ":" in dst else ["-4"]
+                        gw = ["via", via] if (":" in dst) == (":" in via) else []
+                        tb.run(node, ["ip", *fam, "route", "add", dst, *gw, "dev", "wan"])
+                made[net] = tb
+            return made[net]
+
+        yield get
+
+
 @contextmanager
-def ours_and_xfrm(tmp: Path, case: Case) -> Iterator[tuple[Testbed, Path]]:
-    """The case's topology with ipsec-gw on its left IPsec node and the kernel's xfrm on
-    its right one, sharing one set of fresh keys; yields the testbed and ours' stats
-    socket."""
+def ours_and_xfrm(tb: Testbed, case: Case) -> Iterator[tuple[Testbed, Path]]:
+    """ipsec-gw on the testbed's left IPsec node and the kernel's xfrm on its right one,
+    sharing one set of fresh keys; yields the testbed and ours' stats socket. Afterwards
+    the testbed is as before: the gateway stopped and its guard released (`--release`:
+    rule, blackhole routes, nftables table), the kernel's states and policies flushed."""
     binary = gateway_binary()
     assert binary is not None, "ipsec-gw is not built"
-    with Testbed(NETS[case.net](), tmp / "run") as tb:
-        t = tb.topo.tunnels[0]
-        ls = layers(case.configuration)
-        keys = fresh_keys(ls)
-        transport = case.net.startswith("transport")
-        forward = bool(tb.topo.forwarding)
-        if forward:  # routes between the inner networks, for the kernel's output lookup
-            for node, dst, via in ((t.left, t.right_ts, t.right_outer),
-                                   (t.right, t.left_ts, t.left_outer)):  # fmt: skip
-                fam = ["-6"] if ":" in dst else ["-4"]
-                gw = ["via", via] if (":" in dst) == (":" in via) else []
-                tb.run(node, ["ip", *fam, "route", "add", dst, *gw, "dev", "wan"])
-        sock = gateway_socket_dir(tb) / f"gw-{t.left}.sock"
-        conf = tb.rundir / f"{t.left}.toml"
-        private_file(conf, gateway_config(
-            t.left, t, ls, keys, sock, udp_encap=case.udp_encap, esn=case.esn,
-            mode="transport" if transport else "tunnel",
-            mtu=1400 if transport else TUN_MTU,
-        ))  # fmt: skip
-        after = ESN_START if case.esn else 0
-        if after:
-            resume_after(conf, True, keys, after)
-        lines = xfrm.commands(
-            t.right, t, ls, xfrm.Keys(keys), forward,
-            udp_encap=case.udp_encap, esn=case.esn, after_seq=after,
-        )  # fmt: skip
-        batch = tb.rundir / f"{t.right}.ip"
-        private_file(batch, "\n".join(lines) + "\n")
-        tb.run(t.right, ["ip", "-batch", str(batch)])
-        holder = xfrm.encap_socket(tb, t.right, t.right_outer) if case.udp_encap else None
-        # fresh keys (resume_after's state, when written, is found and used)
-        argv = [str(binary), "--config", str(conf), "--init-state"]
-        p = tb.spawn(t.left, argv, f"ipsec-gw-{t.left}")
-        try:
-            assert wait_for_path(sock, p, 10), (tb.rundir / f"ipsec-gw-{t.left}.log").read_text()
-            yield tb, sock
-        finally:
-            tb.stop(p)
-            if holder:
-                tb.stop(holder)
-            tb.run(t.right, ["ip", "xfrm", "policy", "flush"], check=False)
-            tb.run(t.right, ["ip", "xfrm", "state", "flush"], check=False)
+    t = tb.topo.tunnels[0]
+    ls = layers(case.configuration)
+    keys = fresh_keys(ls)
+    transport = case.net.startswith("transport")
+    forward = bool(tb.topo.forwarding)
+    d = private_dir(tb.rundir / re.sub(r"[^A-Za-z0-9_.-]+", "_", str(case)))
+    # a socket path of its own: a stale one would look like a started gateway
+    sock = gateway_socket_dir(tb) / f"gw-{t.left}-{d.name}.sock"
+    conf = d / f"{t.left}.toml"
+    private_file(conf, gateway_config(
+        t.left, t, ls, keys, sock, udp_encap=case.udp_encap, esn=case.esn,
+        mode="transport" if transport else "tunnel",
+        mtu=1400 if transport else TUN_MTU,
+    ))  # fmt: skip
+    after = ESN_START if case.esn else 0
+    if after:
+        resume_after(conf, True, keys, after)
+    lines = xfrm.commands(
+        t.right, t, ls, xfrm.Keys(keys), forward,
+        udp_encap=case.udp_encap, esn=case.esn, after_seq=after,
+    )  # fmt: skip
+    batch = d / f"{t.right}.ip"
+    private_file(batch, "\n".join(lines) + "\n")
+    tb.run(t.right, ["ip", "-batch", str(batch)])
+    holder = xfrm.encap_socket(tb, t.right, t.right_outer) if case.udp_encap else None
+    # fresh keys (resume_after's state, when written, is found and used)
+    argv = [str(binary), "--config", str(conf), "--init-state"]
+    p = tb.spawn(t.left, argv, f"ipsec-gw-{t.left}")
+    try:
+        assert wait_for_path(sock, p, 10), (tb.rundir / f"ipsec-gw-{t.left}.log").read_text()
+        yield tb, sock
+    finally:
+        tb.stop(p)
+        if holder:
+            tb.stop(holder)
+        tb.run(t.left, [str(binary), "--config", str(conf), "--release"], check=False)
+        tb.run(t.right, ["ip", "xfrm", "policy", "flush"], check=False)
+        tb.run(t.right, ["ip", "xfrm", "state", "flush"], check=False)
 
 
 def counters(sock: Path) -> dict[str, Any]:
@@ -272,9 +294,11 @@ def planted(tmp: Path) -> Path:
 
 
 @pytest.mark.parametrize("case", CASES, ids=str)
-def test_ours_and_the_kernel_interoperate(tmp_path: Path, case: Case) -> None:
+def test_ours_and_the_kernel_interoperate(
+    tmp_path: Path, testbeds: Callable[[str], Testbed], case: Case
+) -> None:
     data = planted(tmp_path)
-    with ours_and_xfrm(tmp_path, case) as (tb, sock):
+    with ours_and_xfrm(testbeds(case.net), case) as (tb, sock):
         t = tb.topo.tunnels[0]
         src, dst = ends(tb.topo)
         wan = "wan" if tb.topo.forwarding else "eth0"
@@ -339,10 +363,13 @@ def replay(tb: Testbed, node: str, iface: str, pcap: Path, src: str) -> int:
     return int(sent.group(1))
 
 
-def test_a_replayed_capture_is_dropped_on_both_sides(tmp_path: Path) -> None:
+def test_a_replayed_capture_is_dropped_on_both_sides(
+    tmp_path: Path, testbeds: Callable[[str], Testbed]
+) -> None:
     """RFC 4303 §3.4.3: each side refuses the other's packets sent again."""
     data = planted(tmp_path)
-    with ours_and_xfrm(tmp_path, Case("esp:aes128gcm16")) as (tb, sock):
+    case = Case("esp:aes128gcm16")
+    with ours_and_xfrm(testbeds(case.net), case) as (tb, sock):
         t = tb.topo.tunnels[0]
         with capture(tb, "gwA", "wan", "outer") as pcap:
             transfer(tb, CLIENT, SERVER, data)
