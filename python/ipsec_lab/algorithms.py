@@ -14,9 +14,6 @@ from typing import Any
 
 from ipsec_lab import _native
 
-# RFC 4303 §2.4: ESP's payload, padding and trailer end on a 4-byte boundary at least.
-ESP_MIN_ALIGN = 4
-
 
 @dataclass(frozen=True)
 class Cipher:
@@ -31,15 +28,11 @@ class Cipher:
     iv: int  # IV bytes carried in each packet
     icv: int  # ICV of a combined mode (0 = needs a separate integrity algorithm)
     block_len: int  # the cipher block the plaintext is padded to (1: stream or counter)
+    align: int  # the ciphertext (payload + pad + trailer) is a multiple of this (RFC 4303 §2.4)
     work_block: int  # the block function's width, for the precise secured length
     legacy: bool
     kernel: str  # the Linux crypto API name (`ip xfrm state … enc|aead NAME`)
     libipsec: bool  # strongSwan's kernel-libipsec implements it
-
-    @property
-    def align(self) -> int:
-        """The ciphertext (payload + pad + trailer) is a multiple of this (RFC 4303 §2.4)."""
-        return max(self.block_len, ESP_MIN_ALIGN)
 
     @property
     def key_material(self) -> int:
@@ -83,7 +76,8 @@ def _cipher(row: dict[str, Any]) -> Cipher:
     return Cipher(
         name=row["name"], title=row["title"], rfc=row["rfc"], kind=row["kind"],
         key_len=row["key_len"], salt_len=row["salt_len"], iv=row["iv_len"], icv=row["icv_len"],
-        block_len=row["block_len"], work_block=row["work_block"], legacy=row["legacy"],
+        block_len=row["block_len"], align=row["align"], work_block=row["work_block"],
+        legacy=row["legacy"],
         kernel=row["kernel"], libipsec=row["libipsec"],
     )  # fmt: skip
 

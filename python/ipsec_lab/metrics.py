@@ -2,7 +2,7 @@
 label, what it means, how it aggregates over repetitions, and how it prints.
 
 The runner's summary (`runner.summarize`), the `results` table and the live summary
-(`cli.lab.summary_table`), the CSV export and the campaign report
+(`cli.output.summary_table`), the CSV export and the campaign report
 (`campaign_report.analyse`) all loop over these declarations. A new metric is one
 `Metric` here (and the meter that fills its row field); `docs/lab.md` lists them and a
 test checks it agrees.

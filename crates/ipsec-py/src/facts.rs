@@ -21,6 +21,7 @@ pub(crate) fn algorithms(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
         d.set_item("iv_len", r.iv_len)?;
         d.set_item("icv_len", r.icv_len)?;
         d.set_item("block_len", r.block_len)?;
+        d.set_item("align", r.align())?;
         d.set_item("work_block", r.work_block)?;
         d.set_item("legacy", r.legacy)?;
         d.set_item("kernel", r.kernel)?;

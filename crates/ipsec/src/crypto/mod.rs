@@ -314,9 +314,7 @@ impl Suite {
     /// Alignment of pad + trailer: the cipher block, at least 4 (RFC 4303 §2.4).
     #[inline]
     pub fn align(&self) -> usize {
-        self.encryption
-            .block_len()
-            .max(crate::constants::ESP_MIN_ALIGN)
+        self.encryption.spec().align()
     }
     /// Bytes padding adds for a payload of `payload_len` (RFC 4303 §2.4).
     #[inline]

@@ -105,6 +105,12 @@ impl EncryptionSpec {
     pub fn is_aead(&self) -> bool {
         matches!(self.kind(), Kind::Aead | Kind::Gmac)
     }
+    /// Alignment of ESP's payload, padding and trailer: the cipher block, at least 4
+    /// (RFC 4303 §2.4).
+    #[inline]
+    pub fn align(&self) -> usize {
+        self.block_len.max(crate::constants::ESP_MIN_ALIGN)
+    }
 }
 
 /// An integrity algorithm: ESP's (with a non-combined cipher) and AH's.
