@@ -18,7 +18,7 @@ import pytest
 
 from ipsec_lab.backends.ours import gateway_binary
 from netutil import capture
-from test_gateway_root import blast, hup_then_restart, sa, settle, tunnel
+from test_gateway_traffic_root import blast, hup_then_restart, sa, settle, tunnel
 
 pytestmark = pytest.mark.root
 

@@ -1,132 +1,20 @@
-"""The IPComp advisor (study 1's findings), the overhead calculator (study 4's view),
-capture reading, and the command-line contract of `model`, `plan`, `advise`, `overhead`."""
+"""The model's inputs and commands: packet sizes read from pcap and pcapng captures, and
+the command-line contract of `model`, `plan`, `advise` and `overhead`."""
 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import zlib
 from pathlib import Path
 
 import pytest
 
 from conftest import cli
-from ipsec_lab.model import ipcomp as ipc
-from ipsec_lab.model import overhead as ovh
-from ipsec_lab.model import parse_configuration, parse_lalg
+from ipsec_lab.model import parse_lalg
 from ipsec_lab.model.pcap import CaptureError, size_histogram
 from ipsec_lab.model.throughput import SyncModel, predict_mix
-from ipsec_lab.studies import ferrante2005 as F
 
 TEXT = Path(__file__).resolve().parent / "fixtures" / "prose.txt"
-
-
-# --- the advisor ------------------------------------------------------------------------
-
-
-def test_study1_at_10_mbit_ipcomp_beats_the_link_while_cpu_bound() -> None:
-    """Costs from study 1's 100 Mbit/s figures predict its 10 Mbit/s finding: IPComp on
-    compressible data is CPU-bound yet faster than the link allows without IPsec."""
-    sample = ipc.published(1 - F.IPCOMP_COMPRESSIBLE_REDUCTION_10, F.PACKET_SIZE)
-    a = ipc.advise(sample, F.ipcomp_costs("compressible"), 10.0)
-    both, none, esp = a.case("ipcomp+esp"), a.case("none"), a.case("esp")
-    assert both.limit == "cpu" and none.limit == "link" and esp.limit == "link"
-    assert both.mbps > none.mbps > esp.mbps
-    assert a.gain_pct > 0 and "pays" in a.verdict
-    # Published: 11.67 Mbit/s measured, 17.44 "with enough CPU".
-    assert both.mbps == pytest.approx(F.IPCOMP_COMPRESSIBLE_MBPS_10, rel=0.1)
-    assert both.link_mbps == pytest.approx(F.IPCOMP_ENOUGH_CPU_MBPS_10, rel=0.1)
-
-
-@pytest.mark.parametrize(
-    "data, reduction, published",
-    [
-        ("compressible", F.IPCOMP_COMPRESSIBLE_REDUCTION_100, F.IPCOMP_COMPRESSIBLE_MBPS_100),
-        ("incompressible", 0.0, F.IPCOMP_INCOMPRESSIBLE_MBPS_100),
-    ],
-)
-def test_study1_at_100_mbit_ipcomp_slows_everything(
-    data: str, reduction: float, published: float
-) -> None:
-    sample = ipc.published(1 - reduction, F.PACKET_SIZE)
-    a = ipc.advise(sample, F.ipcomp_costs(data), 100.0)
-    both, esp = a.case("ipcomp+esp"), a.case("esp")
-    assert both.limit == "cpu" and esp.limit == "cpu"
-    assert both.mbps < esp.mbps
-    assert a.gain_pct < 0 and "does not pay" in a.verdict
-    assert esp.mbps == pytest.approx(F.ENC_SHA1_MBPS_100, rel=0.01)
-    assert both.mbps == pytest.approx(published, rel=0.1)
-
-
-def test_real_text_compresses_and_random_bytes_do_not() -> None:
-    text = ipc.measure(ipc.packetize(TEXT.read_bytes(), 1500))
-    assert text.compressed >= text.packets - 1  # all but perhaps a short last packet
-    assert text.ratio < 0.8
-    rnd = ipc.measure(ipc.packetize(os.urandom(300_000), 1500))
-    assert rnd.compressed == 0 and rnd.incompressible == rnd.packets
-    assert rnd.ratio == 1.0
-    # Each packet really compresses to what is counted (raw DEFLATE, RFC 2394).
-    for p, out in zip(ipc.packetize(TEXT.read_bytes(), 1500), text.out):
-        if out is not None:
-            c = ipc.deflate_raw(p)
-            assert len(c) == out and zlib.decompress(c, -15) == p
-
-
-def test_small_packets_are_not_compressed_and_window_bits_matter() -> None:
-    pkts = ipc.packetize(TEXT.read_bytes()[:4000], 80)
-    r = ipc.measure(pkts, min_size=90)
-    assert r.too_small == r.packets and r.compressed == 0 and r.compress_input == 0
-    big = TEXT.read_bytes() * 3
-    w9 = ipc.measure([big[:9000]], wbits=9).out[0]
-    w15 = ipc.measure([big[:9000]], wbits=15).out[0]
-    assert w9 is not None and w15 is not None and w15 < w9
-    with pytest.raises(ValueError, match="window bits 16"):
-        ipc.measure([big], wbits=16)
-
-
-def test_packetize_makes_ip_packets_of_the_given_size() -> None:
-    pkts = ipc.packetize(b"x" * 3000, 1500)
-    assert [len(p) for p in pkts] == [1500, 1500, 120]
-    assert all(int.from_bytes(p[2:4], "big") == len(p) for p in pkts)
-
-
-# --- overhead ---------------------------------------------------------------------------
-
-
-def test_transfer_counts_by_hand() -> None:
-    none = ovh.transfer(parse_configuration("none"), 3000)
-    # MSS: 1500 - 20 - 20 - 12 = 1448 -> 3 data segments; 2 delayed ACKs.
-    assert none.segment_data == 1448
-    assert none.server_to_client.packets == 1 + 3 + 2  # SYN-ACK, data, FIN + ACK
-    assert none.client_to_server.packets == 1 + 1 + 2 + 2  # SYN, ACK, data ACKs, FIN + ACK
-    assert none.server_to_client.ip_bytes == 60 + 2 * 1500 + (52 + 104) + 2 * 52
-    esp = ovh.transfer(parse_configuration("esp:aes128gcm16"), 3000)
-    # Clamped: the largest inner packet whose ESP form fits 1500 bytes.
-    inner = ovh.largest_inner(parse_configuration("esp:aes128gcm16"), 1500)
-    from ipsec_lab.model import wire_size
-
-    cfg = parse_configuration("esp:aes128gcm16")
-    assert wire_size(cfg, inner) <= 1500 < wire_size(cfg, inner + 1)
-    assert esp.segment_data == inner - 52
-
-
-def test_study4_load_increase_falls_with_size_inside_the_published_bands() -> None:
-    """Study 4 (3DES with MD5 or SHA-1, ESP or AH authentication): network-load increase
-    20-30 % (HTTP) / 31-44 % (SMTP) for 1 KB, 3-8 % / 4-12 % for 10 MB."""
-    configs = ["esp:3des-md5", "esp:3des-sha1", "ah:md5+esp:3des", "ah:sha1+esp:3des"]
-    small = ovh.transfer_view(configs, 1024, request_bytes=100)
-    large = ovh.transfer_view(configs, 10 * 1024 * 1024, request_bytes=100)
-    for s, lg in zip(small["configs"], large["configs"]):
-        assert 20 <= s["load_pct"] <= 44, s
-        assert 3 <= lg["load_pct"] <= 12, lg
-        assert lg["load_pct"] < s["load_pct"]
-    # AH on top of ESP adds load over ESP alone (study 4: ~6 % more for 1 KB files).
-    by = {r["config"]: r["load_pct"] for r in small["configs"]}
-    assert by["ah:md5+esp:3des"] > by["esp:3des-md5"]
-
-
-# --- captures ---------------------------------------------------------------------------
 
 
 def _write_captures(tmp: Path) -> tuple[Path, Path, dict[int, int]]:

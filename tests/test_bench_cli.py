@@ -1,0 +1,145 @@
+"""`ipsec-lab bench`: the `--json` contract scripts depend on (suites, stages, configs,
+study 1's bundles) and arguments refused with a message that names them."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from ipsec_lab.cli import main
+
+
+def test_bench_json_shape() -> None:
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ipsec_lab.cli",
+            "bench",
+            "--suite",
+            "aes128gcm16",
+            "--size",
+            "64",
+            "--size",
+            "1420",
+            "--budget-ms",
+            "5",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    doc = json.loads(out.stdout)
+    assert set(doc) == {"results", "environment"}
+    rows = doc["results"]
+    assert [(r["suite"], r["mode"], r["op"], r["size"]) for r in rows] == [
+        ("aes128gcm16", "tunnel", "seal", 64),
+        ("aes128gcm16", "tunnel", "open", 64),
+        ("aes128gcm16", "tunnel", "seal", 1420),
+        ("aes128gcm16", "tunnel", "open", 1420),
+    ]
+    for r in rows:
+        for k in (
+            "ns_per_packet",
+            "mpps",
+            "gbps",
+            "raw_ns_per_packet",
+            "ratio_to_raw",
+            "us_per_kb",
+        ):
+            assert r[k] > 0, k
+        assert r["ratio_to_raw"] == pytest.approx(r["raw_ns_per_packet"] / r["ns_per_packet"])
+        assert r["mpps"] == pytest.approx(1e3 / r["ns_per_packet"])
+        assert r["gbps"] == pytest.approx(r["size"] * 8 / r["ns_per_packet"])
+    assert "cpu" in doc["environment"] and "kernel" in doc["environment"]
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["bench", "--size", "10"], "IP packet size must be 28 to 9000"),
+        (["bench", "--suite", "aes999"], "is not a proposal"),
+        (["bench", "--mode", "sideways"], "invalid choice"),
+        (["bench", "--budget-ms", "0"], "must be at least 1"),
+    ],
+)
+def test_bad_cli_arguments(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    try:
+        rc = main(argv)
+    except SystemExit as e:
+        rc = int(e.code or 0)
+    assert rc == 2
+    assert message in capsys.readouterr().err
+
+
+def test_invalid_pairing_on_the_command_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert (
+        main(["bench", "--suite", "aes128gcm16-sha1", "--size", "64", "--budget-ms", "1", "--json"])
+        == 2
+    )
+    assert "combined-mode" in capsys.readouterr().err
+
+
+def test_bench_stages_json_shape() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "ipsec_lab.cli", "bench", "--suite", "aes128-sha1",
+         "--size", "1420", "--op", "seal", "--budget-ms", "5", "--stages", "--json"],
+        capture_output=True, text=True, timeout=120, check=True,
+    )  # fmt: skip
+    (row,) = json.loads(out.stdout)["results"]
+    assert {"header", "padding", "iv", "cipher", "mac"} == set(row["stages"])
+    assert row["per_byte_ns"] == pytest.approx(row["stages"]["cipher"] + row["stages"]["mac"])
+    assert row["stage_timing_cost"] > -1 and 0 <= row["stage_timing_off_cost"] < 1
+
+
+def test_bench_configs_and_study1_json() -> None:
+    def run(*args: str) -> dict:
+        out = subprocess.run(
+            [sys.executable, "-m", "ipsec_lab.cli", "bench", *args, "--budget-ms", "3",
+             "--trials", "1", "--json"],
+            capture_output=True, text=True, timeout=180, check=True,
+        )  # fmt: skip
+        return json.loads(out.stdout)
+
+    doc = run("--config", "ipcomp+esp:aes128-sha1", "--data", "text", "--data", "random",
+              "--op", "seal")  # fmt: skip
+    by = {r["payload"]: r for r in doc["results"]}
+    assert by["text"]["wire_len"] < 1420 < by["random"]["wire_len"]  # compressed vs not
+    assert all(r["mbps"] > 0 and r["us_per_kb"] > 0 for r in doc["results"])
+    s1 = run("--study1")
+    names = [r["name"] for r in s1["rows"]]
+    assert names == [
+        "auth only", "enc only", "enc + SHA-1", "enc + SHA-2", "AH + ESP",
+        "IPComp, compressible", "IPComp, incompressible",
+    ]  # fmt: skip
+    base = next(r for r in s1["rows"] if r["name"] == "enc + SHA-1")
+    assert base["effort_vs_enc_sha1"] == 1.0 and base["published_effort_vs_enc_sha1"] == 1.0
+    assert all(r["effort_vs_enc_sha1"] > 0 for r in s1["rows"])
+
+
+def test_bench_config_errors() -> None:
+    p = subprocess.run(
+        [sys.executable, "-m", "ipsec_lab.cli", "bench", "--config", "ipcomp+ah:sha1"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert p.returncode == 2 and "give ESP" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_bench_config_stages_split_a_bundle() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "ipsec_lab.cli", "bench", "--config", "ipcomp+esp:aes128-sha1",
+         "--op", "seal", "--budget-ms", "3", "--trials", "1", "--stages", "--json"],
+        capture_output=True, text=True, timeout=120, check=True,
+    )  # fmt: skip
+    (row,) = json.loads(out.stdout)["results"]
+    # IPComp's compress and ESP's cipher and MAC land in one split, on the model's terms.
+    assert {"compress", "cipher", "mac", "iv", "header"} <= set(row["stages"])
+    per_byte = row["stages"]["compress"] + row["stages"]["cipher"] + row["stages"]["mac"]
+    assert row["per_byte_ns"] == pytest.approx(per_byte)

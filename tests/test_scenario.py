@@ -1,0 +1,165 @@
+"""Scenario files: presets expanded, the run plan, the CLI's rate and size grammar, and
+errors that name the file and the key; every shipped example is valid."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ipsec_lab import preflight, scenario
+
+GOOD = """
+name = "t"
+topology = "line"
+backends = ["none", "strongswan"]
+configurations = ["esp:aes128gcm16", "@ferrante2005"]
+repetitions = 2
+[[links]]
+preset = "ethernet-10"
+[[links]]
+name = "lossy"
+rate_mbit = 20
+loss_pct = 1
+delay_ms = 5
+[[workloads]]
+kind = "tcp"
+bytes = "10M"
+[[workloads]]
+kind = "rfc2544"
+size = 512
+[gateway]
+cpu_quota = 0.5
+"""
+
+
+def test_a_good_scenario_reads_with_presets_expanded() -> None:
+    sc = scenario.parse(GOOD, "good.toml")
+    assert sc.topology == "line"
+    assert sc.backends == ("none", "strongswan")
+    # the preset expands in place and duplicates go
+    assert sc.configurations[0] == "esp:aes128gcm16"
+    assert "ah:sha1+esp:aes128" in sc.configurations
+    assert "ipcomp+esp:aes128-sha1" in sc.configurations
+    assert len(sc.configurations) == len(set(sc.configurations))
+    assert sc.links[0].rate_mbit == 10 and not sc.links[0].needs_netem
+    assert sc.links[1].name == "lossy" and sc.links[1].needs_netem
+    assert sc.workloads[0].bytes == 10 << 20
+    assert sc.workloads[1].name == "rfc2544-512"
+    assert sc.gateway.cpu_quota == 0.5
+
+
+def test_plan_runs_none_once_per_link_workload_and_repetition() -> None:
+    sc = scenario.parse(GOOD, "good.toml")
+    plan = preflight.plan(sc)
+    n_cfg = len(sc.configurations)
+    assert len(plan) == 2 * 2 * 2 * (1 + n_cfg)  # links x workloads x reps x (none + cfgs)
+    assert {p.key.configuration for p in plan if p.key.backend == "none"} == {"none"}
+    assert len({p.key for p in plan}) == len(plan)
+
+
+def test_scenario_rates_and_sizes_take_the_cli_grammar() -> None:
+    sc = scenario.parse(
+        "[[links]]\nname = 'x'\nrate_mbit = '1.5G'\n[[links]]\nname = 'y'\nrate_mbit = '500k'\n"
+        "[[workloads]]\nkind = 'udp'\nrate_mbit = '10Mbit/s'\n"
+        "[[workloads]]\nkind = 'http'\nfiles = ['1KiB', '10MB', 300]\n"
+        "[[workloads]]\nkind = 'tcp'\nbytes = '1G'",
+        "ok.toml",
+    )
+    assert [lk.rate_mbit for lk in sc.links] == [1500.0, 0.5]
+    assert sc.workloads[0].rate_mbit == 10.0
+    assert sc.workloads[1].files == (1024, 10 << 20, 300)
+    assert sc.workloads[2].bytes == 1 << 30
+
+
+@pytest.mark.parametrize(
+    ("text", "key", "words"),
+    [
+        ("topology = 'ring'", "topology", "pair, line, clients"),
+        ("backends = ['libreswan']", "backends", "unknown backend"),
+        ("configurations = ['esp:aes999']", "configurations", "aes999"),
+        ("configurations = ['@nostudy']", "configurations", "@ferrante2005"),
+        ("speed = 3", "speed", "unknown key"),
+        ("repetitions = 0", "repetitions", "outside"),
+        ("repetitions = 1.5", "repetitions", "whole number"),
+        ("links = ['ethernet-1000']", "links[0].preset", "unknown preset"),
+        ("[[links]]\nrate_mbit = 5", "links[0].name", "needs a name"),
+        ("[[links]]\nname = 'x'\nrate_mbit = -5", "links[0].rate_mbit", "negative"),
+        ("[[links]]\nname = 'x'\nloss_pct = 'lots'", "links[0].loss_pct", "number"),
+        ("[[workloads]]\nkind = 'ftp'", "workloads[0].kind", "tcp, udp"),
+        ("[[workloads]]\nkind = 'tcp'\nbytes = 'many'", "workloads[0].bytes", "not a size"),
+        ("[[workloads]]\nkind = 'udp'\nbytes = 100", "workloads[0].bytes", "only a tcp"),
+        ("[[workloads]]\nkind = 'udp'\nsize = 20", "workloads[0].size", "outside"),
+        ("[[workloads]]\nkind = 'tcp'\n[[workloads]]\nkind = 'tcp'", "workloads", "label"),
+        (
+            "[[workloads]]\nkind = 'rfc2544'\nmax_rate_mbit = 5\nresolution_mbit = 10",
+            "workloads[0].resolution_mbit",
+            "below max_rate_mbit",
+        ),
+        ("[[workloads]]\nkind = 'tcp'\ndata = 'zeros'", "workloads[0].data", "iperf, text"),
+        ("[[workloads]]\nkind = 'udp'\ndata = 'text'", "workloads[0].data", "only a tcp"),
+        (
+            "[[workloads]]\nkind = 'tcp'\ndata = 'text'\nstreams = 4",
+            "workloads[0].data",
+            "one stream",
+        ),
+        (
+            "[[workloads]]\nkind = 'rfc2544'\noverload_trials = 51",
+            "workloads[0].overload_trials",
+            "outside",
+        ),
+        (
+            "[[workloads]]\nkind = 'rfc2544'\noverload_trials = 2.5",
+            "workloads[0].overload_trials",
+            "whole number",
+        ),
+        (
+            "[[workloads]]\nkind = 'udp'\noverload_trials = 2",
+            "workloads[0].overload_trials",
+            "rfc2544",
+        ),
+        ("[[workloads]]\nkind = 'udp'\nsizes = [64]", "workloads[0].sizes", "only an rfc2544"),
+        (
+            "[[workloads]]\nkind = 'rfc2544'\nsize = 64\nsizes = [64, 128]",
+            "workloads[0].sizes",
+            "not both",
+        ),
+        ("[[workloads]]\nkind = 'rfc2544'\nsizes = []", "workloads[0].sizes", "non-empty"),
+        ("[[workloads]]\nkind = 'rfc2544'\nsizes = [64, 32]", "workloads[0].sizes", "outside"),
+        ("[[workloads]]\nkind = 'rfc2544'\nsizes = [64, 64]", "workloads[0].sizes", "twice"),
+        ("stage_timing = 'yes'", "stage_timing", "true or false"),
+        ("[gateway]\ncpus = [99]", "gateway.cpus", "CPU numbers"),
+        ("[gateway]\ncpu_quota = 0", "gateway.cpu_quota", "outside"),
+        ("name = = 3", "name (line 1)", "Invalid value"),
+        # a TOML error names the key on its line, with its table
+        ("[[links]]\nname = 'x'\nrate_mbit = 10M", "links.rate_mbit (line 3)", 'rate_mbit = "10M"'),
+        # keys are checked per workload kind: one another kind reads is refused, not ignored
+        ("[[workloads]]\nkind = 'tcp'\nrate_mbit = 10", "workloads[0].rate_mbit", "only a udp"),
+        ("[[workloads]]\nkind = 'http'\nseconds = 3", "workloads[0].seconds", "an http"),
+        ("[[workloads]]\nkind = 'udp'\nstreams = 4", "workloads[0].streams", "only a tcp"),
+        ("[[workloads]]\nkind = 'imix'\nsize = 64", "workloads[0].size", "udp or rfc2544"),
+        # rates in one grammar: a byte rate is refused with the bit spelling
+        ("[[links]]\nname = 'x'\nrate_mbit = '10MB'", "links[0].rate_mbit", "write 80M"),
+        ("[[links]]\nname = 'x'\nrate_mbit = '-1G'", "links[0].rate_mbit", "negative"),
+        ("[[workloads]]\nkind = 'http'\nfiles = ['1Mb']", "workloads[0].files", "bits"),
+    ],
+)
+def test_scenario_errors_name_the_file_and_key(text: str, key: str, words: str) -> None:
+    with pytest.raises(scenario.ScenarioError) as e:
+        scenario.parse(text, "bad.toml")
+    assert e.value.key == key
+    assert str(e.value).startswith(f"bad.toml: {key}: ")
+    assert words in str(e.value)
+
+
+def test_a_missing_scenario_file_is_a_scenario_error(tmp_path: Path) -> None:
+    with pytest.raises(scenario.ScenarioError, match="No such file"):
+        scenario.load(tmp_path / "nope.toml")
+
+
+def test_the_example_scenarios_are_valid() -> None:
+    files = sorted(Path(__file__).parent.parent.glob("scenarios/*.toml"))
+    assert len(files) >= 4
+    for f in files:
+        sc = scenario.load(f)
+        assert preflight.plan(sc), f

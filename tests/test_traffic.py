@@ -1,0 +1,276 @@
+"""The traffic side without namespaces: the RFC 2544 search (NDR, PDR, forwarding rate at
+overload, several sizes), what a trial counts, CPU per packet, and the SMTP message."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+
+from ipsec_lab import scenario
+from ipsec_lab.traffic.apps import mail_message
+from ipsec_lab.traffic.rfc2544 import partial_drop_rate, search
+
+
+def _lossy_above(capacity: float, calls: list[float]) -> object:
+    def trial(rate: float) -> dict[str, float]:
+        calls.append(rate)
+        loss = 0.0 if rate <= capacity else 100 * (rate - capacity) / rate
+        return {"offered_mbps": rate, "loss_pct": loss}
+
+    return trial
+
+
+@pytest.mark.parametrize("capacity", [1.0, 17.3, 63.0, 99.9])
+def test_search_brackets_the_loss_free_rate_within_the_resolution(capacity: float) -> None:
+    calls: list[float] = []
+    r = search(_lossy_above(capacity, calls), 100.0, 0.5, 0.0, 30)  # type: ignore[arg-type]
+    assert r.converged
+    assert capacity - 0.5 <= r.rate_mbps <= capacity
+    assert calls[0] == 100.0  # the first trial is at the top rate
+    assert [t["offered_mbps"] for t in r.trials] == calls
+    # every verdict agrees with the loss it saw
+    assert all(t["passed"] == (t["loss_pct"] == 0) for t in r.trials)
+
+
+def test_search_passing_at_the_top_stops_at_once() -> None:
+    calls: list[float] = []
+    r = search(_lossy_above(500, calls), 100.0, 1.0, 0.0, 30)  # type: ignore[arg-type]
+    assert r.converged and r.rate_mbps == 100.0 and calls == [100.0]
+
+
+def test_search_tolerance_and_trial_bound() -> None:
+    calls: list[float] = []
+    # 5 % loss just above 50 Mbit/s: with a 10 % tolerance the search goes higher
+    r = search(_lossy_above(50, calls), 100.0, 0.1, 10.0, 40)  # type: ignore[arg-type]
+    assert r.rate_mbps > 50
+    calls.clear()
+    r = search(_lossy_above(50, calls), 100.0, 0.001, 0.0, 4)  # type: ignore[arg-type]
+    assert not r.converged and len(r.trials) == 4 and "4 trials" in r.reason
+
+
+def test_search_with_nothing_passing_reports_zero() -> None:
+    r = search(lambda rate: {"loss_pct": 100.0}, 10.0, 1.0, 0.0, 20)
+    assert r.rate_mbps == 0.0 and r.converged
+
+
+@pytest.mark.parametrize("capacity", [0.8, 4.2, 17.0, 370.0])
+def test_search_narrows_to_the_rate_an_overloaded_device_delivered(capacity: float) -> None:
+    """Trials that report what they delivered (at most the capacity) hint where to look:
+    the same answer as plain halving from a generous ceiling, in fewer trials."""
+    calls: list[float] = []
+
+    def trial(rate: float) -> dict[str, float]:
+        calls.append(rate)
+        loss = 0.0 if rate <= capacity else 100 * (rate - capacity) / rate
+        return {"offered_mbps": rate, "loss_pct": loss, "mbps": min(rate, capacity)}
+
+    r = search(trial, 1000.0, 0.05, 0.0, 40)  # type: ignore[arg-type]
+    plain: list[float] = []
+    p = search(_lossy_above(capacity, plain), 1000.0, 0.05, 0.0, 40)  # type: ignore[arg-type]
+    assert r.converged and capacity - 0.05 <= r.rate_mbps <= capacity
+    assert p.converged and abs(p.rate_mbps - r.rate_mbps) <= 0.05
+    assert len(calls) < len(plain)
+    assert calls[1] <= 1.5 * capacity  # the second trial already sits near the capacity
+
+
+@pytest.mark.parametrize("capacity", [3.0, 60.0])
+def test_search_is_not_misled_by_a_device_that_delivers_little_when_overloaded(
+    capacity: float,
+) -> None:
+    """Receive livelock: flooded, the device delivers a quarter of what it forwards
+    loss-free. The hint (1.5 x that) is tried, passes, and the search goes on above it."""
+
+    def trial(rate: float) -> dict[str, float]:
+        if rate <= capacity:
+            return {"offered_mbps": rate, "loss_pct": 0.0, "mbps": rate}
+        return {"offered_mbps": rate, "loss_pct": 50.0, "mbps": capacity / 4}
+
+    r = search(trial, 1000.0, 0.05, 0.0, 60)  # type: ignore[arg-type]
+    assert r.converged and capacity - 0.05 <= r.rate_mbps <= capacity
+
+
+def test_ndr_and_pdr_come_from_one_search() -> None:
+    """A device losing nothing up to 100 Mbit/s and 0.3 % up to 120: the search for the
+    NDR (0 loss) tries rates in between, and the PDR (<= 0.5 %, FD.io CSIT) is read from
+    the same trials."""
+
+    def trial(rate: float) -> dict[str, float]:
+        loss = 0.0 if rate <= 100 else 0.3 if rate <= 120 else 20.0
+        return {"offered_mbps": rate, "loss_pct": loss}
+
+    r = search(trial, 1000.0, 1.0, 0.0, 30)
+    assert 99.0 <= r.rate_mbps <= 100.0  # NDR
+    pdr = partial_drop_rate(r.trials)
+    assert r.rate_mbps < pdr <= 120.0  # the trials that lost 0.3 % count toward the PDR
+    assert partial_drop_rate([{"offered_mbps": 5.0, "loss_pct": 1.0}]) == 0.0
+
+
+def test_forwarding_rate_at_overload_is_the_median_delivery_of_overloaded_trials() -> None:
+    from ipsec_lab.traffic.rfc2544 import forwarding_rate_at_overload
+
+    trials = [
+        {"offered_mbps": 500.0, "loss_pct": 97.0, "mbps": 40.0},  # livelock: left out
+        {"offered_mbps": 45.0, "loss_pct": 0.0, "mbps": 45.0},  # passed: not overloaded
+        {"offered_mbps": 90.0, "loss_pct": 10.0, "mbps": 80.0},
+        {"offered_mbps": 84.0, "loss_pct": 0.0, "mbps": 78.0},  # 0 loss, arrived late
+        {"offered_mbps": 81.0, "loss_pct": 1.0, "mbps": 79.0},
+    ]
+    mfr, spread, n = forwarding_rate_at_overload(trials, 0.1)
+    assert (mfr, n) == (79.0, 3) and spread == pytest.approx(2 / 79)
+    # dedicated overload trials at a fixed rate keep even a far-off one
+    assert forwarding_rate_at_overload(trials[:1], 0.1, livelock=False)[0] == 40.0
+    assert forwarding_rate_at_overload(trials[1:2], 0.1) == (None, None, 0)
+
+
+def test_a_workload_of_several_sizes_scales_its_ceiling_to_one_packet_rate() -> None:
+    sc = scenario.parse(
+        "[[workloads]]\nkind = 'rfc2544'\nsizes = [128, 1280, 512]\nmax_rate_mbit = 500\n"
+        "resolution_mbit = 1\noverload_trials = 3",
+        "s.toml",
+    )
+    w = sc.workloads[0]
+    assert w.all_sizes == (128, 1280, 512) and w.name == "rfc2544-128-1280-512"
+    assert w.size_label(512) == "rfc2544-512"
+    assert w.max_rate_for(1280) == 500 and w.max_rate_for(128) == pytest.approx(50)
+    assert w.resolution_for(512) == pytest.approx(0.4)
+    one = scenario.parse("[[workloads]]\nkind = 'rfc2544'\nsize = 512", "o.toml").workloads[0]
+    assert one.all_sizes == (512,) and one.max_rate_for(512) == one.max_rate_mbit
+
+
+def _drifting_device(
+    capacity: dict[int, float], calls: list[tuple[int, float]], drift: float = 0.01
+) -> Any:
+    """An overloaded device whose speed drifts: every trial it gets `drift` faster, at
+    every size alike (what a shared host does over minutes). A trial offered less than
+    its capacity is carried whole."""
+
+    def trial(size: int, rate: float) -> dict[str, float]:
+        speed = 1 + drift * len(calls)
+        calls.append((size, rate))
+        cap = capacity[size] * speed
+        got = min(rate, cap)
+        return {"size": size, "offered_mbps": rate, "mbps": got,
+                "loss_pct": 100 * (rate - got) / rate}  # fmt: skip
+
+    return trial
+
+
+def test_overload_rounds_give_every_size_every_place_and_the_same_drift() -> None:
+    """Rounds rotate the sizes (each takes each place in turn), so a drift in the
+    host's speed moves every size's median about alike: the ratio of two sizes' MFRs is
+    the device's own to within a round's drift. One size after another, as separate runs
+    measure them, the later size gets the faster minutes and the ratio is off by nine
+    trials' drift."""
+    from ipsec_lab.traffic.rfc2544 import forwarding_rate_at_overload, overload_rounds
+
+    cap = {128: 10.0, 1280: 80.0, 512: 40.0}
+    tops = {s: 2 * c for s, c in cap.items()}
+    calls: list[tuple[int, float]] = []
+    got = overload_rounds(_drifting_device(cap, calls), tops, tops, 9, 0.1)
+    order = [s for s, _ in calls]
+    assert order[:9] == [128, 1280, 512, 1280, 512, 128, 512, 128, 1280]
+    for s in cap:  # every place in a round, three times each
+        assert [order[i] for i in range(0, 27, 3)].count(s) == 3
+    assert all(len(ts) == 9 and all(t["overload"] for t in ts) for ts in got.values())
+    assert [t["round"] for t in got[512]] == list(range(9))
+
+    def mfr(ts: list[dict[str, Any]]) -> float:
+        m = forwarding_rate_at_overload(ts, 0.1, livelock=False)[0]
+        assert m is not None
+        return m
+
+    assert mfr(got[1280]) / mfr(got[128]) == pytest.approx(8.0, rel=0.025)
+    assert mfr(got[512]) / mfr(got[128]) == pytest.approx(4.0, rel=0.025)
+    calls.clear()
+    one_by_one = {
+        s: overload_rounds(_drifting_device(cap, calls), {s: tops[s]}, tops, 9, 0.1)[s] for s in cap
+    }
+    assert mfr(one_by_one[1280]) / mfr(one_by_one[128]) > 8.0 * 1.06
+
+
+def test_overload_rounds_offer_more_after_a_trial_the_path_carried_whole() -> None:
+    """A size whose search fell short (its first overload trial is carried whole) is
+    offered 1.5 x more each time, up to its ceiling; a size the path never overloads
+    stops after its retries; the others are not held up by it. With the data plane's
+    clock each trial is timed from quiet to quiet."""
+    from ipsec_lab.traffic import rfc2544 as r
+
+    cap = {64: 10.0, 1420: 1000.0}  # 1420: above its ceiling, never overloaded
+    calls: list[tuple[int, float]] = []
+    tops, ceiling = {64: 8.0, 1420: 100.0}, {64: 40.0, 1420: 120.0}
+    ns = iter(range(0, 10**9, 10**6))
+    clock = lambda: {"gwA": (next(ns), len(calls) * 1000)}  # noqa: E731
+    old = (r.QUIET_EVERY_S, r.QUIET_MAX_S)
+    r.QUIET_EVERY_S, r.QUIET_MAX_S = 0.0, 1.0
+    try:
+        got = r.overload_rounds(_drifting_device(cap, calls), tops, ceiling, 2, 0.1, clock)
+    finally:
+        r.QUIET_EVERY_S, r.QUIET_MAX_S = old
+    assert [t["offered_mbps"] for t in got[64]] == [8.0, 12.0, 12.0]
+    assert [t["overload"] for t in got[64]] == [False, True, True]
+    assert [t["offered_mbps"] for t in got[1420]] == [100.0, 120.0, 120.0, 120.0]
+    assert not any(t["overload"] for t in got[1420])
+    assert len(got[1420]) == 2 + r.OVERLOAD_RETRIES
+    assert all(t["plane_ns_per_packet"] and t["plane_ns_per_packet"] > 0 for t in got[64])
+
+
+def test_a_row_s_bytes_are_those_its_meters_covered() -> None:
+    """One size: the overload trials run inside the row's meters, so its payload bytes
+    and seconds (what the CPU effort divides by) count them with the search's; several
+    sizes interleaved: they ran outside every row's meters, and are only listed."""
+    from ipsec_lab.traffic.rfc2544 import SearchResult, _finish, _search_row
+
+    w = scenario.parse("[[workloads]]\nkind = 'rfc2544'\nsize = 512", "o.toml").workloads[0]
+    found = [{"offered_mbps": 9.0, "loss_pct": 0.0, "passed": True, "mbps": 9.0,
+              "payload_bytes": 1000, "seconds": 2.0}]  # fmt: skip
+    over = [{"offered_mbps": 12.0, "loss_pct": 9.0, "mbps": 10.0, "overload": True,
+             "payload_bytes": 3000, "seconds": 2.0}] * 2  # fmt: skip
+    for metered, (payload, seconds) in ((True, (7000, 6.0)), (False, (1000, 2.0))):
+        row = _search_row(w, 512, SearchResult(9.0, list(found)))
+        _finish(row, over, 0.1, metered=metered)
+        assert (row["payload_bytes"], row["seconds"]) == (payload, seconds)
+        assert len(row["trials"]) == 3 and row["mfr_mbps"] == 10.0
+
+
+def test_cpu_per_packet_sums_each_node_s_cpu_over_its_own_packets() -> None:
+    """A packet passes gwA (sealed) and gwB (opened): its cost is each one's CPU over
+    the packets it handled — not over the packets delivered, which an overloaded gwB
+    may have dropped after gwA sealed them; a node that handled none adds nothing."""
+    from ipsec_lab.traffic.rfc2544 import cpu_per_packet, median_spread, quiet
+
+    before = {"gwA": (10_000_000, 1000), "gwB": (20_000_000, 900), "gwC": (5, 7)}
+    after = {"gwA": (30_000_000, 3000), "gwB": (32_000_000, 2400), "gwC": (500_005, 7)}
+    # gwA 20 ms / 2000 = 10 µs, gwB 12 ms / 1500 = 8 µs
+    assert cpu_per_packet(before, after) == pytest.approx(18_000)
+    assert cpu_per_packet(before, before) is None
+    assert median_spread([18.0, 20.0, 19.0]) == (19.0, pytest.approx(2 / 19))
+    assert median_spread([]) == (None, None)
+    # quiet: read until the packet counts stand still
+    reads = iter([{"gwA": (1, 5)}, {"gwA": (2, 9)}, {"gwA": (3, 9)}, {"gwA": (4, 99)}])
+    assert quiet(lambda: next(reads)) == {"gwA": (3, 9)}
+
+
+def test_a_trial_counts_what_never_arrived_beyond_what_was_in_flight() -> None:
+    from ipsec_lab.traffic.rfc2544 import with_unarrived
+
+    row = {"loss_pct": 0.0, "lost_packets": 0, "sender_packets": 1000,
+           "sent_packets": 850, "unarrived_packets": 150, "seconds": 1.0}  # fmt: skip
+    out = with_unarrived(row)
+    # 1000 pps x 20 ms + 2 = 22 may be in flight; 128 more were queued: 12.8 %
+    assert out["loss_pct"] == pytest.approx(12.8) and out["receiver_loss_pct"] == 0.0
+    calm = with_unarrived({**row, "sent_packets": 990, "unarrived_packets": 10})
+    assert calm["loss_pct"] == 0.0
+
+
+@pytest.mark.parametrize("n", [1024, 10 * 1024, 1 << 20])
+def test_mail_message_is_about_the_size_asked_and_well_formed(n: int) -> None:
+    import email
+
+    m = mail_message(n, random.Random(1))
+    assert n - 80 <= len(m) <= n
+    assert all(len(line) <= 998 for line in m.split(b"\r\n"))
+    msg = email.message_from_bytes(m)
+    assert msg["Content-Transfer-Encoding"] == "base64"
+    assert len(msg.get_payload(decode=True)) > 0
