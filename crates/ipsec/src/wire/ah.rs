@@ -80,3 +80,64 @@ pub fn peek_spi(ah: &[u8]) -> Result<u32, DropReason> {
     }
     Ok(u32::from_be_bytes(ah[field::SPI].try_into().unwrap()))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// AH as scapy signs it: HMAC-SHA1-96 over IPv4 (SPI 0x1000, seq 7, next header UDP;
+    /// 12 + 12 bytes) and HMAC-SHA-256-128 over IPv6 (SPI 0x1001, seq 8; 12 + 16 bytes of
+    /// ICV + 4 of padding to IPv6's 8-byte alignment, RFC 4302 §3.3.3.2.1).
+    const SCAPY_AH4: [u8; 24] = [
+        0x11, 0x04, 0, 0, 0, 0, 0x10, 0, 0, 0, 0, 7, 0x7e, 0x32, 0xd5, 0x09, 0xd4, 0xd4, 0xb8,
+        0x6d, 0xc4, 0xfd, 0xca, 0xf1,
+    ];
+    const SCAPY_AH6: [u8; 32] = [
+        0x11, 0x06, 0, 0, 0, 0, 0x10, 0x01, 0, 0, 0, 8, 0x3a, 0xda, 0xc2, 0xdb, 0x98, 0x2f, 0x49,
+        0x14, 0x04, 0x08, 0x5a, 0x95, 0x24, 0xdc, 0x95, 0xc4, 0, 0, 0, 0,
+    ];
+
+    #[test]
+    fn scapys_ah_headers_read_field_by_field() {
+        for (b, len, spi, seq) in [
+            (&SCAPY_AH4[..], 24, 0x1000, 7),
+            (&SCAPY_AH6[..], 32, 0x1001, 8),
+        ] {
+            let h = AhHeader::new_checked(b).unwrap();
+            assert_eq!((h.next_header(), h.header_len()), (17, len));
+            assert_eq!((h.spi(), h.seq()), (spi, seq));
+            assert_eq!(peek_spi(b), Ok(spi));
+            assert_eq!(AhHeader::<&[u8]>::icv_offset(), 12);
+        }
+    }
+
+    #[test]
+    fn an_emitted_header_is_scapys_with_the_icv_zeroed() {
+        for (want, spi, seq) in [(&SCAPY_AH4[..], 0x1000, 7), (&SCAPY_AH6[..], 0x1001, 8)] {
+            let mut b = vec![0xffu8; want.len()];
+            AhHeader::emit(&mut b[..], 17, want.len(), spi, seq);
+            let mut zeroed = want.to_vec();
+            zeroed[12..].fill(0);
+            assert_eq!(b, zeroed);
+        }
+    }
+
+    #[test]
+    fn a_header_cut_short_or_claiming_too_little_is_refused() {
+        assert_eq!(
+            AhHeader::new_checked(&SCAPY_AH4[..11]).err(),
+            Some(DropReason::Truncated)
+        );
+        assert_eq!(
+            AhHeader::new_checked(&SCAPY_AH6[..28]).err(),
+            Some(DropReason::Truncated),
+            "the header says 32 bytes"
+        );
+        let mut short = SCAPY_AH4;
+        short[1] = 0; // (0 + 2) × 4 = 8 bytes: less than the fixed part
+        assert_eq!(
+            AhHeader::new_checked(&short[..]).err(),
+            Some(DropReason::MalformedAh)
+        );
+    }
+}

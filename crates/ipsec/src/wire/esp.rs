@@ -79,3 +79,56 @@ pub fn read_trailer(plain: &[u8]) -> Result<(usize, u8), DropReason> {
     }
     Ok((payload, next_header))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `ESP(spi=0xdeadbeef, seq=0x01020304, data=b"\xaa\xbb")` as scapy builds it.
+    const SCAPY_ESP: [u8; 10] = [0xde, 0xad, 0xbe, 0xef, 1, 2, 3, 4, 0xaa, 0xbb];
+
+    #[test]
+    fn scapys_esp_header_reads_and_writes_field_by_field() {
+        let h = EspHeader::new_checked(&SCAPY_ESP[..]).unwrap();
+        assert_eq!((h.spi(), h.seq()), (0xdead_beef, 0x0102_0304));
+        assert_eq!(peek_spi(&SCAPY_ESP), Ok(0xdead_beef));
+        let mut b = [0u8; 10];
+        b[8..].copy_from_slice(&[0xaa, 0xbb]);
+        let mut w = EspHeader::new_checked(&mut b[..]).unwrap();
+        w.set_spi(0xdead_beef);
+        w.set_seq(0x0102_0304);
+        assert_eq!(b, SCAPY_ESP);
+        assert_eq!(
+            EspHeader::new_checked(&SCAPY_ESP[..7]).err(),
+            Some(DropReason::Truncated)
+        );
+    }
+
+    /// The plaintext after ESP's header, as scapy pads it: ESP-NULL in transport mode
+    /// around UDP 1 -> 2 "hello" (13 bytes, 1 byte of padding to 4-byte alignment), and
+    /// AES-CBC's 16-byte block around UDP "hi" (10 bytes, padding 1 2 3 4, next header 4).
+    #[test]
+    fn scapys_esp_trailers_read_and_write_the_same() {
+        let udp_hello = [
+            0, 1, 0, 2, 0, 0x0d, 0xa7, 0xf8, b'h', b'e', b'l', b'l', b'o',
+        ];
+        let null_plain = [&udp_hello[..], &[0x01, 0x01, 0x11]].concat();
+        assert_eq!(read_trailer(&null_plain), Ok((13, 17)));
+        let mut t = [0u8; 3];
+        write_trailer(&mut t, 17);
+        assert_eq!(t, [0x01, 0x01, 0x11]);
+
+        let udp_hi = [0, 1, 0, 2, 0, 0x0a, 0, 0, b'h', b'i'];
+        let cbc_plain = [&udp_hi[..], &[1, 2, 3, 4, 4, 4]].concat();
+        assert_eq!(read_trailer(&cbc_plain), Ok((10, 4)));
+        let mut t = [0u8; 6];
+        write_trailer(&mut t, 4);
+        assert_eq!(t, [1, 2, 3, 4, 4, 4]);
+
+        // RFC 4303 §2.4: padding that is not 1, 2, 3, … or longer than the payload
+        let mut bad = cbc_plain.clone();
+        bad[12] = 9;
+        assert_eq!(read_trailer(&bad), Err(DropReason::BadPadding));
+        assert_eq!(read_trailer(&[200, 4]), Err(DropReason::BadPadding));
+    }
+}

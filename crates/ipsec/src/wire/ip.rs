@@ -447,4 +447,165 @@ mod tests {
             (120, 0x40, 64, 50)
         );
     }
+
+    /// IPv4 as scapy builds it: `IP(tos=0xb8, len=120, id=0x1234, flags="DF", ttl=64,
+    /// proto=50, src="192.0.2.2", dst="198.51.100.7")`, checksum 0x3b2b.
+    const SCAPY_V4: [u8; 20] = [
+        0x45, 0xb8, 0, 0x78, 0x12, 0x34, 0x40, 0, 0x40, 0x32, 0x3b, 0x2b, 192, 0, 2, 2, 198, 51,
+        100, 7,
+    ];
+
+    /// `IP(src="10.1.0.2", dst="10.2.0.2", ttl=3, flags="MF",
+    /// options=[IPOption_Router_Alert()]) / UDP(sport=5001, dport=5201) / "ab"`: IHL 6.
+    const SCAPY_V4_OPTIONS_UDP: [u8; 34] = [
+        0x46, 0, 0, 0x22, 0, 1, 0x20, 0, 3, 0x11, 0xee, 0xbf, 10, 1, 0, 2, 10, 2, 0, 2, 0x94, 4, 0,
+        0, 0x13, 0x89, 0x14, 0x51, 0, 0x0a, 0x62, 0x97, b'a', b'b',
+    ];
+
+    fn fd00(last: u8) -> [u8; 16] {
+        let mut a = [0u8; 16];
+        a[0] = 0xfd;
+        a[15] = last;
+        a
+    }
+
+    /// `IPv6(src="fd00::1", dst="fd00::2") / IPv6ExtHdrHopByHop() / IPv6ExtHdrDestOpt() /
+    /// IPv6ExtHdrRouting(segleft=0) / UDP(sport=7, dport=9) / "z"`, or with
+    /// `IPv6ExtHdrFragment(m=1, id=5)` in place of the destination options and routing.
+    fn scapy_v6_ext(fragment: bool) -> Vec<u8> {
+        let mut p = vec![
+            0x60,
+            0,
+            0,
+            0,
+            0,
+            if fragment { 0x19 } else { 0x21 },
+            0,
+            0x40,
+        ];
+        p.extend_from_slice(&fd00(1));
+        p.extend_from_slice(&fd00(2));
+        if fragment {
+            p.extend_from_slice(&[0x2c, 0, 1, 4, 0, 0, 0, 0]); // hop-by-hop, PadN
+            p.extend_from_slice(&[0x11, 0, 0, 1, 0, 0, 0, 5]); // fragment, M=1, id 5
+        } else {
+            p.extend_from_slice(&[0x3c, 0, 1, 4, 0, 0, 0, 0]); // hop-by-hop
+            p.extend_from_slice(&[0x2b, 0, 1, 4, 0, 0, 0, 0]); // destination options
+            p.extend_from_slice(&[0x11, 0, 0, 0, 0, 0, 0, 0]); // routing, type 0, left 0
+        }
+        p.extend_from_slice(&[0, 7, 0, 9, 0, 9, 0x8b, 0xc7, b'z']);
+        p
+    }
+
+    #[test]
+    fn scapys_ipv4_header_reads_and_is_what_emit_writes() {
+        let mut whole = SCAPY_V4.to_vec();
+        whole.resize(120, 0); // the total length the header gives
+        assert_eq!(
+            Ipv4Header::new_checked(&SCAPY_V4[..]).err(),
+            Some(DropReason::Truncated)
+        );
+        let h = Ipv4Header::new_checked(&whole[..]).unwrap();
+        assert_eq!((h.version(), h.header_len(), h.tos()), (4, 20, 0xb8));
+        assert_eq!((h.flags_frag(), h.is_fragment()), (IPV4_DF, false));
+        assert_eq!((h.ttl(), h.protocol()), (64, 50));
+        assert_eq!(h.src(), Ipv4Addr::new(192, 0, 2, 2));
+        assert_eq!(h.dst(), Ipv4Addr::new(198, 51, 100, 7));
+        assert!(h.checksum_ok());
+        let mut b = [0u8; 20];
+        Ipv4Header::new_unchecked(&mut b[..]).emit(
+            0xb8,
+            120,
+            0x1234,
+            IPV4_DF,
+            64,
+            50,
+            Ipv4Addr::new(192, 0, 2, 2),
+            Ipv4Addr::new(198, 51, 100, 7),
+        );
+        assert_eq!(b, SCAPY_V4);
+    }
+
+    #[test]
+    fn scapys_ipv4_with_options_finds_the_ports_after_them() {
+        let h = Ipv4Header::new_checked(&SCAPY_V4_OPTIONS_UDP[..]).unwrap();
+        assert_eq!((h.header_len(), h.total_len()), (24, 34));
+        assert!(h.is_fragment(), "MF is set");
+        assert!(h.checksum_ok());
+        // a fragment's ports are not read (RFC 4301 §4.4.1.1: OPAQUE)
+        let info = PacketInfo::parse(&SCAPY_V4_OPTIONS_UDP).unwrap();
+        assert_eq!(
+            (info.protocol, info.src_port, info.dst_port),
+            (17, None, None)
+        );
+        let mut whole = SCAPY_V4_OPTIONS_UDP;
+        whole[6] = 0; // MF cleared: the whole datagram
+        let info = PacketInfo::parse(&whole).unwrap();
+        assert_eq!(
+            (info.src_port, info.dst_port),
+            (Some(5001), Some(5201)),
+            "after the options"
+        );
+        let mut bad = SCAPY_V4_OPTIONS_UDP;
+        bad[11] ^= 1;
+        assert!(!Ipv4Header::new_checked(&bad[..]).unwrap().checksum_ok());
+        assert!(Ipv4Header::new_checked(&SCAPY_V4_OPTIONS_UDP[..23]).is_err());
+    }
+
+    #[test]
+    fn scapys_ipv6_header_reads_and_is_what_emit_writes() {
+        // IPv6(tc=0xb8, fl=0x12345, plen=16, nh=50, hlim=255, src=2001:db8::1, dst=::2)
+        let mut want = vec![0x6b, 0x81, 0x23, 0x45, 0, 0x10, 0x32, 0xff];
+        let (mut src, mut dst) = ([0u8; 16], [0u8; 16]);
+        src[..4].copy_from_slice(&[0x20, 0x01, 0x0d, 0xb8]);
+        dst[..4].copy_from_slice(&[0x20, 0x01, 0x0d, 0xb8]);
+        (src[15], dst[15]) = (1, 2);
+        want.extend_from_slice(&src);
+        want.extend_from_slice(&dst);
+        want.resize(56, 0); // the 16 payload bytes the header counts
+        let h = Ipv6Header::new_checked(&want[..]).unwrap();
+        assert_eq!(
+            (h.version(), h.traffic_class(), h.payload_len()),
+            (6, 0xb8, 16)
+        );
+        assert_eq!((h.next_header(), h.hop_limit()), (50, 255));
+        assert_eq!(
+            (h.src(), h.dst()),
+            (Ipv6Addr::from(src), Ipv6Addr::from(dst))
+        );
+        let mut b = [0u8; 40];
+        Ipv6Header::new_unchecked(&mut b[..]).emit(
+            0xb8,
+            0x12345,
+            16,
+            50,
+            255,
+            Ipv6Addr::from(src),
+            Ipv6Addr::from(dst),
+        );
+        assert_eq!(b[..], want[..40]);
+        assert!(
+            Ipv6Header::new_checked(&want[..55]).is_err(),
+            "payload cut short"
+        );
+    }
+
+    #[test]
+    fn scapys_ipv6_extension_headers_split_where_esp_goes() {
+        // RFC 4303 §3.1.1: after hop-by-hop, destination options before routing, routing
+        let p = scapy_v6_ext(false);
+        let s = ipv6_split(&p, None).unwrap();
+        assert_eq!((s.offset, s.nh_at, s.next_header), (64, 56, 17));
+        assert!(!s.is_fragment());
+        let info = PacketInfo::parse(&p).unwrap();
+        assert_eq!(
+            (info.protocol, info.src_port, info.dst_port),
+            (17, Some(7), Some(9))
+        );
+        // a fragment header stops the walk
+        let f = scapy_v6_ext(true);
+        let s = ipv6_split(&f, None).unwrap();
+        assert!(s.is_fragment());
+        assert_eq!(f[s.nh_at], proto::IPV6_FRAG);
+    }
 }
