@@ -47,6 +47,21 @@ def test_the_summary_aggregates_each_metric_as_declared() -> None:
     assert len(cells) == len(metrics.COLUMNS) and "50.0 Mbit/s" in cells
 
 
+def test_a_figure_prints_with_its_unit_the_same_everywhere() -> None:
+    """The live progress line, the summary's notes and its cells print one way."""
+    mbps = metrics.BY_KEY["mbps"]
+    assert [mbps.show(v) for v in (9.5, 95.04, 950.4)] == [
+        "9.50 Mbit/s",
+        "95.0 Mbit/s",
+        "950 Mbit/s",
+    ]
+    assert mbps.show(None) == "—"
+    assert metrics.BY_KEY["other_cpu_before"].show(0.5) == "0.50 CPUs"
+    assert metrics.BY_KEY["effort_us_per_kb"].show(12.345) == "12.3 µs/kB"
+    ours = next(r for r in runner.summarize(_run("ours", [9.0, 9.5, 9.9], [1, 1, 1])))
+    assert metrics.cells(ours)[0] == mbps.show(9.5)
+
+
 def test_csv_columns_are_the_identity_then_each_exported_metric() -> None:
     fields = metrics.CSV_FIELDS
     assert fields[: len(metrics.CSV_IDENTITY)] == metrics.CSV_IDENTITY

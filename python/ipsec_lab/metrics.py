@@ -50,6 +50,29 @@ def _wire_pct(x: Row) -> float | None:
     return 100 * wire / float(x["payload_bytes"])
 
 
+# --- how a figure prints -----------------------------------------------------------------
+
+
+def rate(v: float | None) -> str:
+    if v is None:
+        return "—"
+    return f"{v:.0f}" if v >= 100 else f"{v:.1f}" if v >= 10 else f"{v:.2f}"
+
+
+def num(v: float | None, spec: str = ".3g") -> str:
+    return "—" if v is None else format(v, spec)
+
+
+def secs(v: float | None) -> str:
+    if v is None:
+        return "—"
+    return f"{v * 1000:.3g} ms" if v < 1 else f"{v:.3g} s"
+
+
+def pct(v: float | None, scale: float = 1.0) -> str:
+    return "—" if v is None else f"{scale * v:.1f} %"
+
+
 @dataclass(frozen=True)
 class Metric:
     """One figure of a measurement."""
@@ -66,9 +89,15 @@ class Metric:
     csv: bool = True  # a column of `results --csv`
     # How to read it from a row (default: the field, None when absent).
     value: Callable[[Row], float | None] | None = None
+    # How one value prints without its unit (default: 3 significant digits).
+    number: Callable[[float | None], str] = num
 
     def read(self, x: Row) -> float | None:
         return (self.value or _field(self.key))(x)
+
+    def show(self, v: float | None) -> str:
+        """One value with its unit, as the live progress line and notes print it."""
+        return f"{self.number(v)} {self.unit}" if v is not None else self.number(v)
 
     def aggregate(self, xs: list[Row], into: Row) -> None:
         """Set this metric's summary keys in `into` from the repetitions `xs`."""
@@ -83,7 +112,7 @@ def _keys(prefix: str, *stats: str) -> dict[str, str]:
 
 METRICS: tuple[Metric, ...] = (
     Metric("mbps", "Mbit/s", "payload delivered per second (an RFC 2544 search: its NDR)",
-           summary=_keys("mbps", *STATS), vs_none="mbps_vs_none"),
+           summary=_keys("mbps", *STATS), vs_none="mbps_vs_none", number=rate),
     Metric("seconds", "s", "how long the measurement ran (an HTTP/SMTP transfer: its time)",
            summary=_keys("seconds", "median"), vs_none="seconds_vs_none"),
     Metric("payload_bytes", "B", "payload bytes delivered"),
@@ -106,9 +135,10 @@ METRICS: tuple[Metric, ...] = (
     Metric("retransmits", "segments", "TCP retransmissions (iperf3's count)",
            summary=_keys("retransmits", "median"), csv=False),
     Metric("pdr_mbps", "Mbit/s", "RFC 2544 search: the partial drop rate (<= 0.5 % loss)",
-           summary=_keys("pdr_mbps", "median"), csv=False),
+           summary=_keys("pdr_mbps", "median"), csv=False, number=rate),
     Metric("other_cpu_before", "CPUs",
-           "CPUs' worth other processes used just before the run (a busy machine)"),
+           "CPUs' worth other processes used just before the run (a busy machine)",
+           number=lambda v: num(v, ".2f")),
     Metric("busy", "", "whether that was more than the busy threshold (0.25 CPUs)"),
 )  # fmt: skip
 
@@ -146,26 +176,6 @@ def add_ratios(rows: list[Row], base_of: Callable[[Row], Row | None]) -> None:
 # --- how the summary prints ---------------------------------------------------------------
 
 
-def rate(v: float | None) -> str:
-    if v is None:
-        return "—"
-    return f"{v:.0f}" if v >= 100 else f"{v:.1f}" if v >= 10 else f"{v:.2f}"
-
-
-def num(v: float | None, spec: str = ".3g") -> str:
-    return "—" if v is None else format(v, spec)
-
-
-def secs(v: float | None) -> str:
-    if v is None:
-        return "—"
-    return f"{v * 1000:.3g} ms" if v < 1 else f"{v:.3g} s"
-
-
-def pct(v: float | None, scale: float = 1.0) -> str:
-    return "—" if v is None else f"{scale * v:.1f} %"
-
-
 @dataclass(frozen=True)
 class Column:
     """A column of the summary (the `results` table and the campaign report)."""
@@ -177,7 +187,7 @@ class Column:
 def _main(r: Row) -> str:
     if r.get("transfer"):
         return secs(r["seconds_median"])
-    return f"{rate(r['mbps_median'])} Mbit/s"
+    return BY_KEY["mbps"].show(r["mbps_median"])
 
 
 def _range(r: Row) -> str:

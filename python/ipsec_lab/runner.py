@@ -290,13 +290,15 @@ class Campaign:
         name = self.shown.get(k.backend, k.backend)
         what = f"{name} {k.configuration} | {k.link} | {k.workload} {k.flow} #{k.repetition}"
         if status == "done":
+            mbps = metrics.BY_KEY["mbps"]
             figs = ", ".join(
-                f"{r['label']} {r['mbps']:.1f} Mbit/s" for r in rows or [] if "mbps" in r
+                f"{r['label']} {mbps.show(r['mbps'])}" for r in rows or [] if "mbps" in r
             )
             busy = max((float(r["other_cpu_before"]) for r in rows or [] if r.get("busy")),
                        default=0.0)  # fmt: skip
             if busy:
-                figs += f" [busy machine: other processes used {busy:.2f} CPUs]"
+                other = metrics.BY_KEY["other_cpu_before"].show(busy)
+                figs += f" [busy machine: other processes used {other}]"
             self.progress.last = f"done    {what}: {figs}"
         else:
             first = (reason or "").splitlines()[0] if reason else ""
@@ -359,8 +361,9 @@ def summarize(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if busy:
             notes.insert(0, meters.busy_note(max(busy), len(busy), len(xs)))
         if row["pdr_mbps_median"] is not None:
-            notes.insert(0, f"NDR {row['mbps_median']:.4g}, PDR (<= 0.5 % loss) "
-                         f"{row['pdr_mbps_median']:.4g} Mbit/s")  # fmt: skip
+            ndr, pdr = metrics.BY_KEY["mbps"], metrics.BY_KEY["pdr_mbps"]
+            notes.insert(0, f"NDR {ndr.show(row['mbps_median'])}, PDR (<= 0.5 % loss) "
+                         f"{pdr.show(row['pdr_mbps_median'])}")  # fmt: skip
         if row["effort_median"] is None and not notes:
             notes = ["no CPU figure: the measurement metered none"]
         row["note"] = "; ".join(notes)

@@ -28,6 +28,7 @@ from typing import Any
 
 import psutil
 
+from ipsec_lab import metrics
 from ipsec_lab.meters.soaker import Soaker
 
 KB = 1024
@@ -144,7 +145,8 @@ def other_cpu(
 def busy_note(cpus: float, busy: int, n: int) -> str:
     """The summary's note for `busy` of `n` repetitions measured on a busy machine."""
     return (
-        f"BUSY machine in {busy} of {n} runs: other processes used up to {cpus:.2f} CPUs "
+        f"BUSY machine in {busy} of {n} runs: other processes used up to "
+        f"{metrics.BY_KEY['other_cpu_before'].show(cpus)} "
         "just before (CPU figures include their work)"
     )
 
