@@ -351,6 +351,63 @@ mod tests {
         }
     }
 
+    /// The variant after `e` in declaration order. The matches are exhaustive (no `_`
+    /// arm): a new variant does not compile until it is placed here, and the test below
+    /// then fails until its row is in `ENCRYPTIONS` / `INTEGRITIES` — a row left out of
+    /// the list would be unknown to every name lookup, the CLI and Python.
+    fn after_enc(e: Encryption) -> Option<Encryption> {
+        use Encryption::*;
+        match e {
+            Null => Some(Aes128Cbc),
+            Aes128Cbc => Some(Aes192Cbc),
+            Aes192Cbc => Some(Aes256Cbc),
+            Aes256Cbc => Some(Aes128Gcm16),
+            Aes128Gcm16 => Some(Aes256Gcm16),
+            Aes256Gcm16 => Some(ChaCha20Poly1305),
+            ChaCha20Poly1305 => Some(Aes128Gmac),
+            Aes128Gmac => Some(Aes256Gmac),
+            Aes256Gmac => Some(TripleDesCbc),
+            TripleDesCbc => Some(DesCbc),
+            DesCbc => None,
+        }
+    }
+
+    fn after_integ(i: Integrity) -> Option<Integrity> {
+        use Integrity::*;
+        match i {
+            Null => Some(HmacSha1_96),
+            HmacSha1_96 => Some(HmacSha256_128),
+            HmacSha256_128 => Some(HmacSha384_192),
+            HmacSha384_192 => Some(HmacSha512_256),
+            HmacSha512_256 => Some(HmacMd5_96),
+            HmacMd5_96 => Some(AuthAes128Gmac),
+            AuthAes128Gmac => Some(AuthAes256Gmac),
+            AuthAes256Gmac => None,
+        }
+    }
+
+    #[test]
+    fn every_variant_has_its_row_in_the_list() {
+        let encs: Vec<_> =
+            core::iter::successors(Some(Encryption::Null), |e| after_enc(*e)).collect();
+        assert_eq!(encs.len(), ENCRYPTIONS.len());
+        for e in encs {
+            assert!(
+                ENCRYPTIONS.iter().any(|r| r.id == e),
+                "{e:?} is not in ENCRYPTIONS"
+            );
+        }
+        let integs: Vec<_> =
+            core::iter::successors(Some(Integrity::Null), |i| after_integ(*i)).collect();
+        assert_eq!(integs.len(), INTEGRITIES.len());
+        for i in integs {
+            assert!(
+                INTEGRITIES.iter().any(|r| r.id == i),
+                "{i:?} is not in INTEGRITIES"
+            );
+        }
+    }
+
     #[test]
     fn the_aws_lc_algorithm_takes_the_rows_key_length() {
         for row in ENCRYPTIONS {
