@@ -136,7 +136,9 @@ impl Sa {
             return Err(DropReason::Truncated);
         }
         let ct_len = esp_len - ESP_HEADER_LEN - iv_len - icv_len;
-        if !ct_len.is_multiple_of(s.align()) {
+        // RFC 4303 §2.4: a whole number of alignment units; a power of two, so a mask
+        // (a division here cost open ~10 % at 64 B)
+        if ct_len & (s.align() - 1) != 0 {
             return Err(DropReason::BadCiphertextLength);
         }
         let h = EspHeader::new_checked(&buf[esp_at..end])?;
