@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ipsec_lab import backends, environment, meters, metrics, scenario
 from ipsec_lab.backends import Unsupported
@@ -26,7 +26,7 @@ from ipsec_lab.meters.soaker import Soaker
 from ipsec_lab.preflight import Planned, label, link_skip, plan
 from ipsec_lab.scenario import Scenario
 from ipsec_lab.store import RunKey, Store, group_results
-from ipsec_lab.testbed import Link, topology
+from ipsec_lab.testbed import Link, Topology, topology
 from ipsec_lab.testbed.build import (
     LabError,
     Testbed,
@@ -34,6 +34,9 @@ from ipsec_lab.testbed.build import (
     require_tools,
 )
 from ipsec_lab.traffic import Meters, Row, apps, iperf, rfc2544
+
+if TYPE_CHECKING:
+    from ipsec_lab.hosts import Hosts
 
 
 def same_scenario(text: str, sc: Scenario) -> bool:
@@ -90,8 +93,11 @@ class Campaign:
         lab: Path,
         resume: bool = False,
         on_progress: Callable[[Progress], None] | None = None,
+        hosts: Hosts | None = None,
     ) -> None:
         self.sc = sc
+        # Real hosts over SSH instead of namespaces of this machine (ipsec_lab.hosts).
+        self.hosts = hosts
         # Absolute: paths under it are handed to other programs (see Testbed).
         self.lab = lab.resolve()
         self.store = Store(self.lab / "results.sqlite")
@@ -118,8 +124,11 @@ class Campaign:
         return [p for p in self.plan if p.key not in self.finished]
 
     def run(self) -> None:
-        require_root()
-        require_tools("ip", "tc", "iperf3", "ss")
+        if self.hosts is None:
+            require_root()
+            require_tools("ip", "tc", "iperf3", "ss")
+        else:
+            require_tools("ssh")
         self.store.set_status(self.id, "running")
         try:
             for link, group in _by_link(self.pending()):
@@ -146,11 +155,12 @@ class Campaign:
         for p in group:
             k = (p.key.backend, p.key.configuration)
             if k not in checked:
-                try:
-                    backends.make(k[0]).check(k[1])
-                    checked[k] = None
-                except Unsupported as e:
-                    checked[k] = str(e)
+                checked[k] = self._where(k[0])
+                if checked[k] is None:
+                    try:
+                        backends.make(k[0]).check(k[1])
+                    except Unsupported as e:
+                        checked[k] = str(e)
             if checked[k] is not None:
                 self._store(p, "skipped", time.time(), reason=checked[k])
             else:
@@ -162,7 +172,7 @@ class Campaign:
         started = time.time()
         pending = list(runnable)
         try:
-            with Testbed(topo, rundir, sc.gateway.cpu_quota, sc.gateway.cpus) as tb:
+            with self._testbed(topo, rundir, runnable) as tb:
                 tb.shape(link)
                 if sc.soaker:
                     self.soaker = Soaker()
@@ -179,8 +189,32 @@ class Campaign:
                 if p.key not in self.finished and p.key not in self.failed_keys:
                     self._store(p, "failed", started, reason=reason)
 
+    def _where(self, bname: str) -> str | None:
+        """Why backend `bname` cannot run on this campaign's kind of testbed, or None."""
+        e = backends.BY_NAME[bname]
+        if self.hosts is None and not e.namespaces:
+            return f"{bname} runs on real hosts only: give a hosts file (--hosts)"
+        if self.hosts is not None and not e.hosts:
+            ready = ", ".join(x.name for x in backends.REGISTRY if x.hosts)
+            return f"{bname} does not run on real hosts yet (those that do: {ready})"
+        if self.hosts is not None and (self.sc.gateway.cpu_quota or self.sc.gateway.cpus):
+            return ("[gateway] cpu_quota / cpus cannot be applied on real hosts: the lab "
+                    "emulates a slow gateway with a cgroup of this machine only")  # fmt: skip
+        return None
+
+    def _testbed(self, topo: Topology, rundir: Path, runs: list[Planned]) -> Any:
+        """The testbed the runs go on: namespaces of this machine, or the real hosts."""
+        if self.hosts is None:
+            return Testbed(topo, rundir, self.sc.gateway.cpu_quota, self.sc.gateway.cpus)
+        from ipsec_lab.hosts.testbed import HostsTestbed
+
+        external = any(p.key.backend == "external" for p in runs)
+        return HostsTestbed(topo, self.hosts, rundir, external=external)
+
     def _backend(self, tb: Testbed, link: Link, bname: str, cfg: str, runs: list[Planned]) -> None:
         backend = backends.make(bname, stage_timing=self.sc.stage_timing)
+        if self.hosts is not None and hasattr(backend, "use_hosts"):
+            backend.use_hosts(self.hosts)
         self.progress.current = f"{bname} {cfg} | {link.name} | starting"
         self.on_progress(self.progress)
         started = time.time()
@@ -230,7 +264,10 @@ class Campaign:
 
         def metered(label: str, fn: Callable[[], Row]) -> Row:
             s0 = stages() if stages else None
-            row = meters.measure(fn, tb.counters, backend.pids, p.flow.wire_end, self.soaker)
+            hosts = (meters.HostMeters(tb.host_cpu, tb.topo.ipsec_nodes)
+                     if self.hosts is not None else None)  # fmt: skip
+            row = meters.measure(fn, tb.counters, backend.pids, p.flow.wire_end, self.soaker,
+                                 hosts)  # fmt: skip
             if stages and s0 is not None:
                 s1 = stages()
                 row["stage_ns"] = {k: v - s0.get(k, 0) for k, v in s1.items()}
@@ -252,12 +289,12 @@ class Campaign:
                 # at the sender after an ICMP "fragmentation needed".
                 udp = w.kind != "tcp"
                 if udp:
-                    tb.run(p.flow.source, ["sysctl", "-qw", "net.ipv4.ip_no_pmtu_disc=1"])
+                    tb.sysctl(p.flow.source, "net.ipv4.ip_no_pmtu_disc", "1")
                 try:
                     rows = WORKLOADS[w.kind](tb, p.flow, w, timed, self.sc.warmup_s)
                 finally:
                     if udp:
-                        tb.run(p.flow.source, ["sysctl", "-qw", "net.ipv4.ip_no_pmtu_disc=0"])
+                        tb.sysctl(p.flow.source, "net.ipv4.ip_no_pmtu_disc", "0")
             dead = backend.died()
             if dead:  # whatever got through did not go through the IPsec under test
                 raise LabError(f"{k.backend} went down during the run: {dead}")

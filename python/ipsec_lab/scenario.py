@@ -134,11 +134,12 @@ class Scenario:
     gateway: Gateway = field(default_factory=Gateway)
     soaker: bool = False
     stage_timing: bool = False  # ours: per-stage ns of the gateways in every row
+    hosts: str | None = None  # a hosts file: run on real hosts (relative to the scenario)
 
 
 _TOP_KEYS = {
     "name", "topology", "backends", "configurations", "links", "workloads",
-    "repetitions", "warmup_s", "seed", "gateway", "soaker", "stage_timing",
+    "repetitions", "warmup_s", "seed", "gateway", "soaker", "stage_timing", "hosts",
 }  # fmt: skip
 _LINK_KEYS = {
     "name", "preset", "rate_mbit", "delay_ms", "jitter_ms", "loss_pct", "reorder_pct",
@@ -430,6 +431,12 @@ def parse(text: str, source: str = "<scenario>") -> Scenario:
     name = doc.get("name", Path(source).stem)
     if not isinstance(name, str) or not name:
         raise r.fail("name", "must be a non-empty string")
+    hosts = doc.get("hosts")
+    if hosts is not None:
+        if not isinstance(hosts, str) or not hosts:
+            raise r.fail("hosts", "must be the path of a hosts file (docs/hosts.md)")
+        if not Path(hosts).is_absolute() and source and not source.startswith("<"):
+            hosts = str(Path(source).resolve().parent / hosts)
     return Scenario(
         name=name,
         source=source,
@@ -448,6 +455,7 @@ def parse(text: str, source: str = "<scenario>") -> Scenario:
         ),
         soaker=soaker,
         stage_timing=stage_timing,
+        hosts=hosts,
     )
 
 

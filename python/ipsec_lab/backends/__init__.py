@@ -111,6 +111,9 @@ class Entry:
     what: str  # one line for --help and the docs
     kwargs: tuple[tuple[str, Any], ...] = ()
     stage_timing: bool = False  # takes ours' per-stage counters
+    # Where it runs: on the namespace testbed, on real hosts (`--hosts`), or both.
+    namespaces: bool = True
+    hosts: bool = False
 
     @property
     def ipsec(self) -> bool:
@@ -121,7 +124,8 @@ class Entry:
 # Every backend, once: scenario validation, the CLI's choices and help, and the docs
 # derive from this list. A new backend is its module and one line here.
 REGISTRY: tuple[Entry, ...] = (
-    Entry("none", "none", "NoIpsec", "plain forwarding, the baseline every ratio is taken against"),
+    Entry("none", "none", "NoIpsec", "plain forwarding, the baseline every ratio is taken against",
+          hosts=True),
     Entry("strongswan", "strongswan", "StrongSwan",
           "charon negotiating IKEv2 (PSK): strongswan-kernel where the kernel has ESP, "
           "else strongswan-libipsec",
@@ -137,6 +141,10 @@ REGISTRY: tuple[Entry, ...] = (
     Entry("ours", "ours", "Ours", "this project's gateway, ipsec-gw", stage_timing=True),
     Entry("ours-udp", "ours", "Ours", "ipsec-gw with ESP in UDP, RFC 3948, and UDP GSO/GRO",
           (("udp_encap", True),), stage_timing=True),
+    Entry("external", "external", "External",
+          "a gateway pair the lab does not configure (an appliance, a cloud VPN): it drives "
+          "and meters the traffic ends only; real hosts only (--hosts)",
+          namespaces=False, hosts=True),
 )  # fmt: skip
 BY_NAME: dict[str, Entry] = {e.name: e for e in REGISTRY}
 NAMES: tuple[str, ...] = tuple(BY_NAME)

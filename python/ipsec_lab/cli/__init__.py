@@ -11,6 +11,7 @@ from ipsec_lab.cli import (
     advise,
     bench,
     clean,
+    hosts,
     model,
     overhead,
     plan,
@@ -23,7 +24,7 @@ from ipsec_lab.cli.args import USER_ERRORS, UserError
 from ipsec_lab.cli.output import Parser
 
 # In the order `ipsec-lab --help` lists them.
-COMMANDS = (bench, model, plan, advise, overhead, run, results, clean, reproduce, report)
+COMMANDS = (bench, model, plan, advise, overhead, run, results, clean, reproduce, report, hosts)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -11,6 +11,8 @@ from typing import Any
 def _clean(args: argparse.Namespace) -> int:
     from ipsec_lab.testbed.build import clean
 
+    if args.hosts:
+        return _clean_hosts(args.hosts)
     if os.geteuid() != 0:
         print("ipsec-lab clean: needs root (it removes network namespaces)", file=sys.stderr)
         return 2
@@ -22,11 +24,36 @@ def _clean(args: argparse.Namespace) -> int:
     return 0
 
 
+def _clean_hosts(path: str) -> int:
+    """Undo, on every host of the file, what killed runs left (their ledgers)."""
+    from ipsec_lab import hosts
+    from ipsec_lab.hosts.ssh import SshError
+    from ipsec_lab.hosts.testbed import clean_hosts
+
+    try:
+        done = clean_hosts(hosts.load(path))
+    except hosts.HostsError as e:
+        print(f"ipsec-lab clean: {e}", file=sys.stderr)
+        return 2
+    except SshError as e:
+        print(f"ipsec-lab clean: {e}", file=sys.stderr)
+        return 1
+    for d in done:
+        print(f"undid {d}")
+    if not done:
+        print("nothing left over on the hosts")
+    return 0
+
+
 def add_parser(sub: Any) -> None:
     c = sub.add_parser(
         "clean",
         help="remove namespaces, processes and cgroups a crashed lab run left",
         description="Removes only what the lab made: namespaces named ipl-*, the processes "
-        "inside them, and cgroups named ipsec-lab-*.",
+        "inside them, and cgroups named ipsec-lab-*. With --hosts FILE: on each host of "
+        "the file, undoes what killed runs left there (addresses, routes, qdiscs, offload "
+        "and sysctl settings, processes, files), from the ledger each run keeps on the host.",
     )
+    c.add_argument("--hosts", metavar="FILE",
+                   help="clean the real hosts of this hosts file instead (over SSH)")  # fmt: skip
     c.set_defaults(func=_clean)

@@ -27,11 +27,24 @@ def _run(args: argparse.Namespace) -> int:
         return 2
     if args.dry_run:
         return _print_forecast(sc, args)
-    try:
-        require_root()
-    except LabError as e:
-        print(f"ipsec-lab run: {e}", file=sys.stderr)
-        return 2
+    hosts = None
+    hosts_file = args.hosts or sc.hosts
+    if hosts_file:
+        from ipsec_lab import hosts as hostsfile
+        from ipsec_lab.testbed import topology
+
+        try:
+            hosts = hostsfile.load(hosts_file)
+            hosts.for_topology(topology(sc.topology), backend_external="external" in sc.backends)
+        except hostsfile.HostsError as e:
+            print(f"ipsec-lab run: {e}", file=sys.stderr)
+            return 2
+    else:
+        try:
+            require_root()
+        except LabError as e:
+            print(f"ipsec-lab run: {e}", file=sys.stderr)
+            return 2
     lab = lab_dir(args)
     if args.resume:
         stop = _nothing_to_resume(sc, lab, args.scenario)
@@ -41,7 +54,7 @@ def _run(args: argparse.Namespace) -> int:
 
     for w in preflight.slower_warnings(sc.backends):
         print(f"warning: {w}", file=sys.stderr)
-    busy = meters.other_cpu(seconds=1.0)
+    busy = meters.other_cpu(seconds=1.0) if hosts is None else 0.0
     if busy > meters.BUSY_CPUS:
         print(
             f"warning: other processes are using {busy:.2f} CPUs: every CPU figure of this "
@@ -49,7 +62,7 @@ def _run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     try:
-        campaign = runner.Campaign(sc, lab, resume=args.resume)
+        campaign = runner.Campaign(sc, lab, resume=args.resume, hosts=hosts)
     except OSError as e:
         print(f"ipsec-lab run: cannot open the lab directory {lab}: {e}", file=sys.stderr)
         return 2
@@ -243,6 +256,11 @@ def add_parser(sub: Any) -> None:
     r.add_argument("--dry-run", action="store_true",
                    help="print what would run (as `ipsec-lab check`) and run nothing")  # fmt: skip
     r.add_argument("--lab", metavar="DIR", help=LAB_HELP)
+    r.add_argument("--hosts", metavar="FILE",
+                   help="run on real hosts over SSH instead of namespaces of this machine: a "
+                   "hosts file mapping each node to a machine (docs/hosts.md; check it "
+                   "first with `ipsec-lab hosts check FILE`); overrides the scenario's "
+                   "`hosts`")  # fmt: skip
     r.add_argument("--json", action="store_true", help="print the runs and summary as JSON")
     add_vm_arguments(r)
     r.set_defaults(func=_run)

@@ -186,18 +186,59 @@ def delta(
     return {k: {f: after[k][f] - v[f] for f in v} for k, v in before.items() if k in after}
 
 
+class HostMeters:
+    """The CPU of each real host of a testbed, from its own /proc/stat (`read`: node ->
+    (busy s, total s, CPUs) so far), and which of them are the device under test."""
+
+    def __init__(self, read: Callable[[], dict[str, tuple[float, float, int]]],
+                 dut: Sequence[str]) -> None:  # fmt: skip
+        self.read = read
+        self.dut = tuple(dut)
+
+    def fill(self, row: dict[str, Any], h0: dict[str, tuple[float, float, int]],
+             h1: dict[str, tuple[float, float, int]], kb: float) -> None:  # fmt: skip
+        """Per host: CPU load and effort; the row's `cpu_load` / `effort_us_per_kb` the
+        DUT's (summed over its hosts), None with a note where the lab cannot read them."""
+        per: dict[str, dict[str, float | None]] = {}
+        for node, (b1, t1, n) in sorted(h1.items()):
+            if node not in h0:
+                continue
+            busy, total = b1 - h0[node][0], t1 - h0[node][1]
+            per[node] = {
+                "cpu_busy_s": busy, "cpu_load": busy / total if total else None,
+                "effort_us_per_kb": busy * 1e6 / kb if kb else None, "cpus": n,
+            }  # fmt: skip
+        row["hosts_cpu"] = per
+        dut = [per[d] for d in self.dut if d in per]
+        row["machine_effort_us_per_kb"] = row.get("effort_us_per_kb")
+        if len(dut) == len(self.dut) and dut:
+            busy = sum(float(d["cpu_busy_s"] or 0) for d in dut)
+            loads = [d["cpu_load"] for d in dut if d["cpu_load"] is not None]
+            row["cpu_load"] = sum(loads) / len(loads) if loads else None
+            row["effort_us_per_kb"] = busy * 1e6 / kb if kb else None
+        else:
+            row["cpu_load"] = row["effort_us_per_kb"] = None
+            missing = ", ".join(d for d in self.dut if d not in per)
+            note = f"no CPU figure for the device under test: {missing} not metered"
+            row["cpu_note"] = "; ".join(x for x in (row.get("cpu_note"), note) if x)
+
+
 def measure(
     fn: Callable[[], dict[str, Any]],
     counters: Callable[[], dict[str, dict[str, int]]],
     ipsec_pids: Callable[[], list[int]],
     source_end: str,
     soaker: Soaker | None = None,
+    hosts: HostMeters | None = None,
 ) -> dict[str, Any]:
     """Run `fn` (a traffic measurement returning at least `payload_bytes`) inside the
     meters; return its row with CPU, effort and wire figures added. `source_end` is the
     traffic source's `node/ifname`: its tx is the wire load source -> sink, rx the other
-    way (study 4's network load and transactions, per direction)."""
+    way (study 4's network load and transactions, per direction). With `hosts` (a
+    testbed of real hosts), each host's CPU is metered apart and the row's CPU load and
+    effort are the device under test's (its hosts'), not this machine's."""
     pids = ipsec_pids()
+    h0 = hosts.read() if hosts else {}
     c0 = counters()
     p0 = process_cpu_s(pids)
     rss0 = rss_bytes(pids)
@@ -228,6 +269,8 @@ def measure(
     row["per_cpu"] = cpu.per_cpu()
     row["cpu_series"] = cpu.series
     row["wire"] = wire
+    if hosts is not None:
+        hosts.fill(row, h0, hosts.read(), kb)
     if source_end in wire:
         w = wire[source_end]
         row["wire_up_bytes"], row["wire_up_packets"] = w["tx_bytes"], w["tx_packets"]

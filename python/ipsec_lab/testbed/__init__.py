@@ -22,6 +22,10 @@ class Wire:
     b_addr: str
     shaped: bool = False
     mtu: int = 1500
+    # Each end's key in a hosts file (`inside`, `outside`, …): which of a real host's
+    # interfaces plays this end (ipsec_lab.hosts).
+    a_side: str = "outside"
+    b_side: str = "outside"
 
 
 @dataclass(frozen=True)
@@ -104,9 +108,27 @@ def line() -> Topology:
         name="line",
         nodes=("client", "gwA", "gwB", "server"),
         wires=(
-            Wire("client", "eth0", "10.1.0.2/24", "gwA", "lan", "10.1.0.1/24"),
+            Wire(
+                "client",
+                "eth0",
+                "10.1.0.2/24",
+                "gwA",
+                "lan",
+                "10.1.0.1/24",
+                a_side="inside",
+                b_side="inside",
+            ),
             Wire("gwA", "wan", "192.0.2.1/24", "gwB", "wan", "192.0.2.2/24", True, OUTER_MTU),
-            Wire("gwB", "lan", "10.2.0.1/24", "server", "eth0", "10.2.0.2/24"),
+            Wire(
+                "gwB",
+                "lan",
+                "10.2.0.1/24",
+                "server",
+                "eth0",
+                "10.2.0.2/24",
+                a_side="inside",
+                b_side="inside",
+            ),
         ),
         routes=(
             ("client", "default", "10.1.0.1"),
@@ -133,8 +155,8 @@ def clients() -> Topology:
         name="clients",
         nodes=("server", "fast", "slow"),
         wires=(
-            Wire("fast", "eth0", f, "server", "eth0", s1, shaped=True),
-            Wire("slow", "eth0", w, "server", "eth1", s2, shaped=True),
+            Wire("fast", "eth0", f, "server", "eth0", s1, shaped=True, b_side="to_fast"),
+            Wire("slow", "eth0", w, "server", "eth1", s2, shaped=True, b_side="to_slow"),
         ),
         routes=(),
         forwarding=(),

@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
+from typing import Protocol
 
 from ipsec_lab.testbed import Link, Topology
 
@@ -333,37 +334,20 @@ class Testbed:
         output traffic). Unshaped links keep them (speed)."""
         if link.rate_mbit:
             require_tools("ethtool")
-        for node, ifname in self.topo.shaped_ends():
-            if link.rate_mbit:
-                off = ["tso", "gso", "tx-udp-segmentation", "gro"]
-                self.run(node, ["ethtool", "-K", ifname, *[w for f in off for w in (f, "off")]])
-            self.run(node, ["tc", "qdisc", "del", "dev", ifname, "root"], check=False)
-            parent = ["root"]
-            if link.needs_netem:
-                netem = ["netem", "limit", "10000"]
-                if link.delay_ms or link.jitter_ms:
-                    netem += ["delay", f"{link.delay_ms}ms"]
-                    if link.jitter_ms:
-                        netem += [f"{link.jitter_ms}ms", "distribution", "normal"]
-                if link.loss_pct:
-                    netem += ["loss", f"{link.loss_pct}%"]
-                if link.reorder_pct:
-                    netem += ["reorder", f"{link.reorder_pct}%"]
-                if link.duplicate_pct:
-                    netem += ["duplicate", f"{link.duplicate_pct}%"]
-                root = ["tc", "qdisc", "add", "dev", ifname, "root", "handle", "1:"]
-                self.run(node, [*root, *netem])
-                parent = ["parent", "1:1"]
-            if link.rate_mbit:
-                rate_bps = link.rate_mbit * 1e6 / 8
-                # A bucket of 4 ms of traffic (at least 10 full frames): big enough for the
-                # kernel's timer granularity, small against any measurement's seconds.
-                burst = max(15_140, int(rate_bps * 0.004))
-                self.run(
-                    node,
-                    ["tc", "qdisc", "add", "dev", ifname, *parent, "handle", "10:", "tbf",
-                     "rate", f"{link.rate_mbit}mbit", "burst", str(burst), "latency", "50ms"],
-                )  # fmt: skip
+        shape_ends(self, link, self.topo.shaped_ends())
+
+    def command(self, node: str, argv: Sequence[str]) -> list[str]:
+        """The local argv that runs `argv` in `node`."""
+        return self.in_ns(node, argv)
+
+    def sysctl(self, node: str, key: str, value: str) -> None:
+        """Set a sysctl in `node` (the namespace goes with the testbed)."""
+        self.run(node, ["sysctl", "-qw", f"{key}={value}"])
+
+    def host_cpu(self) -> dict[str, tuple[float, float, int]]:
+        """Per-host CPU: none here — every node shares this machine, whose CPU the
+        meters measure as a whole."""
+        return {}
 
     def counters(self) -> dict[str, dict[str, int]]:
         """Interface counters of every wire end, `node/ifname` -> rx/tx bytes/packets."""
@@ -397,6 +381,47 @@ class Testbed:
         if self._sockets is not None:
             shutil.rmtree(self._sockets, ignore_errors=True)
             self._sockets = None
+
+
+class _Runs(Protocol):
+    def run(self, node: str, argv: Sequence[str], timeout: float = 60, check: bool = True,
+            limited: bool = False) -> str: ...  # fmt: skip
+
+
+def shape_ends(tb: _Runs, link: Link, ends: Sequence[tuple[str, str]]) -> None:
+    """`Testbed.shape` on the given (node, interface) ends of any testbed that runs
+    commands in its nodes (namespaces here, real hosts in `hosts.testbed`)."""
+    for node, ifname in ends:
+        if link.rate_mbit:
+            off = ["tso", "gso", "tx-udp-segmentation", "gro"]
+            tb.run(node, ["ethtool", "-K", ifname, *[w for f in off for w in (f, "off")]])
+        tb.run(node, ["tc", "qdisc", "del", "dev", ifname, "root"], check=False)
+        parent = ["root"]
+        if link.needs_netem:
+            netem = ["netem", "limit", "10000"]
+            if link.delay_ms or link.jitter_ms:
+                netem += ["delay", f"{link.delay_ms}ms"]
+                if link.jitter_ms:
+                    netem += [f"{link.jitter_ms}ms", "distribution", "normal"]
+            if link.loss_pct:
+                netem += ["loss", f"{link.loss_pct}%"]
+            if link.reorder_pct:
+                netem += ["reorder", f"{link.reorder_pct}%"]
+            if link.duplicate_pct:
+                netem += ["duplicate", f"{link.duplicate_pct}%"]
+            root = ["tc", "qdisc", "add", "dev", ifname, "root", "handle", "1:"]
+            tb.run(node, [*root, *netem])
+            parent = ["parent", "1:1"]
+        if link.rate_mbit:
+            rate_bps = link.rate_mbit * 1e6 / 8
+            # A bucket of 4 ms of traffic (at least 10 full frames): big enough for the
+            # kernel's timer granularity, small against any measurement's seconds.
+            burst = max(15_140, int(rate_bps * 0.004))
+            tb.run(
+                node,
+                ["tc", "qdisc", "add", "dev", ifname, *parent, "handle", "10:", "tbf",
+                 "rate", f"{link.rate_mbit}mbit", "burst", str(burst), "latency", "50ms"],
+            )  # fmt: skip
 
 
 def kill_namespace(ns: str) -> None:

@@ -149,7 +149,7 @@ def imix(tb: Testbed, flow: Flow, w: Workload, metered: Metered, warmup_s: float
         for (size, _), port, wt in zip(SIMPLE_IMIX, ports, weights):
             payload = max(size - IPV4_UDP, IPERF_MIN_UDP_PAYLOAD)
             rate = w.rate_mbit * wt / sum(weights) * 1e6 * payload / (payload + IPV4_UDP)
-            argv = tb.in_ns(
+            argv = tb.command(
                 flow.source,
                 ["iperf3", "-c", flow.sink_addr, "-J", *_udp_args(port, rate, payload, w.seconds)],
             )

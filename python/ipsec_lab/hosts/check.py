@@ -1,0 +1,216 @@
+"""`ipsec-lab hosts check`: everything the lab needs of each real host, before any
+traffic — reachable, root (or passwordless sudo), each tool with its version and the
+Debian package that has it, kernel modules, the test interfaces there, up, not the one
+SSH uses, with an MTU that fits, and a clock close to this machine's.
+
+Every check is a row (host, what, status, detail): `ok`, `warn` (the lab can run, with
+the caveat said) or `fail` (it cannot: the detail says what to do).
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import threading
+import time
+from dataclasses import asdict, dataclass
+
+from ipsec_lab.hosts import Hosts, sides_of
+from ipsec_lab.hosts.ssh import Ssh, SshError
+from ipsec_lab.hosts.testbed import ssh_interface
+from ipsec_lab.testbed import INNER_MTU, TOPOLOGIES, topology
+
+# What each tool is for, how its version shows, and the Debian package with it.
+TOOLS: dict[str, tuple[str, str, str]] = {
+    "ip": ("addresses, routes, counters, xfrm", "ip -V", "iproute2"),
+    "tc": ("link shaping", "tc -V", "iproute2"),
+    "ss": ("waiting for servers", "ss -V", "iproute2"),
+    "sysctl": ("forwarding and PMTU settings", "sysctl --version", "procps"),
+    "ethtool": ("offloads under shaping, NIC facts", "ethtool --version", "ethtool"),
+    "iperf3": ("TCP, UDP, IMIX and RFC 2544 traffic", "iperf3 --version", "iperf3"),
+    "nginx": ("the HTTP workload's server", "nginx -v", "nginx-light"),
+    "curl": ("the HTTP workload's client", "curl --version", "curl"),
+    "swanctl": ("strongSwan backends", "swanctl --version", "strongswan-swanctl"),
+    "tcpdump": ("captures", "tcpdump --version", "tcpdump"),
+}
+# Tools every driven host needs, then per backend and per workload.
+BASE_TOOLS = ("ip", "sysctl", "ss")
+TRAFFIC_TOOLS = ("iperf3",)
+GATEWAY_TOOLS = ("tc", "ethtool")
+BACKEND_TOOLS = {"strongswan": ("swanctl",), "strongswan-kernel": ("swanctl",),
+                 "strongswan-libipsec": ("swanctl",)}  # fmt: skip
+WORKLOAD_TOOLS = {"http": ("nginx", "curl")}
+MODULES = {"esp4": "ESP over IPv4 (xfrm)", "esp6": "ESP over IPv6 (xfrm)", "ah4": "AH (xfrm)",
+           "xfrm_ipcomp": "IPComp (xfrm)", "sch_netem": "delay/loss links"}  # fmt: skip
+# A clock further off than this is reported (one-way figures across hosts need better).
+CLOCK_WARN_S = 0.5
+# ESP's largest overhead on a 1500-byte inner packet (AES-CBC, HMAC-SHA-512, UDP encap).
+ESP_OVERHEAD = 100
+
+
+@dataclass
+class Row:
+    host: str
+    check: str
+    status: str  # ok | warn | fail
+    detail: str
+
+
+def needed_tools(node: str, topo_name: str, backends: tuple[str, ...] = (),
+                 workloads: tuple[str, ...] = ()) -> list[str]:  # fmt: skip
+    topo = topology(topo_name)
+    need = list(BASE_TOOLS)
+    flows = {f.source for f in topo.flows} | {f.sink for f in topo.flows}
+    if node in flows:
+        need += TRAFFIC_TOOLS
+        for w in workloads:
+            need += WORKLOAD_TOOLS.get(w, ())
+    if node in topo.ipsec_nodes or any(node in (w.a, w.b) for w in topo.wires if w.shaped):
+        need += GATEWAY_TOOLS
+        for b in backends:
+            need += BACKEND_TOOLS.get(b, ())
+    return list(dict.fromkeys(need))
+
+
+def check_host(hosts: Hosts, node: str, topo_name: str, backends: tuple[str, ...],
+               workloads: tuple[str, ...]) -> list[Row]:  # fmt: skip
+    h = hosts.hosts[node]
+    out: list[Row] = []
+    if h.ssh is None:
+        return [Row(node, "ssh", "ok", "not driven by the lab (an external DUT): nothing to check")]
+    s = Ssh(h.ssh, node, hosts.ssh_config)
+    try:
+        try:
+            user = s.connect()
+        except SshError as e:
+            return [Row(node, "reachable", "fail", str(e))]
+        out.append(Row(node, "reachable", "ok", f"ssh {h.ssh} as {user}"
+                       + (" (sudo -n)" if s.sudo else "")))  # fmt: skip
+        out += _tools(s, node, needed_tools(node, topo_name, backends, workloads))
+        out += _modules(s, node, backends)
+        out += _interfaces(s, hosts, node, topo_name)
+        out.append(_clock(s, node))
+        out.append(_workdir(s, node, h.workdir))
+    except SshError as e:
+        out.append(Row(node, "connection", "fail", str(e)))
+    finally:
+        s.close()
+    return out
+
+
+def _tools(s: Ssh, node: str, tools: list[str]) -> list[Row]:
+    out = []
+    for t in tools:
+        what, version, pkg = TOOLS[t]
+        r = s.run(f"command -v {t} >/dev/null && {version} 2>&1 | head -1", check=False,
+                  timeout=20)  # fmt: skip
+        if r.returncode != 0 or not r.stdout.strip():
+            out.append(Row(node, f"tool {t}", "fail",
+                           f"missing ({what}): install Debian package {pkg}"))  # fmt: skip
+        else:
+            out.append(Row(node, f"tool {t}", "ok", r.stdout.strip()[:60]))
+    return out
+
+
+def _modules(s: Ssh, node: str, backends: tuple[str, ...]) -> list[Row]:
+    kernel = any(b.startswith(("xfrm", "strongswan-kernel")) for b in backends)
+    out = []
+    for m, what in MODULES.items():
+        line = (f"test -d /sys/module/{m} && echo loaded || "
+                f"(modinfo -n {m} >/dev/null 2>&1 && echo available) || echo missing")  # fmt: skip
+        state = s.run(line, check=False, timeout=20).stdout.strip() or "missing"
+        needed = kernel and m != "sch_netem"
+        status = "ok" if state != "missing" else ("fail" if needed else "warn")
+        out.append(Row(node, f"module {m}", status, f"{state} ({what})"))
+    return out
+
+
+def _interfaces(s: Ssh, hosts: Hosts, node: str, topo_name: str) -> list[Row]:
+    h = hosts.hosts[node]
+    topo = topology(topo_name)
+    ssh_if = ssh_interface(s)
+    out = []
+    for side in sides_of(topo, node):
+        i = h.sides.get(side)
+        if i is None:
+            out.append(Row(node, f"{side}", "fail", f"not in the hosts file ({node}.{side})"))
+            continue
+        r = s.run(["ip", "-j", "link", "show", "dev", i.interface], check=False, timeout=20)
+        if r.returncode != 0:
+            out.append(Row(node, f"{side} {i.interface}", "fail", "no such interface"))
+            continue
+        link = json.loads(r.stdout)[0]
+        if i.interface == ssh_if:
+            out.append(Row(node, f"{side} {i.interface}", "fail",
+                           "carries the lab's SSH session: name another interface for "
+                           "test traffic"))  # fmt: skip
+            continue
+        up = "UP" in link.get("flags", [])
+        mtu = int(link.get("mtu", 0))
+        if not up:
+            out.append(Row(node, f"{side} {i.interface}", "fail",
+                           f"down: `ip link set {i.interface} up`"))  # fmt: skip
+            continue
+        need = INNER_MTU + ESP_OVERHEAD if side != "inside" else INNER_MTU
+        status = "ok" if mtu >= need else "warn"
+        detail = f"up, MTU {mtu}"
+        if status == "warn":
+            detail += (f" (< {need}: a {INNER_MTU}-byte inner packet will be fragmented "
+                       "or refused; sizes up to the MTU less ESP's overhead go whole)")  # fmt: skip
+        if i.address:
+            detail += f", {i.address}" + (" (present)" if i.present else " (the lab adds it)")
+        out.append(Row(node, f"{side} {i.interface}", status, detail))
+    return out
+
+
+def _clock(s: Ssh, node: str) -> Row:
+    t0 = time.time()
+    r = s.run("date +%s.%N", root=False, check=False, timeout=20)
+    t1 = time.time()
+    try:
+        off = float(r.stdout.strip()) - (t0 + t1) / 2
+    except ValueError:
+        return Row(node, "clock", "warn", "could not read the host's clock")
+    status = "ok" if abs(off) <= CLOCK_WARN_S else "warn"
+    detail = f"{off * 1000:+.0f} ms from this machine (±{(t1 - t0) * 500:.0f} ms)"
+    if status == "warn":
+        detail += ": one-way figures across hosts need synchronised clocks (chrony/NTP)"
+    return Row(node, "clock", status, detail)
+
+
+def _workdir(s: Ssh, node: str, workdir: str) -> Row:
+    q = shlex.quote(workdir)
+    r = s.run(f"mkdir -p {q} && test -w {q} && df -Pk {q} | tail -1", check=False,
+              timeout=20)  # fmt: skip
+    if r.returncode != 0:
+        return Row(node, "work directory", "fail", f"{workdir}: cannot write ({r.stderr.strip()})")
+    return Row(node, "work directory", "ok", workdir)
+
+
+def run_checks(hosts: Hosts, topo_name: str | None = None, backends: tuple[str, ...] = (),
+               workloads: tuple[str, ...] = ()) -> list[Row]:  # fmt: skip
+    """Every host's checks, the hosts in parallel, in the file's order."""
+    name = topo_name or hosts.topology or _guess(hosts)
+    by: dict[str, list[Row]] = {}
+
+    def one(node: str) -> None:
+        by[node] = check_host(hosts, node, name, backends, workloads)
+
+    threads = [threading.Thread(target=one, args=(n,)) for n in hosts.hosts]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return [r for n in hosts.hosts for r in by[n]]
+
+
+def _guess(hosts: Hosts) -> str:
+    """The topology whose nodes are exactly the file's (for a file without `topology`)."""
+    for name in TOPOLOGIES:
+        if set(topology(name).nodes) == set(hosts.hosts):
+            return name
+    return "line"
+
+
+def as_json(rows: list[Row]) -> list[dict[str, str]]:
+    return [asdict(r) for r in rows]

@@ -1,0 +1,198 @@
+"""The transport to a real host: OpenSSH itself, one multiplexed connection per host.
+
+Every command goes through the user's `ssh` with ControlMaster/ControlPersist, so
+~/.ssh/config, keys, the agent, jump hosts and known_hosts all apply as they do for the
+user; the lab adds only `BatchMode=yes` (it never asks for a password) and its own
+control socket. Not a home-made agent: nothing is installed on the host but the files
+the lab pushes into its work directory.
+
+A non-root login runs each command through `sudo -n` (passwordless sudo, or a clear
+error). A long-running program is started by `spawn`: the ssh session that started it
+stays open while it runs (so `poll()` sees it exit, with its status), and it is stopped by
+its PID on the host, never by name.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+# ssh's own exit status when the connection (not the command) failed.
+SSH_FAILED = 255
+CONNECT_TIMEOUT_S = 10
+
+
+class SshError(RuntimeError):
+    """A host could not be reached or a command on it failed; the message names the host."""
+
+
+@dataclass
+class Result:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+class Ssh:
+    """One host through one multiplexed OpenSSH connection."""
+
+    def __init__(self, dest: str, node: str, ssh_config: str | None = None) -> None:
+        self.dest = dest
+        self.node = node
+        self.ssh_config = ssh_config
+        # A control socket path must fit in 108 bytes: a short private directory.
+        self._dir = Path(tempfile.mkdtemp(prefix="ipl-ssh-"))
+        self.control = self._dir / "c"
+        self.sudo: list[str] | None = None  # decided by `connect`
+
+    def base(self) -> list[str]:
+        """The ssh command line up to the destination."""
+        argv = ["ssh"]
+        if self.ssh_config:
+            argv += ["-F", self.ssh_config]
+        return [*argv,
+                "-o", "BatchMode=yes",
+                "-o", f"ConnectTimeout={CONNECT_TIMEOUT_S}",
+                "-o", "ServerAliveInterval=5", "-o", "ServerAliveCountMax=3",
+                "-o", "ControlMaster=auto", "-o", f"ControlPath={self.control}",
+                "-o", "ControlPersist=60",
+                self.dest]  # fmt: skip
+
+    def remote(self, argv: list[str] | str, root: bool = True) -> list[str]:
+        """The local argv that runs `argv` (a list, or a shell command line) on the
+        host, as root when `root` (through sudo for another user)."""
+        line = argv if isinstance(argv, str) else shlex.join(argv)
+        if root and self.sudo:
+            line = shlex.join([*self.sudo, "sh", "-c", line])
+        return [*self.base(), "--", line]
+
+    def connect(self) -> str:
+        """Open the master connection and learn who we are; the user name. Raises
+        SshError naming the host if it cannot be reached or gives no root."""
+        r = self.run("id -un", root=False, timeout=CONNECT_TIMEOUT_S + 20, check=False)
+        if r.returncode != 0:
+            raise SshError(f"{self.node} ({self.dest}): cannot connect: {_last(r.stderr)}")
+        user = r.stdout.strip()
+        if user != "root":
+            r = self.run(["sudo", "-n", "true"], root=False, check=False)
+            if r.returncode != 0:
+                raise SshError(f"{self.node} ({self.dest}): user {user} has no passwordless "
+                               f"sudo (sudo -n: {_last(r.stderr)})")  # fmt: skip
+            self.sudo = ["sudo", "-n", "--"]
+        return user
+
+    def run(
+        self,
+        argv: list[str] | str,
+        timeout: float = 60,
+        check: bool = True,
+        input: bytes | None = None,
+        root: bool = True,
+    ) -> Result:
+        """Run a command on the host to completion; its status and output."""
+        try:
+            p = subprocess.run(self.remote(argv, root), input=input, capture_output=True,
+                               timeout=timeout, check=False)  # fmt: skip
+        except subprocess.TimeoutExpired:
+            raise SshError(f"{self.node}: timed out after {timeout:g} s: {_show(argv)}") from None
+        r = Result(p.returncode, p.stdout.decode(errors="replace"),
+                   p.stderr.decode(errors="replace"))  # fmt: skip
+        if r.returncode == SSH_FAILED:
+            lost = _lost(r.stderr)
+            if lost:
+                raise SshError(f"{self.node} ({self.dest}): connection lost: {lost}")
+        if check and r.returncode != 0:
+            raise SshError(f"{self.node}: failed ({r.returncode}): {_show(argv)}\n"
+                           f"{r.stderr.strip()[-800:]}")  # fmt: skip
+        return r
+
+    def push(self, data: bytes, path: str, mode: int = 0o600) -> None:
+        """Write `data` to `path` on the host, created with `mode` (never wider first:
+        the umask is set before the file exists)."""
+        umask = 0o777 & ~mode
+        d = os.path.dirname(path)
+        line = (f"umask {umask:03o} && mkdir -p {shlex.quote(d)} && "
+                f"rm -f {shlex.quote(path)} && cat > {shlex.quote(path)} && "
+                f"chmod {mode:o} {shlex.quote(path)}")  # fmt: skip
+        self.run(line, input=data, timeout=120)
+
+    def fetch(self, path: str) -> bytes:
+        p = subprocess.run(self.remote(["cat", "--", path]), capture_output=True, timeout=120,
+                           check=False)  # fmt: skip
+        if p.returncode != 0:
+            raise SshError(f"{self.node}: cannot read {path}: {_last(p.stderr.decode())}")
+        return p.stdout
+
+    def spawn(self, argv: list[str], log: str, pidfile: str) -> subprocess.Popen[bytes]:
+        """Start a long-running program on the host, its output to `log` there and its
+        PID (with its start time, so a recycled PID is never taken for it) to `pidfile`.
+        The returned process is the ssh session: it ends with the program, with its
+        status."""
+        inner = (f"echo $$ $(cut -d' ' -f22 /proc/$$/stat) > {shlex.quote(pidfile)}; "
+                 f"exec {shlex.join(argv)} > {shlex.quote(log)} 2>&1 < /dev/null")  # fmt: skip
+        return subprocess.Popen(self.remote(["sh", "-c", inner]), stdin=subprocess.DEVNULL,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                start_new_session=True)  # fmt: skip
+
+    def kill(self, pid: int, start: str, sig: int = signal.SIGTERM) -> bool:
+        """Signal the host's process `pid` if it is still the one that started at `start`
+        (field 22 of /proc/PID/stat); whether it was there."""
+        line = (f"[ \"$(cut -d' ' -f22 /proc/{pid}/stat 2>/dev/null)\" = {shlex.quote(start)} ]"
+                f" && kill -{int(sig)} {pid}")  # fmt: skip
+        return self.run(line, check=False, timeout=20).returncode == 0
+
+    def alive(self, pid: int, start: str) -> bool:
+        line = f"[ \"$(cut -d' ' -f22 /proc/{pid}/stat 2>/dev/null)\" = {shlex.quote(start)} ]"
+        return self.run(line, check=False, timeout=20).returncode == 0
+
+    def close(self) -> None:
+        """Close the master connection (if any) and remove the control directory."""
+        if self.control.exists():
+            subprocess.run([*self.base()[:-1], "-O", "exit", self.dest], capture_output=True,
+                           timeout=10, check=False)  # fmt: skip
+        for _ in range(20):
+            if not self.control.exists():
+                break
+            time.sleep(0.05)
+        try:
+            self.control.unlink(missing_ok=True)
+            self._dir.rmdir()
+        except OSError:
+            pass
+
+
+def _show(argv: list[str] | str) -> str:
+    return argv if isinstance(argv, str) else shlex.join(argv)
+
+
+def _last(text: str) -> str:
+    lines = [x for x in text.strip().splitlines() if x.strip()]
+    return lines[-1] if lines else "no message"
+
+
+def _lost(stderr: str) -> str | None:
+    """ssh's own words when the connection, not the command, failed."""
+    for line in stderr.splitlines():
+        low = line.lower()
+        if any(
+            w in low
+            for w in (
+                "connection refused",
+                "connection closed",
+                "timed out",
+                "broken pipe",
+                "no route to host",
+                "connection reset",
+                "could not resolve",
+                "permission denied",
+                "host key",
+            )
+        ):
+            return line.strip()
+    return None

@@ -1,0 +1,450 @@
+"""A topology on real hosts: the same interface as the namespace testbed
+(`testbed.build.Testbed`: run, spawn, stop, shape, counters, teardown), over OpenSSH.
+
+Safety on machines the lab does not own:
+- it configures only the interfaces the hosts file names, and refuses to start when one
+  of them carries the host's SSH session;
+- everything it adds (addresses, routes, qdiscs, offload settings, sysctl values with
+  the value before, processes, files) is written to a ledger **before** it is done: the
+  ledger lives on the host (`WORKDIR/<token>/ledger`, one undo command a line) and in
+  the run directory; teardown undoes it newest first, also after a failure or Ctrl-C,
+  and `ipsec-lab clean --hosts FILE` undoes what a killed run left;
+- it never touches a host's default route: the namespace testbed's default routes
+  become routes to the topology's other networks (`hosts.place`).
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import shlex
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from ipsec_lab.hosts import Hosts, place
+from ipsec_lab.hosts.ssh import Ssh, SshError
+from ipsec_lab.testbed import Link, Topology
+from ipsec_lab.testbed.build import LabError, shape_ends
+
+LEDGER = "ledger"
+
+
+class HostProcess:
+    """A program the lab started on a host: the local ssh session that runs it (its
+    `poll()`, `wait()`, `returncode` are the program's) and its PID there."""
+
+    def __init__(self, node: str, name: str, session: subprocess.Popen[bytes],
+                 pid: int, start: str) -> None:  # fmt: skip
+        self.node, self.name, self.session = node, name, session
+        self.pid, self.start = pid, start
+
+    def poll(self) -> int | None:
+        return self.session.poll()
+
+    def wait(self, timeout: float | None = None) -> int:
+        return self.session.wait(timeout)
+
+    @property
+    def returncode(self) -> int | None:
+        return self.session.returncode
+
+
+class HostsTestbed:
+    """A topology placed on the hosts of a hosts file. Use as a context manager."""
+
+    __test__ = False
+
+    def __init__(self, topo: Topology, hosts: Hosts, rundir: Path, token: str | None = None,
+                 external: bool = False) -> None:  # fmt: skip
+        hosts.for_topology(topo, backend_external=external)
+        self.hosts = hosts
+        self.topo = place(topo, hosts)
+        self.rundir = rundir.resolve()
+        self.token = token or secrets.token_hex(3)
+        self.ssh: dict[str, Ssh] = {
+            h.node: Ssh(h.ssh, h.node, hosts.ssh_config) for h in hosts.driven()
+            if h.node in topo.nodes and h.ssh is not None
+        }  # fmt: skip
+        self.procs: list[tuple[str, HostProcess]] = []
+        self._cleanups: list[Callable[[], None]] = []
+        self._ledger_lock = threading.Lock()
+        self._log = self.rundir / "commands.log"
+        self.cpu_quota = None
+        self.cpus: tuple[int, ...] = ()
+
+    # --- where things are -----------------------------------------------------------------
+
+    def driven(self, node: str) -> bool:
+        return node in self.ssh
+
+    def workdir(self, node: str) -> str:
+        """The directory of this run on `node` (under the hosts file's `workdir`)."""
+        return f"{self.hosts.hosts[node].workdir}/{self.token}"
+
+    def on_teardown(self, fn: Callable[[], None]) -> None:
+        self._cleanups.append(fn)
+
+    def _host(self, node: str) -> Ssh:
+        try:
+            return self.ssh[node]
+        except KeyError:
+            raise LabError(f"{node} is not driven by the lab (no `ssh` in "
+                           f"{self.hosts.source})") from None  # fmt: skip
+
+    def _note(self, node: str, line: str) -> None:
+        with open(self._log, "a") as log:
+            log.write(f"[{node}] {line}\n")
+
+    # --- the ledger -----------------------------------------------------------------------
+
+    def record(self, node: str, what: str, undo: str) -> None:
+        """Write down, on the host and here, how to undo what is about to be done."""
+        entry = json.dumps({"what": what, "undo": undo}) + "\n"
+        with self._ledger_lock:
+            local = self.rundir / "hosts" / f"{node}.ledger"
+            local.parent.mkdir(parents=True, exist_ok=True)
+            with open(local, "a") as f:
+                f.write(entry)
+        path = f"{self.workdir(node)}/{LEDGER}"
+        self._host(node).run(f"umask 077 && cat >> {shlex.quote(path)}", input=entry.encode())
+
+    # --- commands -------------------------------------------------------------------------
+
+    def command(self, node: str, argv: Sequence[str]) -> list[str]:
+        """The local argv that runs `argv` on `node`."""
+        return self._host(node).remote(list(argv))
+
+    def run(self, node: str, argv: Sequence[str], timeout: float = 60, check: bool = True,
+            limited: bool = False) -> str:  # fmt: skip
+        self._note(node, shlex.join(argv))
+        try:
+            r = self._host(node).run(list(argv), timeout=timeout, check=check)
+        except SshError as e:
+            raise LabError(str(e)) from None
+        return r.stdout
+
+    def spawn(self, node: str, argv: Sequence[str], name: str,
+              env: dict[str, str] | None = None, limited: bool = False) -> HostProcess:  # fmt: skip
+        """Start a long-running program on `node`; stopped (by PID) at teardown."""
+        h = self._host(node)
+        wd = self.workdir(node)
+        log, pidfile = f"{wd}/{name}.log", f"{wd}/{name}.pid"
+        if env:
+            argv = ["env", *[f"{k}={v}" for k, v in env.items()], *argv]
+        self._note(node, f"[{name}] " + shlex.join(argv))
+        session = h.spawn(list(argv), log, pidfile)
+        deadline = time.monotonic() + 15
+        while True:
+            r = h.run(["cat", pidfile], check=False, timeout=10)
+            if r.returncode == 0 and len(r.stdout.split()) == 2:
+                break
+            if session.poll() is not None or time.monotonic() > deadline:
+                err = session.stderr.read().decode(errors="replace") if session.stderr else ""
+                raise LabError(f"{node}: {name} did not start: {err.strip()[-300:]}")
+            time.sleep(0.05)
+        pid, start = int(r.stdout.split()[0]), r.stdout.split()[1]
+        self.record(node, f"process {name} (pid {pid})", _kill_line(pid, start))
+        p = HostProcess(node, name, session, pid, start)
+        self.procs.append((name, p))
+        return p
+
+    def stop(self, p: Any, grace: float = 3.0) -> None:
+        if not isinstance(p, HostProcess) or p.poll() is not None:
+            return
+        h = self.ssh[p.node]
+        try:
+            h.kill(p.pid, p.start)
+            try:
+                p.wait(grace)
+            except subprocess.TimeoutExpired:
+                h.kill(p.pid, p.start, 9)
+                p.wait(5)
+        except (SshError, subprocess.TimeoutExpired):
+            p.session.kill()  # the host is gone: its ledger holds the process for `clean`
+            p.session.wait(5)
+
+    def sysctl(self, node: str, key: str, value: str) -> None:
+        """Set a sysctl on `node`, the value before recorded to be restored."""
+        before = self.run(node, ["sysctl", "-n", key]).strip()
+        if before != value:
+            self.record(node, f"sysctl {key} (was {before})",
+                        shlex.join(["sysctl", "-qw", f"{key}={before}"]))  # fmt: skip
+            self.run(node, ["sysctl", "-qw", f"{key}={value}"])
+
+    def log_mark(self) -> float:
+        return time.time()
+
+    def logs_since(self, mark: float, lines: int = 15, most: int = 4) -> list[tuple[str, str]]:
+        """The tails of the programs' logs on the hosts written to since `mark`."""
+        out: list[tuple[str, str]] = []
+        for node, h in self.ssh.items():
+            wd = shlex.quote(self.workdir(node))
+            line = (f"cd {wd} 2>/dev/null && for f in $(find . -name '*.log' -newermt "
+                    f"@{int(mark) - 1} -size +0 | head -{most}); do echo \"== $f\"; "
+                    f"tail -n {lines} \"$f\"; done")  # fmt: skip
+            try:
+                text = h.run(line, check=False, timeout=20).stdout
+            except SshError:
+                continue
+            for part in text.split("== ./")[1:]:
+                name, _, body = part.partition("\n")
+                if body.strip():
+                    out.append((f"{node}:{name}", body.rstrip()))
+        return out[:most]
+
+    # --- building -------------------------------------------------------------------------
+
+    def __enter__(self) -> HostsTestbed:
+        try:
+            self.build()
+        except BaseException:
+            self.teardown()
+            raise
+        return self
+
+    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None,
+                 tb: TracebackType | None) -> None:  # fmt: skip
+        self.teardown()
+
+    def connect(self) -> None:
+        """Reach every driven host (in parallel) and make this run's directory there."""
+        errors: list[str] = []
+
+        def one(node: str, h: Ssh) -> None:
+            try:
+                h.connect()
+                wd = self.workdir(node)
+                h.run(f"umask 077 && mkdir -p {shlex.quote(wd)} && : >> "
+                      f"{shlex.quote(wd + '/' + LEDGER)}")  # fmt: skip
+            except SshError as e:
+                errors.append(str(e))
+
+        threads = [threading.Thread(target=one, args=kv) for kv in self.ssh.items()]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        if errors:
+            raise LabError("; ".join(sorted(errors)))
+
+    def build(self) -> None:
+        self.rundir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.connect()
+        for node in self.ssh:
+            ssh_if = ssh_interface(self.ssh[node])
+            for w in self.topo.wires:
+                for n, ifname in ((w.a, w.a_if), (w.b, w.b_if)):
+                    if n == node and ifname == ssh_if:
+                        raise LabError(f"{node}: {ifname} carries the lab's SSH session: "
+                                       "test traffic must use other interfaces")  # fmt: skip
+        for w in self.topo.wires:
+            for node, ifname, addr, side in ((w.a, w.a_if, w.a_addr, w.a_side),
+                                             (w.b, w.b_if, w.b_addr, w.b_side)):  # fmt: skip
+                if not self.driven(node):
+                    continue
+                if self.hosts.hosts[node].sides[side].present:
+                    continue
+                have = self.run(node, ["ip", "-o", "addr", "show", "dev", ifname])
+                if f" {addr} " in have:
+                    continue  # there already: not ours to remove
+                self.record(node, f"address {addr} on {ifname}",
+                            shlex.join(["ip", "addr", "del", addr, "dev", ifname]))  # fmt: skip
+                nodad = ["nodad"] if ":" in addr else []
+                self.run(node, ["ip", "addr", "add", addr, "dev", ifname, *nodad])
+        for node, dest, via in self.topo.routes:
+            if not self.driven(node):
+                continue
+            family = ["-6"] if ":" in via else []
+            self.record(node, f"route {dest} via {via}",
+                        shlex.join(["ip", *family, "route", "del", dest, "via", via]))  # fmt: skip
+            self.run(node, ["ip", *family, "route", "replace", dest, "via", via])
+        for node in self.topo.forwarding:
+            if self.driven(node):
+                self.sysctl(node, "net.ipv4.ip_forward", "1")
+
+    def shape(self, link: Link) -> None:
+        """The link profile on every driven end of the shaped wires (as the namespace
+        testbed: netem for delay/loss, tbf for the rate, offloads off under a rate) —
+        the qdisc and each offload's setting before recorded and restored."""
+        if link.rate_mbit is None and not link.needs_netem:
+            return
+        for node, ifname in self.topo.shaped_ends():
+            if not self.driven(node):
+                continue
+            if link.rate_mbit:
+                feats = offloads(self, node, ifname)
+                restore = [w for f, on in feats.items() for w in (f, "on" if on else "off")]
+                if restore:
+                    self.record(node, f"offloads of {ifname}",
+                                shlex.join(["ethtool", "-K", ifname, *restore]))  # fmt: skip
+            self.record(node, f"qdisc on {ifname}",
+                        shlex.join(["tc", "qdisc", "del", "dev", ifname, "root"]))  # fmt: skip
+        shape_ends(self, link, [(n, i) for n, i in self.topo.shaped_ends() if self.driven(n)])
+
+    def counters(self) -> dict[str, dict[str, int]]:
+        """Interface counters of every driven wire end, `node/ifname` -> rx/tx."""
+        out: dict[str, dict[str, int]] = {}
+        ends = {(w.a, w.a_if) for w in self.topo.wires} | {(w.b, w.b_if) for w in self.topo.wires}
+        by_node: dict[str, list[str]] = {}
+        for node, ifname in sorted(ends):
+            if self.driven(node):
+                by_node.setdefault(node, []).append(ifname)
+        for node, ifs in by_node.items():
+            data = json.loads(self.run(node, ["ip", "-j", "-s", "link", "show"]))
+            for d in data:
+                if d.get("ifname") in ifs:
+                    st = d["stats64"]
+                    out[f"{node}/{d['ifname']}"] = {
+                        "rx_bytes": st["rx"]["bytes"], "rx_packets": st["rx"]["packets"],
+                        "tx_bytes": st["tx"]["bytes"], "tx_packets": st["tx"]["packets"],
+                    }  # fmt: skip
+        return out
+
+    def host_cpu(self) -> dict[str, tuple[float, float, int]]:
+        """Each driven host's CPU so far from its /proc/stat: (busy s, total s, CPUs)."""
+        out: dict[str, tuple[float, float, int]] = {}
+        lock = threading.Lock()
+
+        def one(node: str, h: Ssh) -> None:
+            try:
+                text = h.run(["cat", "/proc/stat"], timeout=15, root=False).stdout
+            except SshError:
+                return
+            with lock:
+                out[node] = proc_stat(text)
+
+        threads = [threading.Thread(target=one, args=kv) for kv in self.ssh.items()]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        return out
+
+    # --- tearing down ---------------------------------------------------------------------
+
+    def teardown(self) -> None:
+        while self._cleanups:
+            self._cleanups.pop()()
+        for _, p in reversed(self.procs):
+            self.stop(p)
+        self.procs.clear()
+        problems: list[str] = []
+        for node, h in self.ssh.items():
+            local = self.rundir / "hosts" / f"{node}.ledger"
+            try:
+                undo_run(h, self.workdir(node), fetch_to=self.rundir / "hosts" / node)
+            except SshError as e:
+                problems.append(f"{e} (its ledger: {local}; `ipsec-lab clean --hosts` "
+                                "undoes it once the host is back)")  # fmt: skip
+            h.close()
+        if problems:
+            raise LabError("could not restore every host: " + "; ".join(problems))
+
+
+def _kill_line(pid: int, start: str) -> str:
+    """A shell line that stops process `pid` if it is still the one that started at
+    `start`: TERM, up to 3 s, then KILL."""
+    same = f"[ \"$(cut -d' ' -f22 /proc/{pid}/stat 2>/dev/null)\" = {shlex.quote(start)} ]"
+    return (f"if {same}; then kill -TERM {pid}; for i in $(seq 30); do {same} || break; "
+            f"sleep 0.1; done; {same} && kill -KILL {pid}; fi; true")  # fmt: skip
+
+
+def undo_run(h: Ssh, workdir: str, fetch_to: Path | None = None) -> list[str]:
+    """Undo one run's ledger on a host, newest first, then remove its directory (its
+    logs fetched to `fetch_to` first); what was undone."""
+    led = f"{workdir}/{LEDGER}"
+    r = h.run(["cat", led], check=False, timeout=30)
+    if r.returncode != 0 and "No such file" in r.stderr:
+        return []
+    entries = [json.loads(x) for x in r.stdout.splitlines() if x.strip()]
+    if fetch_to is not None:
+        fetch_logs(h, workdir, fetch_to)
+    done = []
+    for e in reversed(entries):
+        h.run(e["undo"], check=False, timeout=30)
+        done.append(e["what"])
+    h.run(["rm", "-rf", "--", workdir], timeout=30)
+    return done
+
+
+def fetch_logs(h: Ssh, workdir: str, to: Path) -> None:
+    """The programs' logs of a run, into the local run directory."""
+    names = h.run(f"cd {shlex.quote(workdir)} && ls -1 *.log 2>/dev/null", check=False).stdout
+    for name in names.split():
+        to.mkdir(parents=True, exist_ok=True)
+        try:
+            (to / name).write_bytes(h.fetch(f"{workdir}/{name}"))
+        except SshError:
+            continue
+
+
+def leftover_runs(h: Ssh, workdir: str) -> list[str]:
+    """The run directories a killed lab left on a host (each holds a ledger)."""
+    line = f"ls -1d {shlex.quote(workdir)}/*/{LEDGER} 2>/dev/null"
+    out = h.run(line, check=False, timeout=30).stdout
+    return [x.rsplit("/", 1)[0] for x in out.split()]
+
+
+def clean_hosts(hosts: Hosts) -> list[str]:
+    """`ipsec-lab clean --hosts`: undo every run's ledger left on every driven host."""
+    done: list[str] = []
+    for host in hosts.driven():
+        assert host.ssh is not None
+        h = Ssh(host.ssh, host.node, hosts.ssh_config)
+        try:
+            h.connect()
+            for wd in leftover_runs(h, host.workdir):
+                for what in undo_run(h, wd):
+                    done.append(f"{host.node}: {what}")
+                done.append(f"{host.node}: directory {wd}")
+        finally:
+            h.close()
+    return done
+
+
+def ssh_interface(h: Ssh) -> str | None:
+    """The interface the host's end of our SSH session uses (from SSH_CONNECTION)."""
+    r = h.run("echo $SSH_CONNECTION", root=False, check=False, timeout=15)
+    parts = r.stdout.split()
+    if len(parts) < 1:
+        return None
+    r = h.run(["ip", "-j", "route", "get", parts[0]], check=False, timeout=15)
+    try:
+        data = json.loads(r.stdout)
+    except json.JSONDecodeError:
+        return None
+    return data[0].get("dev") if data else None
+
+
+def offloads(tb: HostsTestbed, node: str, ifname: str) -> dict[str, bool]:
+    """The shaping's offload features of `ifname` as they are now (only those the
+    device lets one change)."""
+    text = tb.run(node, ["ethtool", "-k", ifname], check=False)
+    names = {"tcp-segmentation-offload": "tso", "generic-segmentation-offload": "gso",
+             "tx-udp-segmentation": "tx-udp-segmentation",
+             "generic-receive-offload": "gro"}  # fmt: skip
+    out: dict[str, bool] = {}
+    for line in text.splitlines():
+        k, _, v = line.partition(":")
+        if k.strip() in names and "[fixed]" not in v:
+            out[names[k.strip()]] = v.split()[0] == "on" if v.split() else False
+    return out
+
+
+def proc_stat(text: str) -> tuple[float, float, int]:
+    """(busy s, total s, CPUs) from /proc/stat: user+nice+system+irq+softirq as busy,
+    steal left out (another guest's), at USER_HZ 100."""
+    first = text.splitlines()[0].split()
+    v = [int(x) for x in first[1:]]
+    user, nice, system, idle, iowait, irq, softirq = v[:7]
+    steal = v[7] if len(v) > 7 else 0
+    busy = user + nice + system + irq + softirq
+    total = busy + idle + iowait
+    ncpu = sum(1 for line in text.splitlines() if line.startswith("cpu") and line[3:4].isdigit())
+    del steal
+    return busy / 100, total / 100, ncpu
