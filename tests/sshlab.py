@@ -4,8 +4,9 @@ this namespace, with veth test links between the hosts that carry no address unt
 lab adds one. The lab reaches them only through `ssh`, by the aliases of an ssh_config,
 as it would real machines.
 
-Each sshd runs in its own mount namespace with a tmpfs on the lab's work directory: a
-file the lab did not push through ssh is not there.
+Each sshd runs in its own mount namespace where the lab's work directory is that host's
+own private directory (kept across an sshd restart, as a real host's disk): a file the
+lab did not push through ssh to that host is not there.
 
 `SshLab` is a context manager; it removes every namespace, process and file it made.
 `residue()` lists what a host holds beyond what the SshLab gave it (addresses, routes,
@@ -132,7 +133,9 @@ class SshLab:
             h.baseline = self.state(h)
 
     def start_sshd(self, h: SshHost) -> None:
-        inner = (f"mount -t tmpfs -o mode=0700 tmpfs {WORKDIR} && "
+        disk = self.dir / f"disk_{h.name}"
+        disk.mkdir(mode=0o700, exist_ok=True)
+        inner = (f"mount --bind {disk} {WORKDIR} && "
                  f"exec /usr/sbin/sshd -D -e -f {self.dir / f'sshd_{h.name}'}")  # fmt: skip
         log = open(self.dir / f"sshd_{h.name}.log", "ab")
         h.sshd = subprocess.Popen(
@@ -143,9 +146,17 @@ class SshLab:
         deadline = time.monotonic() + 10
         while self.ssh(h.name, "true", check=False).returncode != 0:
             if h.sshd.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"sshd of {h.name} did not come up: "
-                                   + (self.dir / f"sshd_{h.name}.log").read_text()[-500:])
+                raise RuntimeError(
+                    f"sshd of {h.name} did not come up: "
+                    + (self.dir / f"sshd_{h.name}.log").read_text()[-500:]
+                )
             time.sleep(0.1)
+
+    def sshd_pid(self, name: str) -> int:
+        """sshd's PID (ip netns exec, unshare and sh each exec the next)."""
+        p = self.hosts[name].sshd
+        assert p is not None
+        return p.pid
 
     def kill_sshd(self, name: str) -> None:
         """The host drops off the network as far as the lab can tell: its sshd and every
@@ -189,16 +200,20 @@ class SshLab:
             for a in i.get("addr_info", [])
             if a.get("scope") == "global"
         )
-        routes = sorted(json.dumps(r, sort_keys=True) for r in json.loads(ip("-j", "route") or "[]"))
+        routes = sorted(
+            json.dumps(r, sort_keys=True) for r in json.loads(ip("-j", "route") or "[]")
+        )
         qdiscs = sorted(
             f"{q['dev']} {q['kind']}" for q in json.loads(_run(
                 "ip", "netns", "exec", h.ns, "tc", "-j", "qdisc", "show", check=False) or "[]")
         )  # fmt: skip
         xfrm = _run("ip", "-n", h.ns, "xfrm", "state", check=False) + _run(
-            "ip", "-n", h.ns, "xfrm", "policy", check=False)
+            "ip", "-n", h.ns, "xfrm", "policy", check=False
+        )
         sysctl = _run("ip", "netns", "exec", h.ns, "sysctl", "-n", "net.ipv4.ip_forward",
                       "net.ipv4.ip_no_pmtu_disc", check=False)  # fmt: skip
-        files = self.ssh(h.name, f"ls -A {WORKDIR}", check=False).stdout.split()
+        disk = self.dir / f"disk_{h.name}"  # the host's WORKDIR
+        files = sorted(os.listdir(disk)) if disk.is_dir() else []
         procs = sorted(
             Path(f"/proc/{p}/comm").read_text().strip()
             for p in self.pids(h)

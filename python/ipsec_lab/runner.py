@@ -113,6 +113,9 @@ class Campaign:
         self.shown: dict[str, str] = {}
         self.finished = self.store.finished_keys(self.id)
         self.failed_keys: set[RunKey] = set()
+        # What went wrong outside any run (a testbed that could not be torn down whole):
+        # the CLI prints it after the summary.
+        self.warnings: list[str] = []
         self.progress = Progress(total=len(self.plan), done=len(self.finished))
 
     def _stop_soaker(self) -> None:
@@ -185,9 +188,12 @@ class Campaign:
             # The testbed itself failed (building, shaping, tearing down): every run of
             # this link not yet stored fails with that reason; the next link goes on.
             reason = f"testbed for link {link.name} failed: {failure_reason(e, [])}"
-            for p in pending:
-                if p.key not in self.finished and p.key not in self.failed_keys:
-                    self._store(p, "failed", started, reason=reason)
+            left = [p for p in pending if p.key not in self.finished
+                    and p.key not in self.failed_keys]  # fmt: skip
+            for p in left:
+                self._store(p, "failed", started, reason=reason)
+            if not left:  # every run was stored: the failure was in tearing down
+                self.warnings.append(reason)
 
     def _where(self, bname: str) -> str | None:
         """Why backend `bname` cannot run on this campaign's kind of testbed, or None."""
@@ -197,6 +203,12 @@ class Campaign:
         if self.hosts is not None and not e.hosts:
             ready = ", ".join(x.name for x in backends.REGISTRY if x.hosts)
             return f"{bname} does not run on real hosts yet (those that do: {ready})"
+        if self.hosts is not None and bname != "external":
+            topo = topology(self.sc.topology)
+            undriven = [n for n in topo.ipsec_nodes if not self.hosts.hosts[n].ssh]
+            if undriven:
+                return (f"{bname} needs the lab to drive {', '.join(undriven)} (no `ssh` in "
+                        f"{self.hosts.source}: an external DUT)")  # fmt: skip
         if self.hosts is not None and (self.sc.gateway.cpu_quota or self.sc.gateway.cpus):
             return ("[gateway] cpu_quota / cpus cannot be applied on real hosts: the lab "
                     "emulates a slow gateway with a cgroup of this machine only")  # fmt: skip
@@ -251,6 +263,8 @@ class Campaign:
         self.on_progress(self.progress)
         started = time.time()
         mark = tb.log_mark()
+        # The flow as the testbed placed it (real hosts: their interfaces and addresses).
+        flow = next(f for f in tb.topo.flows if f.name == p.flow.name)
 
         dead = backend.died()
         if dead:  # an earlier run's end found it so too; nothing to measure now
@@ -266,7 +280,7 @@ class Campaign:
             s0 = stages() if stages else None
             hosts = (meters.HostMeters(tb.host_cpu, tb.topo.ipsec_nodes)
                      if self.hosts is not None else None)  # fmt: skip
-            row = meters.measure(fn, tb.counters, backend.pids, p.flow.wire_end, self.soaker,
+            row = meters.measure(fn, tb.counters, backend.pids, flow.wire_end, self.soaker,
                                  hosts)  # fmt: skip
             if stages and s0 is not None:
                 s1 = stages()
@@ -281,7 +295,7 @@ class Campaign:
         try:
             if w.kind in ("http", "smtp"):
                 fn = apps.http if w.kind == "http" else apps.smtp
-                rows = fn(tb, p.flow, w, timed, self.sc.seed + k.repetition)
+                rows = fn(tb, flow, w, timed, self.sc.seed + k.repetition)
             else:
                 # UDP goes without DF (a per-namespace default, set only for UDP workloads):
                 # a datagram larger than a tunnel's inner MTU is then fragmented by the
@@ -289,12 +303,12 @@ class Campaign:
                 # at the sender after an ICMP "fragmentation needed".
                 udp = w.kind != "tcp"
                 if udp:
-                    tb.sysctl(p.flow.source, "net.ipv4.ip_no_pmtu_disc", "1")
+                    tb.sysctl(flow.source, "net.ipv4.ip_no_pmtu_disc", "1")
                 try:
-                    rows = WORKLOADS[w.kind](tb, p.flow, w, timed, self.sc.warmup_s)
+                    rows = WORKLOADS[w.kind](tb, flow, w, timed, self.sc.warmup_s)
                 finally:
                     if udp:
-                        tb.sysctl(p.flow.source, "net.ipv4.ip_no_pmtu_disc", "0")
+                        tb.sysctl(flow.source, "net.ipv4.ip_no_pmtu_disc", "0")
             dead = backend.died()
             if dead:  # whatever got through did not go through the IPsec under test
                 raise LabError(f"{k.backend} went down during the run: {dead}")

@@ -46,9 +46,8 @@ def _check(args: argparse.Namespace) -> int:
         t = Table(title=f"hosts of {args.file} (topology {name})")
         for col in ("host", "check", "status", "detail"):
             t.add_column(col, overflow="fold")
-        style = {"ok": "green", "warn": "yellow", "fail": "bold red"}
         for r in rows:
-            t.add_row(r.host, r.check, f"[{style[r.status]}]{r.status}[/]", r.detail)
+            t.add_row(r.host, r.check, r.status, r.detail)
         Console().print(t)
         warned = sum(r.status == "warn" for r in rows)
         if failed:

@@ -91,6 +91,9 @@ def _run(args: argparse.Namespace) -> int:
         print(f"(continue later with `ipsec-lab run --resume {args.scenario}`)", file=sys.stderr)
         rc = 1
     print(f"campaign {campaign.id}: {counts_line(campaign)}", file=sys.stderr)
+    for w in campaign.warnings:
+        print(f"ipsec-lab run: {w}", file=sys.stderr)
+        rc = 1
     if campaign.progress.failed:
         print(
             f"ipsec-lab run: {campaign.progress.failed} runs failed (reasons below and in "

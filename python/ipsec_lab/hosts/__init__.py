@@ -104,6 +104,11 @@ class Hosts:
                 why = "" if node in topo.ipsec_nodes else " (only an external DUT may be)"
                 raise HostsError(self.source, f"{node}.ssh", f"missing: the lab drives "
                                  f"this host{why}")  # fmt: skip
+            for side in sides_of(topo, node) if h.ssh is None else ():
+                if h.sides[side].address is None:
+                    raise HostsError(self.source, f"{node}.{side}.address", "missing: the "
+                                     "lab does not drive this host, so give the address it "
+                                     "has there (the other hosts route through it)")  # fmt: skip
         extra = sorted(set(self.hosts) - set(topo.nodes))
         if extra:
             raise HostsError(self.source, extra[0], f"not a node of topology {topo.name!r} "
@@ -248,6 +253,11 @@ def place(topo: Topology, hosts: Hosts) -> Topology:
             addr[_ip(cidr)] = _ip(new)
             net.setdefault(_net(cidr), _net(new))
             ends.append((i.interface, new))
+        if _net(ends[0][1]) != _net(ends[1][1]):
+            raise HostsError(hosts.source, f"{w.b}.{w.b_side}.address",
+                             f"{ends[1][1]} is not in {w.a}.{w.a_side}'s network "
+                             f"{_net(ends[0][1])}: the two ends of a link share one (give "
+                             "both addresses, or neither)")  # fmt: skip
         wires.append(replace(w, a_if=ends[0][0], a_addr=ends[0][1], b_if=ends[1][0],
                              b_addr=ends[1][1]))  # fmt: skip
 

@@ -102,13 +102,14 @@ def _tools(s: Ssh, node: str, tools: list[str]) -> list[Row]:
     out = []
     for t in tools:
         what, version, pkg = TOOLS[t]
-        r = s.run(f"command -v {t} >/dev/null && {version} 2>&1 | head -1", check=False,
-                  timeout=20)  # fmt: skip
-        if r.returncode != 0 or not r.stdout.strip():
+        # the tool must run, not only be found: its version command's status decides
+        r = s.run(f"command -v {t} >/dev/null && {version} 2>&1", check=False, timeout=20)
+        first = r.stdout.strip().splitlines()[0] if r.stdout.strip() else ""
+        if r.returncode != 0 or not first:
             out.append(Row(node, f"tool {t}", "fail",
                            f"missing ({what}): install Debian package {pkg}"))  # fmt: skip
         else:
-            out.append(Row(node, f"tool {t}", "ok", r.stdout.strip()[:60]))
+            out.append(Row(node, f"tool {t}", "ok", first[:60]))
     return out
 
 

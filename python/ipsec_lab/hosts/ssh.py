@@ -23,12 +23,14 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from ipsec_lab.testbed.build import LabError
+
 # ssh's own exit status when the connection (not the command) failed.
 SSH_FAILED = 255
 CONNECT_TIMEOUT_S = 10
 
 
-class SshError(RuntimeError):
+class SshError(LabError):
     """A host could not be reached or a command on it failed; the message names the host."""
 
 
@@ -50,6 +52,8 @@ class Ssh:
         self._dir = Path(tempfile.mkdtemp(prefix="ipl-ssh-"))
         self.control = self._dir / "c"
         self.sudo: list[str] | None = None  # decided by `connect`
+        # How messages name it: its node, and where it is when that says more.
+        self.who = node if dest == node else f"{node} ({dest})"
 
     def base(self) -> list[str]:
         """The ssh command line up to the destination."""
@@ -77,12 +81,12 @@ class Ssh:
         SshError naming the host if it cannot be reached or gives no root."""
         r = self.run("id -un", root=False, timeout=CONNECT_TIMEOUT_S + 20, check=False)
         if r.returncode != 0:
-            raise SshError(f"{self.node} ({self.dest}): cannot connect: {_last(r.stderr)}")
+            raise SshError(f"{self.who}: cannot connect: {_last(r.stderr)}")
         user = r.stdout.strip()
         if user != "root":
             r = self.run(["sudo", "-n", "true"], root=False, check=False)
             if r.returncode != 0:
-                raise SshError(f"{self.node} ({self.dest}): user {user} has no passwordless "
+                raise SshError(f"{self.who}: user {user} has no passwordless "
                                f"sudo (sudo -n: {_last(r.stderr)})")  # fmt: skip
             self.sudo = ["sudo", "-n", "--"]
         return user
@@ -106,7 +110,7 @@ class Ssh:
         if r.returncode == SSH_FAILED:
             lost = _lost(r.stderr)
             if lost:
-                raise SshError(f"{self.node} ({self.dest}): connection lost: {lost}")
+                raise SshError(f"{self.who}: connection lost: {lost}")
         if check and r.returncode != 0:
             raise SshError(f"{self.node}: failed ({r.returncode}): {_show(argv)}\n"
                            f"{r.stderr.strip()[-800:]}")  # fmt: skip

@@ -71,6 +71,7 @@ class HostsTestbed:
             if h.node in topo.nodes and h.ssh is not None
         }  # fmt: skip
         self.procs: list[tuple[str, HostProcess]] = []
+        self._spawned = 0
         self._cleanups: list[Callable[[], None]] = []
         self._ledger_lock = threading.Lock()
         self._log = self.rundir / "commands.log"
@@ -133,7 +134,10 @@ class HostsTestbed:
         """Start a long-running program on `node`; stopped (by PID) at teardown."""
         h = self._host(node)
         wd = self.workdir(node)
-        log, pidfile = f"{wd}/{name}.log", f"{wd}/{name}.pid"
+        # a fresh pidfile per start: a program started again under the same name must
+        # never be taken for the one before it (whose PID the old file holds)
+        self._spawned += 1
+        log, pidfile = f"{wd}/{name}.log", f"{wd}/{name}.{self._spawned}.pid"
         if env:
             argv = ["env", *[f"{k}={v}" for k, v in env.items()], *argv]
         self._note(node, f"[{name}] " + shlex.join(argv))

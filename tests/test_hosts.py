@@ -1,0 +1,162 @@
+"""Hosts files without hosts: what they say, the errors that name the file and the key,
+the topology placed on the hosts' interfaces and addresses (never a default route), the
+shipped examples, and the per-host CPU figures."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ipsec_lab import backends
+from ipsec_lab.hosts import HostsError, load, parse, place
+from ipsec_lab.hosts.testbed import proc_stat
+from ipsec_lab.meters import HostMeters
+from ipsec_lab.testbed import topology
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+LINE = """
+topology = "line"
+[client]
+ssh = "root@203.0.113.10"
+inside = { interface = "eth1", address = "172.16.1.2/24" }
+[gwA]
+ssh = "lab@gw-a"
+inside = { interface = "eth1", address = "172.16.1.1/24" }
+outside = { interface = "eth2", address = "198.18.0.1/24", present = true }
+[gwB]
+ssh = "gw-b"
+outside = { interface = "eth2", address = "198.18.0.2/24" }
+inside = { interface = "ens3", address = "172.16.2.1/24" }
+[server]
+ssh = "server"
+inside = { interface = "eth1", address = "172.16.2.2/24" }
+"""
+
+
+def test_a_hosts_file_places_the_line_on_its_interfaces_and_addresses() -> None:
+    h = parse(LINE, "h.toml")
+    assert h.hosts["gwA"].sides["outside"].present
+    assert h.hosts["client"].sides["inside"].present is False
+    t = place(topology("line"), h)
+    ends = {(w.a, w.a_if, w.a_addr) for w in t.wires} | {(w.b, w.b_if, w.b_addr) for w in t.wires}
+    assert ("gwB", "ens3", "172.16.2.1/24") in ends
+    assert ("gwA", "eth2", "198.18.0.1/24") in ends
+    assert ("gwB", "eth2", "198.18.0.2/24") in ends
+    # the tunnel between the outer addresses, protecting the inside networks
+    (tun,) = t.tunnels
+    assert (tun.left_outer, tun.right_outer) == ("198.18.0.1", "198.18.0.2")
+    assert (tun.left_ts, tun.right_ts) == ("172.16.1.0/24", "172.16.2.0/24")
+    (flow,) = t.flows
+    assert (flow.sink_addr, flow.wire_end) == ("172.16.2.2", "gwA/eth2")
+    # no default route on a real host: the client and server route the networks they
+    # are not on through their gateway
+    assert not any(dest == "default" for _, dest, _ in t.routes)
+    client = sorted(d for n, d, v in t.routes if n == "client")
+    assert client == ["172.16.2.0/24", "198.18.0.0/24"]
+    assert all(v == "172.16.1.1" for n, _, v in t.routes if n == "client")
+    assert ("gwA", "172.16.2.0/24", "198.18.0.2") in t.routes
+    # no address at all: the topology's own, on the hosts' interfaces
+    bare = parse("\n".join(x.split(", address")[0] + (" }" if ", address" in x else "")
+                           for x in LINE.splitlines()), "h.toml")  # fmt: skip
+    t = place(topology("line"), bare)
+    assert [(w.a_if, w.a_addr) for w in t.wires][1] == ("eth2", "192.0.2.1/24")
+    # the two ends of a link in two networks: refused, naming the second end
+    odd = parse(LINE.replace("198.18.0.2/24", "192.0.2.2/24"), "h.toml")
+    with pytest.raises(HostsError, match=r"gwB\.outside\.address: 192\.0\.2\.2/24 is not in "
+                       r"gwA\.outside's network 198\.18\.0\.0/24"):  # fmt: skip
+        place(topology("line"), odd)
+
+
+@pytest.mark.parametrize(
+    ("text", "key", "words"),
+    [
+        ("[client]\nssh = 'x'\ninside = 'eth1'", "client.inside", "must be a table"),
+        ("[client]\ninside = { interface = 'eth1', address = '10.1.0.2' }", "client.inside."
+         "address", "needs its prefix length"),
+        ("[client]\ninside = { interface = 'eth1', address = 'ten' }", "client.inside.address",
+         "not an address"),
+        ("[client]\ninside = { interface = 'a very long name' }", "client.inside.interface",
+         "must be an interface name"),
+        ("[client]\noutside = { interface = 'eth1' }", "client.outside", "unknown key"),
+        ("[router]\nssh = 'x'", "router", "unknown key: a node"),
+        ("[client]\nssh = '-oProxyCommand=x'", "client.ssh", "not an ssh destination"),
+        ("[client]\ninside = { interface = 'eth1', present = true }", "client.inside.present",
+         "give `address`"),
+        ("workdir = 'tmp'", "workdir", "absolute path"),
+        ("topology = 'ring'", "topology", "must be one of"),
+        ("[client\n", "toml", ""),
+    ],
+)  # fmt: skip
+def test_hosts_file_errors_name_the_file_and_key(text: str, key: str, words: str) -> None:
+    with pytest.raises(HostsError) as e:
+        parse(text, "h.toml")
+    assert e.value.key == key and str(e.value).startswith(f"h.toml: {key}: ")
+    assert words in str(e.value)
+
+
+def test_a_file_must_map_every_node_and_only_an_external_dut_goes_undriven() -> None:
+    h = parse(LINE.replace('ssh = "server"\n', ""), "h.toml")
+    with pytest.raises(HostsError, match=r"h.toml: server.ssh: missing: the lab drives this "
+                       r"host \(only an external DUT may be\)"):  # fmt: skip
+        h.for_topology(topology("line"), backend_external=True)
+    undriven_gw = parse(LINE.replace('ssh = "gw-b"\n', ""), "h.toml")
+    with pytest.raises(HostsError, match=r"gwB\.ssh: missing"):
+        undriven_gw.for_topology(topology("line"))
+    # an external DUT: it needs the addresses it has, the lab cannot add them
+    no_addr = parse(LINE.replace('ssh = "gw-b"\n', "").replace(', address = "198.18.0.2/24"', ""),
+                    "h.toml")  # fmt: skip
+    with pytest.raises(HostsError, match=r"gwB\.outside\.address: missing: the lab does not"):
+        no_addr.for_topology(topology("line"), backend_external=True)
+    undriven_gw.for_topology(topology("line"), backend_external=True)  # addresses given: fine
+    with pytest.raises(HostsError, match="this file is for 'line'"):
+        h.for_topology(topology("pair"))
+    with pytest.raises(HostsError, match="hostA: missing: topology 'pair' needs"):
+        parse("", "h.toml").for_topology(topology("pair"))
+
+
+@pytest.mark.parametrize("name", ["line", "external", "pair", "clients"])
+def test_the_shipped_hosts_files_fit_their_topology(name: str) -> None:
+    h = load(EXAMPLES / f"hosts-{name}.toml")
+    assert h.topology is not None
+    h.for_topology(topology(h.topology), backend_external=name == "external")
+    t = place(topology(h.topology), h)
+    assert len(t.wires) == len(topology(h.topology).wires)
+
+
+def test_external_runs_on_real_hosts_only_and_none_on_both() -> None:
+    by = backends.BY_NAME
+    assert by["external"].hosts and not by["external"].namespaces
+    assert by["none"].hosts and by["none"].namespaces
+    ext = backends.make("external")
+    ext.use_hosts(load(EXAMPLES / "hosts-external.toml"))  # type: ignore[attr-defined]
+    assert ext.version().startswith("external DUT: model the appliance's model")
+
+
+def test_proc_stat_busy_and_total_seconds() -> None:
+    text = (
+        "cpu  100 20 30 800 50 5 15 7 0 0\n"
+        "cpu0 50 10 15 400 25 2 8 3 0 0\ncpu1 50 10 15 400 25 3 7 4 0 0\nintr 1 2\n"
+    )
+    busy, total, ncpu = proc_stat(text)
+    # busy: user + nice + system + irq + softirq; total adds idle and iowait (not steal)
+    assert (busy, total, ncpu) == (1.7, 10.2, 2)
+
+
+def test_the_dut_s_effort_is_its_hosts_cpu_per_kb() -> None:
+    m = HostMeters(lambda: {}, ["gwA", "gwB"])
+    h0 = {"client": (10.0, 100.0, 2), "gwA": (5.0, 50.0, 2), "gwB": (1.0, 60.0, 4)}
+    h1 = {"client": (12.0, 104.0, 2), "gwA": (6.0, 54.0, 2), "gwB": (3.0, 64.0, 4)}
+    row: dict[str, object] = {"effort_us_per_kb": 99.0}
+    m.fill(row, h0, h1, kb=1000)
+    per = row["hosts_cpu"]
+    assert per["client"]["cpu_load"] == pytest.approx(0.5)  # type: ignore[index]
+    # gwA 1 s + gwB 2 s over 1000 kB; the generator's 2 s are not the DUT's
+    assert row["effort_us_per_kb"] == pytest.approx(3000)
+    assert row["cpu_load"] == pytest.approx((0.25 + 0.5) / 2)
+    assert row["machine_effort_us_per_kb"] == 99.0
+    # a DUT host that was not metered (an external one): no figure, and why
+    row = {}
+    HostMeters(lambda: {}, ["gwA", "gwX"]).fill(row, h0, h1, kb=1000)
+    assert row["effort_us_per_kb"] is None and "gwX not metered" in str(row["cpu_note"])

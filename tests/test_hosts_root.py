@@ -1,0 +1,215 @@
+"""The lab on real hosts, reached only through OpenSSH: four namespaces each running
+`sshd` (tests/sshlab.py), named by the aliases of an ssh_config. `hosts check` before any
+traffic; a campaign metered per host; a host whose sshd dies mid-campaign; Ctrl-C; and
+after every test, the hosts hold nothing the lab added. Needs root (CI runs as root)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from sshlab import SshLab
+
+pytestmark = pytest.mark.root
+
+LAB = [sys.executable, "-m", "ipsec_lab.cli"]
+
+SCENARIO = """
+name = "on real hosts"
+topology = "line"
+backends = ["none"]
+repetitions = {reps}
+warmup_s = 0.3
+[[links]]
+preset = "ethernet-100"
+[[workloads]]
+kind = "tcp"
+seconds = {seconds}
+{more}
+"""
+RFC2544 = """
+[[workloads]]
+kind = "rfc2544"
+size = 512
+trial_s = 1
+max_rate_mbit = 100
+resolution_mbit = 10
+"""
+
+
+@pytest.fixture(scope="module")
+def lab() -> Iterator[SshLab]:
+    with SshLab() as sl:
+        yield sl
+
+
+def _scenario(tmp: Path, reps: int = 1, seconds: float = 2, more: str = "") -> Path:
+    f = tmp / "scenario.toml"
+    f.write_text(SCENARIO.format(reps=reps, seconds=seconds, more=more))
+    return f
+
+
+def _lab(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*LAB, *args], capture_output=True, text=True, timeout=timeout,
+                          check=False)  # fmt: skip
+
+
+def test_hosts_check_says_ready_then_names_a_missing_tool_and_the_ssh_interface(
+    lab: SshLab, tmp_path: Path
+) -> None:
+    hosts = lab.hosts_toml(tmp_path / "hosts.toml")
+    p = _lab("hosts", "check", str(hosts), "--json")
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(p.stdout)
+    assert doc["ready"] and doc["topology"] == "line"
+    reach = {r["host"]: r for r in doc["checks"] if r["check"] == "reachable"}
+    assert set(reach) == {"client", "gwA", "gwB", "server"}
+    assert all(r["status"] == "ok" and "as root" in r["detail"] for r in reach.values())
+    iperf = [r for r in doc["checks"] if r["check"] == "tool iperf3"]
+    assert {r["host"] for r in iperf} == {"client", "server"}  # the traffic ends only
+    assert all(r["detail"].startswith("iperf 3") for r in iperf)
+
+    # iperf3 gone from the server (in its sshd's mount namespace only)
+    pid = str(lab.sshd_pid("server"))
+    subprocess.run(["nsenter", "-t", pid, "-m", "mount", "--bind", "/dev/null",
+                    "/usr/bin/iperf3"], check=True)  # fmt: skip
+    try:
+        p = _lab("hosts", "check", str(hosts))
+    finally:
+        subprocess.run(["nsenter", "-t", pid, "-m", "umount", "/usr/bin/iperf3"], check=True)
+    assert p.returncode == 1
+    assert "server: tool iperf3: missing (TCP, UDP, IMIX and RFC 2544 traffic): install " \
+        "Debian package iperf3" in p.stderr  # fmt: skip
+    assert p.stderr.count("missing") == 1, p.stderr
+
+    # the interface the SSH session uses named as a test interface
+    ssh_if = tmp_path / "ssh-if.toml"
+    text = hosts.read_text()
+    client = '[client]\nssh = "client"\ninside = { interface = '
+    assert client + '"eth1"' in text
+    ssh_if.write_text(text.replace(client + '"eth1"', client + '"mgmt0"'))
+    p = _lab("hosts", "check", str(ssh_if))
+    assert p.returncode == 1
+    assert "client: inside mgmt0: carries the lab's SSH session" in p.stderr
+    assert lab.residue() == {}
+
+
+def test_a_campaign_on_real_hosts_meters_each_host_and_leaves_nothing(
+    lab: SshLab, tmp_path: Path
+) -> None:
+    hosts = lab.hosts_toml(tmp_path / "hosts.toml")
+    sc = _scenario(tmp_path, more=RFC2544)
+    p = _lab("run", str(sc), "--hosts", str(hosts), "--lab", str(tmp_path / "lab"), "--json")
+    assert p.returncode == 0, p.stderr[-3000:]
+    doc = json.loads(p.stdout)
+    runs = doc["runs"]
+    assert [r["status"] for r in runs] == ["done", "done"], [r["reason"] for r in runs]
+    tcp = next(r for r in runs if r["workload"].startswith("tcp"))["results"][0]
+    # a 100 Mbit/s tbf link between the gateways (on gwA's and gwB's eth2)
+    assert 50 < tcp["mbps"] <= 100
+    # each host's CPU from its own /proc/stat; the row's effort is the DUT's (gwA + gwB)
+    assert set(tcp["hosts_cpu"]) == {"client", "gwA", "gwB", "server"}
+    dut = sum(tcp["hosts_cpu"][g]["cpu_busy_s"] for g in ("gwA", "gwB"))
+    kb = tcp["payload_bytes"] / 1024
+    assert tcp["effort_us_per_kb"] == pytest.approx(dut * 1e6 / kb)
+    # the wire: gwA's outside interface carried the payload and its headers
+    assert tcp["wire_up_bytes"] > tcp["payload_bytes"]
+    search = next(r for r in runs if r["workload"].startswith("rfc2544"))["results"][0]
+    assert 50 < search["mbps"] <= 100 and search["mbps"] == search["ndr_mbps"]
+    # what the lab did on each host is in the run directory: its commands and ledger
+    led = next((tmp_path / "lab").glob("campaign-*/*/hosts/gwA.ledger"))
+    whats = [json.loads(x)["what"] for x in led.read_text().splitlines()]
+    assert "address 192.0.2.1/24 on eth2" in whats
+    assert any(w.startswith("sysctl net.ipv4.ip_forward (was 0)") for w in whats)
+    assert "qdisc on eth2" in whats
+    assert lab.residue() == {}
+
+
+def _wait_done(db: Path, n: int, proc: subprocess.Popen[str], timeout: float = 120) -> None:
+    """Until `n` runs of the campaign are stored."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(
+                f"ipsec-lab exited early: {proc.stderr.read() if proc.stderr else ''}"
+            )
+        if db.exists():
+            with sqlite3.connect(db) as c:
+                try:
+                    k = c.execute("select count(*) from runs where status = 'done'").fetchone()[0]
+                except sqlite3.OperationalError:
+                    k = 0
+            if k >= n:
+                return
+        time.sleep(0.2)
+    raise AssertionError(f"{n} runs not done in {timeout} s")
+
+
+def test_a_host_that_drops_mid_campaign_fails_its_run_and_the_others_are_restored(
+    lab: SshLab, tmp_path: Path
+) -> None:
+    hosts = lab.hosts_toml(tmp_path / "hosts.toml")
+    sc = _scenario(tmp_path, reps=3, seconds=3)
+    db = tmp_path / "lab" / "results.sqlite"
+    proc = subprocess.Popen([*LAB, "run", str(sc), "--hosts", str(hosts), "--lab",
+                             str(tmp_path / "lab"), "--json"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        _wait_done(db, 1, proc)
+        time.sleep(1.0)  # the second run under way
+        lab.kill_sshd("server")
+        out, err = proc.communicate(timeout=240)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 1, err[-3000:]
+    runs = json.loads(out)["runs"]
+    assert runs[0]["status"] == "done"
+    failed = [r for r in runs if r["status"] == "failed"]
+    assert failed and all("server" in r["reason"] for r in failed), [r["reason"] for r in runs]
+    assert "could not restore every host" in err and "clean --hosts" in err
+    # the hosts still reachable hold nothing of the lab's
+    left = lab.residue()
+    assert set(left) <= {"server"}, left
+    # the server comes back: `clean --hosts` undoes what its ledger holds
+    lab.start_sshd(lab.hosts["server"])
+    p = _lab("clean", "--hosts", str(hosts))
+    assert p.returncode == 0, p.stderr
+    if "server" in left:
+        assert "undid server: " in p.stdout
+    assert lab.residue() == {}
+    p = _lab("clean", "--hosts", str(hosts))
+    assert p.returncode == 0 and "nothing left over on the hosts" in p.stdout
+
+
+def test_ctrl_c_restores_every_host_and_keeps_finished_runs(lab: SshLab, tmp_path: Path) -> None:
+    hosts = lab.hosts_toml(tmp_path / "hosts.toml")
+    sc = _scenario(tmp_path, reps=3, seconds=3)
+    db = tmp_path / "lab" / "results.sqlite"
+    proc = subprocess.Popen([*LAB, "run", str(sc), "--hosts", str(hosts), "--lab",
+                             str(tmp_path / "lab")], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        _wait_done(db, 1, proc)
+        time.sleep(1.0)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 130, err[-2000:]
+    assert "finished runs are kept" in err
+    with sqlite3.connect(db) as c:
+        done = c.execute("select count(*) from runs where status = 'done'").fetchone()[0]
+    assert done >= 1
+    assert lab.residue() == {}
