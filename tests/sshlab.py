@@ -239,14 +239,20 @@ class SshLab:
     def hosts_toml(self, path: Path, drive: tuple[str, ...] | None = None,
                    extra: str = "") -> Path:  # fmt: skip
         """A hosts file for the `line` topology; hosts not in `drive` get no `ssh` (an
-        external DUT)."""
+        external DUT) and the addresses they have (the topology's own)."""
+        from ipsec_lab.testbed import topology
+
+        own = {(n, s): a for w in topology("line").wires
+               for n, s, a in ((w.a, w.a_side, w.a_addr), (w.b, w.b_side, w.b_addr))}  # fmt: skip
         lines = [f'ssh_config = "{self.ssh_config}"', f'workdir = "{WORKDIR}"', extra]
         for name, sides in LINE_SIDES.items():
             lines.append(f"[{name}]")
-            if drive is None or name in drive:
+            driven = drive is None or name in drive
+            if driven:
                 lines.append(f'ssh = "{name}"')
             for side, ifname in sides.items():
-                lines.append(f'{side} = {{ interface = "{ifname}" }}')
+                addr = "" if driven else f', address = "{own[(name, side)]}"'
+                lines.append(f'{side} = {{ interface = "{ifname}"{addr} }}')
         path.write_text("\n".join(lines) + "\n")
         return path
 

@@ -213,3 +213,64 @@ def test_ctrl_c_restores_every_host_and_keeps_finished_runs(lab: SshLab, tmp_pat
         done = c.execute("select count(*) from runs where status = 'done'").fetchone()[0]
     assert done >= 1
     assert lab.residue() == {}
+
+
+def test_an_external_dut_is_measured_and_never_logged_in_to(lab: SshLab, tmp_path: Path) -> None:
+    """The DUT: ipsec-gw on gwA and gwB, set up by this test behind the lab's back; the
+    hosts file gives them no `ssh`. The lab drives the client and server only, and the
+    gateways' own counters show the traffic went through their ESP."""
+    from ipsec_lab import hosts as hostsfile
+    from ipsec_lab.backends.ours import Ours, gateway_binary
+    from ipsec_lab.testbed import topology
+    from ipsec_lab.testbed.build import Testbed
+
+    hosts = lab.hosts_toml(tmp_path / "hosts.toml", drive=("client", "server"))
+    hosts.write_text(hosts.read_text() + '[dut]\nmodel = "ipsec-gw"\nproposal = "aes128gcm16"\n')
+    placed = hostsfile.place(topology("line"), hostsfile.load(hosts))
+
+    class Dut(Testbed):  # the lab's own tools, on the SshLab's namespaces
+        def ns(self, node: str) -> str:
+            return lab.hosts[node].ns
+
+    dut = Dut(placed, tmp_path / "dut")
+    dut.rundir.mkdir(mode=0o700)
+    for w in placed.wires:
+        for node, ifname, addr in ((w.a, w.a_if, w.a_addr), (w.b, w.b_if, w.b_addr)):
+            if node in ("gwA", "gwB"):
+                dut.run(node, ["ip", "addr", "add", addr, "dev", ifname])
+    for node in ("gwA", "gwB"):
+        dut.run(node, ["sysctl", "-qw", "net.ipv4.ip_forward=1"])
+    gw = Ours()
+    gw.start(dut, "esp:aes128gcm16")
+    try:
+        sc = tmp_path / "scenario.toml"
+        sc.write_text(
+            SCENARIO.format(reps=1, seconds=2, more="").replace(
+                'backends = ["none"]',
+                'backends = ["external"]\nconfigurations = ["esp:aes128gcm16"]',
+            )
+        )
+        p = _lab("run", str(sc), "--hosts", str(hosts), "--lab", str(tmp_path / "lab"), "--json")
+        assert p.returncode == 0, p.stderr[-3000:]
+        (run,) = json.loads(p.stdout)["runs"]
+        assert run["status"] == "done" and run["backend"] == "external"
+        assert run["backend_version"] == "external DUT: model ipsec-gw, proposal aes128gcm16"
+        row = run["results"][0]
+        assert row["mbps"] > 10
+        sealed = gw.plane_clock()
+        assert sealed["gwA"][1] > 1000 and sealed["gwB"][1] > 1000, sealed
+        # the DUT's CPU is not the lab's to read: no effort figure, and the row says why
+        assert row["effort_us_per_kb"] is None and "gwA, gwB not metered" in row["cpu_note"]
+        assert set(row["hosts_cpu"]) == {"client", "server"}
+        assert not list((tmp_path / "lab").glob("campaign-*/*/hosts/gw*.ledger"))
+    finally:
+        gw.stop(dut)
+        binary = gateway_binary()
+        for key, conf in gw.configs.items():
+            dut.run(key, [str(binary), "--config", str(conf), "--release"], check=False)
+        for node in ("gwA", "gwB"):
+            dut.run(node, ["sysctl", "-qw", "net.ipv4.ip_forward=0"])
+            for ifname in ("eth1", "eth2"):
+                dut.run(node, ["ip", "addr", "flush", "dev", ifname, "scope", "global"])
+        dut.teardown()
+    assert lab.residue() == {}

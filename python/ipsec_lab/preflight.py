@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ipsec_lab import backends
 from ipsec_lab.backends import Unsupported
@@ -21,6 +21,9 @@ from ipsec_lab.scenario import Scenario, Workload
 from ipsec_lab.store import RunKey
 from ipsec_lab.testbed import Flow, Link, topology
 from ipsec_lab.testbed.build import LabError, netem_available
+
+if TYPE_CHECKING:
+    from ipsec_lab.hosts import Hosts
 
 # Seconds a campaign spends besides traffic, set from one run of scenarios/quick.toml on a
 # 2-core machine (118 s for 18 runs; estimated 134 s, 1.14 x): a
@@ -85,6 +88,28 @@ def link_skip(link: Link) -> str | None:
                 f"link {link.name} needs netem (delay/jitter/loss/reorder/duplication) "
                 f"and this kernel has none: {why}; use --vm"
             )
+    return None
+
+
+def testbed_skip(name: str, sc: Scenario, hosts: Hosts | None) -> str | None:
+    """Why backend `name` cannot run on this kind of testbed (namespaces of this machine,
+    or the real hosts of a hosts file), or None."""
+    e = backends.BY_NAME[name]
+    if hosts is None:
+        return (
+            None if e.namespaces else f"{name} runs on real hosts only: give a hosts file (--hosts)"
+        )
+    if not e.hosts:
+        ready = ", ".join(x.name for x in backends.REGISTRY if x.hosts)
+        return f"{name} does not run on real hosts yet (those that do: {ready})"
+    if name != "external":
+        undriven = [n for n in topology(sc.topology).ipsec_nodes if not hosts.hosts[n].ssh]
+        if undriven:
+            return (f"{name} needs the lab to drive {', '.join(undriven)} (no `ssh` in "
+                    f"{hosts.source}: an external DUT)")  # fmt: skip
+    if sc.gateway.cpu_quota or sc.gateway.cpus:
+        return ("[gateway] cpu_quota / cpus cannot be applied on real hosts: the lab "
+                "emulates a slow gateway with a cgroup of this machine only")  # fmt: skip
     return None
 
 
@@ -158,9 +183,9 @@ def plan(sc: Scenario) -> list[Planned]:
     return out
 
 
-def forecast(sc: Scenario) -> dict[str, Any]:
-    """The campaign's plan, as `check` prints it (JSON-ready)."""
-    root = is_root()
+def forecast(sc: Scenario, hosts: Hosts | None = None) -> dict[str, Any]:
+    """The campaign's plan, as `check` prints it (JSON-ready); with `hosts`, on them."""
+    root = is_root() and hosts is None  # on real hosts this kernel's probes say nothing
     groups: dict[tuple[str, str, str], Group] = {}
     resolved = {b: resolve_backend(b) for b in sc.backends}
     link_why = {lk.name: link_skip(lk) if root else None for lk in sc.links}
@@ -169,10 +194,15 @@ def forecast(sc: Scenario) -> dict[str, Any]:
         g = groups.get((k.link, k.backend, k.configuration))
         if g is None:
             name, _ = resolved[k.backend]
-            if link_why[k.link]:
+            where = testbed_skip(k.backend, sc, hosts)
+            if where:
+                status, why = "skip", where
+            elif link_why[k.link]:
                 status, why = "skip", link_why[k.link] or ""
-            elif not root and (p.link.needs_netem or k.backend in ("xfrm", "xfrm-udp")
-                               or name.startswith("strongswan")):  # fmt: skip
+            elif hosts is None and not root and (
+                p.link.needs_netem or k.backend in ("xfrm", "xfrm-udp")
+                or name.startswith("strongswan")
+            ):  # fmt: skip
                 status, why = "unknown", "probing this kernel needs root: run check as root"
             else:
                 why = backend_skip(k.backend, k.configuration) or ""

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from ipsec_lab import backends, environment, meters, metrics, scenario
 from ipsec_lab.backends import Unsupported
 from ipsec_lab.meters.soaker import Soaker
-from ipsec_lab.preflight import Planned, label, link_skip, plan
+from ipsec_lab.preflight import Planned, label, link_skip, plan, testbed_skip
 from ipsec_lab.scenario import Scenario
 from ipsec_lab.store import RunKey, Store, group_results
 from ipsec_lab.testbed import Link, Topology, topology
@@ -197,22 +197,7 @@ class Campaign:
 
     def _where(self, bname: str) -> str | None:
         """Why backend `bname` cannot run on this campaign's kind of testbed, or None."""
-        e = backends.BY_NAME[bname]
-        if self.hosts is None and not e.namespaces:
-            return f"{bname} runs on real hosts only: give a hosts file (--hosts)"
-        if self.hosts is not None and not e.hosts:
-            ready = ", ".join(x.name for x in backends.REGISTRY if x.hosts)
-            return f"{bname} does not run on real hosts yet (those that do: {ready})"
-        if self.hosts is not None and bname != "external":
-            topo = topology(self.sc.topology)
-            undriven = [n for n in topo.ipsec_nodes if not self.hosts.hosts[n].ssh]
-            if undriven:
-                return (f"{bname} needs the lab to drive {', '.join(undriven)} (no `ssh` in "
-                        f"{self.hosts.source}: an external DUT)")  # fmt: skip
-        if self.hosts is not None and (self.sc.gateway.cpu_quota or self.sc.gateway.cpus):
-            return ("[gateway] cpu_quota / cpus cannot be applied on real hosts: the lab "
-                    "emulates a slow gateway with a cgroup of this machine only")  # fmt: skip
-        return None
+        return testbed_skip(bname, self.sc, self.hosts)
 
     def _testbed(self, topo: Topology, rundir: Path, runs: list[Planned]) -> Any:
         """The testbed the runs go on: namespaces of this machine, or the real hosts."""

@@ -25,21 +25,14 @@ def _run(args: argparse.Namespace) -> int:
     except scenario.ScenarioError as e:
         print(f"ipsec-lab run: {e}", file=sys.stderr)
         return 2
+    try:
+        hosts = _hosts(sc, args)
+    except ValueError as e:
+        print(f"ipsec-lab run: {e}", file=sys.stderr)
+        return 2
     if args.dry_run:
-        return _print_forecast(sc, args)
-    hosts = None
-    hosts_file = args.hosts or sc.hosts
-    if hosts_file:
-        from ipsec_lab import hosts as hostsfile
-        from ipsec_lab.testbed import topology
-
-        try:
-            hosts = hostsfile.load(hosts_file)
-            hosts.for_topology(topology(sc.topology), backend_external="external" in sc.backends)
-        except hostsfile.HostsError as e:
-            print(f"ipsec-lab run: {e}", file=sys.stderr)
-            return 2
-    else:
+        return _print_forecast(sc, args, hosts)
+    if hosts is None:
         try:
             require_root()
         except LabError as e:
@@ -113,6 +106,22 @@ def _run(args: argparse.Namespace) -> int:
     return rc
 
 
+def _hosts(sc: Any, args: argparse.Namespace) -> Any:
+    """The hosts file the run goes on (--hosts, else the scenario's `hosts`), checked
+    against the scenario's topology; None: namespaces of this machine. Raises HostsError
+    (a ValueError) naming the file and key."""
+    path = getattr(args, "hosts", None) or sc.hosts
+    if not path:
+        return None
+    from ipsec_lab import hosts as hostsfile
+    from ipsec_lab.testbed import topology
+
+    h = hostsfile.load(path)
+    h.for_topology(topology(sc.topology), backend_external="external" in sc.backends)
+    hostsfile.place(topology(sc.topology), h)
+    return h
+
+
 def _nothing_to_resume(sc: Any, lab: Path, path: str) -> int | None:
     """`run --resume` with no unfinished campaign of this scenario: say so and why (an
     exit status), instead of silently starting a new one; None when there is one."""
@@ -152,10 +161,10 @@ def _nothing_to_resume(sc: Any, lab: Path, path: str) -> int | None:
         store.close()
 
 
-def _print_forecast(sc: Any, args: argparse.Namespace) -> int:
+def _print_forecast(sc: Any, args: argparse.Namespace, hosts: Any = None) -> int:
     from ipsec_lab import preflight
 
-    doc = preflight.forecast(sc)
+    doc = preflight.forecast(sc, hosts)
     doc["lab"] = str(lab_dir(args))
     if args.json:
         json.dump(doc, sys.stdout, indent=1)
@@ -199,10 +208,11 @@ def _check(args: argparse.Namespace) -> int:
 
     try:
         sc = scenario.load(args.scenario)
-    except scenario.ScenarioError as e:
+        hosts = _hosts(sc, args)
+    except ValueError as e:  # ScenarioError, HostsError
         print(f"ipsec-lab check: {e}", file=sys.stderr)
         return 2
-    return _print_forecast(sc, args)
+    return _print_forecast(sc, args, hosts)
 
 
 def _scenarios(args: argparse.Namespace) -> int:
@@ -278,6 +288,8 @@ def add_parser(sub: Any) -> None:
     )
     k.add_argument("scenario", help="scenario file (TOML)")
     k.add_argument("--lab", metavar="DIR", help=LAB_HELP)
+    k.add_argument("--hosts", metavar="FILE",
+                   help="plan for these real hosts (as `run --hosts`)")  # fmt: skip
     k.add_argument("--json", action="store_true", help="the plan as JSON")
     k.set_defaults(func=_check)
     sc = sub.add_parser(
