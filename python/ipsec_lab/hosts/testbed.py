@@ -72,6 +72,7 @@ class HostsTestbed:
         }  # fmt: skip
         self.procs: list[tuple[str, HostProcess]] = []
         self._spawned = 0
+        self._connected: set[str] = set()  # hosts reached: only these can hold anything
         self._cleanups: list[Callable[[], None]] = []
         self._ledger_lock = threading.Lock()
         self._log = self.rundir / "commands.log"
@@ -222,6 +223,7 @@ class HostsTestbed:
         def one(node: str, h: Ssh) -> None:
             try:
                 h.connect()
+                self._connected.add(node)
                 wd = self.workdir(node)
                 h.run(f"umask 077 && mkdir -p {shlex.quote(wd)} && : >> "
                       f"{shlex.quote(wd + '/' + LEDGER)}")  # fmt: skip
@@ -339,6 +341,9 @@ class HostsTestbed:
         self.procs.clear()
         problems: list[str] = []
         for node, h in self.ssh.items():
+            if node not in self._connected:  # never reached: the lab did nothing there
+                h.close()
+                continue
             local = self.rundir / "hosts" / f"{node}.ledger"
             try:
                 undo_run(h, self.workdir(node), fetch_to=self.rundir / "hosts" / node)
