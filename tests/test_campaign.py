@@ -10,6 +10,7 @@ import pytest
 
 from conftest import cli
 from ipsec_lab import runner, scenario
+from ipsec_lab.testbed import topology
 
 
 def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -54,6 +55,8 @@ bytes = "10M"
 
 class _Testbed:
     """What Campaign._one asks of a testbed, and no namespaces."""
+
+    topo = topology("line")
 
     def log_mark(self) -> dict[str, int]:
         return {}

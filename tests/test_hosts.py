@@ -118,7 +118,7 @@ def test_a_file_must_map_every_node_and_only_an_external_dut_goes_undriven() -> 
 
 @pytest.mark.parametrize("name", ["line", "external", "pair", "clients"])
 def test_the_shipped_hosts_files_fit_their_topology(name: str) -> None:
-    h = load(EXAMPLES / f"hosts-{name}.toml")
+    h = load(EXAMPLES / "hosts" / f"{name}.toml")
     assert h.topology is not None
     h.for_topology(topology(h.topology), backend_external=name == "external")
     t = place(topology(h.topology), h)
@@ -130,7 +130,7 @@ def test_external_runs_on_real_hosts_only_and_none_on_both() -> None:
     assert by["external"].hosts and not by["external"].namespaces
     assert by["none"].hosts and by["none"].namespaces
     ext = backends.make("external")
-    ext.use_hosts(load(EXAMPLES / "hosts-external.toml"))  # type: ignore[attr-defined]
+    ext.use_hosts(load(EXAMPLES / "hosts" / "external.toml"))  # type: ignore[attr-defined]
     assert ext.version().startswith("external DUT: model the appliance's model")
 
 

@@ -133,6 +133,24 @@ def test_a_campaign_on_real_hosts_meters_each_host_and_leaves_nothing(
     assert lab.residue() == {}
 
 
+def test_a_host_that_cannot_be_reached_is_named_and_nothing_is_left_elsewhere(
+    lab: SshLab, tmp_path: Path
+) -> None:
+    hosts = lab.hosts_toml(tmp_path / "hosts.toml")
+    hosts.write_text(hosts.read_text().replace('ssh = "server"', 'ssh = "nosuch.invalid"'))
+    p = _lab("hosts", "check", str(hosts))
+    assert p.returncode == 1
+    assert "server: reachable: server (nosuch.invalid): cannot connect: ssh: Could not " \
+        "resolve hostname nosuch.invalid" in p.stderr  # fmt: skip
+    sc = _scenario(tmp_path)
+    p = _lab("run", str(sc), "--hosts", str(hosts), "--lab", str(tmp_path / "lab"), "--json")
+    assert p.returncode == 1
+    (run,) = json.loads(p.stdout)["runs"]
+    assert run["status"] == "failed"
+    assert "server (nosuch.invalid): cannot connect" in run["reason"]
+    assert lab.residue() == {}
+
+
 def _wait_done(db: Path, n: int, proc: subprocess.Popen[str], timeout: float = 120) -> None:
     """Until `n` runs of the campaign are stored."""
     deadline = time.monotonic() + timeout

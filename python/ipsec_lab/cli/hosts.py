@@ -64,7 +64,7 @@ def add_parser(sub: Any) -> None:
         "hosts",
         help="real hosts as a testbed: check a hosts file's machines",
         description="Commands for testbeds of real hosts reached over SSH (a hosts file maps "
-        "each node of a topology to a machine: see docs/hosts.md and examples/hosts-*.toml).",
+        "each node of a topology to a machine: see docs/hosts.md and examples/hosts/*.toml).",
     )
     hs = h.add_subparsers(dest="hosts_command", metavar="COMMAND", required=True)
     c = hs.add_parser(

@@ -2,7 +2,7 @@
 machine the lab reaches through OpenSSH, and names the interface (and address) that
 plays each end of the topology's wires.
 
-    # hosts-line.toml: client - gwA - gwB - server on four machines
+    # examples/hosts/line.toml: client - gwA - gwB - server on four machines
     workdir = "/var/tmp/ipsec-lab"        # where the lab keeps its files on each host
     [client]
     ssh = "root@203.0.113.10"             # any ssh destination; ~/.ssh/config applies

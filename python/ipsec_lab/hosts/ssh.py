@@ -52,6 +52,7 @@ class Ssh:
         self._dir = Path(tempfile.mkdtemp(prefix="ipl-ssh-"))
         self.control = self._dir / "c"
         self.sudo: list[str] | None = None  # decided by `connect`
+        self.connected = False  # `connect` succeeded: a later failure is a lost connection
         # How messages name it: its node, and where it is when that says more.
         self.who = node if dest == node else f"{node} ({dest})"
 
@@ -83,6 +84,7 @@ class Ssh:
         if r.returncode != 0:
             raise SshError(f"{self.who}: cannot connect: {_last(r.stderr)}")
         user = r.stdout.strip()
+        self.connected = True
         if user != "root":
             r = self.run(["sudo", "-n", "true"], root=False, check=False)
             if r.returncode != 0:
@@ -110,7 +112,8 @@ class Ssh:
         if r.returncode == SSH_FAILED:
             lost = _lost(r.stderr)
             if lost:
-                raise SshError(f"{self.who}: connection lost: {lost}")
+                what = "connection lost" if self.connected else "cannot connect"
+                raise SshError(f"{self.who}: {what}: {lost}")
         if check and r.returncode != 0:
             raise SshError(f"{self.node}: failed ({r.returncode}): {_show(argv)}\n"
                            f"{r.stderr.strip()[-800:]}")  # fmt: skip
