@@ -138,9 +138,10 @@ REGISTRY: tuple[Entry, ...] = (
     Entry("xfrm", "xfrm", "Xfrm", "the Linux kernel's IPsec, keyed by hand"),
     Entry("xfrm-udp", "xfrm", "Xfrm", "the same with ESP in UDP, RFC 3948",
           (("udp_encap", True),)),
-    Entry("ours", "ours", "Ours", "this project's gateway, ipsec-gw", stage_timing=True),
+    Entry("ours", "ours", "Ours", "this project's gateway, ipsec-gw", stage_timing=True,
+          hosts=True),
     Entry("ours-udp", "ours", "Ours", "ipsec-gw with ESP in UDP, RFC 3948, and UDP GSO/GRO",
-          (("udp_encap", True),), stage_timing=True),
+          (("udp_encap", True),), stage_timing=True, hosts=True),
     Entry("external", "external", "External",
           "a gateway pair the lab does not configure (an appliance, a cloud VPN): it drives "
           "and meters the traffic ends only; real hosts only (--hosts)",

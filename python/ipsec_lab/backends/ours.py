@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -169,6 +170,9 @@ class Ours:
         self.configs: dict[str, Path] = {}
         self._procs: dict[str, subprocess.Popen[bytes]] = {}
         self.sockets: dict[str, Path] = {}
+        # gateways on real hosts: key -> (node, the binary's path there)
+        self._remote: dict[str, tuple[str, str]] = {}
+        self._tb: Any = None
 
     def check(self, configuration: str) -> None:
         if layers(configuration, self.name).ah and self.udp_encap:
@@ -182,13 +186,18 @@ class Ours:
     def start(self, tb: Testbed, configuration: str) -> None:
         """One ipsec-gw per tunnel end: a node in several tunnels (the clients topology's
         server) runs one per tunnel, each with its own TUN device, routing table and outer
-        address. Processes, configs and sockets are keyed by node, or `node-tN` then."""
+        address. Processes, configs and sockets are keyed by node, or `node-tN` then.
+        On real hosts (a testbed with `put`) its binary, configs and sockets go to each
+        host's run directory, and its guard is released when it stops."""
         self.check(configuration)
         ls = layers(configuration, self.name)
         binary = self._binary()
         assert binary is not None
-        d = private_dir(tb.rundir / "ipsec-gw")
-        socks = gateway_socket_dir(tb)
+        remote = hasattr(tb, "put")
+        self._tb = tb
+        if not remote:
+            d = private_dir(tb.rundir / "ipsec-gw")
+            socks = gateway_socket_dir(tb)
         ends = [(n, t) for t in tb.topo.tunnels for n in (t.left, t.right)]
         for i, t in enumerate(tb.topo.tunnels):
             keys = fresh_keys(ls)
@@ -197,8 +206,12 @@ class Ours:
                 mine = [x for n, x in ends if n == node]
                 k = mine.index(t)
                 key = node if len(mine) == 1 else f"{node}-t{i}"
-                sock = socks / f"gw-{key}.sock"
-                conf = d / f"{key}.toml"
+                if remote:
+                    preset = tb.hosts.hosts[node].ipsec_gw  # type: ignore[attr-defined]
+                    gw = tb.program(node, binary, "ipsec-gw", preset)  # type: ignore[attr-defined]
+                    sock = Path(tb.owned_dir(node, "gw", GATEWAY_USER)) / f"gw-{key}.sock"  # type: ignore[attr-defined]
+                else:
+                    gw, sock = str(binary), socks / f"gw-{key}.sock"
                 text = gateway_config(
                     node, t, ls, keys, sock, self.udp_encap, self.stage_timing,
                     tun=f"ipsec{k}", table=220 + k,
@@ -206,30 +219,58 @@ class Ours:
                     mtu=1400 if host_to_host else TUN_MTU,
                     mode=self.mode if host_to_host else "tunnel",
                 )  # fmt: skip
-                private_file(conf, self.edit(key, text) if self.edit else text)
+                text = self.edit(key, text) if self.edit else text
+                if remote:
+                    conf = Path(tb.put(node, f"ipsec-gw/{key}.toml", text))  # type: ignore[attr-defined]
+                    release = [gw, "--config", str(conf), "--release"]
+                    tb.record(node, f"ipsec-gw {key}'s guard", shlex.join(release))  # type: ignore[attr-defined]
+                    self._remote[key] = (node, gw)
+                else:
+                    conf = d / f"{key}.toml"
+                    private_file(conf, text)
                 self.configs[key] = conf
                 self.sockets[key] = sock
                 # fresh keys, never used before: the one case for --init-state
                 self._procs[key] = tb.spawn(
                     node,
-                    [str(binary), "--config", str(conf), "--init-state"],
+                    [gw, "--config", str(conf), "--init-state"],
                     f"ipsec-gw-{key}",
                     limited=node in tb.topo.limited_nodes,
                 )
         for key, sock in self.sockets.items():
-            if not wait_for_path(sock, self._procs[key], timeout=10):
-                raise LabError(
-                    f"ipsec-gw {key} did not start:\n{tail(tb.rundir / f'ipsec-gw-{key}.log')}"
-                )
+            if remote:
+                node, _ = self._remote[key]
+                up = tb.wait_path(node, str(sock), self._procs[key], 10)  # type: ignore[attr-defined]
+                why = tb.log_tail(node, f"ipsec-gw-{key}")  # type: ignore[attr-defined]
+            else:
+                up = wait_for_path(sock, self._procs[key], timeout=10)
+                why = tail(tb.rundir / f"ipsec-gw-{key}.log")
+            if not up:
+                raise LabError(f"ipsec-gw {key} did not start:\n{why}")
+
+    def _stats(self, key: str) -> dict[str, Any]:
+        """Gateway `key`'s counters, read where it runs."""
+        if key not in self._remote:
+            return stats(self.sockets[key])
+        node, gw = self._remote[key]
+        out = self._tb.run(node, [gw, "stats", "--socket", str(self.sockets[key]), "--json"],
+                           timeout=15)  # fmt: skip
+        data: dict[str, Any] = json.loads(out)
+        return data
 
     def stop(self, tb: Testbed) -> None:
         for p in self._procs.values():
             tb.stop(p)
+        for key, (node, gw) in self._remote.items():
+            # on a real host nothing else removes the guard before the next backend
+            tb.run(node, [gw, "--config", str(self.configs[key]), "--release"], check=False)
         self._procs.clear()
         self.sockets.clear()
+        self._remote.clear()
 
     def pids(self) -> list[int]:
-        return [p.pid for p in self._procs.values() if p.poll() is None]
+        """This machine's ipsec-gw processes (on real hosts, none here)."""
+        return [p.pid for k, p in self._procs.items() if p.poll() is None and k not in self._remote]
 
     def plane_clock(self) -> dict[str, tuple[int, int]]:
         """Per running gateway: (its process's CPU ns, packets its SAs sealed or opened)
@@ -241,11 +282,15 @@ class Ours:
             if p.poll() is not None:
                 continue
             try:
-                st = stats(self.sockets[key])
+                st = self._stats(key)
             except (KeyError, LabError, OSError, subprocess.TimeoutExpired, ValueError):
                 return {}
             n = sum(int(sa["packets"]) for d in ("outbound", "inbound") for sa in st[d]["sas"])
-            out[key] = (process_cpu_ns([p.pid]), n)
+            if key in self._remote:
+                ns = self._tb.cpu_ns(self._remote[key][0], p.pid)
+            else:
+                ns = process_cpu_ns([p.pid])
+            out[key] = (ns, n)
         return out
 
     def died(self) -> str | None:
@@ -255,8 +300,8 @@ class Ours:
         """Nanoseconds per stage summed over every running gateway and SA (all zero
         unless the backend was made with `stage_timing`)."""
         out: dict[str, int] = {}
-        for sock in self.sockets.values():
-            st = stats(sock)
+        for key in self.sockets:
+            st = self._stats(key)
             for direction in ("outbound", "inbound"):
                 for sa in st[direction]["sas"]:
                     for stage, v in (sa.get("stages") or {}).items():

@@ -124,7 +124,10 @@ class Ssh:
         the umask is set before the file exists)."""
         umask = 0o777 & ~mode
         d = os.path.dirname(path)
-        line = (f"umask {umask:03o} && mkdir -p {shlex.quote(d)} && "
+        # directories 0700 (searchable by their owner: a mode without x bits would lock
+        # out any process of root's that lacks CAP_DAC_OVERRIDE, as a gateway that gave
+        # it up); the file with its own mode from the start
+        line = (f"(umask 077 && mkdir -p {shlex.quote(d)}) && umask {umask:03o} && "
                 f"rm -f {shlex.quote(path)} && cat > {shlex.quote(path)} && "
                 f"chmod {mode:o} {shlex.quote(path)}")  # fmt: skip
         self.run(line, input=data, timeout=120)

@@ -72,6 +72,7 @@ class HostsTestbed:
         }  # fmt: skip
         self.procs: list[tuple[str, HostProcess]] = []
         self._spawned = 0
+        self._pushed: set[tuple[str, str]] = set()
         self._connected: set[str] = set()  # hosts reached: only these can hold anything
         self._cleanups: list[Callable[[], None]] = []
         self._ledger_lock = threading.Lock()
@@ -180,6 +181,61 @@ class HostsTestbed:
             self.record(node, f"sysctl {key} (was {before})",
                         shlex.join(["sysctl", "-qw", f"{key}={before}"]))  # fmt: skip
             self.run(node, ["sysctl", "-qw", f"{key}={value}"])
+
+    # --- files and programs a backend puts on a host ---------------------------------------
+
+    def put(self, node: str, rel: str, text: str, mode: int = 0o600) -> str:
+        """Write `text` (it may hold keys: 0600 from the first byte) to `rel` under this
+        run's directory on `node`; the path there."""
+        path = f"{self.workdir(node)}/{rel}"
+        self._host(node).push(text.encode(), path, mode)
+        return path
+
+    def program(self, node: str, local: Path, name: str, preset: str | None = None) -> str:
+        """A program on `node`: `preset` (one the hosts file names) if given, else
+        `local` pushed into this run's directory once — after checking the host's
+        architecture is this machine's."""
+        if preset:
+            return preset
+        path = f"{self.workdir(node)}/bin/{name}"
+        if (node, path) in self._pushed:
+            return path
+        import platform
+
+        arch = self.run(node, ["uname", "-m"]).strip()
+        if arch != platform.machine():
+            raise LabError(f"{node} is {arch}, this machine's {name} build is "
+                           f"{platform.machine()}: name one built for it in the hosts file "
+                           f"(`{name.replace('-', '_')} = \"/path\"`)")  # fmt: skip
+        self._host(node).push(local.read_bytes(), path, 0o755)
+        self._pushed.add((node, path))
+        return path
+
+    def owned_dir(self, node: str, rel: str, user: str) -> str:
+        """A directory of this run on `node` owned by `user` (group root, 0770)."""
+        path = f"{self.workdir(node)}/{rel}"
+        self.run(node, ["install", "-d", "-m", "0770", "-o", user, "-g", "root", path])
+        self.run(node, ["chmod", "0711", self.workdir(node)])  # passable, not listable
+        return path
+
+    def wait_path(self, node: str, path: str, proc: Any, timeout: float) -> bool:
+        """Until `path` exists on `node`; False if `proc` exits or `timeout` passes."""
+        deadline = time.monotonic() + timeout
+        while True:
+            if self._host(node).run(["test", "-e", path], check=False, timeout=15).returncode == 0:
+                return True
+            if proc.poll() is not None or time.monotonic() > deadline:
+                return False
+            time.sleep(0.1)
+
+    def log_tail(self, node: str, name: str, lines: int = 15) -> str:
+        log = f"{self.workdir(node)}/{name}.log"
+        return self.run(node, ["tail", "-n", str(lines), log], check=False)
+
+    def cpu_ns(self, node: str, pid: int) -> int:
+        """Nanoseconds process `pid` on `node` has run (its /proc/PID/schedstat)."""
+        r = self._host(node).run(["cat", f"/proc/{pid}/schedstat"], check=False, timeout=15)
+        return int(r.stdout.split()[0]) if r.returncode == 0 and r.stdout.split() else 0
 
     def log_mark(self) -> float:
         return time.time()
