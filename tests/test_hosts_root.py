@@ -105,31 +105,54 @@ def test_hosts_check_says_ready_then_names_a_missing_tool_and_the_ssh_interface(
 def test_a_campaign_on_real_hosts_meters_each_host_and_leaves_nothing(
     lab: SshLab, tmp_path: Path
 ) -> None:
+    """none, ours and ours-udp x two configurations x TCP and an RFC 2544 search, on the
+    four hosts: every run done, CPU per host, the wire's ESP overhead, nothing left."""
     hosts = lab.hosts_toml(tmp_path / "hosts.toml")
     sc = _scenario(tmp_path, more=RFC2544)
-    p = _lab("run", str(sc), "--hosts", str(hosts), "--lab", str(tmp_path / "lab"), "--json")
+    sc.write_text(sc.read_text().replace(
+        'backends = ["none"]', 'backends = ["none", "ours", "ours-udp"]\n'
+        'configurations = ["esp:aes128gcm16", "esp:aes128-sha1"]'))  # fmt: skip
+    p = _lab("hosts", "check", str(hosts), "--scenario", str(sc), "--json")
+    assert p.returncode == 0, p.stdout
+    checks = {(r["host"], r["check"]): r for r in json.loads(p.stdout)["checks"]}
+    assert checks[("gwA", "user ipsec-gw")]["status"] == "ok"
+    assert checks[("gwB", "tool nft")]["status"] == "ok"
+    assert ("client", "user ipsec-gw") not in checks  # a traffic end runs no gateway
+
+    p = _lab("run", str(sc), "--hosts", str(hosts), "--lab", str(tmp_path / "lab"), "--json",
+             timeout=600)  # fmt: skip
     assert p.returncode == 0, p.stderr[-3000:]
-    doc = json.loads(p.stdout)
-    runs = doc["runs"]
-    assert [r["status"] for r in runs] == ["done", "done"], [r["reason"] for r in runs]
-    tcp = next(r for r in runs if r["workload"].startswith("tcp"))["results"][0]
-    # a 100 Mbit/s tbf link between the gateways (on gwA's and gwB's eth2)
-    assert 50 < tcp["mbps"] <= 100
-    # each host's CPU from its own /proc/stat; the row's effort is the DUT's (gwA + gwB)
-    assert set(tcp["hosts_cpu"]) == {"client", "gwA", "gwB", "server"}
-    dut = sum(tcp["hosts_cpu"][g]["cpu_busy_s"] for g in ("gwA", "gwB"))
-    kb = tcp["payload_bytes"] / 1024
-    assert tcp["effort_us_per_kb"] == pytest.approx(dut * 1e6 / kb)
-    # the wire: gwA's outside interface carried the payload and its headers
-    assert tcp["wire_up_bytes"] > tcp["payload_bytes"]
-    search = next(r for r in runs if r["workload"].startswith("rfc2544"))["results"][0]
-    assert 50 < search["mbps"] <= 100 and search["mbps"] == search["ndr_mbps"]
-    # what the lab did on each host is in the run directory: its commands and ledger
-    led = next((tmp_path / "lab").glob("campaign-*/*/hosts/gwA.ledger"))
-    whats = [json.loads(x)["what"] for x in led.read_text().splitlines()]
+    runs = json.loads(p.stdout)["runs"]
+    assert len(runs) == 10
+    assert all(r["status"] == "done" for r in runs), [r["reason"] for r in runs]
+    rows = {(r["backend"], r["configuration"], r["workload"][:3]): r["results"][0] for r in runs}
+    for (backend, cfg, kind), row in rows.items():
+        # a 100 Mbit/s tbf link between the gateways (on gwA's and gwB's eth2)
+        assert 50 < row["mbps"] <= 100, (backend, cfg, kind, row["mbps"])
+        # each host's CPU from its own /proc/stat; the row's effort is the DUT's
+        assert set(row["hosts_cpu"]) == {"client", "gwA", "gwB", "server"}
+        dut = sum(row["hosts_cpu"][g]["cpu_busy_s"] for g in ("gwA", "gwB"))
+        assert row["effort_us_per_kb"] == pytest.approx(dut * 1e6 / (row["payload_bytes"] / 1024))
+        assert row["wire_up_bytes"] > row["payload_bytes"]
+
+    def per_payload(r: dict) -> float:
+        return (r["wire_up_bytes"] + r["wire_down_bytes"]) / r["payload_bytes"]
+
+    # 512-byte packets: ESP's header, IV, padding and ICV (and UDP's 8 bytes) on the wire
+    plain = per_payload(rows[("none", "none", "rfc")])
+    for b in ("ours", "ours-udp"):
+        for cfg in ("esp:aes128gcm16", "esp:aes128-sha1"):
+            assert per_payload(rows[(b, cfg, "rfc")]) > plain + 0.05, (b, cfg)
+    # what the lab did on each host is in the run directory: its ledger and environment
+    run_dir = next((tmp_path / "lab").glob("campaign-*/*/hosts"))
+    whats = [json.loads(x)["what"] for x in (run_dir / "gwA.ledger").read_text().splitlines()]
     assert "address 192.0.2.1/24 on eth2" in whats
     assert any(w.startswith("sysctl net.ipv4.ip_forward (was 0)") for w in whats)
-    assert "qdisc on eth2" in whats
+    assert "qdisc on eth2" in whats and "ipsec-gw gwA's guard" in whats
+    env = json.loads((run_dir / "environment.json").read_text())
+    assert env["gwA"]["interfaces"]["eth2"]["mtu"] == 1600
+    assert env["gwA"]["interfaces"]["eth2"]["driver"] == "veth"
+    assert (run_dir / "gwA" / "ipsec-gw-gwA.log").exists()  # the gateway's log came back
     assert lab.residue() == {}
 
 

@@ -32,13 +32,16 @@ TOOLS: dict[str, tuple[str, str, str]] = {
     "curl": ("the HTTP workload's client", "curl --version", "curl"),
     "swanctl": ("strongSwan backends", "swanctl --version", "strongswan-swanctl"),
     "tcpdump": ("captures", "tcpdump --version", "tcpdump"),
+    "nft": ("ipsec-gw's guard (fail closed)", "nft --version", "nftables"),
 }
 # Tools every driven host needs, then per backend and per workload.
 BASE_TOOLS = ("ip", "sysctl", "ss")
 TRAFFIC_TOOLS = ("iperf3",)
 GATEWAY_TOOLS = ("tc", "ethtool")
-BACKEND_TOOLS = {"strongswan": ("swanctl",), "strongswan-kernel": ("swanctl",),
-                 "strongswan-libipsec": ("swanctl",)}  # fmt: skip
+BACKEND_TOOLS = {
+    "strongswan": ("swanctl",), "strongswan-kernel": ("swanctl",),
+    "strongswan-libipsec": ("swanctl",), "ours": ("nft",), "ours-udp": ("nft",),
+}  # fmt: skip
 WORKLOAD_TOOLS = {"http": ("nginx", "curl")}
 MODULES = {"esp4": "ESP over IPv4 (xfrm)", "esp6": "ESP over IPv6 (xfrm)", "ah4": "AH (xfrm)",
            "xfrm_ipcomp": "IPComp (xfrm)", "sch_netem": "delay/loss links"}  # fmt: skip
@@ -88,6 +91,8 @@ def check_host(hosts: Hosts, node: str, topo_name: str, backends: tuple[str, ...
                        + (" (sudo -n)" if s.sudo else "")))  # fmt: skip
         out += _tools(s, node, needed_tools(node, topo_name, backends, workloads))
         out += _modules(s, node, backends)
+        if node in topology(topo_name).ipsec_nodes and any(b.startswith("ours") for b in backends):
+            out += _ours(s, node, h.ipsec_gw)
         out += _interfaces(s, hosts, node, topo_name)
         out.append(_clock(s, node))
         out.append(_workdir(s, node, h.workdir))
@@ -110,6 +115,39 @@ def _tools(s: Ssh, node: str, tools: list[str]) -> list[Row]:
                            f"missing ({what}): install Debian package {pkg}"))  # fmt: skip
         else:
             out.append(Row(node, f"tool {t}", "ok", first[:60]))
+    return out
+
+
+def _ours(s: Ssh, node: str, preset: str | None) -> list[Row]:
+    """What ipsec-gw needs of a host: its user, a TUN device, a binary it can run."""
+    import platform
+
+    from ipsec_lab.backends.ours import GATEWAY_USER
+
+    out = []
+    who = f"user {GATEWAY_USER}"
+    r = s.run(["id", "-u", GATEWAY_USER], check=False, timeout=20)
+    if r.returncode == 0:
+        out.append(Row(node, who, "ok", f"uid {r.stdout.strip()}"))
+    else:
+        out.append(Row(node, who, "fail", "missing (ipsec-gw gives up root for it): "
+                       f"useradd --system --no-create-home {GATEWAY_USER}"))  # fmt: skip
+    r = s.run(["test", "-c", "/dev/net/tun"], check=False, timeout=20)
+    ok = r.returncode == 0
+    out.append(Row(node, "/dev/net/tun", "ok" if ok else "fail",
+                   "present" if ok else "missing: modprobe tun"))  # fmt: skip
+    if preset:
+        r = s.run([preset, "--version"], check=False, timeout=20)
+        ok = r.returncode == 0
+        why = r.stdout.strip() if ok else f"{preset} does not run: {r.stderr.strip()[-80:]}"
+        out.append(Row(node, "ipsec-gw", "ok" if ok else "fail", why))
+    else:
+        arch = s.run(["uname", "-m"], check=False, timeout=20).stdout.strip()
+        ok = arch == platform.machine()
+        mine = platform.machine()
+        why = (f"this machine's build is pushed ({arch})" if ok else
+               f"host is {arch}, this machine's build {mine}: set {node}.ipsec_gw")  # fmt: skip
+        out.append(Row(node, "ipsec-gw", "ok" if ok else "fail", why))
     return out
 
 

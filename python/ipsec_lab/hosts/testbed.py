@@ -318,6 +318,7 @@ class HostsTestbed:
                             shlex.join(["ip", "addr", "del", addr, "dev", ifname]))  # fmt: skip
                 nodad = ["nodad"] if ":" in addr else []
                 self.run(node, ["ip", "addr", "add", addr, "dev", ifname, *nodad])
+        self.describe()
         for node, dest, via in self.topo.routes:
             if not self.driven(node):
                 continue
@@ -328,6 +329,42 @@ class HostsTestbed:
         for node in self.topo.forwarding:
             if self.driven(node):
                 self.sysctl(node, "net.ipv4.ip_forward", "1")
+
+    def describe(self) -> dict[str, Any]:
+        """What each driven host is — kernel, CPUs, and per test interface the NIC's
+        driver, speed, MTU and offloads — into the run directory's hosts/environment.json
+        (a figure is only as good as what it was measured on)."""
+        out: dict[str, Any] = {}
+        for node in self.ssh:
+            ifs = sorted({i for w in self.topo.wires for n, i in ((w.a, w.a_if), (w.b, w.b_if))
+                          if n == node})  # fmt: skip
+            line = "uname -srm; nproc; " + "; ".join(
+                f"echo '== {i}'; cat /sys/class/net/{i}/mtu /sys/class/net/{i}/speed "
+                f"2>/dev/null; ethtool -i {i} 2>/dev/null | grep '^driver'; ethtool -k {i} "
+                "2>/dev/null | grep -E '^(tcp-segmentation|generic-segmentation|"
+                "generic-receive)-offload:'" for i in ifs)  # fmt: skip
+            text = self.run(node, ["sh", "-c", line], check=False)
+            head, *parts = text.split("== ")
+            first = head.splitlines()
+            host: dict[str, Any] = {
+                "kernel": first[0] if first else "?",
+                "cpus": first[1] if len(first) > 1 else "?",
+                "interfaces": {},
+            }
+            for part in parts:
+                name, *rows = part.splitlines()
+                nums = [r for r in rows if r.strip().lstrip("-").isdigit()]
+                facts = dict(r.split(":", 1) for r in rows if ":" in r)
+                host["interfaces"][name] = {
+                    "mtu": int(nums[0]) if nums else None,
+                    "speed_mbit": int(nums[1]) if len(nums) > 1 and int(nums[1]) > 0 else None,
+                    **{k.strip(): v.strip() for k, v in facts.items()},
+                }
+            out[node] = host
+        f = self.rundir / "hosts" / "environment.json"
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text(json.dumps(out, indent=1) + "\n")
+        return out
 
     def shape(self, link: Link) -> None:
         """The link profile on every driven end of the shaped wires (as the namespace
