@@ -160,3 +160,13 @@ def test_the_dut_s_effort_is_its_hosts_cpu_per_kb() -> None:
     row = {}
     HostMeters(lambda: {}, ["gwA", "gwX"]).fill(row, h0, h1, kb=1000)
     assert row["effort_us_per_kb"] is None and "gwX not metered" in str(row["cpu_note"])
+
+
+def test_reproduce_on_hosts_needs_each_file_to_name_its_topology(tmp_path: Path) -> None:
+    from conftest import cli
+
+    f = tmp_path / "h.toml"
+    f.write_text((EXAMPLES / "hosts" / "line.toml").read_text().replace('topology = "line"', ""))
+    p = cli("reproduce", "freeswan", "--quick", "--hosts", str(f), "--lab", str(tmp_path))
+    assert p.returncode == 2
+    assert f"{f}: topology: missing: with reproduce, each hosts file says which" in p.stderr

@@ -10,11 +10,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ipsec_lab import scenario, studies
 from ipsec_lab.runner import Campaign
 from ipsec_lab.store import Store
+
+if TYPE_CHECKING:
+    from ipsec_lab.hosts import Hosts
 
 Done = dict[str, list[dict[str, Any]]]  # role -> runs
 
@@ -62,9 +65,12 @@ def run_study(
     resume: bool,
     run_campaign: Callable[[Campaign], None],
     on_start: Callable[[str, str, Campaign], None] = lambda s, r, c: None,
+    hosts: dict[str, Hosts] | None = None,
 ) -> StudyRun:
     """Run study `name`'s campaigns in order. `run_campaign` runs one (the CLI wraps it in
-    a progress display); a campaign that fails raises and leaves the finished ones."""
+    a progress display); a campaign that fails raises and leaves the finished ones.
+    `hosts` (topology -> hosts file): run on real hosts; a campaign whose topology has
+    no hosts file is skipped, saying so."""
     mod = studies.module(name)
     out = StudyRun(name)
     t0 = time.monotonic()
@@ -88,7 +94,14 @@ def run_study(
             finally:
                 store.close()
         sc = scenario.parse(text, f"ipsec-lab reproduce {name} ({role})")
-        campaign = Campaign(sc, lab, resume=resume)
+        on_hosts = None
+        if hosts is not None:
+            on_hosts = hosts.get(sc.topology)
+            if on_hosts is None:
+                out.skipped[role] = (f"no hosts file for topology {sc.topology!r} (--hosts "
+                                     f"gave {', '.join(sorted(hosts)) or 'none'})")  # fmt: skip
+                continue
+        campaign = Campaign(sc, lab, resume=resume, hosts=on_hosts)
         on_start(name, role, campaign)
         try:
             run_campaign(campaign)

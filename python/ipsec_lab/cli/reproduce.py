@@ -53,11 +53,28 @@ def _reproduce(args: argparse.Namespace) -> int:
     if isinstance(backends, str):
         print(f"ipsec-lab reproduce: {backends}", file=sys.stderr)
         return 2
-    try:
-        require_root()
-    except LabError as e:
-        print(f"ipsec-lab reproduce: {e}", file=sys.stderr)
-        return 2
+    hosts = None
+    if args.hosts:
+        from ipsec_lab import hosts as hostsfile
+
+        hosts = {}
+        try:
+            for f in args.hosts:
+                h = hostsfile.load(f)
+                topo = h.topology
+                if topo is None:
+                    why = "missing: with reproduce, each hosts file says which topology it maps"
+                    raise hostsfile.HostsError(f, "topology", why)
+                hosts[topo] = h
+        except hostsfile.HostsError as e:
+            print(f"ipsec-lab reproduce: {e}", file=sys.stderr)
+            return 2
+    else:
+        try:
+            require_root()
+        except LabError as e:
+            print(f"ipsec-lab reproduce: {e}", file=sys.stderr)
+            return 2
     lab = lab_dir(args)
     quiet = args.json or not sys.stderr.isatty()
     results: list[reproduce.StudyRun] = []
@@ -74,7 +91,9 @@ def _reproduce(args: argparse.Namespace) -> int:
 
         try:
             results.append(
-                reproduce.run_study(name, lab, args.quick, backends, args.resume, run, announce)
+                reproduce.run_study(
+                    name, lab, args.quick, backends, args.resume, run, announce, hosts
+                )
             )
         except KeyboardInterrupt as e:
             print("ipsec-lab reproduce: interrupted; finished runs are kept — continue with "
@@ -160,6 +179,10 @@ def add_parser(sub: Any) -> None:
                    help="run the same study on several backends side by side, e.g. "
                    f"ours,strongswan (any of {', '.join(IPSEC_NAMES)})")  # fmt: skip
     r.add_argument("--lab", metavar="DIR", help=LAB_HELP)
+    r.add_argument("--hosts", metavar="FILE", action="append",
+                   help="run on real hosts (docs/hosts.md): a hosts file per topology the "
+                   "studies use (pair: study 1, line: 2 and 3, clients: 4), each with its "
+                   "`topology`; repeat it; studies with none are skipped")  # fmt: skip
     r.add_argument(
         "--resume",
         action="store_true",
