@@ -174,6 +174,45 @@ def test_a_host_that_cannot_be_reached_is_named_and_nothing_is_left_elsewhere(
     assert lab.residue() == {}
 
 
+def test_a_route_or_qdisc_the_lab_did_not_make_is_never_replaced(
+    lab: SshLab, tmp_path: Path
+) -> None:
+    """The user's own route to a test network, or their own root qdisc on a shaped
+    interface: the run fails naming it, and the host keeps it as it was."""
+    hosts = lab.hosts_toml(tmp_path / "hosts.toml")
+    sc = _scenario(tmp_path)
+    client, gwa = lab.hosts["client"].ns, lab.hosts["gwA"].ns
+    own = [["ip", "-n", client, "link", "add", "own0", "type", "veth", "peer", "name", "own1"],
+           ["ip", "-n", client, "link", "set", "own1", "up"],
+           ["ip", "-n", client, "link", "set", "own0", "up"],
+           ["ip", "-n", client, "route", "add", "10.2.0.0/24", "dev", "own0"]]  # fmt: skip
+    for argv in own:
+        subprocess.run(argv, check=True)
+    try:
+        before = lab.state(lab.hosts["client"])
+        p = _lab("run", str(sc), "--hosts", str(hosts), "--lab", str(tmp_path / "a"), "--json")
+        assert p.returncode == 1
+        (run,) = json.loads(p.stdout)["runs"]
+        assert "client already routes 10.2.0.0/24 (10.2.0.0/24 dev own0" in run["reason"]
+        assert lab.state(lab.hosts["client"]) == before
+    finally:
+        subprocess.run(["ip", "-n", client, "link", "del", "own0"], check=True)
+    tc = ["ip", "netns", "exec", gwa, "tc", "qdisc"]
+    subprocess.run([*tc, "add", "dev", "eth2", "root", "handle", "1:", "tbf", "rate", "1gbit",
+                    "burst", "32k", "latency", "10ms"], check=True)  # fmt: skip
+    try:
+        p = _lab("run", str(sc), "--hosts", str(hosts), "--lab", str(tmp_path / "b"), "--json")
+        assert p.returncode == 1
+        (run,) = json.loads(p.stdout)["runs"]
+        assert "gwA: eth2 has its own root qdisc (tbf)" in run["reason"]
+        kinds = subprocess.run([*tc, "show", "dev", "eth2", "root"], capture_output=True,
+                               text=True, check=True).stdout  # fmt: skip
+        assert kinds.startswith("qdisc tbf 1: root") and "rate 1Gbit" in kinds
+    finally:
+        subprocess.run([*tc, "del", "dev", "eth2", "root"], check=True)
+    assert lab.residue() == {}
+
+
 def _wait_done(db: Path, n: int, proc: subprocess.Popen[str], timeout: float = 120) -> None:
     """Until `n` runs of the campaign are stored."""
     deadline = time.monotonic() + timeout

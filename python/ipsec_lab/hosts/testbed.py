@@ -323,9 +323,16 @@ class HostsTestbed:
             if not self.driven(node):
                 continue
             family = ["-6"] if ":" in via else []
+            have = self.run(node, ["ip", *family, "route", "show", "exact", dest]).strip()
+            if have:
+                if f"via {via} " in have + " ":
+                    continue  # there already, as the lab wants it: not ours to remove
+                raise LabError(f"{node} already routes {dest} ({have.splitlines()[0]}): the "
+                               "lab will not replace a route it did not make; give the "
+                               "hosts other addresses or remove that route")  # fmt: skip
             self.record(node, f"route {dest} via {via}",
                         shlex.join(["ip", *family, "route", "del", dest, "via", via]))  # fmt: skip
-            self.run(node, ["ip", *family, "route", "replace", dest, "via", via])
+            self.run(node, ["ip", *family, "route", "add", dest, "via", via])
         for node in self.topo.forwarding:
             if self.driven(node):
                 self.sysctl(node, "net.ipv4.ip_forward", "1")
@@ -375,6 +382,11 @@ class HostsTestbed:
         for node, ifname in self.topo.shaped_ends():
             if not self.driven(node):
                 continue
+            root = root_qdisc(self, node, ifname)
+            if root not in STOCK_QDISCS:
+                raise LabError(f"{node}: {ifname} has its own root qdisc ({root}): the lab "
+                               "shapes only an interface with the kernel's default one, "
+                               "which it can put back")  # fmt: skip
             if link.rate_mbit:
                 feats = offloads(self, node, ifname)
                 restore = [w for f, on in feats.items() for w in (f, "on" if on else "off")]
@@ -521,6 +533,21 @@ def ssh_interface(h: Ssh) -> str | None:
     except json.JSONDecodeError:
         return None
     return data[0].get("dev") if data else None
+
+
+# Root qdiscs a kernel puts on an interface by itself: `tc qdisc del … root` brings the
+# default back, so the lab may replace one of these for shaping and restore it so.
+STOCK_QDISCS = ("noqueue", "pfifo_fast", "fq_codel", "mq", "fq", "pfifo", "none")
+
+
+def root_qdisc(tb: HostsTestbed, node: str, ifname: str) -> str:
+    """The kind of `ifname`'s root qdisc on `node` (`none` when tc shows none)."""
+    text = tb.run(node, ["tc", "-j", "qdisc", "show", "dev", ifname, "root"], check=False)
+    try:
+        data = json.loads(text or "[]")
+    except json.JSONDecodeError:
+        return "none"
+    return str(data[0].get("kind", "none")) if data else "none"
 
 
 def offloads(tb: HostsTestbed, node: str, ifname: str) -> dict[str, bool]:
