@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import json
 import shlex
-import threading
 import time
 from dataclasses import asdict, dataclass
 
 from ipsec_lab.hosts import Hosts, sides_of
-from ipsec_lab.hosts.ssh import Ssh, SshError
+from ipsec_lab.hosts.ssh import Ssh, SshError, each
 from ipsec_lab.hosts.testbed import ssh_interface
 from ipsec_lab.testbed import INNER_MTU, TOPOLOGIES, topology
 
@@ -235,11 +234,7 @@ def run_checks(hosts: Hosts, topo_name: str | None = None, backends: tuple[str, 
     def one(node: str) -> None:
         by[node] = check_host(hosts, node, name, backends, workloads)
 
-    threads = [threading.Thread(target=one, args=(n,)) for n in hosts.hosts]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    each(one, [(n,) for n in hosts.hosts])
     return [r for n in hosts.hosts for r in by[n]]
 
 

@@ -20,8 +20,11 @@ import signal
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ipsec_lab.testbed.build import LabError
 
@@ -175,6 +178,15 @@ class Ssh:
             self._dir.rmdir()
         except OSError:
             pass
+
+
+def each(fn: Callable[..., object], args: Iterable[tuple[Any, ...]]) -> None:
+    """`fn(*a)` for every `a` at once, one thread each (a call per host: their ssh round
+    trips overlap instead of adding up); returns when all have."""
+    items = list(args)
+    with ThreadPoolExecutor(max_workers=max(1, len(items))) as ex:
+        for f in [ex.submit(fn, *a) for a in items]:
+            f.result()
 
 
 def _show(argv: list[str] | str) -> str:

@@ -27,9 +27,9 @@ from types import TracebackType
 from typing import Any
 
 from ipsec_lab.hosts import Hosts, place
-from ipsec_lab.hosts.ssh import Ssh, SshError
+from ipsec_lab.hosts.ssh import Ssh, SshError, each
 from ipsec_lab.testbed import Link, Topology
-from ipsec_lab.testbed.build import LabError, shape_ends
+from ipsec_lab.testbed.build import LabError, link_counters, shape_ends
 
 LEDGER = "ledger"
 
@@ -286,11 +286,7 @@ class HostsTestbed:
             except SshError as e:
                 errors.append(str(e))
 
-        threads = [threading.Thread(target=one, args=kv) for kv in self.ssh.items()]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        each(one, self.ssh.items())
         if errors:
             raise LabError("; ".join(sorted(errors)))
 
@@ -409,11 +405,7 @@ class HostsTestbed:
             data = json.loads(self.run(node, ["ip", "-j", "-s", "link", "show"]))
             for d in data:
                 if d.get("ifname") in ifs:
-                    st = d["stats64"]
-                    out[f"{node}/{d['ifname']}"] = {
-                        "rx_bytes": st["rx"]["bytes"], "rx_packets": st["rx"]["packets"],
-                        "tx_bytes": st["tx"]["bytes"], "tx_packets": st["tx"]["packets"],
-                    }  # fmt: skip
+                    out[f"{node}/{d['ifname']}"] = link_counters(d)
         return out
 
     def host_cpu(self) -> dict[str, tuple[float, float, int]]:
@@ -429,11 +421,7 @@ class HostsTestbed:
             with lock:
                 out[node] = proc_stat(text)
 
-        threads = [threading.Thread(target=one, args=kv) for kv in self.ssh.items()]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        each(one, self.ssh.items())
         return out
 
     # --- tearing down ---------------------------------------------------------------------

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Protocol
+from typing import Any, Protocol
 
 from ipsec_lab.testbed import Link, Topology
 
@@ -357,13 +357,7 @@ class Testbed:
         ends = {(w.a, w.a_if) for w in self.topo.wires} | {(w.b, w.b_if) for w in self.topo.wires}
         for node, ifname in sorted(ends):
             data = json.loads(self.run(node, ["ip", "-j", "-s", "link", "show", "dev", ifname]))
-            st = data[0]["stats64"]
-            out[f"{node}/{ifname}"] = {
-                "rx_bytes": st["rx"]["bytes"],
-                "rx_packets": st["rx"]["packets"],
-                "tx_bytes": st["tx"]["bytes"],
-                "tx_packets": st["tx"]["packets"],
-            }
+            out[f"{node}/{ifname}"] = link_counters(data[0])
         return out
 
     def teardown(self) -> None:
@@ -422,6 +416,13 @@ def shape_ends(tb: _Runs, link: Link, ends: Sequence[tuple[str, str]]) -> None:
                 ["tc", "qdisc", "add", "dev", ifname, *parent, "handle", "10:", "tbf",
                  "rate", f"{link.rate_mbit}mbit", "burst", str(burst), "latency", "50ms"],
             )  # fmt: skip
+
+
+def link_counters(link: dict[str, Any]) -> dict[str, int]:
+    """rx/tx bytes and packets of one link of `ip -j -s link show`."""
+    st = link["stats64"]
+    return {"rx_bytes": st["rx"]["bytes"], "rx_packets": st["rx"]["packets"],
+            "tx_bytes": st["tx"]["bytes"], "tx_packets": st["tx"]["packets"]}  # fmt: skip
 
 
 def kill_namespace(ns: str) -> None:
