@@ -271,13 +271,20 @@ def test_a_host_that_drops_mid_campaign_fails_its_run_and_the_others_are_restore
     assert p.returncode == 0 and "nothing left over on the hosts" in p.stdout
 
 
+def _ctrl_c_as_a_terminal() -> None:
+    """A background job of a non-interactive shell (as CI runs) inherits SIGINT ignored,
+    and Python then installs no KeyboardInterrupt handler: give the child the default
+    back, as a terminal would."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_restores_every_host_and_keeps_finished_runs(lab: SshLab, tmp_path: Path) -> None:
     hosts = lab.hosts_toml(tmp_path / "hosts.toml")
     sc = _scenario(tmp_path, reps=3, seconds=3)
     db = tmp_path / "lab" / "results.sqlite"
-    proc = subprocess.Popen([*LAB, "run", str(sc), "--hosts", str(hosts), "--lab",
-                             str(tmp_path / "lab")], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+    argv = [*LAB, "run", str(sc), "--hosts", str(hosts), "--lab", str(tmp_path / "lab")]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=_ctrl_c_as_a_terminal)  # fmt: skip
     try:
         _wait_done(db, 1, proc)
         time.sleep(1.0)
