@@ -167,7 +167,7 @@ class Campaign:
         for p in group:
             k = (p.key.backend, p.key.configuration)
             if k not in checked:
-                checked[k] = self._where(k[0])
+                checked[k] = testbed_skip(k[0], self.sc, self.hosts)
                 if checked[k] is None:
                     try:
                         backends.make(k[0]).check(k[1])
@@ -203,10 +203,6 @@ class Campaign:
                 self._store(p, "failed", started, reason=reason)
             if not left:  # every run was stored: the failure was in tearing down
                 self.warnings.append(reason)
-
-    def _where(self, bname: str) -> str | None:
-        """Why backend `bname` cannot run on this campaign's kind of testbed, or None."""
-        return testbed_skip(bname, self.sc, self.hosts)
 
     def _testbed(self, topo: Topology, rundir: Path, runs: list[Planned]) -> Any:
         """The testbed the runs go on: namespaces of this machine, or the real hosts."""

@@ -156,12 +156,7 @@ class Ssh:
     def kill(self, pid: int, start: str, sig: int = signal.SIGTERM) -> bool:
         """Signal the host's process `pid` if it is still the one that started at `start`
         (field 22 of /proc/PID/stat); whether it was there."""
-        line = (f"[ \"$(cut -d' ' -f22 /proc/{pid}/stat 2>/dev/null)\" = {shlex.quote(start)} ]"
-                f" && kill -{int(sig)} {pid}")  # fmt: skip
-        return self.run(line, check=False, timeout=20).returncode == 0
-
-    def alive(self, pid: int, start: str) -> bool:
-        line = f"[ \"$(cut -d' ' -f22 /proc/{pid}/stat 2>/dev/null)\" = {shlex.quote(start)} ]"
+        line = f"{same_process(pid, start)} && kill -{int(sig)} {pid}"
         return self.run(line, check=False, timeout=20).returncode == 0
 
     def close(self) -> None:
@@ -178,6 +173,12 @@ class Ssh:
             self._dir.rmdir()
         except OSError:
             pass
+
+
+def same_process(pid: int, start: str) -> str:
+    """A shell test: process `pid` is still the one that started at `start` (field 22 of
+    its /proc/PID/stat), not another that got its PID since."""
+    return f"[ \"$(cut -d' ' -f22 /proc/{pid}/stat 2>/dev/null)\" = {shlex.quote(start)} ]"
 
 
 def each(fn: Callable[..., object], args: Iterable[tuple[Any, ...]]) -> None:

@@ -27,7 +27,7 @@ from types import TracebackType
 from typing import Any
 
 from ipsec_lab.hosts import Hosts, place
-from ipsec_lab.hosts.ssh import Ssh, SshError, each
+from ipsec_lab.hosts.ssh import Ssh, SshError, each, same_process
 from ipsec_lab.testbed import Link, Topology
 from ipsec_lab.testbed.build import LabError, link_counters, shape_ends
 
@@ -125,11 +125,8 @@ class HostsTestbed:
     def run(self, node: str, argv: Sequence[str], timeout: float = 60, check: bool = True,
             limited: bool = False) -> str:  # fmt: skip
         self._note(node, shlex.join(argv))
-        try:
-            r = self._host(node).run(list(argv), timeout=timeout, check=check)
-        except SshError as e:
-            raise LabError(str(e)) from None
-        return r.stdout
+        # an SshError is a LabError: it names the host, and the runner stores it so
+        return self._host(node).run(list(argv), timeout=timeout, check=check).stdout
 
     def spawn(self, node: str, argv: Sequence[str], name: str,
               env: dict[str, str] | None = None, limited: bool = False) -> HostProcess:  # fmt: skip
@@ -451,7 +448,7 @@ class HostsTestbed:
 def _kill_line(pid: int, start: str) -> str:
     """A shell line that stops process `pid` if it is still the one that started at
     `start`: TERM, up to 3 s, then KILL."""
-    same = f"[ \"$(cut -d' ' -f22 /proc/{pid}/stat 2>/dev/null)\" = {shlex.quote(start)} ]"
+    same = same_process(pid, start)
     return (f"if {same}; then kill -TERM {pid}; for i in $(seq 30); do {same} || break; "
             f"sleep 0.1; done; {same} && kill -KILL {pid}; fi; true")  # fmt: skip
 
@@ -558,10 +555,8 @@ def proc_stat(text: str) -> tuple[float, float, int]:
     steal left out (another guest's), at USER_HZ 100."""
     first = text.splitlines()[0].split()
     v = [int(x) for x in first[1:]]
-    user, nice, system, idle, iowait, irq, softirq = v[:7]
-    steal = v[7] if len(v) > 7 else 0
+    user, nice, system, idle, iowait, irq, softirq = v[:7]  # steal (v[7]) is not ours
     busy = user + nice + system + irq + softirq
     total = busy + idle + iowait
     ncpu = sum(1 for line in text.splitlines() if line.startswith("cpu") and line[3:4].isdigit())
-    del steal
     return busy / 100, total / 100, ncpu
