@@ -63,7 +63,9 @@ class SshLab:
     """Four hosts (client, gwA, gwB, server) reachable by ssh aliases of `ssh_config`."""
 
     def __init__(self, names: tuple[str, ...] = ("client", "gwA", "gwB", "server"),
-                 links: tuple = LINE_LINKS) -> None:  # fmt: skip
+                 links: tuple = LINE_LINKS, workdir: str = WORKDIR) -> None:  # fmt: skip
+        """`workdir`: the hosts' work directory (the VM's /var is read-only: /tmp there)."""
+        self.workdir = workdir
         self.token = secrets.token_hex(2)
         self.dir = Path(tempfile.mkdtemp(prefix="iplh-"))
         self.hosts = {
@@ -93,7 +95,7 @@ class SshLab:
         (d / "authorized_keys").write_text((d / "user_key.pub").read_text())
         hostkey = (d / "host_key.pub").read_text().split()
         Path("/run/sshd").mkdir(exist_ok=True)  # sshd's privilege separation directory
-        Path(WORKDIR).mkdir(mode=0o700, exist_ok=True)  # the mount point of each tmpfs
+        Path(self.workdir).mkdir(mode=0o700, exist_ok=True)  # each host's mount point
         known, config = [], []
         for i, h in enumerate(self.hosts.values()):
             _run("ip", "netns", "add", h.ns)
@@ -135,7 +137,7 @@ class SshLab:
     def start_sshd(self, h: SshHost) -> None:
         disk = self.dir / f"disk_{h.name}"
         disk.mkdir(mode=0o700, exist_ok=True)
-        inner = (f"mount --bind {disk} {WORKDIR} && "
+        inner = (f"mount --bind {disk} {self.workdir} && "
                  f"exec /usr/sbin/sshd -D -e -f {self.dir / f'sshd_{h.name}'}")  # fmt: skip
         log = open(self.dir / f"sshd_{h.name}.log", "ab")
         h.sshd = subprocess.Popen(
@@ -244,7 +246,7 @@ class SshLab:
 
         own = {(n, s): a for w in topology("line").wires
                for n, s, a in ((w.a, w.a_side, w.a_addr), (w.b, w.b_side, w.b_addr))}  # fmt: skip
-        lines = [f'ssh_config = "{self.ssh_config}"', f'workdir = "{WORKDIR}"', extra]
+        lines = [f'ssh_config = "{self.ssh_config}"', f'workdir = "{self.workdir}"', extra]
         for name, sides in LINE_SIDES.items():
             lines.append(f"[{name}]")
             driven = drive is None or name in drive
@@ -275,6 +277,6 @@ class SshLab:
             _run("ip", "link", "del", f"ipl{self.token}m{i}", check=False)
         shutil.rmtree(self.dir, ignore_errors=True)
         try:
-            Path(WORKDIR).rmdir()
+            Path(self.workdir).rmdir()
         except OSError:
             pass

@@ -194,3 +194,51 @@ def test_tunnels_take_either_inner_family_and_ipv6_hosts_keep_neighbour_discover
     ah = states(commands("hA", HOSTS6, layers("ah:sha256"), Keys.fresh(layers("ah:sha256")),
                          False))  # fmt: skip
     assert ah and not any("align4" in s for s in ah)
+
+
+HOSTS6 = Tunnel("hA", "hB", "2001:db8::1/64", "2001:db8::2/64", "2001:db8::1/128",
+                "2001:db8::2/128")  # fmt: skip
+
+
+@pytest.mark.parametrize("configuration, t", [
+    ("ipcomp+esp:aes128-sha256+ah:sha1", GATEWAYS),
+    ("esp:aes128gcm16", HOSTS6),  # with the neighbour-discovery bypass policies
+])  # fmt: skip
+def test_on_real_hosts_exactly_what_was_added_is_deleted(configuration: str, t: Tunnel) -> None:
+    """On a host the lab does not own it deletes each state and policy it added, by the
+    state's (src, dst, protocol, SPI) and the policy's direction and selector — never a
+    flush, and no key in the ledger's line."""
+    from ipsec_lab.backends.xfrm import undo_commands
+
+    ls, keys = lines(configuration, node=t.left, t=t)
+    undo = undo_commands(ls)
+    assert len(undo) == len(ls)
+    assert not any("flush" in u for u in undo)
+    for add, delete in zip(ls, undo, strict=True):
+        w = add.split()
+        if w[1] == "state":
+            f = {w[i]: w[i + 1] for i in range(3, len(w) - 1)}
+            assert delete == (f"ip xfrm state delete src {f['src']} dst {f['dst']} "
+                              f"proto {f['proto']} spi {f['spi']}")  # fmt: skip
+        else:
+            selector = add.split(" priority ")[0].removeprefix("xfrm policy add ")
+            assert delete == f"ip xfrm policy delete {selector}"
+    text = " ".join(undo)
+    for enc, integ in keys.keys.values():
+        for k in (enc, integ):
+            if k:
+                assert k not in text
+    if ":" in t.left_outer:
+        nd = [u for u in undo if "ipv6-icmp" in u]
+        assert len(nd) == 4 and all(re.search(r"type 13[56]$", u) for u in nd)
+
+
+def test_on_real_hosts_the_hosts_kernel_is_probed_not_this_one() -> None:
+    """With hosts, `check` refuses what no kernel can do but leaves ESP to the hosts'
+    kernels (this machine's lacks it); `version` names the hosts' kernel."""
+    x = Xfrm()
+    x.use_hosts(object())  # type: ignore[arg-type]
+    x.check("esp:aes128gcm16")  # no local probe: would be refused here otherwise
+    with pytest.raises(Unsupported, match="no AH with"):
+        x.check("ah:aes128gmac")
+    assert "on the hosts" in x.version()

@@ -113,10 +113,11 @@ def testbed_skip(name: str, sc: Scenario, hosts: Hosts | None) -> str | None:
     return None
 
 
-def backend_skip(name: str, configuration: str) -> str | None:
-    """Why `name` cannot run `configuration` here, or None (the runner's own decision)."""
+def backend_skip(name: str, configuration: str, hosts: Hosts | None = None) -> str | None:
+    """Why `name` cannot run `configuration` here (or on `hosts`), or None (the
+    runner's own decision)."""
     try:
-        backends.make(name).check(configuration)
+        backends.make(name, hosts=hosts).check(configuration)
     except Unsupported as e:
         return str(e)
     except LabError as e:  # a program it needs is missing: every such run would fail
@@ -205,7 +206,7 @@ def forecast(sc: Scenario, hosts: Hosts | None = None) -> dict[str, Any]:
             ):  # fmt: skip
                 status, why = "unknown", "probing this kernel needs root: run check as root"
             else:
-                why = backend_skip(k.backend, k.configuration) or ""
+                why = backend_skip(k.backend, k.configuration, hosts) or ""
                 status = "skip" if why else "run"
             start = STRONGSWAN_START_S if k.backend.startswith("strongswan") else 1.0
             start = START_S.get(k.backend, start)

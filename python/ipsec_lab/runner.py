@@ -170,7 +170,7 @@ class Campaign:
                 checked[k] = testbed_skip(k[0], self.sc, self.hosts)
                 if checked[k] is None:
                     try:
-                        backends.make(k[0]).check(k[1])
+                        backends.make(k[0], hosts=self.hosts).check(k[1])
                     except Unsupported as e:
                         checked[k] = str(e)
             if checked[k] is not None:
@@ -214,9 +214,7 @@ class Campaign:
         return HostsTestbed(topo, self.hosts, rundir, external=external)
 
     def _backend(self, tb: Testbed, link: Link, bname: str, cfg: str, runs: list[Planned]) -> None:
-        backend = backends.make(bname, stage_timing=self.sc.stage_timing)
-        if self.hosts is not None and hasattr(backend, "use_hosts"):
-            backend.use_hosts(self.hosts)
+        backend = backends.make(bname, stage_timing=self.sc.stage_timing, hosts=self.hosts)
         self.progress.current = f"{bname} {cfg} | {link.name} | starting"
         self.on_progress(self.progress)
         started = time.time()
@@ -224,11 +222,15 @@ class Campaign:
         try:
             backend.start(tb, cfg)
         except Exception as e:
-            reason = f"backend {bname} ({cfg}) failed to start: " + failure_reason(
-                e, tb.logs_since(mark)
-            )
+            # Unsupported at start: only the testbed could tell (a real host's kernel
+            # refusing an SA) — a skip with that reason, as a check would have made it.
+            skip = isinstance(e, Unsupported)
+            reason = str(e) if skip else (
+                f"backend {bname} ({cfg}) failed to start: "
+                + failure_reason(e, tb.logs_since(mark))
+            )  # fmt: skip
             for p in runs:
-                self._store(p, "failed", started, reason=reason)
+                self._store(p, "skipped" if skip else "failed", started, reason=reason)
             try:
                 backend.stop(tb)
             except Exception:

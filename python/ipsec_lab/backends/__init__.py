@@ -135,9 +135,9 @@ REGISTRY: tuple[Entry, ...] = (
     Entry("strongswan-libipsec", "strongswan", "StrongSwan",
           "charon with kernel-libipsec, strongSwan's own user-space ESP on a TUN device",
           (("data_plane", "libipsec"),)),
-    Entry("xfrm", "xfrm", "Xfrm", "the Linux kernel's IPsec, keyed by hand"),
+    Entry("xfrm", "xfrm", "Xfrm", "the Linux kernel's IPsec, keyed by hand", hosts=True),
     Entry("xfrm-udp", "xfrm", "Xfrm", "the same with ESP in UDP, RFC 3948",
-          (("udp_encap", True),)),
+          (("udp_encap", True),), hosts=True),
     Entry("ours", "ours", "Ours", "this project's gateway, ipsec-gw", stage_timing=True,
           hosts=True),
     Entry("ours-udp", "ours", "Ours", "ipsec-gw with ESP in UDP, RFC 3948, and UDP GSO/GRO",
@@ -157,9 +157,11 @@ def described(names: tuple[str, ...] = NAMES) -> str:
     return "; ".join(f"{n}: {BY_NAME[n].what}" for n in names)
 
 
-def make(name: str, stage_timing: bool = False) -> Backend:
+def make(name: str, stage_timing: bool = False, hosts: Any = None) -> Backend:
     """The backend `name`; `stage_timing` switches on ours' per-stage counters (the
-    others have none: the lab then records no per-stage split for them)."""
+    others have none: the lab then records no per-stage split for them). `hosts`: the
+    real hosts (a `hosts.Hosts`) it will run on — its checks then probe them, not this
+    machine."""
     e = BY_NAME.get(name)
     if e is None:
         raise ValueError(f"unknown backend {name!r} (known: {', '.join(NAMES)})")
@@ -168,6 +170,8 @@ def make(name: str, stage_timing: bool = False) -> Backend:
     if e.stage_timing:
         kwargs["stage_timing"] = stage_timing
     backend: Backend = cls(**kwargs)
+    if hosts is not None and hasattr(backend, "use_hosts"):
+        backend.use_hosts(hosts)
     return backend
 
 

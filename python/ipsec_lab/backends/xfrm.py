@@ -23,22 +23,35 @@ run's record of exactly what was installed (`ip -n NODE -batch FILE` replays it)
 Detection adds one ESP state in a scratch namespace: a kernel without ESP answers
 "Requested type not found" (as this project's development machines do); each layer's
 module is probed so.
+
+On real hosts (`--hosts`) the same batch is pushed to each gateway (0600, in the run's
+directory there) and run there; the host's own kernel is the probe: a refused state
+makes the configuration skipped on that host, with the host named. The lab never
+flushes a host's xfrm: it refuses a host already holding one of its SAs or policies,
+writes the delete of each state and policy it adds to the host's ledger before adding
+it, and deletes exactly those when it stops (`undo_commands`).
 """
 
 from __future__ import annotations
 
 import functools
 import platform
+import shlex
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from ipsec_lab.algorithms import CIPHERS, INTEGRITIES
 from ipsec_lab.backends import Processless, Unsupported, exited, private_dir, private_file
 from ipsec_lab.backends.sa_plan import IPCOMP_CPI, SPI, Layer, Layers, fresh_keys, layers
 from ipsec_lab.testbed import Tunnel
 from ipsec_lab.testbed.build import LabError, Testbed, probe, tail, wait_for_text
+
+if TYPE_CHECKING:
+    from ipsec_lab.hosts import Hosts
 
 REPLAY_WINDOW = 32
 NAT_T_PORT = 4500  # RFC 3948 §2: ESP in UDP, to and from 4500
@@ -224,6 +237,42 @@ def commands(
     return lines
 
 
+def undo_commands(lines: list[str]) -> list[str]:
+    """The `ip xfrm` commands that delete exactly what the `commands` lines add: each
+    state by its (src, dst, protocol, SPI), each policy by its direction and selector
+    (RFC 4301 §4.4.1: an SPD entry is found by its selectors; its priority is no part of
+    that). Used on hosts the lab does not own, where a flush would take the host's own
+    IPsec with it."""
+    out = []
+    for line in lines:
+        w = line.split()
+        if w[:3] == ["xfrm", "state", "add"]:
+            f = {w[i]: w[i + 1] for i in range(3, len(w) - 1, 2) if w[i] in
+                 ("src", "dst", "proto", "spi")}  # fmt: skip
+            out.append(f"ip xfrm state delete src {f['src']} dst {f['dst']} "
+                       f"proto {f['proto']} spi {f['spi']}")  # fmt: skip
+        elif w[:3] == ["xfrm", "policy", "add"]:
+            sel = w[3 : w.index("priority")]  # dir D src S dst T [proto P type N]
+            out.append("ip xfrm policy delete " + " ".join(sel))
+        else:
+            raise ValueError(f"not an xfrm state or policy line: {line!r}")
+    return out
+
+
+def _present(undo: list[str]) -> str:
+    """A shell line printing each of `undo`'s states and policies the host already has."""
+    out = []
+    for u in undo:
+        what = u.removeprefix("ip xfrm ").replace(" delete ", " ", 1)  # state src … spi …
+        out.append(f"{u.replace(' delete ', ' get ', 1)} >/dev/null 2>&1 && "
+                   f"echo {shlex.quote(what)}")  # fmt: skip
+    return "; ".join(out) + "; true"
+
+
+# What a kernel without a layer's module answers when asked for a state of it
+_NO_TYPE = ("Requested type not found", "Protocol not supported", "No such file or directory")
+
+
 # The kernel opens ESP in UDP only on a socket that asked for it (UDP_ENCAP =
 # UDP_ENCAP_ESPINUDP, linux/udp.h): one per node, bound to 4500 in the outer family, held
 # open for the run. It never reads a datagram (the kernel takes ESP off it before the
@@ -251,9 +300,19 @@ signal.pause()
 
 
 def encap_socket(tb: Testbed, node: str, addr: str) -> subprocess.Popen[bytes]:
-    """Hold a UDP_ENCAP_ESPINUDP socket on `addr`:4500 in `node` (stopped by tb.stop)."""
+    """Hold a UDP_ENCAP_ESPINUDP socket on `addr`:4500 in `node` (stopped by tb.stop);
+    on a real host with the host's own python3."""
     name = f"encap-{node}-{addr.replace(':', '_')}"
-    p = tb.spawn(node, [sys.executable, "-c", _ENCAP_SOCKET, addr], name)
+    remote = hasattr(tb, "log_tail")
+    python = "python3" if remote else sys.executable
+    p = tb.spawn(node, [python, "-c", _ENCAP_SOCKET, addr], name)
+    if remote:
+        deadline = time.monotonic() + 10
+        while "encap socket ready" not in (said := tb.log_tail(node, name)):  # type: ignore[attr-defined]
+            if p.poll() is not None or time.monotonic() > deadline:
+                raise LabError(f"no ESP-in-UDP socket on {node}: {said.strip()[-500:]}")
+            time.sleep(0.1)
+        return p
     log = tb.rundir / f"{name}.log"
     if not wait_for_text(log, "encap socket ready", p, 10):
         raise LabError(f"no ESP-in-UDP socket in {node}: {tail(log)}")
@@ -269,6 +328,12 @@ class Xfrm(Processless):
         self.udp_encap = udp_encap
         self.name = "xfrm-udp" if udp_encap else "xfrm"
         self.holders: dict[str, subprocess.Popen[bytes]] = {}  # node-address -> holder
+        self.on_hosts = False  # real hosts: their kernels, not this one, are probed
+        self._undo: dict[str, list[str]] = {}  # real hosts: node -> deletes of what it added
+        self._kernel = ""
+
+    def use_hosts(self, hosts: Hosts) -> None:
+        self.on_hosts = True
 
     def check(self, configuration: str) -> None:
         ls = layers(configuration, self.name)
@@ -277,6 +342,8 @@ class Xfrm(Processless):
             why = NO_AH_IN_UDP
         if why:
             raise Unsupported(why)
+        if self.on_hosts:
+            return  # each gateway host's kernel answers when the lab installs the SAs
         kinds = ["esp"] * bool(ls.esp) + ["ah"] * bool(ls.ah) + ["comp"] * ls.ipcomp
         for kind in kinds:
             ok, said = kernel_has(kind)
@@ -291,6 +358,7 @@ class Xfrm(Processless):
         self.check(configuration)
         ls = layers(configuration, self.name)
         d = private_dir(tb.rundir / "xfrm")
+        remote = hasattr(tb, "put")
         for i, t in enumerate(tb.topo.tunnels):
             keys = Keys.fresh(ls)
             for node in (t.left, t.right):
@@ -299,7 +367,10 @@ class Xfrm(Processless):
                 )
                 batch = d / f"{node}-t{i}.ip"
                 private_file(batch, "\n".join(lines) + "\n")
-                tb.run(node, ["ip", "-batch", str(batch)])
+                if remote:
+                    self._install_on_host(tb, node, f"t{i}", lines)
+                else:
+                    tb.run(node, ["ip", "-batch", str(batch)])
                 if node not in self.nodes:
                     self.nodes.append(node)
                 if self.udp_encap:
@@ -307,13 +378,47 @@ class Xfrm(Processless):
                     key = f"{node}-{_plain(outer)}"
                     self.holders[key] = encap_socket(tb, node, _plain(outer))
 
+    def _install_on_host(self, tb: Any, node: str, name: str, lines: list[str]) -> None:
+        """Install `lines` on real host `node`: refused if the host already has one of
+        these states or policies (never replaced: it is not the lab's), each delete in
+        the host's ledger before the add, the batch pushed 0600 and run there."""
+        undo = undo_commands(lines)
+        have = tb.run(node, ["sh", "-c", _present(undo)]).split("\n")
+        have = [h for h in have if h.strip()]
+        if have:
+            raise LabError(f"{node} already has xfrm {have[0]}"
+                           + (f" (and {len(have) - 1} more)" if len(have) > 1 else "")
+                           + ": the lab will not replace IPsec it did not make; remove it or "
+                           "give the hosts other addresses")  # fmt: skip
+        if not self._kernel:
+            self._kernel = tb.run(node, ["uname", "-r"]).strip()
+        line = "; ".join(f"{u} 2>/dev/null" for u in undo) + "; true"
+        tb.record(node, f"xfrm states and policies of tunnel {name}", line)
+        self._undo.setdefault(node, []).append(line)
+        path = tb.put(node, f"xfrm/{node}-{name}.ip", "\n".join(lines) + "\n")
+        try:
+            tb.run(node, ["ip", "-batch", path])
+        except LabError as e:
+            if any(x in str(e) for x in _NO_TYPE):
+                raise Unsupported(f"{node}'s kernel ({self._kernel or '?'}) refused an SA of "
+                                  f"this configuration: {str(e).splitlines()[-1].strip()} "
+                                  "(its ESP, AH or IPComp module is missing: `ipsec-lab "
+                                  "hosts check` lists them)") from None  # fmt: skip
+            raise
+
     def stop(self, tb: Testbed) -> None:
         for p in self.holders.values():
             tb.stop(p)
         self.holders.clear()
-        for node in self.nodes:
-            tb.run(node, ["ip", "xfrm", "policy", "flush"], check=False)
-            tb.run(node, ["ip", "xfrm", "state", "flush"], check=False)
+        if self._undo:  # real hosts: exactly what the lab added, never a flush
+            for node, lines in self._undo.items():
+                for line in lines:
+                    tb.run(node, ["sh", "-c", line], check=False)
+            self._undo.clear()
+        else:
+            for node in self.nodes:
+                tb.run(node, ["ip", "xfrm", "policy", "flush"], check=False)
+                tb.run(node, ["ip", "xfrm", "state", "flush"], check=False)
         self.nodes.clear()
 
     def died(self) -> str | None:
@@ -321,6 +426,8 @@ class Xfrm(Processless):
         return exited(self.holders, "the ESP-in-UDP socket of")
 
     def version(self) -> str:
+        if self.on_hosts:
+            return f"Linux {self._kernel or '?'} xfrm (on the hosts)"
         return f"Linux {platform.release()} xfrm"
 
 

@@ -32,6 +32,7 @@ TOOLS: dict[str, tuple[str, str, str]] = {
     "swanctl": ("strongSwan backends", "swanctl --version", "strongswan-swanctl"),
     "tcpdump": ("captures", "tcpdump --version", "tcpdump"),
     "nft": ("ipsec-gw's guard (fail closed)", "nft --version", "nftables"),
+    "python3": ("xfrm-udp's ESP-in-UDP socket", "python3 --version", "python3"),
 }
 # Tools every driven host needs, then per backend and per workload.
 BASE_TOOLS = ("ip", "sysctl", "ss")
@@ -40,6 +41,7 @@ GATEWAY_TOOLS = ("tc", "ethtool")
 BACKEND_TOOLS = {
     "strongswan": ("swanctl",), "strongswan-kernel": ("swanctl",),
     "strongswan-libipsec": ("swanctl",), "ours": ("nft",), "ours-udp": ("nft",),
+    "xfrm-udp": ("python3",),
 }  # fmt: skip
 WORKLOAD_TOOLS = {"http": ("nginx", "curl")}
 MODULES = {"esp4": "ESP over IPv4 (xfrm)", "esp6": "ESP over IPv6 (xfrm)", "ah4": "AH (xfrm)",
