@@ -137,8 +137,11 @@ class SshLab:
     def start_sshd(self, h: SshHost) -> None:
         disk = self.dir / f"disk_{h.name}"
         disk.mkdir(mode=0o700, exist_ok=True)
-        inner = (f"mount --bind {disk} {self.workdir} && "
-                 f"exec /usr/sbin/sshd -D -e -f {self.dir / f'sshd_{h.name}'}")  # fmt: skip
+        inner = f"mount --bind {disk} {self.workdir} && "
+        shadow = self._unlocked_shadow()
+        if shadow:  # in this sshd's mount namespace only
+            inner += f"mount --bind {shadow} /etc/shadow && "
+        inner += f"exec /usr/sbin/sshd -D -e -f {self.dir / f'sshd_{h.name}'}"
         log = open(self.dir / f"sshd_{h.name}.log", "ab")
         h.sshd = subprocess.Popen(
             ["ip", "netns", "exec", h.ns, "unshare", "-m", "--propagation", "private",
@@ -153,6 +156,20 @@ class SshLab:
                     + (self.dir / f"sshd_{h.name}.log").read_text()[-500:]
                 )
             time.sleep(0.1)
+
+    def _unlocked_shadow(self) -> Path | None:
+        """sshd refuses a locked account even with a key ("User root not allowed because
+        account is locked"): where root's is locked (a `!` password, as in the micro-VM),
+        a copy of /etc/shadow with it unlocked (`*`: no password, key login only)."""
+        lines = Path("/etc/shadow").read_text().splitlines(keepends=True)
+        out = [("root:*:" + x.split(":", 2)[2]) if x.startswith("root:!") else x for x in lines]
+        if out == lines:
+            return None
+        f = self.dir / "shadow"
+        if not f.exists():
+            f.write_text("".join(out))
+            f.chmod(0o640)
+        return f
 
     def sshd_pid(self, name: str) -> int:
         """sshd's PID (ip netns exec, unshare and sh each exec the next)."""

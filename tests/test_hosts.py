@@ -170,3 +170,42 @@ def test_reproduce_on_hosts_needs_each_file_to_name_its_topology(tmp_path: Path)
     p = cli("reproduce", "freeswan", "--quick", "--hosts", str(f), "--lab", str(tmp_path))
     assert p.returncode == 2
     assert f"{f}: topology: missing: with reproduce, each hosts file says which" in p.stderr
+
+
+def test_the_ipsec_processes_cpu_and_memory_on_a_host_as_psutil_reads_them() -> None:
+    """The shell line the lab runs on a host, run here on this process (and a PID that
+    does not exist): its CPU seconds and RSS agree with psutil's."""
+    import os
+    import subprocess
+
+    import psutil
+
+    from ipsec_lab.hosts.testbed import proc_cpu, proc_cpu_line
+
+    sum(i * i for i in range(3_000_000))  # some CPU time of our own
+    me = psutil.Process()
+    before = me.cpu_times()
+    text = subprocess.run(["sh", "-c", proc_cpu_line([os.getpid(), 2**22 + 7])],
+                          capture_output=True, text=True, check=True).stdout  # fmt: skip
+    after = me.cpu_times()
+    cpu, rss = proc_cpu(text)
+    assert len(text.splitlines()) == 1  # the missing PID prints nothing
+    assert before.user + before.system - 0.011 <= cpu <= after.user + after.system + 0.011
+    assert cpu > 0.05
+    assert abs(rss - me.memory_info().rss) < 8 << 20
+
+
+def test_the_ipsec_processes_on_the_hosts_fill_the_rows_ipsec_figures() -> None:
+    m = HostMeters(lambda: {}, ["gwA", "gwB"], lambda: {})
+    row: dict[str, object] = {"ipsec_cpu_s": 0.0, "ipsec_effort_us_per_kb": None}
+    q0 = {"gwA": (1.0, 10 << 20), "gwB": (2.0, 12 << 20)}
+    q1 = {"gwA": (1.5, 11 << 20), "gwB": (2.25, 12 << 20), "client": (9.0, 1)}
+    m.fill_procs(row, q0, q1, kb=1000)
+    assert row["ipsec_cpu_s"] == pytest.approx(0.75)  # gwA 0.5 s + gwB 0.25 s
+    assert row["ipsec_effort_us_per_kb"] == pytest.approx(750)
+    assert row["ipsec_rss_start_bytes"] == 22 << 20 and row["ipsec_rss_end_bytes"] == 23 << 20
+    assert set(row["hosts_ipsec"]) == {"gwA", "gwB"}  # type: ignore[arg-type]
+    # no IPsec process the lab runs (xfrm, an external DUT): the row keeps what it had
+    row2: dict[str, object] = {"ipsec_effort_us_per_kb": None}
+    m.fill_procs(row2, {}, {}, kb=1000)
+    assert row2 == {"ipsec_effort_us_per_kb": None}

@@ -134,6 +134,14 @@ def test_a_campaign_on_real_hosts_meters_each_host_and_leaves_nothing(
         dut = sum(row["hosts_cpu"][g]["cpu_busy_s"] for g in ("gwA", "gwB"))
         assert row["effort_us_per_kb"] == pytest.approx(dut * 1e6 / (row["payload_bytes"] / 1024))
         assert row["wire_up_bytes"] > row["payload_bytes"]
+        if backend != "none":
+            # the gateways' own processes, read from their /proc on gwA and gwB
+            assert set(row["hosts_ipsec"]) == {"gwA", "gwB"}, (backend, cfg, kind)
+            busy = row["hosts_cpu"]["gwA"]["cpu_busy_s"]  # this one machine's, in the rig
+            assert 0 < row["ipsec_cpu_s"] <= busy + 0.05, (backend, cfg, kind)
+            assert row["ipsec_effort_us_per_kb"] > 0 and row["ipsec_rss_end_bytes"] > 1 << 20
+        else:
+            assert "hosts_ipsec" not in row
 
     def per_payload(r: dict) -> float:
         return (r["wire_up_bytes"] + r["wire_down_bytes"]) / r["payload_bytes"]
@@ -360,4 +368,43 @@ def test_an_external_dut_is_measured_and_never_logged_in_to(lab: SshLab, tmp_pat
             for ifname in ("eth1", "eth2"):
                 dut.run(node, ["ip", "addr", "flush", "dev", ifname, "scope", "global"])
         dut.teardown()
+    assert lab.residue() == {}
+
+
+def test_strongswan_on_real_hosts_runs_the_hosts_own_charon(lab: SshLab, tmp_path: Path) -> None:
+    """strongswan-libipsec (this kernel has no ESP; the kernel plane runs in the VM's
+    tests/vm/hosts.py): each gateway's own charon, configured in the run's directory
+    there and driven by swanctl there, negotiates IKEv2 and carries the traffic; the
+    PSK never leaves the run's files, and nothing is left."""
+    hosts = lab.hosts_toml(tmp_path / "hosts.toml")
+    sc = _scenario(tmp_path)
+    sc.write_text(sc.read_text().replace(
+        'backends = ["none"]', 'backends = ["strongswan-libipsec"]\n'
+        'configurations = ["esp:aes128gcm16"]'))  # fmt: skip
+    p = _lab("hosts", "check", str(hosts), "--scenario", str(sc), "--json")
+    assert p.returncode == 0, p.stdout
+    checks = {(r["host"], r["check"]): r for r in json.loads(p.stdout)["checks"]}
+    assert checks[("gwA", "tool /usr/lib/ipsec/charon")]["status"] == "ok"
+    assert checks[("gwB", "charon")]["detail"] == "none running: IKE's ports are free"
+    assert checks[("gwB", "/dev/net/tun")]["status"] == "ok"
+    assert ("client", "charon") not in checks
+
+    p = _lab("run", str(sc), "--hosts", str(hosts), "--lab", str(tmp_path / "lab"), "--json")
+    assert p.returncode == 0, p.stderr[-3000:]
+    (run,) = json.loads(p.stdout)["runs"]
+    assert run["status"] == "done", run["reason"]
+    assert "kernel-libipsec, on the hosts" in run["backend_version"]
+    row = run["results"][0]
+    assert 20 < row["mbps"] <= 100
+    assert row["wire_up_bytes"] > row["payload_bytes"]
+    assert set(row["hosts_ipsec"]) == {"gwA", "gwB"}  # charon (libipsec's ESP) per gateway
+    assert row["ipsec_cpu_s"] > 0
+    # charon's own log came back: IKE_SA and CHILD_SA established over the test link
+    logs = next((tmp_path / "lab").glob("campaign-*/*/hosts/gwA"))
+    ike = (logs / "charon-gwA-ike.log").read_text()
+    assert "IKE_SA t0[1] established between 192.0.2.1[192.0.2.1]...192.0.2.2" in ike
+    assert "CHILD_SA c0{1} established" in ike and "TS 10.1.0.0/24 === 10.2.0.0/24" in ike
+    # the PSK is in the run's files on the hosts only, never in what came back
+    assert not any(f.name == "swanctl.conf" for f in (tmp_path / "lab").rglob("*")
+                   if "hosts" in f.parts)  # fmt: skip
     assert lab.residue() == {}

@@ -275,8 +275,11 @@ class Campaign:
 
         def metered(label: str, fn: Callable[[], Row]) -> Row:
             s0 = stages() if stages else None
-            hosts = (meters.HostMeters(tb.host_cpu, tb.topo.ipsec_nodes)
-                     if self.hosts is not None else None)  # fmt: skip
+            hosts = None
+            if self.hosts is not None:
+                on = getattr(backend, "host_pids", None)
+                procs = (lambda: tb.host_procs(on())) if on else None  # type: ignore[attr-defined]
+                hosts = meters.HostMeters(tb.host_cpu, tb.topo.ipsec_nodes, procs)
             row = meters.measure(fn, tb.counters, backend.pids, flow.wire_end, self.soaker,
                                  hosts)  # fmt: skip
             if stages and s0 is not None:

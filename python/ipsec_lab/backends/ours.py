@@ -272,6 +272,15 @@ class Ours:
         """This machine's ipsec-gw processes (on real hosts, none here)."""
         return [p.pid for k, p in self._procs.items() if p.poll() is None and k not in self._remote]
 
+    def host_pids(self) -> dict[str, list[int]]:
+        """On real hosts: node -> the PIDs there of its running ipsec-gw processes."""
+        out: dict[str, list[int]] = {}
+        for key, (node, _) in self._remote.items():
+            p = self._procs.get(key)
+            if p is not None and p.poll() is None:
+                out.setdefault(node, []).append(p.pid)
+        return out
+
     def plane_clock(self) -> dict[str, tuple[int, int]]:
         """Per running gateway: (its process's CPU ns, packets its SAs sealed or opened)
         — the counters as its workers last published them (every 100 ms while busy).

@@ -14,6 +14,14 @@ namespace of its own with a private /run (charon's PID file path is fixed at bui
 reading a strongswan.conf of ours (STRONGSWAN_CONF) with its VICI socket in the run
 directory. kernel-libipsec carries ESP in UDP only (RFC 3948, `encap = yes`): the wire
 overhead is ESP's plus 8 bytes of UDP. It does no AH and no IPComp.
+
+On real hosts (`--hosts`) each gateway runs the host's own charon and swanctl the same
+way, its configuration pushed into the run's directory there (the PSK 0600) and swanctl
+run there against that charon's VICI socket. The host's kernel decides `strongswan`'s
+data plane. charon removes its SAs, policies and routes when the lab stops it (SIGTERM,
+also from the ledger after a lost connection); for the kernel plane the ledger also
+holds the deletes of the policies and SAs between the lab's own addresses, and a host
+that already has such a policy is refused rather than changed.
 """
 
 from __future__ import annotations
@@ -21,11 +29,15 @@ from __future__ import annotations
 import secrets
 import subprocess
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from ipsec_lab.backends import Unsupported, exited, private_dir, private_file
 from ipsec_lab.model.transforms import parse_configuration
 from ipsec_lab.testbed import Tunnel
 from ipsec_lab.testbed.build import LabError, Testbed, require_tools, tail, wait_for_path
+
+if TYPE_CHECKING:
+    from ipsec_lab.hosts import Hosts
 
 CHARON = "/usr/lib/ipsec/charon"
 PLUGINS = (
@@ -41,6 +53,8 @@ FWMARK = "0x4c4142"
 # size (raising the device MTU afterwards breaks it): TCP finds it by path-MTU discovery,
 # and the lab sends UDP without DF so the gateway fragments larger packets.
 TUN_MTU = 1400
+# The directories `swanctl --load-all` reads beside swanctl.conf
+SWANCTL_DIRS = ("x509", "x509ca", "private", "pubkey", "rsa", "ecdsa", "pkcs8")
 
 
 def kernel_proposals(configuration: str) -> tuple[str | None, str | None, bool]:
@@ -84,7 +98,7 @@ def esp_proposal(configuration: str) -> str:
     return configuration.strip().lower().split(":", 1)[1]
 
 
-def _charon_conf(vici: Path, log: Path, kernel: bool = False) -> str:
+def _charon_conf(vici: Path | str, log: Path | str, kernel: bool = False) -> str:
     libipsec = (
         ""
         if kernel
@@ -196,16 +210,34 @@ class StrongSwan:
         self.name = {"kernel": "strongswan-kernel", "libipsec": "strongswan-libipsec"}.get(
             data_plane, "strongswan"
         )
+        self.on_hosts = False
+        self._hosts_esp: bool | None = None  # `auto` on hosts: their kernels have ESP
+        # real hosts: node -> (strongswan.conf, VICI socket, charon's log) there
+        self._remote: dict[str, tuple[str, str, str]] = {}
+        self._undo: dict[str, str] = {}  # real hosts, kernel plane: node -> deletes
+        self._tb: Any = None
+
+    def use_hosts(self, hosts: Hosts) -> None:
+        self.on_hosts = True
 
     @property
     def kernel(self) -> bool:
         if self.data_plane == "auto":
+            if self.on_hosts:
+                return bool(self._hosts_esp)
             from ipsec_lab.backends.xfrm import kernel_has
 
             return kernel_has("esp")[0]
         return self.data_plane == "kernel"
 
     def check(self, configuration: str) -> None:
+        if self.on_hosts:
+            # the hosts' charon and kernels answer there (`hosts check`, and at start)
+            if self.data_plane == "libipsec":
+                esp_proposal(configuration)
+            else:
+                kernel_proposals(configuration)
+            return
         require_tools(CHARON, "swanctl", "unshare")
         if not self.kernel:
             esp_proposal(configuration)
@@ -228,6 +260,16 @@ class StrongSwan:
         return tb.rundir / "strongswan" / node / "charon.log"
 
     def _swanctl(self, tb: Testbed, node: str, *args: str, timeout: float = 30) -> str:
+        if node in self._remote:
+            conf, vici, _ = self._remote[node]
+            try:
+                return tb.run(node, ["env", f"STRONGSWAN_CONF={conf}", "swanctl", *args,
+                                     "--uri", f"unix://{vici}"], timeout=timeout)  # fmt: skip
+            except LabError as e:
+                logs = "".join(f"\n--- charon log tail, {n} ---\n{self._remote_log(tb, n)}"
+                               for n in self._remote)  # fmt: skip
+                raise LabError(f"strongswan on {node}: swanctl {' '.join(args)} failed: "
+                               f"{str(e)[-1500:]}{logs}") from None  # fmt: skip
         d = tb.rundir / "strongswan" / node
         argv = ["swanctl", *args, "--uri", f"unix://{tb.sockets / (node + '.vici')}"]
         p = subprocess.run(
@@ -249,25 +291,93 @@ class StrongSwan:
             )
         return p.stdout
 
+    @staticmethod
+    def _remote_log(tb: Any, node: str) -> str:
+        text: str = tb.log_tail(node, f"charon-{node}-ike") or tb.log_tail(node, f"charon-{node}")
+        return text
+
+    def _start_on_host(self, tb: Any, node: str, mine: list[Tunnel], esp: str | None,
+                       ah: str | None, ipcomp: bool, kernel: bool, psk: str) -> None:  # fmt: skip
+        """charon on real host `node`: its files in the run's directory there, the xfrm
+        it will install guarded (kernel plane), then started as in a namespace."""
+        wd = tb.workdir(node)
+        d, log = f"{wd}/strongswan", f"{wd}/charon-{node}-ike.log"
+        vici = f"{d}/charon.vici"
+        tb.run(node, ["mkdir", "-p", "-m", "0700", d, *(f"{d}/{x}" for x in SWANCTL_DIRS)])
+        conf = tb.put(node, "strongswan/strongswan.conf", _charon_conf(vici, log, kernel))
+        tb.put(node, "strongswan/swanctl.conf",
+               _swanctl_conf(node, mine, esp, psk, ah, ipcomp, kernel))  # fmt: skip
+        if kernel:
+            self._guard_xfrm(tb, node, mine)
+        self._remote[node] = (conf, vici, log)
+        self._procs[node] = tb.spawn(
+            node,
+            ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+             f"mount -t tmpfs tmpfs /run && exec {CHARON}"],
+            f"charon-{node}",
+            env={"STRONGSWAN_CONF": conf},
+        )  # fmt: skip
+
+    def _guard_xfrm(self, tb: Any, node: str, mine: list[Tunnel]) -> None:
+        """Before charon puts SAs into a host's kernel: refuse a host that already has a
+        policy between the lab's networks, and write to its ledger the deletes of every
+        policy and SA charon may leave between the lab's addresses."""
+        from ipsec_lab.backends.xfrm import _plain, _present
+
+        undo: list[str] = []
+        for t in mine:
+            left = t.left == node
+            me, peer = (t.left_outer, t.right_outer) if left else (t.right_outer, t.left_outer)
+            lts, rts = (t.left_ts, t.right_ts) if left else (t.right_ts, t.left_ts)
+            undo += [f"ip xfrm policy delete dir out src {lts} dst {rts}",
+                     f"ip xfrm policy delete dir in src {rts} dst {lts}",
+                     f"ip xfrm policy delete dir fwd src {rts} dst {lts}"]  # fmt: skip
+            undo += [f"ip xfrm state deleteall src {_plain(me)} dst {_plain(peer)}",
+                     f"ip xfrm state deleteall src {_plain(peer)} dst {_plain(me)}"]  # fmt: skip
+        policies = [u for u in undo if " policy " in u]
+        have = [h for h in tb.run(node, ["sh", "-c", _present(policies)]).split("\n") if h]
+        if have:
+            raise LabError(f"{node} already has xfrm {have[0]}: the lab will not replace "
+                           "IPsec it did not make; remove it or give the hosts other "
+                           "addresses")  # fmt: skip
+        line = "; ".join(f"{u} 2>/dev/null" for u in undo) + "; true"
+        tb.record(node, "xfrm policies and SAs charon installs", line)
+        self._undo[node] = line
+
+    @staticmethod
+    def _host_has_esp(tb: Any, nodes: list[str]) -> bool:
+        """Whether every one of `nodes` has ESP in its kernel (loaded, or a module)."""
+        line = "(test -d /sys/module/esp4 || modinfo -n esp4 >/dev/null 2>&1) && echo yes"
+        return all(tb.run(n, ["sh", "-c", line], check=False).strip() == "yes" for n in nodes)
+
     def start(self, tb: Testbed, configuration: str) -> None:
         self.check(configuration)
+        remote = hasattr(tb, "put")
+        self._tb = tb
+        topo = tb.topo
+        if remote and self.data_plane == "auto":
+            self._hosts_esp = self._host_has_esp(tb, list(topo.ipsec_nodes))
         kernel = self.kernel
         if kernel:
             esp, ah, ipcomp = kernel_proposals(configuration)
         else:
             esp, ah, ipcomp = esp_proposal(configuration), None, False
         psk = secrets.token_hex(32)  # fresh per run; written only to the run's own files
-        topo = tb.topo
         for node in topo.ipsec_nodes:
+            if remote:
+                mine = [t for t in topo.tunnels if node in (t.left, t.right)]
+                self._start_on_host(tb, node, mine, esp, ah, ipcomp, kernel, psk)
+                continue
             d = private_dir(tb.rundir / "strongswan" / node)
-            for sub in ("x509", "x509ca", "private", "pubkey", "rsa", "ecdsa", "pkcs8"):
+            for sub in SWANCTL_DIRS:
                 (d / sub).mkdir(exist_ok=True)  # swanctl --load-all looks for these
             conf = d / "strongswan.conf"
             vici = tb.sockets / f"{node}.vici"
             conf.write_text(_charon_conf(vici, d / "charon.log", kernel))
             mine = [t for t in topo.tunnels if node in (t.left, t.right)]
-            sw = d / "swanctl.conf"
-            private_file(sw, _swanctl_conf(node, mine, esp, psk, ah, ipcomp, kernel))
+            private_file(
+                d / "swanctl.conf", _swanctl_conf(node, mine, esp, psk, ah, ipcomp, kernel)
+            )
             vici.unlink(missing_ok=True)
             (d / "charon.log").unlink(missing_ok=True)  # its tail must be this run's
             self._procs[node] = tb.spawn(
@@ -279,6 +389,12 @@ class StrongSwan:
                 limited=node in topo.limited_nodes,
             )  # fmt: skip
         for node in topo.ipsec_nodes:
+            if remote:
+                _, rvici, _ = self._remote[node]
+                if not tb.wait_path(node, rvici, self._procs[node], 15):  # type: ignore[attr-defined]
+                    raise LabError(f"strongswan: charon on {node} did not start (no VICI "
+                                   f"socket {rvici}):\n{self._remote_log(tb, node)}")  # fmt: skip
+                continue
             vici = tb.sockets / f"{node}.vici"
             if not wait_for_path(vici, self._procs[node], timeout=15):
                 raise LabError(
@@ -287,8 +403,11 @@ class StrongSwan:
                     f"{tail(self._log(tb, node))}"
                 )
         for node in topo.ipsec_nodes:
-            d = tb.rundir / "strongswan" / node
-            self._swanctl(tb, node, "--load-all", "--file", str(d / "swanctl.conf"))
+            if remote:
+                sw = self._remote[node][0].replace("strongswan.conf", "swanctl.conf")
+            else:
+                sw = str(tb.rundir / "strongswan" / node / "swanctl.conf")
+            self._swanctl(tb, node, "--load-all", "--file", sw)
         for t in topo.tunnels:
             mine = [x for x in topo.tunnels if t.left in (x.left, x.right)]
             child = f"c{mine.index(t)}"
@@ -296,11 +415,23 @@ class StrongSwan:
 
     def stop(self, tb: Testbed) -> None:
         for p in self._procs.values():
-            tb.stop(p)
+            tb.stop(p)  # SIGTERM: charon deletes its SAs, policies and routes
         self._procs.clear()
+        for node, line in self._undo.items():  # and what it may have left, on hosts
+            tb.run(node, ["sh", "-c", line], check=False)
+        self._undo.clear()
+        self._remote.clear()
 
     def pids(self) -> list[int]:
+        """This machine's charon processes (on real hosts, none here)."""
+        if self._remote:
+            return []
         return [p.pid for p in self._procs.values() if p.poll() is None]
+
+    def host_pids(self) -> dict[str, list[int]]:
+        """On real hosts: node -> the PID there of its running charon."""
+        return {n: [p.pid] for n, p in self._procs.items() if n in self._remote
+                and p.poll() is None}  # fmt: skip
 
     def plane_clock(self) -> dict[str, tuple[int, int]]:
         return {}  # kernel-libipsec's packets are not counted where the lab can read them
@@ -309,9 +440,13 @@ class StrongSwan:
         return exited(self._procs, "charon")
 
     def version(self) -> str:
+        plane = "kernel xfrm" if self.kernel else "kernel-libipsec"
+        if self._remote:
+            node = next(iter(self._remote))
+            said = self._tb.run(node, [CHARON, "--version"], check=False).strip()
+            return f"{said or 'strongSwan'} ({plane}, on the hosts)"
         try:
             p = subprocess.run([CHARON, "--version"], capture_output=True, text=True, timeout=5)
         except (OSError, subprocess.TimeoutExpired):
             return "strongSwan (unknown version)"
-        plane = "kernel xfrm" if self.kernel else "kernel-libipsec"
         return f"{p.stdout.strip() or 'strongSwan'} ({plane})"

@@ -307,7 +307,7 @@ def encap_socket(tb: Testbed, node: str, addr: str) -> subprocess.Popen[bytes]:
     python = "python3" if remote else sys.executable
     p = tb.spawn(node, [python, "-c", _ENCAP_SOCKET, addr], name)
     if remote:
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 30  # the host's python3 may start from a cold disk
         while "encap socket ready" not in (said := tb.log_tail(node, name)):  # type: ignore[attr-defined]
             if p.poll() is not None or time.monotonic() > deadline:
                 raise LabError(f"no ESP-in-UDP socket on {node}: {said.strip()[-500:]}")

@@ -29,19 +29,29 @@ TOOLS: dict[str, tuple[str, str, str]] = {
     "iperf3": ("TCP, UDP, IMIX and RFC 2544 traffic", "iperf3 --version", "iperf3"),
     "nginx": ("the HTTP workload's server", "nginx -v", "nginx-light"),
     "curl": ("the HTTP workload's client", "curl --version", "curl"),
-    "swanctl": ("strongSwan backends", "swanctl --version", "strongswan-swanctl"),
+    "swanctl": (
+        "strongSwan backends",
+        "swanctl --help | grep -m1 strongSwan",
+        "strongswan-swanctl",
+    ),
     "tcpdump": ("captures", "tcpdump --version", "tcpdump"),
     "nft": ("ipsec-gw's guard (fail closed)", "nft --version", "nftables"),
     "python3": ("xfrm-udp's ESP-in-UDP socket", "python3 --version", "python3"),
+    "/usr/lib/ipsec/charon": (
+        "strongSwan's IKE daemon",
+        "/usr/lib/ipsec/charon --version",
+        "strongswan-charon",
+    ),
+    "unshare": ("charon's private /run", "unshare --version", "util-linux"),
 }
 # Tools every driven host needs, then per backend and per workload.
 BASE_TOOLS = ("ip", "sysctl", "ss")
 TRAFFIC_TOOLS = ("iperf3",)
 GATEWAY_TOOLS = ("tc", "ethtool")
+_CHARON = ("swanctl", "/usr/lib/ipsec/charon", "unshare")
 BACKEND_TOOLS = {
-    "strongswan": ("swanctl",), "strongswan-kernel": ("swanctl",),
-    "strongswan-libipsec": ("swanctl",), "ours": ("nft",), "ours-udp": ("nft",),
-    "xfrm-udp": ("python3",),
+    "strongswan": _CHARON, "strongswan-kernel": _CHARON, "strongswan-libipsec": _CHARON,
+    "ours": ("nft",), "ours-udp": ("nft",), "xfrm-udp": ("python3",),
 }  # fmt: skip
 WORKLOAD_TOOLS = {"http": ("nginx", "curl")}
 MODULES = {"esp4": "ESP over IPv4 (xfrm)", "esp6": "ESP over IPv6 (xfrm)", "ah4": "AH (xfrm)",
@@ -94,6 +104,10 @@ def check_host(hosts: Hosts, node: str, topo_name: str, backends: tuple[str, ...
         out += _modules(s, node, backends)
         if node in topology(topo_name).ipsec_nodes and any(b.startswith("ours") for b in backends):
             out += _ours(s, node, h.ipsec_gw)
+        if node in topology(topo_name).ipsec_nodes and any(
+            b.startswith("strongswan") for b in backends
+        ):
+            out += _strongswan(s, node, backends)
         out += _interfaces(s, hosts, node, topo_name)
         out.append(_clock(s, node))
         out.append(_workdir(s, node, h.workdir))
@@ -109,7 +123,8 @@ def _tools(s: Ssh, node: str, tools: list[str]) -> list[Row]:
     for t in tools:
         what, version, pkg = TOOLS[t]
         # the tool must run, not only be found: its version command's status decides
-        r = s.run(f"command -v {t} >/dev/null && {version} 2>&1", check=False, timeout=20)
+        # 60 s: a first start from a cold disk can be slow (python3 in an emulated VM)
+        r = s.run(f"command -v {t} >/dev/null && {version} 2>&1", check=False, timeout=60)
         first = r.stdout.strip().splitlines()[0] if r.stdout.strip() else ""
         if r.returncode != 0 or not first:
             out.append(Row(node, f"tool {t}", "fail",
@@ -149,6 +164,27 @@ def _ours(s: Ssh, node: str, preset: str | None) -> list[Row]:
         why = (f"this machine's build is pushed ({arch})" if ok else
                f"host is {arch}, this machine's build {mine}: set {node}.ipsec_gw")  # fmt: skip
         out.append(Row(node, "ipsec-gw", "ok" if ok else "fail", why))
+    return out
+
+
+def _strongswan(s: Ssh, node: str, backends: tuple[str, ...]) -> list[Row]:
+    """What the lab's own charon needs of a host: IKE's ports free (a charon the host
+    runs already holds UDP 500 and 4500), and a TUN device for kernel-libipsec."""
+    out = []
+    line = ('for p in /proc/[0-9]*; do [ "$(cat $p/comm 2>/dev/null)" = charon ] && '
+            'echo ${p#/proc/}; done; true')  # fmt: skip
+    pids = s.run(line, check=False, timeout=20).stdout.split()
+    if pids:
+        out.append(Row(node, "charon", "warn",
+                       f"a charon already runs (pid {', '.join(pids)}): it may hold UDP 500 "
+                       "and 4500, and the lab's charon then cannot bind (stop it for the "
+                       "run)"))  # fmt: skip
+    else:
+        out.append(Row(node, "charon", "ok", "none running: IKE's ports are free"))
+    if any(b in ("strongswan", "strongswan-libipsec") for b in backends):
+        ok = s.run(["test", "-c", "/dev/net/tun"], check=False, timeout=20).returncode == 0
+        out.append(Row(node, "/dev/net/tun", "ok" if ok else "fail",
+                       "present (kernel-libipsec)" if ok else "missing: modprobe tun"))  # fmt: skip
     return out
 
 

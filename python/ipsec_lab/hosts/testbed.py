@@ -421,6 +421,23 @@ class HostsTestbed:
         each(one, self.ssh.items())
         return out
 
+    def host_procs(self, pids: dict[str, list[int]]) -> dict[str, tuple[float, int]]:
+        """Per host, the CPU seconds and resident bytes of processes `pids` (node ->
+        PIDs there), from their /proc; a process gone counts nothing."""
+        out: dict[str, tuple[float, int]] = {}
+        lock = threading.Lock()
+
+        def one(node: str, ps: list[int]) -> None:
+            try:
+                text = self._host(node).run(proc_cpu_line(ps), timeout=15, root=False).stdout
+            except SshError:
+                return
+            with lock:
+                out[node] = proc_cpu(text)
+
+        each(one, [(n, ps) for n, ps in pids.items() if ps and n in self.ssh])
+        return out
+
     # --- tearing down ---------------------------------------------------------------------
 
     def teardown(self) -> None:
@@ -560,3 +577,26 @@ def proc_stat(text: str) -> tuple[float, float, int]:
     total = busy + idle + iowait
     ncpu = sum(1 for line in text.splitlines() if line.startswith("cpu") and line[3:4].isdigit())
     return busy / 100, total / 100, ncpu
+
+
+def proc_cpu_line(pids: list[int]) -> str:
+    """A shell line printing, per live process of `pids`, what `proc_cpu` reads."""
+    return "; ".join(
+        f's=$(cat /proc/{int(x)}/stat 2>/dev/null) && echo "{int(x)} rss='
+        f"$(grep VmRSS /proc/{int(x)}/status | tr -s ' ' | cut -d' ' -f2) "
+        f'${{s##*) }}"' for x in pids) + "; true"  # fmt: skip
+
+
+def proc_cpu(text: str) -> tuple[float, int]:
+    """(CPU s, resident bytes) summed over lines of `PID rss=<VmRSS kB> <fields 3… of
+    /proc/PID/stat>` (the fields after the command's closing parenthesis, which may
+    itself hold spaces): utime + stime, fields 14 and 15, at USER_HZ 100."""
+    cpu, rss = 0.0, 0
+    for line in text.splitlines():
+        w = line.split()
+        if len(w) < 16 or not w[1].startswith("rss="):
+            continue
+        cpu += (int(w[13]) + int(w[14])) / 100  # w[2] is field 3
+        kb = w[1].removeprefix("rss=")
+        rss += int(kb) * 1024 if kb.isdigit() else 0
+    return cpu, rss

@@ -188,12 +188,37 @@ def delta(
 
 class HostMeters:
     """The CPU of each real host of a testbed, from its own /proc/stat (`read`: node ->
-    (busy s, total s, CPUs) so far), and which of them are the device under test."""
+    (busy s, total s, CPUs) so far), which of them are the device under test, and
+    (`procs`: node -> (CPU s, resident bytes) so far) the IPsec processes the lab runs
+    on them."""
 
-    def __init__(self, read: Callable[[], dict[str, tuple[float, float, int]]],
-                 dut: Sequence[str]) -> None:  # fmt: skip
+    def __init__(
+        self,
+        read: Callable[[], dict[str, tuple[float, float, int]]],
+        dut: Sequence[str],
+        procs: Callable[[], dict[str, tuple[float, int]]] | None = None,
+    ) -> None:
         self.read = read
         self.dut = tuple(dut)
+        self.procs = procs
+
+    def read_procs(self) -> dict[str, tuple[float, int]]:
+        return self.procs() if self.procs else {}
+
+    def fill_procs(self, row: dict[str, Any], q0: dict[str, tuple[float, int]],
+                   q1: dict[str, tuple[float, int]], kb: float) -> None:  # fmt: skip
+        """The IPsec processes' CPU and memory on the hosts where the lab runs them
+        (`ipsec_cpu_s`, `ipsec_effort_us_per_kb`, RSS at start and end, and per host)."""
+        nodes = sorted(n for n in q1 if n in q0)
+        if not nodes:
+            return
+        cpu = sum(q1[n][0] - q0[n][0] for n in nodes)
+        row["hosts_ipsec"] = {n: {"cpu_s": q1[n][0] - q0[n][0], "rss_bytes": q1[n][1]}
+                              for n in nodes}  # fmt: skip
+        row["ipsec_cpu_s"] = cpu
+        row["ipsec_effort_us_per_kb"] = cpu * 1e6 / kb if kb else None
+        row["ipsec_rss_start_bytes"] = sum(q0[n][1] for n in nodes)
+        row["ipsec_rss_end_bytes"] = sum(q1[n][1] for n in nodes)
 
     def fill(self, row: dict[str, Any], h0: dict[str, tuple[float, float, int]],
              h1: dict[str, tuple[float, float, int]], kb: float) -> None:  # fmt: skip
@@ -239,6 +264,7 @@ def measure(
     effort are the device under test's (its hosts'), not this machine's."""
     pids = ipsec_pids()
     h0 = hosts.read() if hosts else {}
+    q0 = hosts.read_procs() if hosts else {}
     c0 = counters()
     p0 = process_cpu_s(pids)
     rss0 = rss_bytes(pids)
@@ -271,6 +297,7 @@ def measure(
     row["wire"] = wire
     if hosts is not None:
         hosts.fill(row, h0, hosts.read(), kb)
+        hosts.fill_procs(row, q0, hosts.read_procs(), kb)
     if source_end in wire:
         w = wire[source_end]
         row["wire_up_bytes"], row["wire_up_packets"] = w["tx_bytes"], w["tx_packets"]
