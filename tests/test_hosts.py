@@ -10,7 +10,7 @@ import pytest
 
 from ipsec_lab import backends
 from ipsec_lab.hosts import HostsError, load, parse, place
-from ipsec_lab.hosts.testbed import proc_stat
+from ipsec_lab.hosts.readings import proc_stat
 from ipsec_lab.meters import HostMeters
 from ipsec_lab.testbed import topology
 
@@ -180,7 +180,7 @@ def test_the_ipsec_processes_cpu_and_memory_on_a_host_as_psutil_reads_them() -> 
 
     import psutil
 
-    from ipsec_lab.hosts.testbed import proc_cpu, proc_cpu_line
+    from ipsec_lab.hosts.readings import proc_cpu, proc_cpu_line
 
     sum(i * i for i in range(3_000_000))  # some CPU time of our own
     me = psutil.Process()

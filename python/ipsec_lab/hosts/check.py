@@ -15,8 +15,8 @@ import time
 from dataclasses import asdict, dataclass
 
 from ipsec_lab.hosts import Hosts, sides_of
+from ipsec_lab.hosts.readings import ssh_interface
 from ipsec_lab.hosts.ssh import Ssh, SshError, each
-from ipsec_lab.hosts.testbed import ssh_interface
 from ipsec_lab.testbed import INNER_MTU, TOPOLOGIES, topology
 
 # What each tool is for, how its version shows, and the Debian package with it.

@@ -27,6 +27,7 @@ from types import TracebackType
 from typing import Any
 
 from ipsec_lab.hosts import Hosts, place
+from ipsec_lab.hosts.readings import proc_cpu, proc_cpu_line, proc_stat, ssh_interface
 from ipsec_lab.hosts.ssh import Ssh, SshError, each, same_process
 from ipsec_lab.testbed import Link, Topology
 from ipsec_lab.testbed.build import LabError, link_counters, shape_ends
@@ -523,20 +524,6 @@ def clean_hosts(hosts: Hosts) -> list[str]:
     return done
 
 
-def ssh_interface(h: Ssh) -> str | None:
-    """The interface the host's end of our SSH session uses (from SSH_CONNECTION)."""
-    r = h.run("echo $SSH_CONNECTION", root=False, check=False, timeout=15)
-    parts = r.stdout.split()
-    if len(parts) < 1:
-        return None
-    r = h.run(["ip", "-j", "route", "get", parts[0]], check=False, timeout=15)
-    try:
-        data = json.loads(r.stdout)
-    except json.JSONDecodeError:
-        return None
-    return data[0].get("dev") if data else None
-
-
 # Root qdiscs a kernel puts on an interface by itself: `tc qdisc del … root` brings the
 # default back, so the lab may replace one of these for shaping and restore it so.
 STOCK_QDISCS = ("noqueue", "pfifo_fast", "fq_codel", "mq", "fq", "pfifo", "none")
@@ -565,38 +552,3 @@ def offloads(tb: HostsTestbed, node: str, ifname: str) -> dict[str, bool]:
         if k.strip() in names and "[fixed]" not in v:
             out[names[k.strip()]] = v.split()[0] == "on" if v.split() else False
     return out
-
-
-def proc_stat(text: str) -> tuple[float, float, int]:
-    """(busy s, total s, CPUs) from /proc/stat: user+nice+system+irq+softirq as busy,
-    steal left out (another guest's), at USER_HZ 100."""
-    first = text.splitlines()[0].split()
-    v = [int(x) for x in first[1:]]
-    user, nice, system, idle, iowait, irq, softirq = v[:7]  # steal (v[7]) is not ours
-    busy = user + nice + system + irq + softirq
-    total = busy + idle + iowait
-    ncpu = sum(1 for line in text.splitlines() if line.startswith("cpu") and line[3:4].isdigit())
-    return busy / 100, total / 100, ncpu
-
-
-def proc_cpu_line(pids: list[int]) -> str:
-    """A shell line printing, per live process of `pids`, what `proc_cpu` reads."""
-    return "; ".join(
-        f's=$(cat /proc/{int(x)}/stat 2>/dev/null) && echo "{int(x)} rss='
-        f"$(grep VmRSS /proc/{int(x)}/status | tr -s ' ' | cut -d' ' -f2) "
-        f'${{s##*) }}"' for x in pids) + "; true"  # fmt: skip
-
-
-def proc_cpu(text: str) -> tuple[float, int]:
-    """(CPU s, resident bytes) summed over lines of `PID rss=<VmRSS kB> <fields 3… of
-    /proc/PID/stat>` (the fields after the command's closing parenthesis, which may
-    itself hold spaces): utime + stime, fields 14 and 15, at USER_HZ 100."""
-    cpu, rss = 0.0, 0
-    for line in text.splitlines():
-        w = line.split()
-        if len(w) < 16 or not w[1].startswith("rss="):
-            continue
-        cpu += (int(w[13]) + int(w[14])) / 100  # w[2] is field 3
-        kb = w[1].removeprefix("rss=")
-        rss += int(kb) * 1024 if kb.isdigit() else 0
-    return cpu, rss
