@@ -68,6 +68,7 @@ class SshLab:
         self.workdir = workdir
         self.token = secrets.token_hex(2)
         self.dir = Path(tempfile.mkdtemp(prefix="iplh-"))
+        self.dir.chmod(0o711)  # sshd reads authorized_keys as the user logging in
         self.hosts = {
             n: SshHost(n, f"{NS_PREFIX}{self.token}-{n}", f"172.31.{200 + i}.2")
             for i, n in enumerate(names)
@@ -138,9 +139,8 @@ class SshLab:
         disk = self.dir / f"disk_{h.name}"
         disk.mkdir(mode=0o700, exist_ok=True)
         inner = f"mount --bind {disk} {self.workdir} && "
-        shadow = self._unlocked_shadow()
-        if shadow:  # in this sshd's mount namespace only
-            inner += f"mount --bind {shadow} /etc/shadow && "
+        for path, mine in self._accounts().items():  # in this sshd's mount namespace only
+            inner += f"mount --bind {mine} {path} && "
         inner += f"exec /usr/sbin/sshd -D -e -f {self.dir / f'sshd_{h.name}'}"
         log = open(self.dir / f"sshd_{h.name}.log", "ab")
         h.sshd = subprocess.Popen(
@@ -157,19 +157,47 @@ class SshLab:
                 )
             time.sleep(0.1)
 
-    def _unlocked_shadow(self) -> Path | None:
-        """sshd refuses a locked account even with a key ("User root not allowed because
-        account is locked"): where root's is locked (a `!` password, as in the micro-VM),
-        a copy of /etc/shadow with it unlocked (`*`: no password, key login only)."""
-        lines = Path("/etc/shadow").read_text().splitlines(keepends=True)
-        out = [("root:*:" + x.split(":", 2)[2]) if x.startswith("root:!") else x for x in lines]
-        if out == lines:
-            return None
-        f = self.dir / "shadow"
-        if not f.exists():
-            f.write_text("".join(out))
-            f.chmod(0o640)
-        return f
+    def _accounts(self) -> dict[str, Path]:
+        """The files each host's sshd sees in place of this machine's (path -> copy):
+        - /etc/shadow with root unlocked where it is locked (a `!` password, as in the
+          micro-VM): sshd refuses a locked account even with a key;
+        - /etc/passwd with root's home an empty directory (a clean host's shell);
+        - two more users, `lab` with passwordless sudo (/etc/sudoers.d/ipsec-lab-test)
+          and `nosudo` without, key login only, as a real host's users would be.
+        Made once; this machine's own files are never changed."""
+        d = self.dir / "etc"
+        out = {"/etc/passwd": d / "passwd", "/etc/group": d / "group", "/etc/shadow": d / "shadow"}
+        if Path("/etc/sudoers.d").is_dir():
+            out["/etc/sudoers.d"] = d / "sudoers.d"
+        if d.exists():
+            return out
+        d.mkdir(mode=0o755)
+        home = self.dir / "home"
+        home.mkdir(mode=0o755)
+        shadow = [("root:*:" + x.split(":", 2)[2]) if x.startswith("root:!") else x
+                  for x in Path("/etc/shadow").read_text().splitlines(keepends=True)]  # fmt: skip
+        users = [("lab", 4242), ("nosudo", 4243)]
+        # root's home too: a clean host's, not this machine's (whose shell start-up files
+        # may put another python3 first on the PATH of every ssh command)
+        passwd = "".join(
+            f"root:x:0:0:root:{home}:/bin/bash\n" if x.startswith("root:") else x
+            for x in Path("/etc/passwd").read_text().splitlines(keepends=True)
+        )
+        group = Path("/etc/group").read_text()
+        for name, uid in users:
+            passwd += f"{name}:x:{uid}:{uid}:ipsec-lab test:{home}:/bin/sh\n"
+            group += f"{name}:x:{uid}:\n"
+            shadow.append(f"{name}:*:19000:0:99999:7:::\n")
+        (d / "passwd").write_text(passwd)
+        (d / "group").write_text(group)
+        (d / "shadow").write_text("".join(shadow))
+        (d / "shadow").chmod(0o640)
+        if "/etc/sudoers.d" in out:
+            (d / "sudoers.d").mkdir(mode=0o755)
+            f = d / "sudoers.d" / "ipsec-lab-test"
+            f.write_text("lab ALL=(ALL:ALL) NOPASSWD: ALL\n")
+            f.chmod(0o440)
+        return out
 
     def sshd_pid(self, name: str) -> int:
         """sshd's PID (ip netns exec, unshare and sh each exec the next)."""
@@ -230,7 +258,8 @@ class SshLab:
             "ip", "-n", h.ns, "xfrm", "policy", check=False
         )
         sysctl = _run("ip", "netns", "exec", h.ns, "sysctl", "-n", "net.ipv4.ip_forward",
-                      "net.ipv4.ip_no_pmtu_disc", check=False)  # fmt: skip
+                      "net.ipv4.ip_no_pmtu_disc", "net.core.rmem_max", "net.core.wmem_max",
+                      check=False)  # fmt: skip
         disk = self.dir / f"disk_{h.name}"  # the host's WORKDIR
         files = sorted(os.listdir(disk)) if disk.is_dir() else []
         procs = sorted(

@@ -408,3 +408,83 @@ def test_strongswan_on_real_hosts_runs_the_hosts_own_charon(lab: SshLab, tmp_pat
     assert not any(f.name == "swanctl.conf" for f in (tmp_path / "lab").rglob("*")
                    if "hosts" in f.parts)  # fmt: skip
     assert lab.residue() == {}
+
+
+def test_a_user_with_passwordless_sudo_drives_the_gateways_and_one_without_is_named(
+    lab: SshLab, tmp_path: Path
+) -> None:
+    """The gateways reached as `lab`, a user with passwordless sudo (Debian's sudo, a
+    sudoers.d line, in the hosts' own /etc): every root step goes through `sudo -n`,
+    ours runs and everything it added is undone. A user without sudo is refused by
+    `hosts check` and by `run`, named, before anything is touched."""
+    assert Path("/usr/bin/sudo").exists(), "the Makefile installs sudo"
+    hosts = lab.hosts_toml(tmp_path / "hosts.toml")
+    text = hosts.read_text()
+    for gw in ("gwA", "gwB"):
+        text = text.replace(f'ssh = "{gw}"', f'ssh = "lab@{gw}"')
+    hosts.write_text(text)
+    sc = _scenario(tmp_path)
+    ours = 'backends = ["ours"]\nconfigurations = ["esp:aes128gcm16"]'
+    sc.write_text(sc.read_text().replace('backends = ["none"]', ours))
+    p = _lab("hosts", "check", str(hosts), "--scenario", str(sc), "--json")
+    assert p.returncode == 0, p.stdout
+    reach = {r["host"]: r["detail"] for r in json.loads(p.stdout)["checks"]
+             if r["check"] == "reachable"}  # fmt: skip
+    assert reach["gwA"] == "ssh lab@gwA as lab (sudo -n)" and reach["client"].endswith("as root")
+    p = _lab("run", str(sc), "--hosts", str(hosts), "--lab", str(tmp_path / "lab"), "--json")
+    assert p.returncode == 0, p.stderr[-3000:]
+    (run,) = json.loads(p.stdout)["runs"]
+    assert run["status"] == "done", run["reason"]
+    assert run["results"][0]["mbps"] > 20
+    assert lab.residue() == {}
+
+    hosts.write_text(text.replace('ssh = "lab@gwB"', 'ssh = "nosudo@gwB"'))
+    p = _lab("hosts", "check", str(hosts))
+    assert p.returncode == 1
+    assert "gwB: reachable: gwB (nosudo@gwB): user nosudo has no passwordless sudo" in p.stderr
+    p = _lab("run", str(sc), "--hosts", str(hosts), "--lab", str(tmp_path / "lab2"), "--json")
+    assert p.returncode == 1
+    (run,) = json.loads(p.stdout)["runs"]
+    assert "user nosudo has no passwordless sudo" in run["reason"]
+    assert lab.residue() == {}
+
+
+def test_http_smtp_and_text_transfers_on_real_hosts(lab: SshLab, tmp_path: Path) -> None:
+    """Study 4's HTTP and SMTP transfers and study 1's English-text TCP, on the hosts:
+    the files, nginx's config, the mails and the corpus pushed through ssh to the host
+    that uses them (each host sees only its own files), the servers the hosts' own
+    (nginx, aiosmtpd from Debian's python3-aiosmtpd), through ours."""
+    hosts = lab.hosts_toml(tmp_path / "hosts.toml")
+    sc = _scenario(tmp_path, seconds=1, more="""
+[[workloads]]
+kind = "http"
+files = ["10K", "1M"]
+[[workloads]]
+kind = "smtp"
+files = ["10K"]
+[[workloads]]
+kind = "tcp"
+data = "text"
+seconds = 1
+""")  # fmt: skip
+    ours = 'backends = ["ours"]\nconfigurations = ["esp:aes128gcm16"]'
+    sc.write_text(sc.read_text().replace('backends = ["none"]', ours))
+    p = _lab("hosts", "check", str(hosts), "--scenario", str(sc), "--json")
+    assert p.returncode == 0, p.stdout
+    checks = {(r["host"], r["check"]): r["status"] for r in json.loads(p.stdout)["checks"]}
+    assert checks[("server", "tool nginx")] == "ok" and checks[("server", "tool aiosmtpd")] == "ok"
+    assert checks[("client", "tool curl")] == "ok" and checks[("client", "tool python3")] == "ok"
+    p = _lab("run", str(sc), "--hosts", str(hosts), "--lab", str(tmp_path / "lab"), "--json",
+             timeout=600)  # fmt: skip
+    assert p.returncode == 0, p.stderr[-3000:]
+    runs = {r["workload"]: r for r in json.loads(p.stdout)["runs"]}
+    assert all(r["status"] == "done" for r in runs.values()), [r["reason"] for r in runs.values()]
+    http = {row["label"]: row for row in runs["http"]["results"]}
+    assert http["http-1MB"]["file_bytes"] == 1 << 20 and http["http-1MB"]["mbps"] > 5
+    # the server's reply came back through the tunnel: more bytes down than the file
+    assert http["http-1MB"]["wire_down_bytes"] > 1 << 20
+    (mail,) = runs["smtp"]["results"]
+    assert mail["transfers"] == 7 and mail["wire_up_bytes"] > 7 * 10_000
+    text = next(r for k, r in runs.items() if k.startswith("tcp") and r["results"][0].get("data"))
+    assert text["results"][0]["data"] == "text" and text["results"][0]["payload_bytes"] > 1 << 20
+    assert lab.residue() == {}

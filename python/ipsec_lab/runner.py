@@ -77,15 +77,6 @@ class Progress:
     last: str = ""
 
 
-def files_workload(w: scenario.Workload) -> str | None:
-    """What of workload `w` serves files the lab writes locally (None: nothing)."""
-    if w.kind in ("http", "smtp"):
-        return f"the {w.kind} workload"
-    if w.kind == "tcp" and w.data != "iperf":
-        return f"tcp with data = {w.data!r}"
-    return None
-
-
 def failure_reason(e: BaseException, logs: list[tuple[str, str]]) -> str:
     """A failed run's stored reason: what failed, then the tail of each program log
     that changed during the run (nginx's error log, charon's log, ipsec-gw's stderr)."""
@@ -258,11 +249,6 @@ class Campaign:
         # The flow as the testbed placed it (real hosts: their interfaces and addresses).
         flow = next(f for f in tb.topo.flows if f.name == p.flow.name)
 
-        if self.hosts is not None and (w_files := files_workload(p.workload)):
-            self._store(p, "skipped", started, version=version,
-                        reason=f"{w_files} on real hosts: the lab does not push its files "
-                        "to hosts yet")  # fmt: skip
-            return
         dead = backend.died()
         if dead:  # an earlier run's end found it so too; nothing to measure now
             self._store(p, "failed", started, reason=f"{k.backend} is down: {dead}",

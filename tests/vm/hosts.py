@@ -1,9 +1,12 @@
 """The kernel's IPsec on real hosts, run INSIDE the micro-VM by tests/test_vm_root.py (the
 host's kernel has no ESP): four hosts, each a namespace running `sshd` (tests/sshlab.py),
-reached by the lab only through ssh. A campaign of `none`, `xfrm` and `xfrm-udp` x two
-configurations x TCP and an RFC 2544 search: every run done, ESP's overhead on the wire,
-per-host CPU. A host's own xfrm state and policy survive it, one that collides with the
-lab's SA is never replaced, and nothing the lab added is left."""
+reached by the lab only through ssh. A campaign of `none`, `xfrm`, `xfrm-udp` and
+`strongswan-kernel` x two configurations x an RFC 2544 search (UDP: the hosts' socket
+buffers raised and restored): every run done, ESP's overhead on the wire, per-host CPU.
+(Under TCG every ssh command costs about a second: TCP and the rest of the matrix run on
+this machine's kernel in tests/test_hosts_root.py.) A host's own xfrm state and policy
+survive it, one that collides with the lab's SA is never replaced, and nothing the lab
+added is left."""
 
 from __future__ import annotations
 
@@ -22,18 +25,15 @@ topology = "line"
 backends = {backends}
 configurations = ["esp:aes128gcm16", "esp:aes128-sha1"]
 repetitions = 1
-warmup_s = 0.3
+warmup_s = 0.2
 [[links]]
 preset = "ethernet-100"
-[[workloads]]
-kind = "tcp"
-seconds = 2
 [[workloads]]
 kind = "rfc2544"
 size = 512
 trial_s = 1
 max_rate_mbit = 100
-resolution_mbit = 20
+resolution_mbit = 25
 """
 # A host's own IPsec, not the lab's: an SA and a policy between other addresses.
 OWN_STATE = ("xfrm state add src 198.51.100.1 dst 198.51.100.2 proto esp spi 0x777 mode tunnel "
@@ -59,37 +59,41 @@ def test_the_kernels_ipsec_on_real_hosts(tmp_path: Path) -> None:
         gwa.baseline = lab.state(gwa)  # the host's own: it must be there, as it was, after
         hosts = lab.hosts_toml(tmp_path / "hosts.toml")
         sc = tmp_path / "scenario.toml"
-        sc.write_text(SCENARIO.format(backends='["none", "xfrm", "xfrm-udp"]'))
+        sc.write_text(SCENARIO.format(
+            backends='["none", "xfrm", "xfrm-udp", "strongswan-kernel"]'))  # fmt: skip
         p = _lab("hosts", "check", str(hosts), "--scenario", str(sc), "--json")
         assert p.returncode == 0, p.stdout
         checks = {(r["host"], r["check"]): r for r in json.loads(p.stdout)["checks"]}
         assert checks[("gwA", "module esp4")]["status"] == "ok"
         assert checks[("gwB", "tool python3")]["status"] == "ok"  # xfrm-udp's socket
+        assert checks[("gwB", "tool /usr/lib/ipsec/charon")]["status"] == "ok"
 
         p = _lab("run", str(sc), "--hosts", str(hosts), "--lab", str(tmp_path / "lab"),
                  "--json")  # fmt: skip
         assert p.returncode == 0, p.stderr[-3000:]
         runs = json.loads(p.stdout)["runs"]
-        assert len(runs) == 10
+        assert len(runs) == 7
         assert all(r["status"] == "done" for r in runs), [r["reason"] for r in runs]
-        rows = {(r["backend"], r["configuration"], r["workload"][:3]): r["results"][0]
-                for r in runs}  # fmt: skip
+        rows = {(r["backend"], r["configuration"]): r["results"][0] for r in runs}
         for key, row in rows.items():
-            assert 20 < row["mbps"] <= 100, (key, row["mbps"])  # the 100 Mbit/s tbf link
+            assert 0 < row["mbps"] <= 100, (key, row["mbps"])  # the 100 Mbit/s tbf link
             assert set(row["hosts_cpu"]) == {"client", "gwA", "gwB", "server"}, key
-        version = next(r["backend_version"] for r in runs if r["backend"] == "xfrm")
-        assert version.startswith("Linux ") and "on the hosts" in version
+        versions = {r["backend"]: r["backend_version"] for r in runs}
+        assert versions["xfrm"].startswith("Linux ") and "on the hosts" in versions["xfrm"]
+        assert "kernel xfrm, on the hosts" in versions["strongswan-kernel"]
+        # charon's own process, metered on the gateways (its ESP is the kernel's)
+        assert set(rows[("strongswan-kernel", "esp:aes128gcm16")]["hosts_ipsec"]) == {"gwA", "gwB"}
 
         def per_payload(r: dict) -> float:
             return (r["wire_up_bytes"] + r["wire_down_bytes"]) / r["payload_bytes"]
 
-        plain = per_payload(rows[("none", "none", "rfc")])
-        for b in ("xfrm", "xfrm-udp"):
+        plain = per_payload(rows[("none", "none")])
+        for b in ("xfrm", "xfrm-udp", "strongswan-kernel"):
             for cfg in ("esp:aes128gcm16", "esp:aes128-sha1"):
-                assert per_payload(rows[(b, cfg, "rfc")]) > plain + 0.05, (b, cfg)
+                assert per_payload(rows[(b, cfg)]) > plain + 0.05, (b, cfg)
         # ESP in UDP: 8 bytes more per packet than raw ESP, same suite
-        assert per_payload(rows[("xfrm-udp", "esp:aes128gcm16", "rfc")]) > per_payload(
-            rows[("xfrm", "esp:aes128gcm16", "rfc")])  # fmt: skip
+        assert per_payload(rows[("xfrm-udp", "esp:aes128gcm16")]) > per_payload(
+            rows[("xfrm", "esp:aes128gcm16")])  # fmt: skip
         led = next((tmp_path / "lab").glob("campaign-*/*/hosts/gwA.ledger")).read_text()
         whats = [json.loads(x) for x in led.splitlines()]
         xf = [w for w in whats if w["what"].startswith("xfrm states and policies")]
@@ -103,8 +107,7 @@ def test_the_kernels_ipsec_on_real_hosts(tmp_path: Path) -> None:
             + "cd" * 20 + " 128")  # fmt: skip
         gwa.baseline = lab.state(gwa)
         sc.write_text(SCENARIO.format(backends='["xfrm"]').replace(
-            '"esp:aes128gcm16", "esp:aes128-sha1"', '"esp:aes128gcm16"').split("[[workloads]]")[0]
-            + '[[workloads]]\nkind = "tcp"\nseconds = 1\n')  # fmt: skip
+            '"esp:aes128gcm16", "esp:aes128-sha1"', '"esp:aes128gcm16"'))  # fmt: skip
         p = _lab("run", str(sc), "--hosts", str(hosts), "--lab", str(tmp_path / "lab2"),
                  "--json")  # fmt: skip
         assert p.returncode == 1, p.stderr[-2000:]

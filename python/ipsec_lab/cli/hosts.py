@@ -23,7 +23,10 @@ def _check(args: argparse.Namespace) -> int:
             sc = scenario.load(args.scenario)
             backends, workloads, topo = (
                 sc.backends,
-                tuple(w.kind for w in sc.workloads),
+                tuple(
+                    "tcp-data" if w.kind == "tcp" and w.data != "iperf" else w.kind
+                    for w in sc.workloads
+                ),
                 sc.topology,
             )
         name = topo or check._guess(hosts)

@@ -43,6 +43,7 @@ TOOLS: dict[str, tuple[str, str, str]] = {
         "strongswan-charon",
     ),
     "unshare": ("charon's private /run", "unshare --version", "util-linux"),
+    "aiosmtpd": ("the SMTP workload's server", "python3 -m aiosmtpd --version", "python3-aiosmtpd"),
 }
 # Tools every driven host needs, then per backend and per workload.
 BASE_TOOLS = ("ip", "sysctl", "ss")
@@ -53,7 +54,9 @@ BACKEND_TOOLS = {
     "strongswan": _CHARON, "strongswan-kernel": _CHARON, "strongswan-libipsec": _CHARON,
     "ours": ("nft",), "ours-udp": ("nft",), "xfrm-udp": ("python3",),
 }  # fmt: skip
-WORKLOAD_TOOLS = {"http": ("nginx", "curl")}
+# per workload (`tcp-data`: TCP of the lab's own bytes, text or random, sent by python3)
+WORKLOAD_TOOLS = {"http": ("nginx", "curl"), "smtp": ("curl", "python3", "aiosmtpd"),
+                  "tcp-data": ("python3",)}  # fmt: skip
 MODULES = {"esp4": "ESP over IPv4 (xfrm)", "esp6": "ESP over IPv6 (xfrm)", "ah4": "AH (xfrm)",
            "xfrm_ipcomp": "IPComp (xfrm)", "sch_netem": "delay/loss links"}  # fmt: skip
 # A clock further off than this is reported (one-way figures across hosts need better).

@@ -33,6 +33,7 @@ from ipsec_lab.testbed import Link, Topology
 from ipsec_lab.testbed.build import LabError, link_counters, shape_ends
 
 LEDGER = "ledger"
+SOCKET_BUFFER_MAX = 4 << 20  # bytes: iperf3's `-w 4M` for UDP
 
 
 class HostProcess:
@@ -172,9 +173,12 @@ class HostsTestbed:
             p.session.kill()  # the host is gone: its ledger holds the process for `clean`
             p.session.wait(5)
 
-    def sysctl(self, node: str, key: str, value: str) -> None:
-        """Set a sysctl on `node`, the value before recorded to be restored."""
+    def sysctl(self, node: str, key: str, value: str, at_least: bool = False) -> None:
+        """Set a sysctl on `node`, the value before recorded to be restored (`at_least`:
+        a number only raised, never lowered)."""
         before = self.run(node, ["sysctl", "-n", key]).strip()
+        if at_least and before.isdigit() and int(before) >= int(value):
+            return
         if before != value:
             self.record(node, f"sysctl {key} (was {before})",
                         shlex.join(["sysctl", "-qw", f"{key}={before}"]))  # fmt: skip
@@ -188,6 +192,26 @@ class HostsTestbed:
         path = f"{self.workdir(node)}/{rel}"
         self._host(node).push(text.encode(), path, mode)
         return path
+
+    def file_for(self, node: str, rel: str, data: bytes, mode: int = 0o644) -> str:
+        """`data` pushed to `rel` under this run's directory on `node`; its path there."""
+        path = f"{self.workdir(node)}/{rel}"
+        self._host(node).push(data, path, mode)
+        return path
+
+    def read_back(self, node: str, path: str) -> bytes | None:
+        """A file a program on `node` wrote, fetched (None when there is none)."""
+        if self._host(node).run(["test", "-f", path], check=False, timeout=15).returncode:
+            return None
+        return self._host(node).fetch(path)
+
+    def python(self, node: str) -> str:
+        """The host's own Python 3 (`hosts check` looks for it where a workload needs it)."""
+        return "python3"
+
+    def needs(self, *tools: str) -> None:
+        """Nothing here: `hosts check` reports each host's tools, and a missing one
+        fails the run with the host's own error."""
 
     def program(self, node: str, local: Path, name: str, preset: str | None = None) -> str:
         """A program on `node`: `preset` (one the hosts file names) if given, else
@@ -330,6 +354,13 @@ class HostsTestbed:
         for node in self.topo.forwarding:
             if self.driven(node):
                 self.sysctl(node, "net.ipv4.ip_forward", "1")
+        # The UDP workloads' socket buffers (iperf3 -w, traffic.iperf.UDP_SOCKET_BUFFER)
+        # on the traffic ends: a stock kernel caps them at 212992 B, and iperf3 then
+        # refuses to run ("socket buffer size not set correctly").
+        ends = {f.source for f in self.topo.flows} | {f.sink for f in self.topo.flows}
+        for node in sorted(n for n in ends if self.driven(n)):
+            for key in ("net.core.rmem_max", "net.core.wmem_max"):
+                self.sysctl(node, key, str(SOCKET_BUFFER_MAX), at_least=True)
 
     def describe(self) -> dict[str, Any]:
         """What each driven host is — kernel, CPUs, and per test interface the NIC's

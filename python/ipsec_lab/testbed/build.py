@@ -15,6 +15,7 @@ import secrets
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -343,6 +344,33 @@ class Testbed:
     def sysctl(self, node: str, key: str, value: str) -> None:
         """Set a sysctl in `node` (the namespace goes with the testbed)."""
         self.run(node, ["sysctl", "-qw", f"{key}={value}"])
+
+    # Files and programs a workload uses in a node: here this machine's; on real hosts
+    # (`hosts.testbed.HostsTestbed`, the same methods) the node's own.
+
+    def file_for(self, node: str, rel: str, data: bytes, mode: int = 0o644) -> str:
+        """`data` as a file programs in `node` can read (`rel` under the run's
+        directory); its path there. Every node shares this machine's files."""
+        f = self.rundir / rel
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_bytes(data)
+        f.chmod(mode)
+        return str(f)
+
+    def read_back(self, node: str, path: str) -> bytes | None:
+        """A file a program in `node` wrote (None when there is none)."""
+        try:
+            return Path(path).read_bytes()
+        except FileNotFoundError:
+            return None
+
+    def python(self, node: str) -> str:
+        """The Python that runs the lab's small helpers in `node`: the lab's own."""
+        return sys.executable
+
+    def needs(self, *tools: str) -> None:
+        """Fail now, naming the Debian package, when a tool a workload runs is missing."""
+        require_tools(*tools)
 
     def host_cpu(self) -> dict[str, tuple[float, float, int]]:
         """Per-host CPU: none here — every node shares this machine, whose CPU the

@@ -14,13 +14,12 @@ import base64
 import functools
 import random
 import statistics
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
 from ipsec_lab.scenario import Workload
 from ipsec_lab.testbed import Flow
-from ipsec_lab.testbed.build import LabError, Testbed, require_tools
+from ipsec_lab.testbed.build import LabError, Testbed
 from ipsec_lab.traffic import Metered, Row, wait_listening
 
 SMALL_REPEATS = 7
@@ -46,7 +45,7 @@ def _repeated(n: int, size: int, once: Callable[[], float]) -> Row:
             "mbps": size * 8 / secs / 1e6 if secs else 0.0}  # fmt: skip
 
 
-def _nginx_conf(d: Path, addr: str) -> str:
+def _nginx_conf(d: Path | str, addr: str) -> str:
     # The worker runs as root: the run directory may be one only root can read (a root
     # home, pytest's tmp); it serves generated files, in a namespace of the lab's own.
     return f"""daemon off;
@@ -86,16 +85,14 @@ def _curl(tb: Testbed, flow: Flow, args: list[str]) -> tuple[float, int]:
 
 
 def http(tb: Testbed, flow: Flow, w: Workload, metered: Metered, seed: int) -> list[Row]:
-    require_tools("nginx", "curl")
-    d = tb.rundir / "nginx"
-    (d / "www").mkdir(parents=True, exist_ok=True)
-    (d / "tmp").mkdir(exist_ok=True)
+    tb.needs("nginx", "curl")
     rng = random.Random(seed)
+    # the files, nginx's config and its temporary directory where nginx runs (the sink)
     for n in w.files:
-        (d / "www" / f"f{n}").write_bytes(rng.randbytes(n))
-    conf = d / "nginx.conf"
-    conf.write_text(_nginx_conf(d, flow.sink_addr))
-    p = tb.spawn(flow.sink, ["nginx", "-c", str(conf), "-p", str(d)], "nginx")
+        tb.file_for(flow.sink, f"nginx/www/f{n}", rng.randbytes(n))
+    d = str(Path(tb.file_for(flow.sink, "nginx/tmp/.keep", b"")).parent.parent)
+    conf = tb.file_for(flow.sink, "nginx/nginx.conf", _nginx_conf(d, flow.sink_addr).encode())
+    p = tb.spawn(flow.sink, ["nginx", "-c", conf, "-p", d], "nginx")
     try:
         wait_listening(tb, flow.sink, HTTP_PORT)
         url = f"http://{flow.sink_addr}:{HTTP_PORT}/"
@@ -130,18 +127,15 @@ def mail_message(n: int, rng: random.Random) -> bytes:
 
 
 def smtp(tb: Testbed, flow: Flow, w: Workload, metered: Metered, seed: int) -> list[Row]:
-    require_tools("curl")
-    d = tb.rundir / "smtp"
-    d.mkdir(parents=True, exist_ok=True)
+    tb.needs("curl")
     rng = random.Random(seed)
-    files = {}
+    files: dict[int, tuple[str, int]] = {}  # size -> (the mail's path at the source, bytes)
     for n in w.files:
-        f = d / f"mail{n}.eml"
-        f.write_bytes(mail_message(n, rng))
-        files[n] = f
+        m = mail_message(n, rng)
+        files[n] = (tb.file_for(flow.source, f"smtp/mail{n}.eml", m), len(m))
     p = tb.spawn(
         flow.sink,
-        [sys.executable, "-m", "aiosmtpd", "-n", "-l", f"{flow.sink_addr}:{SMTP_PORT}",
+        [tb.python(flow.sink), "-m", "aiosmtpd", "-n", "-l", f"{flow.sink_addr}:{SMTP_PORT}",
          "-c", "aiosmtpd.handlers.Sink", "-s", str(64 << 20)],
         "aiosmtpd",
     )  # fmt: skip
@@ -152,12 +146,12 @@ def smtp(tb: Testbed, flow: Flow, w: Workload, metered: Metered, seed: int) -> l
 
         def send(n: int) -> Row:
             def once() -> float:
-                secs, code = _curl(tb, flow, ["-T", str(files[n]), *common])
+                secs, code = _curl(tb, flow, ["-T", files[n][0], *common])
                 if code != 250:
                     raise LabError(f"SMTP transfer of {n} bytes ended with reply {code}")
                 return secs
 
-            return _repeated(n, files[n].stat().st_size, once)
+            return _repeated(n, files[n][1], once)
 
         send(w.files[0])  # warm-up
         return [metered(f"{w.name}-{_size_label(n)}", functools.partial(send, n)) for n in w.files]

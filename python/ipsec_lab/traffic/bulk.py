@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 from ipsec_lab.scenario import Workload
@@ -76,24 +75,25 @@ def corpus(kind: str) -> bytes:
 
 
 def tcp(tb: Testbed, flow: Flow, w: Workload, metered: Metered, warmup_s: float) -> list[Row]:
-    src = tb.rundir / f"bulk-{w.data}.bin"
-    if not src.exists():
-        src.write_bytes(corpus(w.data))
+    # the corpus where the sender runs (on real hosts, pushed to the source host)
+    src = tb.file_for(flow.source, f"bulk-{w.data}.bin", corpus(w.data))
+    k = 0
 
     def transfer(seconds: float) -> Row:
-        got = tb.rundir / f"bulk-{w.data}.received.json"
-        got.unlink(missing_ok=True)
+        nonlocal k
+        k += 1  # a fresh report file per transfer: never an earlier one's figures
+        got = tb.file_for(flow.sink, f"bulk-{w.data}.received.{k}.json", b"")
         bound = seconds + 30
         p = tb.spawn(
             flow.sink,
-            [sys.executable, "-c", _RECEIVER, flow.sink_addr, str(PORT), str(got), "30"],
+            [tb.python(flow.sink), "-c", _RECEIVER, flow.sink_addr, str(PORT), got, "30"],
             f"bulk-receiver-{w.data}",
         )
         try:
             wait_listening(tb, flow.sink, PORT)
             tb.run(
                 flow.source,
-                [sys.executable, "-c", _SENDER, flow.sink_addr, str(PORT), str(src),
+                [tb.python(flow.source), "-c", _SENDER, flow.sink_addr, str(PORT), src,
                  f"{seconds:g}"],
                 timeout=bound,
                 limited=flow.slow,
@@ -105,8 +105,8 @@ def tcp(tb: Testbed, flow: Flow, w: Workload, metered: Metered, warmup_s: float)
         finally:
             tb.stop(p)
         try:
-            r = json.loads(got.read_text())
-        except (OSError, ValueError):
+            r = json.loads(tb.read_back(flow.sink, got) or b"")
+        except ValueError:
             raise LabError(f"the bulk receiver in {flow.sink} reported nothing") from None
         secs = float(r["seconds"]) or seconds
         return {
