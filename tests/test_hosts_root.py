@@ -160,6 +160,10 @@ def test_a_campaign_on_real_hosts_meters_each_host_and_leaves_nothing(
     env = json.loads((run_dir / "environment.json").read_text())
     assert env["gwA"]["interfaces"]["eth2"]["mtu"] == 1600
     assert env["gwA"]["interfaces"]["eth2"]["driver"] == "veth"
+    # and in the campaign's stored environment, where `results` and the report read it
+    p = _lab("results", "1", "--lab", str(tmp_path / "lab"), "--json")
+    stored = json.loads(p.stdout)["campaign"]["environment"]
+    assert stored["hosts"] == env and stored["hosts_file"] == str(hosts)
     assert (run_dir / "gwA" / "ipsec-gw-gwA.log").exists()  # the gateway's log came back
     assert lab.residue() == {}
 

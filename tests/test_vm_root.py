@@ -51,6 +51,9 @@ def in_the_vm(tmp_path_factory: pytest.TempPathFactory) -> Path:
         f"{REPO / 'tests/vm/interop.py'} {REPO / 'tests/vm/impairment.py'}",
         "every": f"{exe} run {REPO / 'scenarios/vm.toml'} --lab {d / 'lab-every'}",
         "clients": f"{exe} run {d / 'clients.toml'} --lab {d / 'lab-clients'}",
+        # the kernel's IPsec on real hosts over sshd (tests/vm/hosts.py)
+        "hosts": f"{pytest_bin} -q -p no:cacheprovider --basetemp={d / 'hosts'} "
+        f"{REPO / 'tests/vm/hosts.py'}",
     }
     # a script file: the VM's command travels on the kernel's command line, which holds
     # 2 KiB at most (three steps' paths would not fit; the VM then hangs at boot)
@@ -110,3 +113,10 @@ def test_the_kernels_ipsec_on_the_clients_topology_in_the_vm(in_the_vm: Path) ->
     flows = {(x["backend"], x["flow"]) for x in data["runs"] if x["results"][0]["mbps"] > 1}
     backends = ("xfrm", "xfrm-udp", "strongswan-kernel", "ours")
     assert flows == {(b, f) for b in backends for f in ("fast-server", "slow-server")}, flows
+
+
+def test_the_kernels_ipsec_on_real_hosts_over_ssh_in_the_vm(in_the_vm: Path) -> None:
+    """tests/vm/hosts.py: xfrm, xfrm-udp and strongswan-kernel on four sshd hosts, a
+    host's own SA kept and one that clashes never replaced, nothing left."""
+    text = _log(in_the_vm, "hosts")
+    assert "rc=0" in text and "1 passed" in text, text[-4000:]

@@ -176,6 +176,9 @@ class Campaign:
         pending = list(runnable)
         try:
             with self._testbed(topo, rundir, runnable) as tb:
+                if self.hosts is not None:  # the hosts' kernels, CPUs and NICs
+                    self.store.add_environment(self.id, {
+                        "hosts_file": str(self.hosts.source), "hosts": tb.described})  # fmt: skip
                 tb.shape(link)
                 if sc.soaker:
                     self.soaker = Soaker()

@@ -135,6 +135,17 @@ class Store:
                 return int(row["id"])
         return None
 
+    def add_environment(self, campaign: int, more: dict[str, Any]) -> None:
+        """Add what the campaign learnt of its machines while running (the real hosts'
+        kernels and NICs) to its stored environment."""
+        row = self.db.execute("SELECT environment FROM campaigns WHERE id = ?",
+                              (campaign,)).fetchone()  # fmt: skip
+        env = json.loads(row[0]) if row else {}
+        env.update(more)
+        self.db.execute("UPDATE campaigns SET environment = ? WHERE id = ?",
+                        (json.dumps(env), campaign))  # fmt: skip
+        self.db.commit()
+
     def set_status(self, campaign: int, status: str) -> None:
         self.db.execute(
             "UPDATE campaigns SET status = ?, finished = ? WHERE id = ?",
