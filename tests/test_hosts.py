@@ -4,6 +4,7 @@ shipped examples, and the per-host CPU figures."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -209,3 +210,30 @@ def test_the_ipsec_processes_on_the_hosts_fill_the_rows_ipsec_figures() -> None:
     row2: dict[str, object] = {"ipsec_effort_us_per_kb": None}
     m.fill_procs(row2, {}, {}, kb=1000)
     assert row2 == {"ipsec_effort_us_per_kb": None}
+
+
+def test_check_on_hosts_leaves_the_kernels_to_the_hosts(tmp_path: Path) -> None:
+    """`check --hosts`: the kernel's IPsec is the hosts' to answer (this machine's lacks
+    ESP), strongSwan's data plane is chosen by their kernels at start, what no kernel can
+    do is still skipped with why, and no root is asked of this machine."""
+    from conftest import cli
+
+    sc = tmp_path / "s.toml"
+    sc.write_text('name = "x"\ntopology = "line"\n'
+                  'backends = ["xfrm", "xfrm-udp", "strongswan"]\n'
+                  'configurations = ["esp:aes128gcm16", "ah:aes128gmac"]\n[[links]]\n'
+                  'preset = "ethernet-100"\n[[workloads]]\nkind = "tcp"\n'
+                  'seconds = 2\n')  # fmt: skip
+    p = cli("check", str(sc), "--hosts", str(EXAMPLES / "hosts" / "line.toml"), "--json")
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(p.stdout)
+    what = {(g["backend"], g["configuration"]): (g["status"], g["reason"]) for g in doc["groups"]}
+    for b in ("xfrm", "xfrm-udp", "strongswan"):
+        assert what[(b, "esp:aes128gcm16")] == ("run", ""), b
+    assert what[("xfrm", "ah:aes128gmac")] == (
+        "skip",
+        "the kernel has no AH with AES-GMAC-128 (RFC 4543 AH is not in Linux)",
+    )
+    assert what[("xfrm-udp", "ah:aes128gmac")][1].startswith("AH cannot be carried in UDP")
+    assert "gateways' kernels" in doc["backends"]["strongswan"]["why"]
+    assert doc["warnings"] == []

@@ -44,10 +44,13 @@ def is_root() -> bool:
     return os.geteuid() == 0
 
 
-def resolve_backend(name: str) -> tuple[str, str]:
-    """The backend `name` will run as here, and why (empty when it is itself)."""
+def resolve_backend(name: str, hosts: Hosts | None = None) -> tuple[str, str]:
+    """The backend `name` will run as here (or on `hosts`), and why (empty when it is
+    itself)."""
     if name != "strongswan":
         return name, ""
+    if hosts is not None:
+        return name, "kernel xfrm if the gateways' kernels have ESP, else libipsec (at start)"
     if not is_root():
         return name, "kernel xfrm if this kernel has ESP, else libipsec (probing needs root)"
     from ipsec_lab.backends.xfrm import kernel_has
@@ -58,11 +61,11 @@ def resolve_backend(name: str) -> tuple[str, str]:
     return "strongswan-libipsec", f"this kernel has no ESP in xfrm ({said or 'refused'})"
 
 
-def slower_warnings(names: tuple[str, ...] | list[str]) -> list[str]:
+def slower_warnings(names: tuple[str, ...] | list[str], hosts: Hosts | None = None) -> list[str]:
     """A warning for each backend that resolves here to a slower variant of itself."""
     out = []
     for b in names:
-        name, why = resolve_backend(b)
+        name, why = resolve_backend(b, hosts)
         if name in SLOWER and name != b:
             out.append(f"{b} runs as {name} here ({why}): {SLOWER[name]}")
     return out
@@ -188,7 +191,7 @@ def forecast(sc: Scenario, hosts: Hosts | None = None) -> dict[str, Any]:
     """The campaign's plan, as `check` prints it (JSON-ready); with `hosts`, on them."""
     root = is_root() and hosts is None  # on real hosts this kernel's probes say nothing
     groups: dict[tuple[str, str, str], Group] = {}
-    resolved = {b: resolve_backend(b) for b in sc.backends}
+    resolved = {b: resolve_backend(b, hosts) for b in sc.backends}
     link_why = {lk.name: link_skip(lk) if root else None for lk in sc.links}
     for p in plan(sc):
         k = p.key
@@ -217,8 +220,8 @@ def forecast(sc: Scenario, hosts: Hosts | None = None) -> dict[str, Any]:
     rows = list(groups.values())
     runnable = [g for g in rows if g.status != "skip"]
     seconds = sum(g.seconds for g in runnable) + TESTBED_S * len({g.link for g in runnable})
-    warnings = slower_warnings(sc.backends)
-    if not root:
+    warnings = slower_warnings(sc.backends, hosts)
+    if not root and hosts is None:  # on real hosts the lab needs no root here
         warnings.append("not root: `ipsec-lab run` needs root, and this check could not "
                         "probe the kernel (ESP, AH, IPComp, netem)")  # fmt: skip
     return {

@@ -45,7 +45,7 @@ def _run(args: argparse.Namespace) -> int:
             return stop
     from ipsec_lab import meters, preflight
 
-    for w in preflight.slower_warnings(sc.backends):
+    for w in preflight.slower_warnings(sc.backends, hosts):
         print(f"warning: {w}", file=sys.stderr)
     busy = meters.other_cpu(seconds=1.0) if hosts is None else 0.0
     if busy > meters.BUSY_CPUS:
