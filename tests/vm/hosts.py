@@ -1,10 +1,10 @@
 """The kernel's IPsec on real hosts, run INSIDE the micro-VM by tests/test_vm_root.py (the
 host's kernel has no ESP): four hosts, each a namespace running `sshd` (tests/sshlab.py),
 reached by the lab only through ssh. A campaign of `none`, `xfrm`, `xfrm-udp` and
-`strongswan-kernel` x two configurations x an RFC 2544 search (UDP: the hosts' socket
-buffers raised and restored): every run done, ESP's overhead on the wire, per-host CPU.
-(Under TCG every ssh command costs about a second: TCP and the rest of the matrix run on
-this machine's kernel in tests/test_hosts_root.py.) A host's own xfrm state and policy
+`strongswan-kernel` x an RFC 2544 search (UDP): every run done, ESP's overhead on the
+wire, per-host CPU.
+(Under TCG a run over ssh costs about 11 s: TCP, a second configuration and ours run
+on this machine's kernel in tests/test_hosts_root.py.) A host's own xfrm state and policy
 survive it, one that collides with the lab's SA is never replaced, and nothing the lab
 added is left."""
 
@@ -23,7 +23,7 @@ SCENARIO = """
 name = "kernel IPsec on real hosts"
 topology = "line"
 backends = {backends}
-configurations = ["esp:aes128gcm16", "esp:aes128-sha1"]
+configurations = ["esp:aes128gcm16"]
 repetitions = 1
 warmup_s = 0.2
 [[links]]
@@ -77,7 +77,7 @@ def test_the_kernels_ipsec_on_real_hosts(tmp_path: Path) -> None:
                  "--json")  # fmt: skip
         assert p.returncode == 0, p.stderr[-3000:]
         runs = json.loads(p.stdout)["runs"]
-        assert len(runs) == 7
+        assert len(runs) == 4
         assert all(r["status"] == "done" for r in runs), [r["reason"] for r in runs]
         rows = {(r["backend"], r["configuration"]): r["results"][0] for r in runs}
         for key, row in rows.items():
@@ -94,8 +94,7 @@ def test_the_kernels_ipsec_on_real_hosts(tmp_path: Path) -> None:
 
         plain = per_payload(rows[("none", "none")])
         for b in ("xfrm", "xfrm-udp", "strongswan-kernel"):
-            for cfg in ("esp:aes128gcm16", "esp:aes128-sha1"):
-                assert per_payload(rows[(b, cfg)]) > plain + 0.05, (b, cfg)
+            assert per_payload(rows[(b, "esp:aes128gcm16")]) > plain + 0.05, b
         # ESP in UDP: 8 bytes more per packet than raw ESP, same suite
         assert per_payload(rows[("xfrm-udp", "esp:aes128gcm16")]) > per_payload(
             rows[("xfrm", "esp:aes128gcm16")])  # fmt: skip
@@ -111,8 +110,7 @@ def test_the_kernels_ipsec_on_real_hosts(tmp_path: Path) -> None:
         _ip(gwa.ns, f"xfrm state add {clash} mode tunnel aead rfc4106(gcm(aes)) 0x"
             + "cd" * 20 + " 128")  # fmt: skip
         gwa.baseline = lab.state(gwa)
-        sc.write_text(SCENARIO.format(backends='["xfrm"]').replace(
-            '"esp:aes128gcm16", "esp:aes128-sha1"', '"esp:aes128gcm16"'))  # fmt: skip
+        sc.write_text(SCENARIO.format(backends='["xfrm"]'))
         p = _lab("run", str(sc), "--hosts", str(hosts), "--lab", str(tmp_path / "lab2"),
                  "--json")  # fmt: skip
         assert p.returncode == 1, p.stderr[-2000:]
