@@ -51,10 +51,23 @@ def lab() -> Iterator[SshLab]:
         yield sl
 
 
-def _scenario(tmp: Path, reps: int = 1, seconds: float = 2, more: str = "") -> Path:
+def _scenario(tmp: Path, reps: int = 1, seconds: float = 2, more: str = "",
+              backends: str = "", configurations: str = "") -> Path:  # fmt: skip
+    """The scenario file; `backends` / `configurations`: TOML lists in place of none's."""
     f = tmp / "scenario.toml"
-    f.write_text(SCENARIO.format(reps=reps, seconds=seconds, more=more))
+    text = SCENARIO.format(reps=reps, seconds=seconds, more=more)
+    if backends:
+        text = text.replace('backends = ["none"]', f"backends = {backends}\n"
+                            f"configurations = {configurations}")  # fmt: skip
+    f.write_text(text)
     return f
+
+
+def _ready(hosts: Path, sc: Path) -> dict[tuple[str, str], dict[str, str]]:
+    """`hosts check --scenario` said ready: its rows by (host, check)."""
+    p = _lab("hosts", "check", str(hosts), "--scenario", str(sc), "--json")
+    assert p.returncode == 0, p.stdout
+    return {(r["host"], r["check"]): r for r in json.loads(p.stdout)["checks"]}
 
 
 def _lab(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
@@ -108,13 +121,9 @@ def test_a_campaign_on_real_hosts_meters_each_host_and_leaves_nothing(
     """none, ours and ours-udp x two configurations x TCP and an RFC 2544 search, on the
     four hosts: every run done, CPU per host, the wire's ESP overhead, nothing left."""
     hosts = lab.hosts_toml(tmp_path / "hosts.toml")
-    sc = _scenario(tmp_path, more=RFC2544)
-    sc.write_text(sc.read_text().replace(
-        'backends = ["none"]', 'backends = ["none", "ours", "ours-udp"]\n'
-        'configurations = ["esp:aes128gcm16", "esp:aes128-sha1"]'))  # fmt: skip
-    p = _lab("hosts", "check", str(hosts), "--scenario", str(sc), "--json")
-    assert p.returncode == 0, p.stdout
-    checks = {(r["host"], r["check"]): r for r in json.loads(p.stdout)["checks"]}
+    sc = _scenario(tmp_path, more=RFC2544, backends='["none", "ours", "ours-udp"]',
+                   configurations='["esp:aes128gcm16", "esp:aes128-sha1"]')  # fmt: skip
+    checks = _ready(hosts, sc)
     assert checks[("gwA", "user ipsec-gw")]["status"] == "ok"
     assert checks[("gwB", "tool nft")]["status"] == "ok"
     assert ("client", "user ipsec-gw") not in checks  # a traffic end runs no gateway
@@ -381,13 +390,9 @@ def test_strongswan_on_real_hosts_runs_the_hosts_own_charon(lab: SshLab, tmp_pat
     there and driven by swanctl there, negotiates IKEv2 and carries the traffic; the
     PSK never leaves the run's files, and nothing is left."""
     hosts = lab.hosts_toml(tmp_path / "hosts.toml")
-    sc = _scenario(tmp_path)
-    sc.write_text(sc.read_text().replace(
-        'backends = ["none"]', 'backends = ["strongswan-libipsec"]\n'
-        'configurations = ["esp:aes128gcm16"]'))  # fmt: skip
-    p = _lab("hosts", "check", str(hosts), "--scenario", str(sc), "--json")
-    assert p.returncode == 0, p.stdout
-    checks = {(r["host"], r["check"]): r for r in json.loads(p.stdout)["checks"]}
+    sc = _scenario(tmp_path, backends='["strongswan-libipsec"]',
+                   configurations='["esp:aes128gcm16"]')  # fmt: skip
+    checks = _ready(hosts, sc)
     assert checks[("gwA", "tool /usr/lib/ipsec/charon")]["status"] == "ok"
     assert checks[("gwB", "charon")]["detail"] == "none running: IKE's ports are free"
     assert checks[("gwB", "/dev/net/tun")]["status"] == "ok"
@@ -427,13 +432,8 @@ def test_a_user_with_passwordless_sudo_drives_the_gateways_and_one_without_is_na
     for gw in ("gwA", "gwB"):
         text = text.replace(f'ssh = "{gw}"', f'ssh = "lab@{gw}"')
     hosts.write_text(text)
-    sc = _scenario(tmp_path)
-    ours = 'backends = ["ours"]\nconfigurations = ["esp:aes128gcm16"]'
-    sc.write_text(sc.read_text().replace('backends = ["none"]', ours))
-    p = _lab("hosts", "check", str(hosts), "--scenario", str(sc), "--json")
-    assert p.returncode == 0, p.stdout
-    reach = {r["host"]: r["detail"] for r in json.loads(p.stdout)["checks"]
-             if r["check"] == "reachable"}  # fmt: skip
+    sc = _scenario(tmp_path, backends='["ours"]', configurations='["esp:aes128gcm16"]')
+    reach = {h: r["detail"] for (h, c), r in _ready(hosts, sc).items() if c == "reachable"}
     assert reach["gwA"] == "ssh lab@gwA as lab (sudo -n)" and reach["client"].endswith("as root")
     p = _lab("run", str(sc), "--hosts", str(hosts), "--lab", str(tmp_path / "lab"), "--json")
     assert p.returncode == 0, p.stderr[-3000:]
@@ -459,7 +459,8 @@ def test_http_smtp_and_text_transfers_on_real_hosts(lab: SshLab, tmp_path: Path)
     that uses them (each host sees only its own files), the servers the hosts' own
     (nginx, aiosmtpd from Debian's python3-aiosmtpd), through ours."""
     hosts = lab.hosts_toml(tmp_path / "hosts.toml")
-    sc = _scenario(tmp_path, seconds=1, more="""
+    sc = _scenario(tmp_path, seconds=1, backends='["ours"]', configurations='["esp:aes128gcm16"]',
+                   more="""
 [[workloads]]
 kind = "http"
 files = ["10K", "1M"]
@@ -471,11 +472,7 @@ kind = "tcp"
 data = "text"
 seconds = 1
 """)  # fmt: skip
-    ours = 'backends = ["ours"]\nconfigurations = ["esp:aes128gcm16"]'
-    sc.write_text(sc.read_text().replace('backends = ["none"]', ours))
-    p = _lab("hosts", "check", str(hosts), "--scenario", str(sc), "--json")
-    assert p.returncode == 0, p.stdout
-    checks = {(r["host"], r["check"]): r["status"] for r in json.loads(p.stdout)["checks"]}
+    checks = {k: r["status"] for k, r in _ready(hosts, sc).items()}
     assert checks[("server", "tool nginx")] == "ok" and checks[("server", "tool aiosmtpd")] == "ok"
     assert checks[("client", "tool curl")] == "ok" and checks[("client", "tool python3")] == "ok"
     p = _lab("run", str(sc), "--hosts", str(hosts), "--lab", str(tmp_path / "lab"), "--json",
