@@ -58,6 +58,7 @@ def test_the_vng_command_line(tmp_path: Path) -> None:
     assert "--disable-kvm" not in vm.vng_argv(k, "true", kvm=True)
     inner = vm.inside(["/usr/bin/ipsec-lab", "run", "a b.toml"], {"IPSEC_LAB_VM": "tcg, x"})
     assert "modprobe -q $m" in inner and "esp4" in inner and "sch_netem" in inner
+    assert "sysctl -qw net.core.rmem_max=4194304 net.core.wmem_max=4194304; " in inner
     assert inner.endswith("exec env IPSEC_LAB_VM='tcg, x' /usr/bin/ipsec-lab run 'a b.toml'")
 
 

@@ -115,11 +115,17 @@ def vng_binary() -> str | None:
 
 def inside(argv: Sequence[str], env: dict[str, str]) -> str:
     """The shell command the VM runs: load the modules (those the kernel builds in are
-    skipped), then `argv` with `env`, from the current directory."""
+    skipped), raise the kernel's cap on socket buffers to what the UDP workloads ask for
+    (a stock kernel's 212992 B makes `iperf3 -w` refuse; the cap is global, not a
+    namespace's, and the VM is thrown away after), then `argv` with `env`, from the
+    current directory."""
+    from ipsec_lab.traffic.iperf import UDP_SOCKET_BUFFER_BYTES as buf
+
     mods = " ".join(MODULES)
     envs = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(env.items()))
     return (
         f"for m in {mods}; do modprobe -q $m 2>/dev/null; done; "
+        f"sysctl -qw net.core.rmem_max={buf} net.core.wmem_max={buf}; "
         f"cd {shlex.quote(os.getcwd())} && exec env {envs} {shlex.join(argv)}"
     )
 

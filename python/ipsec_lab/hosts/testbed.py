@@ -31,9 +31,9 @@ from ipsec_lab.hosts.readings import proc_cpu, proc_cpu_line, proc_stat, ssh_int
 from ipsec_lab.hosts.ssh import Ssh, SshError, each, same_process
 from ipsec_lab.testbed import Link, Topology
 from ipsec_lab.testbed.build import LabError, link_counters, shape_ends
+from ipsec_lab.traffic.iperf import UDP_SOCKET_BUFFER_BYTES
 
 LEDGER = "ledger"
-SOCKET_BUFFER_MAX = 4 << 20  # bytes: iperf3's `-w 4M` for UDP
 
 
 class HostProcess:
@@ -363,7 +363,7 @@ class HostsTestbed:
         ends = {f.source for f in self.topo.flows} | {f.sink for f in self.topo.flows}
         for node in sorted(n for n in ends if self.driven(n)):
             for key in ("net.core.rmem_max", "net.core.wmem_max"):
-                self.sysctl(node, key, str(SOCKET_BUFFER_MAX), at_least=True)
+                self.sysctl(node, key, str(UDP_SOCKET_BUFFER_BYTES), at_least=True)
 
     def describe(self) -> dict[str, Any]:
         """What each driven host is — kernel, CPUs, and per test interface the NIC's

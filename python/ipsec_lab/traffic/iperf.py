@@ -24,7 +24,8 @@ IPERF_MIN_UDP_PAYLOAD = 16
 # UdpRcvbufErrors rising and no drop anywhere else), and a loss-free-rate search read that
 # as the gateway's limit. 4 MiB waits out ~0.5 s at that rate. The kernel caps it at
 # net.core.rmem_max / wmem_max (4 MiB on this machine; 212992 on a stock kernel).
-UDP_SOCKET_BUFFER = "4M"
+UDP_SOCKET_BUFFER_BYTES = 4 << 20
+UDP_SOCKET_BUFFER = f"{UDP_SOCKET_BUFFER_BYTES >> 20}M"
 
 
 def _udp_args(port: int, app_rate: float, payload: int, seconds: float) -> list[str]:
