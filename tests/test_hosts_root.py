@@ -146,8 +146,13 @@ def test_a_campaign_on_real_hosts_meters_each_host_and_leaves_nothing(
         if backend != "none":
             # the gateways' own processes, read from their /proc on gwA and gwB
             assert set(row["hosts_ipsec"]) == {"gwA", "gwB"}, (backend, cfg, kind)
-            busy = row["hosts_cpu"]["gwA"]["cpu_busy_s"]  # this one machine's, in the rig
-            assert 0 < row["ipsec_cpu_s"] <= busy + 0.05, (backend, cfg, kind)
+            # at most about the machine's busy time (in the rig each host's /proc/stat is
+            # this one machine's): /proc/stat samples at each tick, a process's CPU time is
+            # its exact run time, so a gateway that works between ticks comes out up to
+            # ~10 % above the sampled total (measured here: ours-udp's searches, 2.2 s
+            # against 2.0 s)
+            busy = row["hosts_cpu"]["gwA"]["cpu_busy_s"]
+            assert 0 < row["ipsec_cpu_s"] <= 1.25 * busy + 0.05, (backend, cfg, kind)
             assert row["ipsec_effort_us_per_kb"] > 0 and row["ipsec_rss_end_bytes"] > 1 << 20
         else:
             assert "hosts_ipsec" not in row

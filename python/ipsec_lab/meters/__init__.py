@@ -296,8 +296,11 @@ def measure(
     row["cpu_series"] = cpu.series
     row["wire"] = wire
     if hosts is not None:
+        # the processes' window inside the hosts' (read after it opened, before it closes):
+        # their CPU is then part of what the hosts' /proc/stat counted
+        q1 = hosts.read_procs()
         hosts.fill(row, h0, hosts.read(), kb)
-        hosts.fill_procs(row, q0, hosts.read_procs(), kb)
+        hosts.fill_procs(row, q0, q1, kb)
     if source_end in wire:
         w = wire[source_end]
         row["wire_up_bytes"], row["wire_up_packets"] = w["tx_bytes"], w["tx_packets"]
