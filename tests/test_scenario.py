@@ -128,6 +128,17 @@ def test_scenario_rates_and_sizes_take_the_cli_grammar() -> None:
         ("[[workloads]]\nkind = 'rfc2544'\nsizes = [64, 32]", "workloads[0].sizes", "outside"),
         ("[[workloads]]\nkind = 'rfc2544'\nsizes = [64, 64]", "workloads[0].sizes", "twice"),
         ("stage_timing = 'yes'", "stage_timing", "true or false"),
+        # the UDP generator: a known one, and trafgen only where the source does no IPsec
+        ("generator = 'pktgen'", "generator", "auto, trafgen, iperf3"),
+        ("topology = 'pair'\ngenerator = 'trafgen'", "generator", "cannot drive the pair"),
+        ("[[workloads]]\nkind = 'udp'\ngenerator = 'fast'", "workloads[0].generator", "auto,"),
+        (
+            "topology = 'clients'\n[[workloads]]\nkind = 'rfc2544'\ngenerator = 'trafgen'",
+            "workloads[0].generator",
+            "own (host-to-host) IPsec",
+        ),
+        ("[[workloads]]\nkind = 'tcp'\ngenerator = 'iperf3'", "workloads[0].generator", "only a"),
+        ("[[workloads]]\nkind = 'udp'\nflows = 0", "workloads[0].flows", "outside"),
         ("[gateway]\ncpus = [99]", "gateway.cpus", "CPU numbers"),
         ("[gateway]\ncpu_quota = 0", "gateway.cpu_quota", "outside"),
         ("name = = 3", "name (line 1)", "Invalid value"),
@@ -150,6 +161,18 @@ def test_scenario_errors_name_the_file_and_key(text: str, key: str, words: str) 
     assert e.value.key == key
     assert str(e.value).startswith(f"bad.toml: {key}: ")
     assert words in str(e.value)
+
+
+def test_the_generator_is_the_scenario_s_unless_a_workload_names_its_own() -> None:
+    sc = scenario.parse(
+        "generator = 'iperf3'\n[[workloads]]\nkind = 'udp'\n"
+        "[[workloads]]\nkind = 'rfc2544'\ngenerator = 'trafgen'\nflows = 16",
+        "g.toml",
+    )
+    assert sc.generator == "iperf3"
+    assert [(w.generator, w.flows) for w in sc.workloads] == [("iperf3", 1), ("trafgen", 16)]
+    # by default the fastest available: decided where the traffic runs
+    assert scenario.parse("[[workloads]]\nkind = 'imix'", "d.toml").workloads[0].generator == "auto"
 
 
 def test_a_missing_scenario_file_is_a_scenario_error(tmp_path: Path) -> None:

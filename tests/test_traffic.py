@@ -4,6 +4,7 @@ overload, several sizes), what a trial counts, CPU per packet, and the SMTP mess
 from __future__ import annotations
 
 import random
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -48,6 +49,42 @@ def test_search_tolerance_and_trial_bound() -> None:
     calls.clear()
     r = search(_lossy_above(50, calls), 100.0, 0.001, 0.0, 4)  # type: ignore[arg-type]
     assert not r.converged and len(r.trials) == 4 and "4 trials" in r.reason
+
+
+def test_a_generator_short_of_the_rate_ends_the_search_at_what_it_sent() -> None:
+    """A generator that cannot send faster than 70 Mbit/s through a path that loses
+    nothing: the trial at 100 passes, but the path only saw 70 — the search must say
+    generator-bound at 70, not a loss-free rate of 100."""
+    calls: list[float] = []
+
+    def trial(rate: float) -> dict[str, float]:
+        calls.append(rate)
+        return {"offered_mbps": rate, "sent_mbps": min(rate, 70.0), "loss_pct": 0.0}
+
+    r = search(trial, 100.0, 1.0, 0.0, 20)
+    assert r.generator_bound and r.converged and calls == [100.0]
+    assert r.rate_mbps == 70.0 and "generator-bound" in r.reason
+    # one that keeps up (within 10 %) is the path's figure as before
+    r = search(lambda rate: {"offered_mbps": rate, "sent_mbps": rate * 0.95, "loss_pct": 0.0},
+               100.0, 1.0, 0.0, 20)  # fmt: skip
+    assert not r.generator_bound and r.rate_mbps == 100.0
+
+
+def test_trafgen_never_drives_a_source_that_does_its_own_ipsec(tmp_path: Path) -> None:
+    """trafgen writes frames below the source's IP stack: host-to-host IPsec there would
+    not see them. auto falls back to iperf3 saying why; trafgen asked for is an error."""
+    from ipsec_lab.testbed import topology
+    from ipsec_lab.testbed.build import LabError, Testbed
+    from ipsec_lab.traffic import generator
+
+    for topo in ("pair", "clients"):
+        tb = Testbed(topology(topo), tmp_path / topo)  # not built: nothing is run
+        flow = tb.topo.flows[0]
+        name, why = generator.choose(tb, flow, "auto")
+        assert name == "iperf3" and "IPsec would not see them" in why, why
+        with pytest.raises(LabError, match=r"generator trafgen: .*below"):
+            generator.choose(tb, flow, "trafgen")
+        assert generator.choose(tb, flow, "iperf3") == ("iperf3", "asked for")
 
 
 def test_search_with_nothing_passing_reports_zero() -> None:

@@ -41,6 +41,7 @@ from ipsec_lab.testbed import LINK_PRESETS, Link
 TOPOLOGIES = ("pair", "line", "clients")
 BACKENDS = backends.NAMES  # the registry's (ipsec_lab.backends.REGISTRY)
 WORKLOAD_KINDS = ("tcp", "udp", "rfc2544", "imix", "http", "smtp")
+GENERATORS = ("auto", "trafgen", "iperf3")  # traffic.generator's
 TCP_DATA = ("iperf", "text", "random")
 
 
@@ -82,6 +83,10 @@ class Workload:
     # prose: DEFLATE shrinks it by about half, as study 1's compressible data) or "random"
     # (urandom: incompressible); the two are sent alike, so only the bytes differ.
     data: str = "iperf"
+    # udp / imix / rfc2544: the UDP generator — "auto" (trafgen where it can go, else
+    # iperf3), "trafgen" or "iperf3" (the scenario's `generator` unless the workload's)
+    generator: str = "auto"
+    flows: int = 1  # trafgen: UDP flows (source ports) the packets go round
 
     @property
     def name(self) -> str:
@@ -134,12 +139,14 @@ class Scenario:
     gateway: Gateway = field(default_factory=Gateway)
     soaker: bool = False
     stage_timing: bool = False  # ours: per-stage ns of the gateways in every row
+    generator: str = "auto"  # the UDP workloads' generator unless a workload names one
     hosts: str | None = None  # a hosts file: run on real hosts (relative to the scenario)
 
 
 _TOP_KEYS = {
     "name", "topology", "backends", "configurations", "links", "workloads",
     "repetitions", "warmup_s", "seed", "gateway", "soaker", "stage_timing", "hosts",
+    "generator",
 }  # fmt: skip
 _LINK_KEYS = {
     "name", "preset", "rate_mbit", "delay_ms", "jitter_ms", "loss_pct", "reorder_pct",
@@ -149,11 +156,11 @@ _LINK_KEYS = {
 # never accepted and ignored.
 KIND_KEYS: dict[str, frozenset[str]] = {
     "tcp": frozenset({"seconds", "bytes", "streams", "data"}),
-    "udp": frozenset({"seconds", "size", "rate_mbit"}),
-    "imix": frozenset({"seconds", "rate_mbit"}),
+    "udp": frozenset({"seconds", "size", "rate_mbit", "generator", "flows"}),
+    "imix": frozenset({"seconds", "rate_mbit", "generator", "flows"}),
     "rfc2544": frozenset({
         "size", "sizes", "trial_s", "loss_tolerance_pct", "resolution_mbit", "max_rate_mbit",
-        "max_trials", "overload_trials",
+        "max_trials", "overload_trials", "generator", "flows",
     }),
     "http": frozenset({"files"}),
     "smtp": frozenset({"files"}),
@@ -259,7 +266,21 @@ def _size(r: _Reader, v: Any, key: str) -> int:
         raise r.fail(key, str(e)) from None
 
 
-def _workload(r: _Reader, t: Any, where: str) -> Workload:
+def _generator(r: _Reader, t: dict[str, Any], key: str, default: str, topology: str) -> str:
+    """A UDP generator's name; trafgen only where the traffic's source does no IPsec of
+    its own (it writes frames below the source's IP stack)."""
+    v = t.get(key.rsplit(".", 1)[-1], default)
+    if v not in GENERATORS:
+        raise r.fail(key, f"must be one of {', '.join(GENERATORS)}, not {v!r}")
+    if v == "trafgen" and topology != "line":
+        raise r.fail(key, f"trafgen cannot drive the {topology} topology: its sources do "
+                     "their own (host-to-host) IPsec, which frames written below their IP "
+                     "stack would bypass; use iperf3 or auto")  # fmt: skip
+    return str(v)
+
+
+def _workload(r: _Reader, t: Any, where: str, generator: str = "auto",
+              topology: str = "line") -> Workload:  # fmt: skip
     if not isinstance(t, dict):
         raise r.fail(where.rstrip("."), "must be a table")
     r.unknown(t, _WORKLOAD_KEYS, where)
@@ -314,6 +335,8 @@ def _workload(r: _Reader, t: Any, where: str) -> Workload:
         files=files,
         label=label,
         data=data,
+        generator=_generator(r, t, f"{where}generator", generator, topology),
+        flows=n(t, "flows", where, d.flows, 1, 1024, integer=True),
     )
     if w.data != "iperf" and (w.streams != 1 or w.bytes is not None):
         raise r.fail(f"{where}data", f"a {w.data} transfer is one stream sent for `seconds`")
@@ -407,7 +430,9 @@ def parse(text: str, source: str = "<scenario>") -> Scenario:
     wl_raw = doc.get("workloads", [{"kind": "tcp"}])
     if not isinstance(wl_raw, list) or not wl_raw:
         raise r.fail("workloads", "must be a non-empty list of workload tables")
-    workloads = tuple(_workload(r, t, f"workloads[{i}].") for i, t in enumerate(wl_raw))
+    generator = _generator(r, doc, "generator", "auto", topology)
+    workloads = tuple(_workload(r, t, f"workloads[{i}].", generator, topology)
+                      for i, t in enumerate(wl_raw))  # fmt: skip
     if len({w.name for w in workloads}) != len(workloads):
         raise r.fail("workloads", "two workloads have the same name; give each a `label`")
     gw = doc.get("gateway", {})
@@ -456,6 +481,7 @@ def parse(text: str, source: str = "<scenario>") -> Scenario:
         soaker=soaker,
         stage_timing=stage_timing,
         hosts=hosts,
+        generator=generator,
     )
 
 

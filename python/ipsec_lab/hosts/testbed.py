@@ -30,7 +30,7 @@ from ipsec_lab.hosts import Hosts, place
 from ipsec_lab.hosts.readings import proc_cpu, proc_cpu_line, proc_stat, ssh_interface
 from ipsec_lab.hosts.ssh import Ssh, SshError, each, same_process
 from ipsec_lab.testbed import Link, Topology
-from ipsec_lab.testbed.build import LabError, link_counters, shape_ends
+from ipsec_lab.testbed.build import STOCK_QDISCS, LabError, link_counters, root_qdisc, shape_ends
 from ipsec_lab.traffic.iperf import UDP_SOCKET_BUFFER_BYTES
 
 LEDGER = "ledger"
@@ -560,19 +560,6 @@ def clean_hosts(hosts: Hosts) -> list[str]:
 
 # Root qdiscs a kernel puts on an interface by itself: `tc qdisc del … root` brings the
 # default back, so the lab may replace one of these for shaping and restore it so.
-STOCK_QDISCS = ("noqueue", "pfifo_fast", "fq_codel", "mq", "fq", "pfifo", "none")
-
-
-def root_qdisc(tb: HostsTestbed, node: str, ifname: str) -> str:
-    """The kind of `ifname`'s root qdisc on `node` (`none` when tc shows none)."""
-    text = tb.run(node, ["tc", "-j", "qdisc", "show", "dev", ifname, "root"], check=False)
-    try:
-        data = json.loads(text or "[]")
-    except json.JSONDecodeError:
-        return "none"
-    return str(data[0].get("kind", "none")) if data else "none"
-
-
 def offloads(tb: HostsTestbed, node: str, ifname: str) -> dict[str, bool]:
     """The shaping's offload features of `ifname` as they are now (only those the
     device lets one change)."""

@@ -10,6 +10,7 @@ goes through iproute2's own `ip` and `tc` commands, each logged to the run direc
 from __future__ import annotations
 
 import functools
+import json
 import os
 import secrets
 import shutil
@@ -444,6 +445,21 @@ def shape_ends(tb: _Runs, link: Link, ends: Sequence[tuple[str, str]]) -> None:
                 ["tc", "qdisc", "add", "dev", ifname, *parent, "handle", "10:", "tbf",
                  "rate", f"{link.rate_mbit}mbit", "burst", str(burst), "latency", "50ms"],
             )  # fmt: skip
+
+
+# The kernel's own root qdiscs: an interface with one of them the lab may shape (or pace)
+# and put back by deleting its own; any other is someone's, never replaced.
+STOCK_QDISCS = ("noqueue", "pfifo_fast", "fq_codel", "mq", "fq", "pfifo", "none")
+
+
+def root_qdisc(tb: _Runs, node: str, ifname: str) -> str:
+    """The kind of `ifname`'s root qdisc on `node` (`none` when tc shows none)."""
+    text = tb.run(node, ["tc", "-j", "qdisc", "show", "dev", ifname, "root"], check=False)
+    try:
+        data = json.loads(text or "[]")
+    except json.JSONDecodeError:
+        return "none"
+    return str(data[0].get("kind", "none")) if data else "none"
 
 
 def link_counters(link: dict[str, Any]) -> dict[str, int]:

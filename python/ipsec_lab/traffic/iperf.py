@@ -9,7 +9,8 @@ from typing import Any
 from ipsec_lab.scenario import Workload
 from ipsec_lab.testbed import Flow
 from ipsec_lab.testbed.build import LabError, Testbed
-from ipsec_lab.traffic import IPV4_UDP, Metered, Row, wait_listening
+from ipsec_lab.traffic import IPV4_UDP, Metered, Row, generator, wait_listening
+from ipsec_lab.traffic.generator import Generator
 
 PORT = 5201
 # Simple IMIX: 7 : 4 : 1 packets of 40, 576 and 1500 bytes (IP packet sizes).
@@ -117,6 +118,8 @@ def udp_trial(
     return {
         "size": ip_size,
         "offered_mbps": rate_mbit,
+        # what the sender managed (iperf3 falls short of a high rate of small packets)
+        "sent_mbps": sender_packets * ip_size * 8 / (float(sent.get("seconds") or secs)) / 1e6,
         "sent_packets": packets,
         "sender_packets": sender_packets,
         "unarrived_packets": max(sender_packets - packets, 0),
@@ -128,41 +131,46 @@ def udp_trial(
     }
 
 
-def udp(tb: Testbed, flow: Flow, w: Workload, metered: Metered, warmup_s: float) -> list[Row]:
-    srv = Servers(tb, flow.sink, [PORT])
-    try:
-        if warmup_s > 0:
-            udp_trial(tb, flow, w.size, w.rate_mbit, max(warmup_s, 1))
-        return [metered(w.name, lambda: udp_trial(tb, flow, w.size, w.rate_mbit, w.seconds))]
-    finally:
-        srv.close()
+class IperfGenerator:
+    """iperf3 as the UDP generator (`generator.Generator`): a server per port on the sink
+    for the generator's life, a client per trial on the source."""
 
+    name = "iperf3"
 
-def imix(tb: Testbed, flow: Flow, w: Workload, metered: Metered, warmup_s: float) -> list[Row]:
-    """Simple IMIX at `rate_mbit` offered in all: three concurrent iperf3 UDP streams whose
-    packet rates stand 7 : 4 : 1 (their bit rates in proportion to packets x size)."""
-    ports = [PORT + i for i in range(len(SIMPLE_IMIX))]
-    srv = Servers(tb, flow.sink, ports)
-    weights = [(max(s - IPV4_UDP, IPERF_MIN_UDP_PAYLOAD) + IPV4_UDP) * n for s, n in SIMPLE_IMIX]
+    def __init__(self, tb: Testbed, flow: Flow, why: str = "") -> None:
+        self.tb, self.flow, self.why = tb, flow, why
+        self.ports = [PORT + i for i in range(len(SIMPLE_IMIX))]
+        self.srv = Servers(tb, flow.sink, self.ports)
 
-    def run() -> Row:
+    def trial(self, size: int, rate_mbit: float, seconds: float) -> Row:
+        row = udp_trial(self.tb, self.flow, size, rate_mbit, seconds)
+        return {**row, "generator": self.name}
+
+    def mix(self, sizes: tuple[tuple[int, int], ...], rate_mbit: float, seconds: float) -> Row:
+        """The mix as concurrent iperf3 UDP streams, one per size, whose packet rates
+        stand as the mix's counts (their bit rates in proportion to packets x size).
+        iperf3 needs 16 bytes of UDP payload: a smaller packet goes as 44 bytes."""
+        tb, flow = self.tb, self.flow
+        if len(sizes) > len(self.ports):
+            raise LabError(f"iperf3 runs a mix of at most {len(self.ports)} sizes")
+        weights = [(max(s - IPV4_UDP, IPERF_MIN_UDP_PAYLOAD) + IPV4_UDP) * n for s, n in sizes]
         procs = []
-        for (size, _), port, wt in zip(SIMPLE_IMIX, ports, weights):
+        for (size, _), port, wt in zip(sizes, self.ports, weights):
             payload = max(size - IPV4_UDP, IPERF_MIN_UDP_PAYLOAD)
-            rate = w.rate_mbit * wt / sum(weights) * 1e6 * payload / (payload + IPV4_UDP)
+            rate = rate_mbit * wt / sum(weights) * 1e6 * payload / (payload + IPV4_UDP)
             argv = tb.command(
                 flow.source,
-                ["iperf3", "-c", flow.sink_addr, "-J", *_udp_args(port, rate, payload, w.seconds)],
+                ["iperf3", "-c", flow.sink_addr, "-J", *_udp_args(port, rate, payload, seconds)],
             )
             procs.append(subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE))
         rows = []
-        for (size, _), p in zip(SIMPLE_IMIX, procs):
+        for (size, _), p in zip(sizes, procs):
             try:
-                out, _ = p.communicate(timeout=w.seconds + 30)
+                out, _ = p.communicate(timeout=seconds + 30)
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.communicate()
-                raise LabError("an IMIX iperf3 stream did not finish in time") from None
+                raise LabError("a mix's iperf3 stream did not finish in time") from None
             end = json.loads(out)["end"]
             s = end.get("sum_received") or end["sum"]
             payload = max(size - IPV4_UDP, IPERF_MIN_UDP_PAYLOAD)
@@ -171,17 +179,59 @@ def imix(tb: Testbed, flow: Flow, w: Workload, metered: Metered, warmup_s: float
         lost = sum(x for _, _, x in rows)
         ip_bytes = sum(sz * (n - x) for sz, n, x in rows)
         return {
-            "mix": "simple IMIX 7:4:1 of 44/576/1500 B",
-            "offered_mbps": w.rate_mbit,
+            "offered_mbps": rate_mbit,
+            "sent_mbps": sum(sz * n for sz, n, _ in rows) * 8 / seconds / 1e6,
             "sent_packets": packets,
             "lost_packets": lost,
             "loss_pct": 100.0 * lost / packets if packets else 100.0,
             "payload_bytes": sum((sz - IPV4_UDP) * (n - x) for sz, n, x in rows),
-            "seconds": w.seconds,
-            "mbps": ip_bytes * 8 / w.seconds / 1e6,
+            "seconds": seconds,
+            "mbps": ip_bytes * 8 / seconds / 1e6,
+            "generator": self.name,
+            "mix_sizes": [sz for sz, _, _ in rows],
         }
+
+    def close(self) -> None:
+        self.srv.close()
+
+
+def generator_for(tb: Testbed, flow: Flow, w: Workload) -> Generator:
+    """The workload's generator (`generator.make`: auto, trafgen or iperf3), ready."""
+    return generator.make(tb, flow, w.generator, w.flows)
+
+
+def noted(row: Row, gen: Generator) -> Row:
+    """A row with what generated it, and why that one."""
+    row["generator"] = gen.name
+    why = getattr(gen, "why", "")
+    if why:
+        row["generator_note"] = why
+    return row
+
+
+def udp(tb: Testbed, flow: Flow, w: Workload, metered: Metered, warmup_s: float) -> list[Row]:
+    gen = generator_for(tb, flow, w)
+    try:
+        if warmup_s > 0:
+            gen.trial(w.size, w.rate_mbit, max(warmup_s, 1))
+        return [metered(w.name, lambda: noted(gen.trial(w.size, w.rate_mbit, w.seconds), gen))]
+    finally:
+        gen.close()
+
+
+def imix(tb: Testbed, flow: Flow, w: Workload, metered: Metered, warmup_s: float) -> list[Row]:
+    """Simple IMIX at `rate_mbit` offered in all: 7 : 4 : 1 packets of 40, 576 and 1500
+    bytes — trafgen sends them interleaved, iperf3 as three concurrent streams (and its
+    40-byte packets as 44)."""
+    gen = generator_for(tb, flow, w)
+
+    def run() -> Row:
+        row = gen.mix(SIMPLE_IMIX, w.rate_mbit, w.seconds)
+        small = row.get("mix_sizes", [s for s, _ in SIMPLE_IMIX])
+        row["mix"] = "simple IMIX 7:4:1 of " + "/".join(map(str, small)) + " B"
+        return noted(row, gen)
 
     try:
         return [metered(w.name, run)]
     finally:
-        srv.close()
+        gen.close()

@@ -17,7 +17,8 @@ from ipsec_lab.scenario import Workload
 from ipsec_lab.testbed import Flow
 from ipsec_lab.testbed.build import LabError, Testbed
 from ipsec_lab.traffic import Metered, Meters, Row
-from ipsec_lab.traffic.iperf import PORT, Servers, udp_trial
+from ipsec_lab.traffic.generator import SHORT_OF_RATE, Generator
+from ipsec_lab.traffic.iperf import generator_for, noted
 
 
 @dataclass
@@ -26,6 +27,9 @@ class SearchResult:
     trials: list[Row] = field(default_factory=list)
     converged: bool = False  # the pass/fail bracket narrowed to the resolution
     reason: str = ""
+    # a trial passed at what the generator managed, short of the rate asked: the rate
+    # found is the generator's ceiling, the path's is above it
+    generator_bound: bool = False
 
 
 def search(
@@ -34,11 +38,14 @@ def search(
     resolution: float,
     tolerance_pct: float,
     max_trials: int,
+    short_of_rate: float = SHORT_OF_RATE,
 ) -> SearchResult:
     """Binary search. `trial(rate)` returns a row with `loss_pct`; a trial passes when its
     loss is at most `tolerance_pct`. The first trial is at `max_rate` (which may pass at
     once). Stops when the bracket [passed, failed] is narrower than `resolution` or after
-    `max_trials`; every trial is kept, in order, with its verdict.
+    `max_trials`; every trial is kept, in order, with its verdict. A trial that passed
+    while its generator sent less than `short_of_rate` of the rate asked (`sent_mbps`)
+    ends the search there, generator-bound: the rate found is what the generator sent.
 
     A failed trial that reports the rate it delivered (`mbps`) also gives a hint: a
     device forwards about its capacity while overloaded, so the search bisects below
@@ -57,6 +64,15 @@ def search(
         if row["passed"]:
             lo = rate
             res.rate_mbps = rate
+            sent = row.get("sent_mbps")
+            if sent is not None and float(sent) < short_of_rate * rate:
+                # the generator could not offer `rate`: nothing above what it sent can be
+                # tried, and the path lost nothing of that
+                res.rate_mbps = float(sent)
+                res.converged, res.generator_bound = True, True
+                res.reason = (f"generator-bound: asked {rate:g}, it sent {float(sent):.4g} "
+                              "Mbit/s and the path lost nothing")  # fmt: skip
+                return res
             if rate >= max_rate:
                 res.converged, res.reason = True, "passed at the highest rate asked for"
                 return res
@@ -158,12 +174,15 @@ def forwarding_rate_at_overload(
     return mid, spread, len(over)
 
 
-def _trial(tb: Testbed, flow: Flow, size: int, rate: float, seconds: float) -> Row:
+def _trial(gen: Generator, size: int, rate: float, seconds: float) -> Row:
     """One trial; an iperf3 whose control connection broke (it shares the overloaded
-    path with the flood) is tried once more, then counted as a failed trial."""
+    path with the flood) is tried once more, then counted as a failed trial. iperf3's
+    loss is counted against what its sender sent (`with_unarrived`); trafgen's is so
+    already (the sink's count after the path emptied)."""
     for attempt in (1, 2):
         try:
-            return with_unarrived(udp_trial(tb, flow, size, rate, seconds))
+            row = gen.trial(size, rate, seconds)
+            return with_unarrived(row) if gen.name == "iperf3" else row
         except LabError as e:
             if attempt == 2:
                 return {"size": size, "offered_mbps": rate, "loss_pct": 100.0,
@@ -286,6 +305,7 @@ def _search_row(w: Workload, size: int, r: SearchResult) -> Row:
         "pdr_mbps": partial_drop_rate(r.trials),
         "converged": r.converged,
         "search": r.reason,
+        "generator_bound": r.generator_bound,
         "trials": list(r.trials),
         "payload_bytes": sum(int(t["payload_bytes"]) for t in r.trials),
         "seconds": sum(float(t["seconds"]) for t in r.trials),
@@ -323,23 +343,23 @@ def rfc2544(tb: Testbed, flow: Flow, w: Workload, metered: Metered, warmup_s: fl
     each size's search is metered as its own row, then the overload trials of all sizes
     run interleaved in rounds (`overload_rounds`), listed in each row's `trials` but
     outside its meters (`payload_bytes` and `seconds` are the search's)."""
-    srv = Servers(tb, flow.sink, [PORT])
+    gen = generator_for(tb, flow, w)
     sizes = w.all_sizes
     try:
         if warmup_s > 0:
-            udp_trial(tb, flow, sizes[0], min(w.max_rate_mbit, 10.0), max(warmup_s, 1))
+            gen.trial(sizes[0], min(w.max_rate_mbit, 10.0), max(warmup_s, 1))
         clock = plane_clock(metered)
         searched: dict[int, SearchResult] = {}
 
         def run(size: int) -> Row:
             r = searched[size] = search(
-                lambda rate: _trial(tb, flow, size, rate, w.trial_s),
+                lambda rate: _trial(gen, size, rate, w.trial_s),
                 w.max_rate_for(size),
                 w.resolution_for(size),
                 w.loss_tolerance_pct,
                 w.max_trials,
             )
-            row = _search_row(w, size, r)
+            row = noted(_search_row(w, size, r), gen)
             if len(sizes) == 1:
                 _finish(row, overload().get(size, []), w.loss_tolerance_pct, metered=True)
             return row
@@ -353,7 +373,7 @@ def rfc2544(tb: Testbed, flow: Flow, w: Workload, metered: Metered, warmup_s: fl
             if not w.overload_trials or not tops:
                 return {}
             return overload_rounds(
-                lambda size, rate: _trial(tb, flow, size, rate, w.trial_s),
+                lambda size, rate: _trial(gen, size, rate, w.trial_s),
                 tops, {s: w.max_rate_for(s) for s in tops}, w.overload_trials,
                 w.loss_tolerance_pct, clock,
             )  # fmt: skip
@@ -366,4 +386,4 @@ def rfc2544(tb: Testbed, flow: Flow, w: Workload, metered: Metered, warmup_s: fl
             _finish(row, trials.get(s, []), w.loss_tolerance_pct, metered=False)
         return rows
     finally:
-        srv.close()
+        gen.close()

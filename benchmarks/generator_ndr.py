@@ -1,0 +1,97 @@
+"""The 64-byte NDR through each backend, searched with iperf3 and with trafgen in the same
+run, on the `line` testbed (client - gwA - gwB - server), and what trafgen can send here
+flat out into plain forwarding's sink: which figure is the generator's, which the
+gateway's. Prints JSON: per backend and generator the NDR (median over repetitions) and
+the gateways' CPU share at the top of the search; trafgen's NDR over iperf3's per backend.
+
+    sudo .venv/bin/python benchmarks/generator_ndr.py [--backend none --backend ours ...]
+        [--size 64] [--repetitions 3] [--trial-s 2]
+
+The generators alternate within each backend's tunnel (iperf3, trafgen, iperf3, …) so a
+machine's drift lands on both. Not a test: nothing here asserts a rate.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from typing import Any
+
+from bench_common import emit, tunnel
+
+from ipsec_lab import backends
+from ipsec_lab.scenario import Workload
+from ipsec_lab.traffic import rfc2544
+from ipsec_lab.traffic.generator import Trafgen
+
+
+def _ndr(tb: Any, generator: str, args: argparse.Namespace) -> dict[str, Any]:
+    w = Workload("rfc2544", size=args.size, trial_s=args.trial_s,
+                 max_rate_mbit=args.max_rate, resolution_mbit=args.resolution,
+                 max_trials=args.max_trials, generator=generator)  # fmt: skip
+    (row,) = rfc2544.rfc2544(tb, tb.topo.flows[0], w, lambda _, f: f(), 0)
+    top = max((t for t in row["trials"] if t["passed"]), key=lambda t: t["offered_mbps"],
+              default=None)  # fmt: skip
+    return {"ndr_mbps": row["mbps"], "generator_bound": row.get("generator_bound"),
+            "search": row["search"], "trials": len(row["trials"]),
+            "sent_mbps_at_ndr": top.get("sent_mbps") if top else None}  # fmt: skip
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--backend", action="append", default=[],
+                    help="none, ours, ours-udp, strongswan-libipsec… (repeat; default: "
+                         "none, ours, ours-udp)")  # fmt: skip
+    ap.add_argument("--configuration", default="esp:aes128gcm16")
+    ap.add_argument("--size", type=int, default=64, help="inner IP packet bytes")
+    ap.add_argument("--repetitions", type=int, default=3)
+    ap.add_argument("--trial-s", type=float, default=2.0)
+    ap.add_argument("--max-rate", type=float, default=1000.0, help="Mbit/s, the search's top")
+    ap.add_argument("--resolution", type=float, default=2.0, help="Mbit/s")
+    ap.add_argument("--max-trials", type=int, default=14)
+    ap.add_argument("--flat-out-packets", type=int, default=2_000_000)
+    args = ap.parse_args()
+    names = args.backend or ["none", "ours", "ours-udp"]
+    for n in names:
+        if n not in backends.NAMES:
+            ap.error(f"--backend: unknown {n!r} (known: {', '.join(backends.NAMES)})")
+    out: dict[str, Any] = {"size": args.size, "configuration": args.configuration,
+                           "repetitions": args.repetitions, "backends": {}}  # fmt: skip
+    for name in names:
+        print(f"{name}…", file=sys.stderr)
+        runs: dict[str, list[dict[str, Any]]] = {"iperf3": [], "trafgen": []}
+        flat: list[dict[str, Any]] = []
+        with tunnel(backends.make(name), args.configuration, "gen-ndr-") as tb:
+            for _ in range(args.repetitions):
+                for gen in ("iperf3", "trafgen"):
+                    runs[gen].append(_ndr(tb, gen, args))
+            if name == "none":  # what trafgen can send here, into a sink that counts
+                tg = Trafgen(tb, tb.topo.flows[0])
+                try:
+                    for _ in range(args.repetitions):
+                        flat.append(tg.flat_out(args.size, args.flat_out_packets))
+                finally:
+                    tg.close()
+        b: dict[str, Any] = {}
+        for gen, rs in runs.items():
+            ndrs = [float(r["ndr_mbps"]) for r in rs]
+            b[gen] = {
+                "ndr_mbps_median": statistics.median(ndrs), "ndr_mbps": ndrs,
+                "kpps_median": statistics.median(ndrs) * 1e3 / (8 * args.size),
+                "generator_bound": [r["generator_bound"] for r in rs], "runs": rs,
+            }  # fmt: skip
+        ip, tg_ = b["iperf3"]["ndr_mbps_median"], b["trafgen"]["ndr_mbps_median"]
+        b["trafgen_over_iperf3"] = tg_ / ip if ip else None
+        if flat:
+            b["trafgen_flat_out"] = {
+                "sent_kpps_median": statistics.median(f["sent_pps"] for f in flat) / 1e3,
+                "delivered_share_median": statistics.median(
+                    f["received_packets"] / f["sender_packets"] for f in flat),
+                "runs": flat}  # fmt: skip
+        out["backends"][name] = b
+    return emit(out)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

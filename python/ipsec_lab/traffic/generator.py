@@ -1,0 +1,374 @@
+"""The UDP traffic generator of the udp, imix and rfc2544 workloads: iperf3, or netsniff-ng's
+`trafgen` (Debian `netsniff-ng`) where it can go.
+
+iperf3's UDP sender writes one datagram per system call and tops out around 120 k
+packets/s on a 2-core machine: at 64 B an RFC 2544 search through a gateway then measures
+iperf3, not the gateway. trafgen builds the frames itself (Ethernet, IPv4, UDP) and hands
+them to the kernel at the source's test interface through a packet socket (its TX_RING):
+near a million packets/s from one core here; `-n` bounds the count.
+
+Pacing is the kernel's, not trafgen's. trafgen's own rate (`-b Npps`) sends a second's
+packets back to back and then sleeps out the second (its SHAPER_PKTS): at 1000 packets/s
+a 500-packet TUN queue in the gateway lost half of every trial. Its gap (`-t`) sleeps
+per packet and topped out at 45 k packets/s here, below iperf3. So a paced trial puts a
+token bucket (tc `tbf`) at the offered rate on the source's test interface and lets
+trafgen write into it through the qdisc (`--qdisc-path`): the socket's send buffer
+(~270 frames) pushes back on trafgen while tbf lets the frames out at the rate, in
+bursts of at most 20 µs of traffic (2 frames at least) — 200 000 packets at 100 k/s came
+out in 2.03 s, 1000 ± 2 per 10 ms, none dropped at the bucket. The bucket's own drops
+are read back and do not count as sent. Flat out (no rate), trafgen goes past the qdisc.
+Nothing receives them: the sink counts the flow's packets with an nftables counter on its
+5-tuple at the input hook (then drops them, so no ICMP "port unreachable" flows back), so
+no user-space receiver sits in the path and stray packets do not count.
+
+Where trafgen cannot go: it writes frames below the source's IP stack, so a source that
+does its own IPsec (host-to-host, the `pair` and `clients` topologies) would not see them
+and they would leave in clear. There only iperf3 is used (`choose` says why).
+
+trafgen is run with `--no-sock-mem` and `--notouch-irq`: by default it rewrites the
+machine's socket-memory sysctls and its NIC's IRQ affinity, neither of them the lab's to
+change on a host it does not own (and a namespace cannot write the first).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import time
+from typing import Protocol
+
+from ipsec_lab import scenario
+from ipsec_lab.testbed import Flow
+from ipsec_lab.testbed.build import STOCK_QDISCS, LabError, Testbed, root_qdisc
+from ipsec_lab.traffic import IPV4_UDP, Row
+
+GENERATORS = scenario.GENERATORS  # auto, trafgen, iperf3
+# The sink's counter: an nftables table of the lab's in the sink node.
+NFT_TABLE = "ipsec_lab_sink"
+SINK_PORT = 5299  # the flows' UDP destination port (iperf3's are 5201…)
+SOURCE_PORT = 40000  # the first UDP source port; flow i uses SOURCE_PORT + i
+# After the sender stops, what is still in the path arrives: the sink's count is read
+# once it stays the same for QUIET_S, for at most SETTLE_MAX_S (RFC 2544 §23 waits 2 s).
+QUIET_S = 0.1
+SETTLE_MAX_S = 2.0
+# A trial's sender fell short of the rate asked when it sent less than this share of it
+# in the time asked (it could not go faster): the search then reports it generator-bound.
+SHORT_OF_RATE = 0.9
+MIN_IP_SIZE = IPV4_UDP  # an IPv4 UDP packet with no payload
+ETHERNET = 14  # the frame header trafgen writes before each IP packet (no FCS)
+# The pacing bucket: bursts of at most this much time's traffic (tbf's timer then fires at
+# most 50 000 times a second), and a limit that the socket's push-back keeps it far from.
+PACING_BURST_S = 20e-6
+PACING_LIMIT_BYTES = 8 << 20
+
+
+class Generator(Protocol):
+    """What a UDP workload asks of its generator."""
+
+    name: str
+
+    def trial(self, size: int, rate_mbit: float, seconds: float) -> Row:
+        """Offer `rate_mbit` of `size`-byte IP packets for `seconds`: a row with `size`,
+        `offered_mbps`, `sent_mbps` (what the sender managed), `sender_packets`,
+        `sent_packets`, `lost_packets`, `loss_pct`, `payload_bytes`, `seconds`, `mbps`
+        (inner IP packet bits delivered per second) and `generator`."""
+        ...
+
+    def mix(self, sizes: tuple[tuple[int, int], ...], rate_mbit: float, seconds: float) -> Row:
+        """A mix of (size, packets in each round) at `rate_mbit` in all."""
+        ...
+
+    def close(self) -> None: ...
+
+
+def _has(tb: Testbed, node: str, tool: str) -> bool:
+    """Whether `tool` is there for programs in `node` (a real host: asked over SSH)."""
+    if type(tb) is Testbed:  # the namespaces share this machine's programs
+        return shutil.which(tool) is not None
+    out = tb.run(node, ["sh", "-c", f"command -v {tool} || true"], timeout=15)
+    return bool(out.strip())
+
+
+def trafgen_refusal(tb: Testbed, flow: Flow) -> str | None:
+    """Why trafgen cannot drive `flow` on this testbed (None: it can)."""
+    if flow.source in tb.topo.ipsec_nodes:
+        return (f"trafgen writes frames below {flow.source}'s IP stack, where its own "
+                "(host-to-host) IPsec would not see them")  # fmt: skip
+    if not _has(tb, flow.source, "trafgen"):
+        return f"no trafgen on {flow.source} (Debian package netsniff-ng)"
+    if not _has(tb, flow.sink, "nft"):
+        return f"no nft on {flow.sink} to count the flow (Debian package nftables)"
+    return None
+
+
+def choose(tb: Testbed, flow: Flow, want: str) -> tuple[str, str]:
+    """The generator for `flow` (`want`: auto, trafgen or iperf3) and why: auto takes
+    trafgen where it can go, iperf3 elsewhere; trafgen asked for where it cannot go is
+    an error naming why."""
+    if want == "iperf3":
+        return "iperf3", "asked for"
+    why = trafgen_refusal(tb, flow)
+    if why is None:
+        return "trafgen", "asked for" if want == "trafgen" else "the fastest here"
+    if want == "trafgen":
+        raise LabError(f"generator trafgen: {why}")
+    return "iperf3", why
+
+
+def make(tb: Testbed, flow: Flow, want: str, flows: int = 1) -> Generator:
+    """The generator `choose` picks, ready (its servers or counters set up)."""
+    name, why = choose(tb, flow, want)
+    if name == "trafgen":
+        return Trafgen(tb, flow, flows, why)
+    from ipsec_lab.traffic.iperf import IperfGenerator
+
+    return IperfGenerator(tb, flow, why)
+
+
+# --- trafgen -------------------------------------------------------------------------------
+
+
+def _mac(text: str) -> str:
+    if not re.fullmatch(r"[0-9a-f]{2}(:[0-9a-f]{2}){5}", text):
+        raise LabError(f"not a MAC address: {text!r}")
+    return text
+
+
+def packets(sizes: tuple[tuple[int, int], ...], dmac: str, smac: str, saddr: str,
+            daddr: str, flows: int = 1) -> str:  # fmt: skip
+    """trafgen's packet configuration of a mix: (IP size, packets per round), one round's
+    packets interleaved — one of each size in turn while it has any left (7:4:1 goes
+    S M L S M S M S M S S S) — each an Ethernet frame with an IPv4 UDP packet of that size
+    from `saddr` to `daddr`, without DF (a gateway fragments what its tunnel cannot
+    carry whole, as the lab's UDP workloads ask) and with an IP ID that counts up (each
+    fragmented datagram its own); with several `flows` the source port steps through
+    SOURCE_PORT… packet by packet. trafgen computes the IP and UDP checksums of each."""
+    order: list[int] = []
+    left = dict(sizes)
+    while any(left.values()):
+        for s, _ in sizes:
+            if left[s]:
+                order.append(s)
+                left[s] -= 1
+    last = SOURCE_PORT + flows - 1
+    sport = str(SOURCE_PORT) if flows == 1 else f"dinc({SOURCE_PORT}, {last})"
+    lines = []
+    for size in order:
+        if size < MIN_IP_SIZE:
+            raise LabError(f"trafgen: a {size}-byte IPv4 UDP packet is shorter than its "
+                           f"headers ({MIN_IP_SIZE} B)")  # fmt: skip
+        lines.append(f"{{ eth(da={dmac}, sa={smac}), ipv4(saddr={saddr}, daddr={daddr}, "
+                     f"ttl=64, id=dinc(1, 65535)), udp(sp={sport}, dp={SINK_PORT}), "
+                     f"fill(0x41, {size - IPV4_UDP}) }}")  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+class Trafgen:
+    """trafgen on the flow's source, an nftables counter on its sink."""
+
+    name = "trafgen"
+
+    def __init__(self, tb: Testbed, flow: Flow, flows: int = 1, why: str = "") -> None:
+        self.tb, self.flow, self.flows, self.why = tb, flow, max(1, flows), why
+        self._configs: dict[tuple[tuple[int, int], ...], str] = {}
+        src = flow.source
+        # The way the kernel would send to the sink: the interface, the next hop.
+        route = json.loads(tb.run(src, ["ip", "-j", "route", "get", flow.sink_addr]))[0]
+        self.dev = str(route["dev"])
+        self.saddr = str(route.get("prefsrc") or "")
+        hop = str(route.get("gateway") or flow.sink_addr)
+        if not self.saddr:
+            raise LabError(f"{src} has no source address towards {flow.sink_addr}")
+        link = json.loads(tb.run(src, ["ip", "-j", "link", "show", "dev", self.dev]))[0]
+        if link.get("link_type") != "ether":
+            raise LabError(f"trafgen: {src}'s {self.dev} is not Ethernet ({link.get('link_type')})")
+        self.smac = _mac(str(link["address"]))
+        self.dmac = self._neighbour(hop)
+        self._counter_added = False
+        self._paced = False
+        self._add_counter()
+
+    def _neighbour(self, hop: str) -> str:
+        """The next hop's MAC, as the source's kernel resolves it (one ping fills the
+        neighbour table; the reply is not needed, the resolution is)."""
+        src = self.flow.source
+        for _ in range(3):
+            self.tb.run(src, ["ping", "-c", "1", "-W", "1", "-I", self.dev, hop],
+                        timeout=10, check=False)  # fmt: skip
+            out = json.loads(self.tb.run(src, ["ip", "-j", "neigh", "show", hop, "dev", self.dev]))
+            for n in out:
+                if n.get("lladdr") and "FAILED" not in n.get("state", []):
+                    return _mac(str(n["lladdr"]))
+            time.sleep(0.2)
+        raise LabError(f"{src} cannot resolve the next hop {hop}'s MAC on {self.dev}")
+
+    # --- the sink's counter ------------------------------------------------------------
+
+    def _match(self) -> str:
+        last = SOURCE_PORT + self.flows - 1
+        sport = str(SOURCE_PORT) if self.flows == 1 else f"{SOURCE_PORT}-{last}"
+        return (f"ip saddr {self.saddr} ip daddr {self.flow.sink_addr} "
+                f"udp sport {sport} udp dport {SINK_PORT}")  # fmt: skip
+
+    def _add_counter(self) -> None:
+        t, sink = NFT_TABLE, self.flow.sink
+        record = getattr(self.tb, "record", None)
+        if record:  # a real host: the ledger first
+            record(sink, f"nftables table inet {t}", f"nft delete table inet {t}")
+        self.tb.run(sink, [
+            "nft", f"add table inet {t}; add counter inet {t} received; "
+            f"add chain inet {t} input {{ type filter hook input priority -300; }}; "
+            f"add rule inet {t} input {self._match()} counter name received drop",
+        ])  # fmt: skip
+        self._counter_added = True
+
+    def received(self) -> tuple[int, int]:
+        """(packets, bytes) the sink's counter has seen so far (bytes: IP packets)."""
+        out = json.loads(self.tb.run(self.flow.sink, ["nft", "-j", "list", "counter", "inet",
+                                                      NFT_TABLE, "received"]))  # fmt: skip
+        for item in out.get("nftables", []):
+            c = item.get("counter")
+            if c:
+                return int(c["packets"]), int(c["bytes"])
+        raise LabError(f"{self.flow.sink}: the flow's nftables counter is gone")
+
+    def _settled(self) -> tuple[int, int]:
+        """The sink's count once the path has emptied (bounded wait)."""
+        last = self.received()
+        deadline = time.monotonic() + SETTLE_MAX_S
+        while time.monotonic() < deadline:
+            time.sleep(QUIET_S)
+            now = self.received()
+            if now == last:
+                return now
+            last = now
+        return last
+
+    # --- sending -------------------------------------------------------------------------
+
+    def config(self, sizes: tuple[tuple[int, int], ...]) -> str:
+        """The trafgen packet file of a mix (`packets`), pushed to the source once."""
+        if sizes not in self._configs:
+            text = packets(sizes, self.dmac, self.smac, self.saddr, self.flow.sink_addr,
+                           self.flows)  # fmt: skip
+            name = "-".join(f"{s}x{n}" for s, n in sizes)
+            self._configs[sizes] = self.tb.file_for(self.flow.source, f"trafgen/{name}.cfg",
+                                                    text.encode())  # fmt: skip
+        return self._configs[sizes]
+
+    # --- pacing: a token bucket on the source's test interface -------------------------------
+
+    def _pace(self, bytes_per_s: float, frame: int) -> None:
+        """tbf at `bytes_per_s` (frames: IP packet + 14) as the root qdisc of the
+        source's test interface: at first after checking the interface has the kernel's
+        default qdisc (never one the lab did not make), and on a real host with its undo
+        in the ledger."""
+        src, dev = self.flow.source, self.dev
+        if not self._paced:
+            kind = root_qdisc(self.tb, src, dev)
+            if kind not in STOCK_QDISCS:
+                raise LabError(f"{src}: {dev} has its own root qdisc ({kind}): trafgen's "
+                               "pacing needs the kernel's default there, which the lab can "
+                               "put back")  # fmt: skip
+            record = getattr(self.tb, "record", None)
+            if record:
+                record(src, f"trafgen's pacing qdisc on {dev}",
+                       f"tc qdisc del dev {dev} root")  # fmt: skip
+            self._paced = True
+        burst = max(2 * frame, round(bytes_per_s * PACING_BURST_S))
+        self.tb.run(src, ["tc", "qdisc", "replace", "dev", dev, "root", "tbf",
+                          "rate", f"{bytes_per_s * 8:.0f}bit", "burst", str(burst),
+                          "limit", str(PACING_LIMIT_BYTES)])  # fmt: skip
+
+    def _unpace(self) -> None:
+        if self._paced:
+            self._paced = False
+            self.tb.run(self.flow.source, ["tc", "qdisc", "del", "dev", self.dev, "root"],
+                        check=False)  # fmt: skip
+
+    def _bucket_drops(self) -> int:
+        out = self.tb.run(self.flow.source, ["tc", "-s", "-j", "qdisc", "show", "dev",
+                                             self.dev, "root"])  # fmt: skip
+        data = json.loads(out or "[]")
+        return int(data[0].get("drops", 0)) if data else 0
+
+    def send(self, sizes: tuple[tuple[int, int], ...], pps: int | None, count: int,
+             timeout: float) -> tuple[int, float]:  # fmt: skip
+        """Send `count` packets of the mix at `pps` (None: flat out, past the qdisc);
+        (packets that left the source, seconds trafgen took to hand them over)."""
+        argv = ["trafgen", "--dev", self.dev, "--conf", self.config(sizes), "--num", str(count),
+                "--cpus", "1", "--no-sock-mem", "--notouch-irq"]  # fmt: skip
+        drops = 0
+        if pps is not None:
+            mean = sum(s * n for s, n in sizes) / sum(n for _, n in sizes)
+            self._pace(pps * (mean + ETHERNET), max(s for s, _ in sizes) + ETHERNET)
+            # `--gap 0`: trafgen's packet-at-a-time path, whose send blocks while the
+            # socket's buffer is full (its TX_RING's flush fails with EAGAIN instead)
+            argv += ["--qdisc-path", "--gap", "0"]
+            drops = self._bucket_drops()
+        else:
+            self._unpace()
+        out = self.tb.run(self.flow.source, argv, timeout=timeout)
+        sent = re.search(r"(\d+) packets outgoing", out)
+        took = re.search(r"(\d+) sec, (\d+) usec on CPU", out)
+        if not sent or not took:
+            raise LabError(f"trafgen on {self.flow.source} gave no count: {out[-400:]}")
+        if pps is not None:
+            drops = self._bucket_drops() - drops
+        return int(sent.group(1)) - drops, int(took.group(1)) + int(took.group(2)) / 1e6
+
+    def _row(self, sizes: tuple[tuple[int, int], ...], rate_mbit: float,
+             seconds: float) -> Row:  # fmt: skip
+        mean = sum(s * n for s, n in sizes) / sum(n for _, n in sizes)
+        pps = max(1, round(rate_mbit * 1e6 / (8 * mean)))
+        count = max(1, round(pps * seconds))
+        p0, b0 = self.received()
+        sent, took = self.send(sizes, pps, count, timeout=seconds * 3 + 30)
+        p1, b1 = self._settled()
+        got, ip_bytes = p1 - p0, b1 - b0
+        # The bucket lets nothing out faster than the rate: the packets took at least
+        # count / pps to leave. trafgen's own time ends when it handed over its last
+        # packet, a socket buffer's worth before the bucket let it out; longer than
+        # count / pps, it could not keep the bucket busy (generator-bound).
+        took = max(took, count / pps)
+        sent_bytes = sent * mean  # a mix's rounds are whole but for its last one
+        lost = max(sent - got, 0)
+        return {
+            "offered_mbps": rate_mbit,
+            "sent_mbps": sent_bytes * 8 / took / 1e6,
+            "sender_packets": sent,
+            "sent_packets": sent,
+            "lost_packets": lost,
+            "loss_pct": 100.0 * lost / sent if sent else 100.0,
+            # a packet counted twice (duplicated on the way) is not payload twice
+            "extra_packets": max(got - sent, 0),
+            "payload_bytes": max(ip_bytes - got * IPV4_UDP, 0),
+            "seconds": took,
+            "mbps": ip_bytes * 8 / took / 1e6,  # received inner IP packet bits
+            "generator": self.name,
+        }
+
+    def trial(self, size: int, rate_mbit: float, seconds: float) -> Row:
+        return {"size": size, **self._row(((size, 1),), rate_mbit, seconds)}
+
+    def mix(self, sizes: tuple[tuple[int, int], ...], rate_mbit: float, seconds: float) -> Row:
+        return self._row(sizes, rate_mbit, seconds)
+
+    def flat_out(self, size: int, count: int) -> Row:
+        """`count` packets as fast as trafgen goes (its TX_RING, one core): what the
+        generator can do here, and what reached the sink."""
+        p0, _ = self.received()
+        sent, took = self.send(((size, 1),), None, count, timeout=count / 1e4 + 30)
+        p1, _ = self._settled()
+        took = max(took, 1e-6)
+        return {"size": size, "sender_packets": sent, "received_packets": p1 - p0,
+                "sent_pps": sent / took, "seconds": took,
+                "sent_mbps": sent * size * 8 / took / 1e6, "generator": self.name}  # fmt: skip
+
+    def close(self) -> None:
+        self._unpace()
+        if self._counter_added:
+            self._counter_added = False
+            self.tb.run(self.flow.sink, ["nft", "delete", "table", "inet", NFT_TABLE],
+                        check=False)  # fmt: skip
