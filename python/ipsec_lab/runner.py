@@ -33,7 +33,7 @@ from ipsec_lab.testbed.build import (
     require_root,
     require_tools,
 )
-from ipsec_lab.traffic import Meters, Row, apps, iperf, rfc2544
+from ipsec_lab.traffic import Meters, Row, apps, iperf, latency, rfc2544
 
 if TYPE_CHECKING:
     from ipsec_lab.hosts import Hosts
@@ -285,6 +285,9 @@ class Campaign:
             if w.kind in ("http", "smtp"):
                 fn = apps.http if w.kind == "http" else apps.smtp
                 rows = fn(tb, flow, w, timed, self.sc.seed + k.repetition)
+            elif w.kind == "latency":
+                rows = latency.latency(tb, flow, w, timed, self.sc.warmup_s,
+                                       pdr=self._pdr_lookup(k))  # fmt: skip
             else:
                 # UDP goes without DF (a per-namespace default, set only for UDP workloads):
                 # a datagram larger than a tunnel's inner MTU is then fragmented by the
@@ -306,6 +309,29 @@ class Campaign:
             self._store(p, "failed", started, reason=reason, version=version)
             return
         self._store(p, "done", started, version=version, rows=rows)
+
+    def _pdr_lookup(self, k: RunKey) -> latency.PdrLookup:
+        """The PDR this campaign measured for the run's backend, configuration, link and
+        flow at a packet size (the median over its rfc2544 runs), for a latency
+        workload's loads; None when it has none."""
+
+        def find(size: int) -> tuple[float, str] | None:
+            import statistics
+
+            found = [
+                float(x["pdr_mbps"])
+                for r in self.store.runs(self.id)
+                if r["status"] == "done"
+                and (r["backend"], r["configuration"], r["link"], r["flow"])
+                == (k.backend, k.configuration, k.link, k.flow)
+                for x in r["results"]
+                if x.get("search") and x.get("size") == size and x.get("pdr_mbps")
+            ]
+            if not found:
+                return None
+            return statistics.median(found), f"this campaign's rfc2544 ({len(found)} runs)"
+
+        return find
 
     def _store(
         self,

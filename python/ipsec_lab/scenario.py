@@ -40,7 +40,8 @@ from ipsec_lab.testbed import LINK_PRESETS, Link
 
 TOPOLOGIES = ("pair", "line", "clients")
 BACKENDS = backends.NAMES  # the registry's (ipsec_lab.backends.REGISTRY)
-WORKLOAD_KINDS = ("tcp", "udp", "rfc2544", "imix", "http", "smtp")
+WORKLOAD_KINDS = ("tcp", "udp", "rfc2544", "imix", "http", "smtp", "latency")
+LATENCY_BACKGROUNDS = ("udp", "tcp")
 GENERATORS = ("auto", "trafgen", "iperf3")  # traffic.generator's
 TCP_DATA = ("iperf", "text", "random")
 
@@ -87,6 +88,12 @@ class Workload:
     # iperf3), "trafgen" or "iperf3" (the scenario's `generator` unless the workload's)
     generator: str = "auto"
     flows: int = 1  # trafgen: UDP flows (source ports) the packets go round
+    # latency: the background at these % of the PDR (udp), or bulk TCP (tcp); the probes
+    # every `probe_interval_ms`, `probe_bytes` long (0: irtt's smallest, its header)
+    loads: tuple[float, ...] = (0.0, 10.0, 50.0, 90.0)
+    background: str = "udp"
+    probe_interval_ms: float = 1.0
+    probe_bytes: int = 0
 
     @property
     def name(self) -> str:
@@ -164,8 +171,13 @@ KIND_KEYS: dict[str, frozenset[str]] = {
     }),
     "http": frozenset({"files"}),
     "smtp": frozenset({"files"}),
+    "latency": frozenset({
+        "seconds", "size", "loads", "background", "probe_interval_ms", "probe_bytes",
+        "generator", "flows", "trial_s", "max_rate_mbit", "resolution_mbit", "max_trials",
+    }),
 }  # fmt: skip
-_A = {"tcp": "a", "udp": "a", "rfc2544": "an", "imix": "an", "http": "an", "smtp": "an"}
+_A = {"tcp": "a", "udp": "a", "rfc2544": "an", "imix": "an", "http": "an", "smtp": "an",
+      "latency": "a"}  # fmt: skip
 _WORKLOAD_KEYS = {"kind", "label"}.union(*KIND_KEYS.values())
 
 
@@ -279,6 +291,30 @@ def _generator(r: _Reader, t: dict[str, Any], key: str, default: str, topology: 
     return str(v)
 
 
+def _loads(
+    r: _Reader, t: dict[str, Any], key: str, default: tuple[float, ...]
+) -> tuple[float, ...]:
+    """Loads in % of the PDR: a non-empty list of numbers 0..100, each once."""
+    if "loads" not in t:
+        return default
+    v = t["loads"]
+    if not isinstance(v, list) or not v:
+        raise r.fail(key, "must be a non-empty list of loads in % of the PDR (e.g. [0, 50, 90])")
+    out = tuple(float(r.number({"loads": x}, "loads", key.rsplit(".", 1)[0] + ".", 0, 0, 100))
+                for x in v)  # fmt: skip
+    if len(set(out)) != len(out):
+        raise r.fail(key, f"lists a load twice: {v}")
+    return out
+
+
+def _one_of(r: _Reader, t: dict[str, Any], key: str, where: str, default: str,
+            known: tuple[str, ...]) -> str:  # fmt: skip
+    v = t.get(key, default)
+    if v not in known:
+        raise r.fail(f"{where}{key}", f"must be one of {', '.join(known)}, not {v!r}")
+    return str(v)
+
+
 def _workload(r: _Reader, t: Any, where: str, generator: str = "auto",
               topology: str = "line") -> Workload:  # fmt: skip
     if not isinstance(t, dict):
@@ -337,6 +373,10 @@ def _workload(r: _Reader, t: Any, where: str, generator: str = "auto",
         data=data,
         generator=_generator(r, t, f"{where}generator", generator, topology),
         flows=n(t, "flows", where, d.flows, 1, 1024, integer=True),
+        loads=_loads(r, t, f"{where}loads", d.loads),
+        background=_one_of(r, t, "background", where, d.background, LATENCY_BACKGROUNDS),
+        probe_interval_ms=n(t, "probe_interval_ms", where, d.probe_interval_ms, 0.1, 10_000),
+        probe_bytes=n(t, "probe_bytes", where, d.probe_bytes, 0, 1472, integer=True),
     )
     if w.data != "iperf" and (w.streams != 1 or w.bytes is not None):
         raise r.fail(f"{where}data", f"a {w.data} transfer is one stream sent for `seconds`")

@@ -174,7 +174,7 @@ def forwarding_rate_at_overload(
     return mid, spread, len(over)
 
 
-def _trial(gen: Generator, size: int, rate: float, seconds: float) -> Row:
+def loss_trial(gen: Generator, size: int, rate: float, seconds: float) -> Row:
     """One trial; an iperf3 whose control connection broke (it shares the overloaded
     path with the flood) is tried once more, then counted as a failed trial. iperf3's
     loss is counted against what its sender sent (`with_unarrived`); trafgen's is so
@@ -353,7 +353,7 @@ def rfc2544(tb: Testbed, flow: Flow, w: Workload, metered: Metered, warmup_s: fl
 
         def run(size: int) -> Row:
             r = searched[size] = search(
-                lambda rate: _trial(gen, size, rate, w.trial_s),
+                lambda rate: loss_trial(gen, size, rate, w.trial_s),
                 w.max_rate_for(size),
                 w.resolution_for(size),
                 w.loss_tolerance_pct,
@@ -373,7 +373,7 @@ def rfc2544(tb: Testbed, flow: Flow, w: Workload, metered: Metered, warmup_s: fl
             if not w.overload_trials or not tops:
                 return {}
             return overload_rounds(
-                lambda size, rate: _trial(gen, size, rate, w.trial_s),
+                lambda size, rate: loss_trial(gen, size, rate, w.trial_s),
                 tops, {s: w.max_rate_for(s) for s in tops}, w.overload_trials,
                 w.loss_tolerance_pct, clock,
             )  # fmt: skip
