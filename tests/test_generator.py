@@ -65,3 +65,18 @@ def test_one_size_one_flow(tmp_path: Path) -> None:
 def test_a_packet_shorter_than_its_headers_is_refused() -> None:
     with pytest.raises(LabError, match="shorter than its headers"):
         packets(((27, 1),), DMAC, SMAC, "10.1.0.2", "10.2.0.2")
+
+
+def test_the_sink_counts_packets_a_gateway_coalesced_into_one_buffer() -> None:
+    """ours writes a flow's datagrams into its TUN device as one UDP GSO buffer (one IP
+    and UDP header for them all): the sink's counter sees one buffer. 10 packets of 64 B
+    as 3 buffers of 4 + 4 + 2 carry 3 headers and 10 payloads of 36 bytes."""
+    from ipsec_lab.traffic.generator import delivered
+
+    buffers, ip_bytes = 3, 3 * 28 + 10 * 36
+    assert delivered(buffers, ip_bytes, ((64, 1),)) == (10, 10 * 64)
+    # nothing coalesced: one buffer a packet, exact for a mix too
+    mix = ((40, 7), (576, 4), (1500, 1))
+    assert delivered(12, 7 * 40 + 4 * 576 + 1500, mix) == (12, 7 * 40 + 4 * 576 + 1500)
+    # packets without payload cannot be coalesced: a buffer is a packet
+    assert delivered(5, 5 * 28, ((28, 1),)) == (5, 140)

@@ -140,6 +140,27 @@ METRICS: tuple[Metric, ...] = (
            "CPUs' worth other processes used just before the run (a busy machine)",
            number=lambda v: num(v, ".2f")),
     Metric("busy", "", "whether that was more than the busy threshold (0.25 CPUs)"),
+    # latency under load and soak (irtt probes; µs)
+    Metric("load_pct", "%", "latency: the background load, in % of the PDR"),
+    *(Metric(f"rtt_{p}_us", "µs", f"probe round-trip time, {what} (latency, soak)",
+             summary={"median": f"rtt_{p}_us_median"}, vs_none=f"rtt_{p}_us_vs_none")
+      for p, what in (("p50", "median"), ("p99", "99th percentile"),
+                      ("p99_9", "99.9th percentile"))),
+    Metric("rtt_max_us", "µs", "probe round-trip time, the largest",
+           summary={"median": "rtt_max_us_median"}),
+    Metric("one_way_up_p50_us", "µs", "one-way delay source → sink, median (one clock only)",
+           summary={"median": "one_way_up_p50_us_median"}),
+    Metric("one_way_down_p50_us", "µs", "one-way delay sink → source, median (one clock only)",
+           summary={"median": "one_way_down_p50_us_median"}),
+    Metric("jitter_us", "µs", "mean change of RTT between successive probes",
+           summary={"median": "jitter_us_median"}),
+    Metric("probe_loss_pct", "%", "probes that got no answer",
+           summary={"median": "probe_loss_pct_median"}),
+    Metric("held", "", "soak: loss within the tolerance in every interval"),
+    Metric("first_failed_interval", "", "soak: the first interval whose loss was beyond it"),
+    Metric("rss_growth_bytes_per_hour", "B/h",
+           "soak: the IPsec processes' resident memory growth (least squares over intervals)",
+           summary={"median": "rss_growth_bytes_per_hour_median"}),
 )  # fmt: skip
 
 BY_KEY: dict[str, Metric] = {m.key: m for m in METRICS}
@@ -147,7 +168,7 @@ BY_KEY: dict[str, Metric] = {m.key: m for m in METRICS}
 # The identity of a result in `results --csv`, then each metric's field.
 CSV_IDENTITY = (
     "campaign_id", "run_id", "backend", "backend_version", "configuration", "link",
-    "workload", "flow", "repetition", "status", "reason", "label",
+    "workload", "flow", "repetition", "status", "reason", "label", "generator",
 )  # fmt: skip
 CSV_FIELDS: tuple[str, ...] = CSV_IDENTITY + tuple(m.key for m in METRICS if m.csv)
 
@@ -190,6 +211,14 @@ def _main(r: Row) -> str:
     return BY_KEY["mbps"].show(r["mbps_median"])
 
 
+def _rtt(r: Row) -> str:
+    """A latency or soak row's probes: RTT median / 99th percentile."""
+    p50, p99 = r.get("rtt_p50_us_median"), r.get("rtt_p99_us_median")
+    if p50 is None:
+        return "—"
+    return f"{num(p50)} / {num(p99)}"
+
+
 def _range(r: Row) -> str:
     span = f"{rate(r['mbps_min'])}-{rate(r['mbps_max'])}"
     return span + " Mbit/s" if r.get("transfer") else span
@@ -212,11 +241,13 @@ COLUMNS: tuple[Column, ...] = (
     Column("IPsec µs/kB", lambda r: num(r["ipsec_effort_median"])),
     Column("wire %", lambda r: pct(r.get("wire_pct_of_payload"))),
     Column("retrans", lambda r: num(r.get("retransmits_median"), ".0f")),
+    Column("RTT µs p50/p99", _rtt),
 )
 SUMMARY_CAPTION = (
     "rate: Mbit/s of payload, or transfer time for HTTP/SMTP; CV: over repetitions; "
     "x none: ratio to no IPsec; effort: machine-wide CPU µs per kB of payload; IPsec "
-    "µs/kB: the IPsec processes' alone; wire %: wire bytes (both ways) per payload byte"
+    "µs/kB: the IPsec processes' alone; wire %: wire bytes (both ways) per payload byte; "
+    "RTT: latency probes, median / 99th percentile"
 )
 
 

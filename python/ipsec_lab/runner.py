@@ -33,7 +33,7 @@ from ipsec_lab.testbed.build import (
     require_root,
     require_tools,
 )
-from ipsec_lab.traffic import Meters, Row, apps, iperf, latency, rfc2544
+from ipsec_lab.traffic import Meters, Row, apps, iperf, latency, rfc2544, soak
 
 if TYPE_CHECKING:
     from ipsec_lab.hosts import Hosts
@@ -117,6 +117,8 @@ class Campaign:
         # the CLI prints it after the summary.
         self.warnings: list[str] = []
         self.progress = Progress(total=len(self.plan), done=len(self.finished))
+        # `run --quick`: soak workloads run this many minutes instead of their own
+        self.soak_minutes: float | None = None
 
     def _stop_soaker(self) -> None:
         if self.soaker:
@@ -279,7 +281,7 @@ class Campaign:
             row["busy"] = busy > meters.BUSY_CPUS
             return row
 
-        timed = Meters(metered, backend.plane_clock)
+        timed = Meters(metered, backend.plane_clock, self._procs(tb, backend))
         w = p.workload
         try:
             if w.kind in ("http", "smtp"):
@@ -287,7 +289,11 @@ class Campaign:
                 rows = fn(tb, flow, w, timed, self.sc.seed + k.repetition)
             elif w.kind == "latency":
                 rows = latency.latency(tb, flow, w, timed, self.sc.warmup_s,
-                                       pdr=self._pdr_lookup(k))  # fmt: skip
+                                       pdr=self._searched(k, "pdr_mbps"))  # fmt: skip
+            elif w.kind == "soak":
+                rows = soak.soak(tb, flow, w, timed, self.sc.warmup_s,
+                                 ndr=self._searched(k, "ndr_mbps"),
+                                 minutes=self.soak_minutes)  # fmt: skip
             else:
                 # UDP goes without DF (a per-namespace default, set only for UDP workloads):
                 # a datagram larger than a tunnel's inner MTU is then fragmented by the
@@ -310,22 +316,43 @@ class Campaign:
             return
         self._store(p, "done", started, version=version, rows=rows)
 
-    def _pdr_lookup(self, k: RunKey) -> latency.PdrLookup:
-        """The PDR this campaign measured for the run's backend, configuration, link and
-        flow at a packet size (the median over its rfc2544 runs), for a latency
-        workload's loads; None when it has none."""
+    def _procs(self, tb: Testbed, backend: backends.Backend) -> soak.Procs:
+        """The IPsec processes' (CPU s, resident bytes) so far, summed over the nodes —
+        on real hosts read there — or None when the backend runs none."""
+
+        def read() -> tuple[float, int] | None:
+            if self.hosts is not None:
+                on = getattr(backend, "host_pids", None)
+                if on is None:
+                    return None
+                got = tb.host_procs(on())  # type: ignore[attr-defined]
+                if not got:
+                    return None
+                return sum(c for c, _ in got.values()), sum(r for _, r in got.values())
+            pids = backend.pids()
+            if not pids:
+                return None
+            return meters.process_cpu_s(pids), meters.rss_bytes(pids)
+
+        return read
+
+    def _searched(self, k: RunKey, field: str) -> latency.PdrLookup:
+        """What this campaign's RFC 2544 searches found (`field`: pdr_mbps or ndr_mbps)
+        for the run's backend, configuration, link and flow at a packet size (the median
+        over its rfc2544 runs), for a latency workload's loads or a soak's rate; None
+        when it has none."""
 
         def find(size: int) -> tuple[float, str] | None:
             import statistics
 
             found = [
-                float(x["pdr_mbps"])
+                float(x[field])
                 for r in self.store.runs(self.id)
                 if r["status"] == "done"
                 and (r["backend"], r["configuration"], r["link"], r["flow"])
                 == (k.backend, k.configuration, k.link, k.flow)
                 for x in r["results"]
-                if x.get("search") and x.get("size") == size and x.get("pdr_mbps")
+                if x.get("search") and x.get("size") == size and x.get(field)
             ]
             if not found:
                 return None
@@ -426,6 +453,21 @@ def summarize(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         row["busy_runs"] = len(busy)
         if busy:
             notes.insert(0, meters.busy_note(max(busy), len(busy), len(xs)))
+        gens = sorted({str(x["generator"]) for x in xs if x.get("generator")})
+        if any(x.get("generator_bound") for x in xs):
+            sent = max(float(x["mbps"]) for x in xs if x.get("generator_bound"))
+            notes.insert(0, f"generator-bound: {'/'.join(gens)} sent at most "
+                         f"{metrics.BY_KEY['mbps'].show(sent)} and the path lost none of it; "
+                         "the path's own rate is above")  # fmt: skip
+        if "held" in xs[0]:
+            held = sum(1 for x in xs if x.get("held"))
+            growth = row.get("rss_growth_bytes_per_hour_median")
+            g = "" if growth is None else f", RSS {growth / 2**20:+.2f} MiB/h"
+            late = [x.get("first_failed_interval") for x in xs if not x.get("held")]
+            at = f" (first loss beyond it in interval {late[0]})" if late else ""
+            notes.insert(0, f"soak held the loss tolerance in {held} of {len(xs)}{at}{g}")
+        if gens:
+            notes.append(f"generator {'/'.join(gens)}")
         if row["pdr_mbps_median"] is not None:
             ndr, pdr = metrics.BY_KEY["mbps"], metrics.BY_KEY["pdr_mbps"]
             notes.insert(0, f"NDR {ndr.show(row['mbps_median'])}, PDR (<= 0.5 % loss) "

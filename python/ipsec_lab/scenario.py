@@ -40,7 +40,7 @@ from ipsec_lab.testbed import LINK_PRESETS, Link
 
 TOPOLOGIES = ("pair", "line", "clients")
 BACKENDS = backends.NAMES  # the registry's (ipsec_lab.backends.REGISTRY)
-WORKLOAD_KINDS = ("tcp", "udp", "rfc2544", "imix", "http", "smtp", "latency")
+WORKLOAD_KINDS = ("tcp", "udp", "rfc2544", "imix", "http", "smtp", "latency", "soak")
 LATENCY_BACKGROUNDS = ("udp", "tcp")
 GENERATORS = ("auto", "trafgen", "iperf3")  # traffic.generator's
 TCP_DATA = ("iperf", "text", "random")
@@ -94,6 +94,11 @@ class Workload:
     background: str = "udp"
     probe_interval_ms: float = 1.0
     probe_bytes: int = 0
+    # soak: `minutes` at `load_pct` of the NDR (None: at `rate_mbit`), read every
+    # `interval_s`; loss judged against `loss_tolerance_pct` in every interval
+    minutes: float = 30.0
+    load_pct: float | None = 50.0
+    interval_s: float = 10.0
 
     @property
     def name(self) -> str:
@@ -175,9 +180,14 @@ KIND_KEYS: dict[str, frozenset[str]] = {
         "seconds", "size", "loads", "background", "probe_interval_ms", "probe_bytes",
         "generator", "flows", "trial_s", "max_rate_mbit", "resolution_mbit", "max_trials",
     }),
+    "soak": frozenset({
+        "minutes", "load_pct", "rate_mbit", "interval_s", "size", "loss_tolerance_pct",
+        "probe_interval_ms", "probe_bytes", "generator", "flows", "trial_s", "max_rate_mbit",
+        "resolution_mbit", "max_trials",
+    }),
 }  # fmt: skip
 _A = {"tcp": "a", "udp": "a", "rfc2544": "an", "imix": "an", "http": "an", "smtp": "an",
-      "latency": "a"}  # fmt: skip
+      "latency": "a", "soak": "a"}  # fmt: skip
 _WORKLOAD_KEYS = {"kind", "label"}.union(*KIND_KEYS.values())
 
 
@@ -375,9 +385,25 @@ def _workload(r: _Reader, t: Any, where: str, generator: str = "auto",
         flows=n(t, "flows", where, d.flows, 1, 1024, integer=True),
         loads=_loads(r, t, f"{where}loads", d.loads),
         background=_one_of(r, t, "background", where, d.background, LATENCY_BACKGROUNDS),
-        probe_interval_ms=n(t, "probe_interval_ms", where, d.probe_interval_ms, 0.1, 10_000),
+        # a soak's probes every 10 ms unless given (its intervals run for minutes)
+        probe_interval_ms=n(
+            t,
+            "probe_interval_ms",
+            where,
+            10.0 if kind == "soak" else d.probe_interval_ms,
+            0.1,
+            10_000,
+        ),
+        minutes=n(t, "minutes", where, d.minutes, 0.05, 10_080),
+        load_pct=None if "rate_mbit" in t else n(t, "load_pct", where, d.load_pct, 0.1, 100),
+        interval_s=n(t, "interval_s", where, d.interval_s, 1, 3600),
         probe_bytes=n(t, "probe_bytes", where, d.probe_bytes, 0, 1472, integer=True),
     )
+    if kind == "soak" and "rate_mbit" in t and "load_pct" in t:
+        raise r.fail(f"{where}load_pct", "give `load_pct` (of the NDR) or `rate_mbit`, not both")
+    if kind == "soak" and w.interval_s > w.minutes * 60:
+        raise r.fail(f"{where}interval_s", f"{w.interval_s:g} s is longer than the soak "
+                     f"({w.minutes:g} min)")  # fmt: skip
     if w.data != "iperf" and (w.streams != 1 or w.bytes is not None):
         raise r.fail(f"{where}data", f"a {w.data} transfer is one stream sent for `seconds`")
     if kind == "rfc2544" and w.resolution_mbit >= w.max_rate_mbit:

@@ -29,6 +29,9 @@ class Meters:
 
     meter: Metered
     plane_clock: Callable[[], dict[str, tuple[int, int]]] | None
+    # the IPsec processes' (CPU s, resident bytes) so far, summed over the nodes (None:
+    # none the lab can read) — for a workload that records them as it goes (soak)
+    procs: Callable[[], tuple[float, int] | None] | None = None
 
     def __call__(self, label: str, fn: Callable[[], Row]) -> Row:
         return self.meter(label, fn)

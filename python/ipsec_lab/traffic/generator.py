@@ -164,6 +164,25 @@ def packets(sizes: tuple[tuple[int, int], ...], dmac: str, smac: str, saddr: str
     return "\n".join(lines) + "\n"
 
 
+def delivered(buffers: int, ip_bytes: int, sizes: tuple[tuple[int, int], ...]) -> tuple[int, int]:
+    """(packets, IP packet bytes) that reached the sink, from its counter's (buffers,
+    bytes). A gateway that coalesces the datagrams of a flow before the sink (ours
+    writes them into its TUN device as one UDP GSO buffer: RFC 768 datagrams with one
+    IP and UDP header for them all, segmented again on delivery) hands the sink's input
+    hook one buffer for several packets, with one set of headers: the counter's bytes
+    less one header per buffer are exactly the UDP payload that arrived. One size: that
+    payload / the size's payload is the packets. A mix: the packets are estimated at the
+    mix's mean payload (exact where nothing was coalesced: one buffer, one packet)."""
+    payload = ip_bytes - IPV4_UDP * buffers
+    n = sum(c for _, c in sizes)
+    mean = sum((s - IPV4_UDP) * c for s, c in sizes) / n
+    if mean <= 0:  # no payload: nothing to coalesce
+        return buffers, ip_bytes
+    packets = round(payload / mean) if len(sizes) > 1 else payload // round(mean)
+    packets = max(packets, buffers)
+    return packets, payload + IPV4_UDP * packets
+
+
 class Trafgen:
     """trafgen on the flow's source, an nftables counter on its sink."""
 
@@ -224,7 +243,7 @@ class Trafgen:
         self._counter_added = True
 
     def received(self) -> tuple[int, int]:
-        """(packets, bytes) the sink's counter has seen so far (bytes: IP packets)."""
+        """(buffers, bytes) the sink's counter has seen so far: see `delivered`."""
         out = json.loads(self.tb.run(self.flow.sink, ["nft", "-j", "list", "counter", "inet",
                                                       NFT_TABLE, "received"]))  # fmt: skip
         for item in out.get("nftables", []):
@@ -287,6 +306,16 @@ class Trafgen:
             self.tb.run(self.flow.source, ["tc", "qdisc", "del", "dev", self.dev, "root"],
                         check=False)  # fmt: skip
 
+    def sent(self) -> int:
+        """Packets the pacing bucket has let out so far (a paced stream's own count of
+        what left the source)."""
+        out = self.tb.run(self.flow.source, ["tc", "-s", "-j", "qdisc", "show", "dev",
+                                             self.dev, "root"])  # fmt: skip
+        data = json.loads(out or "[]")
+        if not data or data[0].get("kind") != "tbf":
+            raise LabError(f"{self.flow.source}: {self.dev} is not paced (no tbf of the lab's)")
+        return int(data[0].get("packets", 0))
+
     def _bucket_drops(self) -> int:
         out = self.tb.run(self.flow.source, ["tc", "-s", "-j", "qdisc", "show", "dev",
                                              self.dev, "root"])  # fmt: skip
@@ -326,7 +355,7 @@ class Trafgen:
         p0, b0 = self.received()
         sent, took = self.send(sizes, pps, count, timeout=seconds * 3 + 30)
         p1, b1 = self._settled()
-        got, ip_bytes = p1 - p0, b1 - b0
+        got, ip_bytes = delivered(p1 - p0, b1 - b0, sizes)
         # The bucket lets nothing out faster than the rate: the packets took at least
         # count / pps to leave. trafgen's own time ends when it handed over its last
         # packet, a socket buffer's worth before the bucket let it out; longer than
@@ -358,11 +387,12 @@ class Trafgen:
     def flat_out(self, size: int, count: int) -> Row:
         """`count` packets as fast as trafgen goes (its TX_RING, one core): what the
         generator can do here, and what reached the sink."""
-        p0, _ = self.received()
+        p0, b0 = self.received()
         sent, took = self.send(((size, 1),), None, count, timeout=count / 1e4 + 30)
-        p1, _ = self._settled()
+        p1, b1 = self._settled()
         took = max(took, 1e-6)
-        return {"size": size, "sender_packets": sent, "received_packets": p1 - p0,
+        got, _ = delivered(p1 - p0, b1 - b0, ((size, 1),))
+        return {"size": size, "sender_packets": sent, "received_packets": got,
                 "sent_pps": sent / took, "seconds": took,
                 "sent_mbps": sent * size * 8 / took / 1e6, "generator": self.name}  # fmt: skip
 

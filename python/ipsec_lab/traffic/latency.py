@@ -221,8 +221,8 @@ def _pdr(gen: Generator, w: Workload, lookup: PdrLookup | None) -> tuple[float, 
     return r.rate_mbps, how
 
 
-def _same_clock(tb: Testbed, flow: Flow) -> bool:
-    """Whether the flow's two ends read one clock (the namespaces of one machine)."""
+def same_clock(tb: Testbed) -> bool:
+    """Whether a flow's two ends read one clock (the namespaces of one machine)."""
     return type(tb) is Testbed
 
 
@@ -230,7 +230,7 @@ def latency(tb: Testbed, flow: Flow, w: Workload, metered: Metered, warmup_s: fl
             pdr: PdrLookup | None = None) -> list[Row]:  # fmt: skip
     """One row per load (udp background) or one row (tcp background)."""
     probe = Probe(tb, flow)
-    same = _same_clock(tb, flow)
+    same = same_clock(tb)
     try:
         if w.background == "tcp":
             return [metered(f"{w.name}-tcp", lambda: _under_tcp(tb, flow, w, probe, same))]
