@@ -54,7 +54,7 @@ QUIET_S = 0.1
 SETTLE_MAX_S = 2.0
 # A trial's sender fell short of the rate asked when it sent less than this share of it
 # in the time asked (it could not go faster): the search then reports it generator-bound.
-SHORT_OF_RATE = 0.9
+SHORT_OF_RATE = 0.95
 MIN_IP_SIZE = IPV4_UDP  # an IPv4 UDP packet with no payload
 ETHERNET = 14  # the frame header trafgen writes before each IP packet (no FCS)
 # The pacing bucket: bursts of at most this much time's traffic (tbf's timer then fires at
@@ -203,6 +203,7 @@ class Trafgen:
         if link.get("link_type") != "ether":
             raise LabError(f"trafgen: {src}'s {self.dev} is not Ethernet ({link.get('link_type')})")
         self.smac = _mac(str(link["address"]))
+        self.mtu = int(link.get("mtu", 1500))
         self.dmac = self._neighbour(hop)
         self._counter_added = False
         self._paced = False
@@ -295,7 +296,8 @@ class Trafgen:
                 record(src, f"trafgen's pacing qdisc on {dev}",
                        f"tc qdisc del dev {dev} root")  # fmt: skip
             self._paced = True
-        burst = max(2 * frame, round(bytes_per_s * PACING_BURST_S))
+        # a bucket below the device's MTU is refused by the kernel's complaint in its log
+        burst = max(self.mtu + ETHERNET, 2 * frame, round(bytes_per_s * PACING_BURST_S))
         self.tb.run(src, ["tc", "qdisc", "replace", "dev", dev, "root", "tbf",
                           "rate", f"{bytes_per_s * 8:.0f}bit", "burst", str(burst),
                           "limit", str(PACING_LIMIT_BYTES)])  # fmt: skip

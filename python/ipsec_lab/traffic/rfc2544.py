@@ -27,8 +27,9 @@ class SearchResult:
     trials: list[Row] = field(default_factory=list)
     converged: bool = False  # the pass/fail bracket narrowed to the resolution
     reason: str = ""
-    # a trial passed at what the generator managed, short of the rate asked: the rate
-    # found is the generator's ceiling, the path's is above it
+    # the search ended below a trial the generator could not offer (it passed at what
+    # the generator managed): the rate found is the generator's ceiling, the path's is
+    # at least that
     generator_bound: bool = False
 
 
@@ -45,7 +46,10 @@ def search(
     once). Stops when the bracket [passed, failed] is narrower than `resolution` or after
     `max_trials`; every trial is kept, in order, with its verdict. A trial that passed
     while its generator sent less than `short_of_rate` of the rate asked (`sent_mbps`)
-    ends the search there, generator-bound: the rate found is what the generator sent.
+    says the path carries what was sent, and nothing of the rate asked: the bracket
+    becomes [sent, asked] and the search looks just above what was sent. Ending on such
+    a top, the search is generator-bound: the rate found is the generator's ceiling here
+    (on one machine, often because the gateways took the CPU it needed).
 
     A failed trial that reports the rate it delivered (`mbps`) also gives a hint: a
     device forwards about its capacity while overloaded, so the search bisects below
@@ -61,28 +65,35 @@ def search(
         row = dict(trial(rate))
         row["passed"] = bool(row["loss_pct"] <= tolerance_pct)
         res.trials.append(row)
-        if row["passed"]:
+        sent = None if row.get("sent_mbps") is None else float(row["sent_mbps"])
+        short = row["passed"] and sent is not None and sent < short_of_rate * rate
+        if short and sent is not None:
+            # the generator could not offer `rate`: the path carried all it sent, and
+            # above that this trial says nothing — nor would any trial the generator
+            # falls as short of: the bracket's top is what it could be asked for
+            lo, hi = max(lo, sent), min(rate, sent / short_of_rate)
+            res.rate_mbps = max(res.rate_mbps, sent)
+            res.generator_bound = True  # the bracket's top: the generator's, not a loss
+        elif row["passed"]:
             lo = rate
-            res.rate_mbps = rate
-            sent = row.get("sent_mbps")
-            if sent is not None and float(sent) < short_of_rate * rate:
-                # the generator could not offer `rate`: nothing above what it sent can be
-                # tried, and the path lost nothing of that
-                res.rate_mbps = float(sent)
-                res.converged, res.generator_bound = True, True
-                res.reason = (f"generator-bound: asked {rate:g}, it sent {float(sent):.4g} "
-                              "Mbit/s and the path lost nothing")  # fmt: skip
-                return res
+            # the loss-free rate is what was offered and carried: never above what the
+            # generator sent (within `short_of_rate` of the rate asked)
+            res.rate_mbps = max(res.rate_mbps, min(rate, sent) if sent else rate)
             if rate >= max_rate:
                 res.converged, res.reason = True, "passed at the highest rate asked for"
                 return res
         else:
             hi = rate
+            res.generator_bound = False  # the bracket's top: a loss
             delivered = row.get("mbps")
             if delivered is not None:
                 hint = min(hint, 1.5 * float(delivered))
         if hi - lo <= resolution:
-            res.converged, res.reason = True, f"bracket {lo:g}..{hi:g} within {resolution:g}"
+            res.converged = True
+            res.reason = f"bracket {lo:g}..{hi:g} within {resolution:g}"
+            if res.generator_bound:
+                res.reason = (f"generator-bound: it sent at most {res.rate_mbps:.4g} Mbit/s "
+                              f"(asked for {hi:.4g}), and the path lost nothing of it")  # fmt: skip
             return res
         top = hint if lo < hint < hi else hi
         rate = top if top - lo <= resolution else (lo + top) / 2
