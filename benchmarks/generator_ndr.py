@@ -16,25 +16,31 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
+import time
 from typing import Any
 
 from bench_common import emit, tunnel
 
-from ipsec_lab import backends
+from ipsec_lab import backends, meters
 from ipsec_lab.scenario import Workload
 from ipsec_lab.traffic import rfc2544
 from ipsec_lab.traffic.generator import Trafgen
 
 
-def _ndr(tb: Any, generator: str, args: argparse.Namespace) -> dict[str, Any]:
+def _ndr(tb: Any, backend: Any, generator: str, args: argparse.Namespace) -> dict[str, Any]:
+    """One search; with it the CPUs' worth the IPsec processes used while it ran (near
+    one per busy worker thread: the gateway, not the generator, at its limit)."""
+    pids = backend.pids()
+    c0, t0 = meters.process_cpu_s(pids), time.monotonic()
     w = Workload("rfc2544", size=args.size, trial_s=args.trial_s,
                  max_rate_mbit=args.max_rate, resolution_mbit=args.resolution,
                  max_trials=args.max_trials, generator=generator)  # fmt: skip
     (row,) = rfc2544.rfc2544(tb, tb.topo.flows[0], w, lambda _, f: f(), 0)
+    cpus = (meters.process_cpu_s(pids) - c0) / (time.monotonic() - t0) if pids else None
     top = max((t for t in row["trials"] if t["passed"]), key=lambda t: t["offered_mbps"],
               default=None)  # fmt: skip
     return {"ndr_mbps": row["mbps"], "generator_bound": row.get("generator_bound"),
-            "search": row["search"], "trials": len(row["trials"]),
+            "search": row["search"], "trials": len(row["trials"]), "ipsec_cpus": cpus,
             "sent_mbps_at_ndr": top.get("sent_mbps") if top else None}  # fmt: skip
 
 
@@ -62,10 +68,11 @@ def main() -> int:
         print(f"{name}…", file=sys.stderr)
         runs: dict[str, list[dict[str, Any]]] = {"iperf3": [], "trafgen": []}
         flat: list[dict[str, Any]] = []
-        with tunnel(backends.make(name), args.configuration, "gen-ndr-") as tb:
+        backend = backends.make(name)
+        with tunnel(backend, args.configuration, "gen-ndr-") as tb:
             for _ in range(args.repetitions):
                 for gen in ("iperf3", "trafgen"):
-                    runs[gen].append(_ndr(tb, gen, args))
+                    runs[gen].append(_ndr(tb, backend, gen, args))
             if name == "none":  # what trafgen can send here, into a sink that counts
                 tg = Trafgen(tb, tb.topo.flows[0])
                 try:

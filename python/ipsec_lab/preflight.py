@@ -141,6 +141,11 @@ def run_seconds(w: Workload, link: Link, warmup_s: float) -> float:
             steps = math.ceil(math.log2(max(w.max_rate_for(size) / w.resolution_for(size), 2)))
             per += w.trial_s * (min(w.max_trials, steps + 1) + w.overload_trials)
         traffic = per
+    elif w.kind == "latency":  # each load's probes (+ lead and wait), a search maybe
+        per = w.seconds + 2.5
+        traffic = per * (1 if w.background == "tcp" else len(w.loads))
+    elif w.kind == "soak":
+        traffic = w.minutes * 60 + 5
     else:  # http, smtp: every file once, and a warm-up fetch
         traffic = sum(n * 8 / rate / 1e6 + 0.5 for n in w.files) + 0.5
     return traffic + warmup_s + RUN_OVERHEAD_S
@@ -184,6 +189,33 @@ def plan(sc: Scenario) -> list[Planned]:
                         for rep in range(1, sc.repetitions + 1):
                             key = RunKey(b, cfg, link.name, w.name, flow.name, rep)
                             out.append(Planned(key, link, w, flow))
+    return out
+
+
+UDP_KINDS = ("udp", "imix", "rfc2544", "latency", "soak")
+
+
+def generators(sc: Scenario, hosts: Hosts | None = None) -> dict[str, str]:
+    """Per workload that sends UDP, the generator it will run with here and why."""
+    import shutil
+
+    out: dict[str, str] = {}
+    for w in sc.workloads:
+        if w.kind not in UDP_KINDS or (w.kind == "latency" and w.background == "tcp"):
+            continue
+        if w.generator == "iperf3":
+            out[w.name] = "iperf3 (asked for)"
+        elif sc.topology != "line":
+            out[w.name] = ("iperf3 (trafgen cannot drive the sources' own host-to-host "
+                           "IPsec)")  # fmt: skip
+        elif hosts is not None:
+            both = "trafgen where the client host has it (netsniff-ng) and the server nft"
+            out[w.name] = both + ", else iperf3" if w.generator == "auto" else "trafgen"
+        elif shutil.which("trafgen") and shutil.which("nft"):
+            out[w.name] = "trafgen" + (" (the fastest here)" if w.generator == "auto" else "")
+        else:
+            out[w.name] = ("iperf3 (no trafgen here: Debian netsniff-ng)" if w.generator
+                           == "auto" else "trafgen: missing here (Debian netsniff-ng)")  # fmt: skip
     return out
 
 
@@ -236,6 +268,7 @@ def forecast(sc: Scenario, hosts: Hosts | None = None) -> dict[str, Any]:
         "skipped": sum(g.runs for g in rows if g.status == "skip"),
         "unknown": sum(g.runs for g in rows if g.status == "unknown"),
         "estimated_s": round(seconds),
+        "generators": generators(sc, hosts),
         "warnings": warnings,
     }
 

@@ -12,6 +12,8 @@ from typing import Any
 from ipsec_lab.cli.args import LAB_HELP, add_vm_arguments, in_vm, lab_dir
 from ipsec_lab.cli.output import counts_line, print_failures, print_summary, run_with_progress
 
+QUICK_SOAK_MINUTES = 1.0  # `run --quick`: a soak's length
+
 
 def _run(args: argparse.Namespace) -> int:
     from ipsec_lab import runner, scenario
@@ -59,6 +61,11 @@ def _run(args: argparse.Namespace) -> int:
     except OSError as e:
         print(f"ipsec-lab run: cannot open the lab directory {lab}: {e}", file=sys.stderr)
         return 2
+    if args.quick:
+        campaign.soak_minutes = QUICK_SOAK_MINUTES
+        if any(w.kind == "soak" for w in sc.workloads):
+            print(f"--quick: each soak runs {QUICK_SOAK_MINUTES:g} minute, not its "
+                  "`minutes`", file=sys.stderr)  # fmt: skip
     pending = len(campaign.pending())
     quiet = args.json or not sys.stderr.isatty()
     verb = "resuming campaign" if campaign.progress.done else "campaign"
@@ -198,6 +205,8 @@ def _print_forecast(sc: Any, args: argparse.Namespace, hosts: Any = None) -> int
           + (f", {doc['unknown']} unknown" if doc["unknown"] else "")
           + f"; about {preflight.duration(doc['estimated_s'])}; results into "
           f"{doc['lab']}/results.sqlite")  # fmt: skip
+    for name, how in doc["generators"].items():
+        print(f"generator of {name}: {how}")
     for w in doc["warnings"]:
         print(f"warning: {w}")
     return 0
@@ -275,6 +284,9 @@ def add_parser(sub: Any) -> None:
                    "first with `ipsec-lab hosts check FILE`); overrides the scenario's "
                    "`hosts`")  # fmt: skip
     r.add_argument("--json", action="store_true", help="print the runs and summary as JSON")
+    r.add_argument("--quick", action="store_true",
+                   help=f"soak workloads run {QUICK_SOAK_MINUTES:g} minute instead of their "
+                   "`minutes` (30 by default): a look at the soak, not its verdict")  # fmt: skip
     add_vm_arguments(r)
     r.set_defaults(func=_run)
     k = sub.add_parser(
