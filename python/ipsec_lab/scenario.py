@@ -17,7 +17,7 @@
     loss_pct = 0.5
 
     [[workloads]]
-    kind = "tcp"                      # tcp | udp | rfc2544 | imix | http | smtp
+    kind = "tcp"                      # tcp | udp | rfc2544 | imix | http | smtp | latency | soak
     seconds = 5
     data = "text"                     # tcp: iperf (default) | text | random
 
