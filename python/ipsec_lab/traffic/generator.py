@@ -36,7 +36,7 @@ import json
 import re
 import shutil
 import time
-from typing import Protocol
+from typing import Any, Protocol
 
 from ipsec_lab import scenario
 from ipsec_lab.testbed import Flow
@@ -61,6 +61,8 @@ ETHERNET = 14  # the frame header trafgen writes before each IP packet (no FCS)
 # most 50 000 times a second), and a limit that the socket's push-back keeps it far from.
 PACING_BURST_S = 20e-6
 PACING_LIMIT_BYTES = 8 << 20
+PACING_HANDLE = 30  # the bucket's qdisc handle (30:), in class 1:3 of an htb root 1:
+OTHERS_RATE = "100gbit"  # the rest of the source's traffic: not held back
 
 
 class Generator(Protocol):
@@ -280,11 +282,16 @@ class Trafgen:
     # --- pacing: a token bucket on the source's test interface -------------------------------
 
     def _pace(self, bytes_per_s: float, frame: int) -> None:
-        """tbf at `bytes_per_s` (frames: IP packet + 14) as the root qdisc of the
-        source's test interface: at first after checking the interface has the kernel's
-        default qdisc (never one the lab did not make), and on a real host with its undo
-        in the ledger."""
+        """A token bucket at `bytes_per_s` (frames: IP packet + 14) for the flow alone on
+        the source's test interface: an `htb` root whose default class, unlimited and
+        served first, takes everything else (a latency probe never waits behind the
+        generator's own backlog), and whose class 1:3, at the rate, the flow's packets (a
+        u32 filter on its UDP destination port), into a tbf that paces them (htb alone
+        sends a class's backlog in bursts of its quantum). At first after checking the
+        interface has the kernel's default qdisc (never one the lab did not make), and on
+        a real host with its undo in the ledger."""
         src, dev = self.flow.source, self.dev
+        bits = f"{bytes_per_s * 8:.0f}bit"
         if not self._paced:
             kind = root_qdisc(self.tb, src, dev)
             if kind not in STOCK_QDISCS:
@@ -296,10 +303,25 @@ class Trafgen:
                 record(src, f"trafgen's pacing qdisc on {dev}",
                        f"tc qdisc del dev {dev} root")  # fmt: skip
             self._paced = True
+            quantum = str(self.mtu + ETHERNET)
+            for argv in (
+                ["qdisc", "replace", "dev", dev, "root", "handle", "1:", "htb", "default", "1"],
+                ["class", "replace", "dev", dev, "parent", "1:", "classid", "1:1", "htb",
+                 "rate", OTHERS_RATE, "quantum", quantum, "prio", "0"],
+                ["class", "replace", "dev", dev, "parent", "1:", "classid", "1:3", "htb",
+                 "rate", bits, "quantum", quantum, "prio", "1"],
+                ["filter", "replace", "dev", dev, "parent", "1:", "protocol", "ip", "prio",
+                 "1", "u32", "match", "ip", "dport", str(SINK_PORT), "0xffff", "flowid", "1:3"],
+            ):  # fmt: skip
+                self.tb.run(src, ["tc", *argv])
+        # the class as fast as the bucket (htb lends nothing above it: ceil = rate)
+        self.tb.run(src, ["tc", "class", "change", "dev", dev, "parent", "1:", "classid",
+                          "1:3", "htb", "rate", bits, "ceil", bits, "quantum",
+                          str(self.mtu + ETHERNET), "prio", "1"])  # fmt: skip
         # a bucket below the device's MTU is refused by the kernel's complaint in its log
         burst = max(self.mtu + ETHERNET, 2 * frame, round(bytes_per_s * PACING_BURST_S))
-        self.tb.run(src, ["tc", "qdisc", "replace", "dev", dev, "root", "tbf",
-                          "rate", f"{bytes_per_s * 8:.0f}bit", "burst", str(burst),
+        self.tb.run(src, ["tc", "qdisc", "replace", "dev", dev, "parent", "1:3", "handle",
+                          f"{PACING_HANDLE}:", "tbf", "rate", bits, "burst", str(burst),
                           "limit", str(PACING_LIMIT_BYTES)])  # fmt: skip
 
     def _unpace(self) -> None:
@@ -308,21 +330,22 @@ class Trafgen:
             self.tb.run(self.flow.source, ["tc", "qdisc", "del", "dev", self.dev, "root"],
                         check=False)  # fmt: skip
 
-    def sent(self) -> int:
-        """Packets the pacing bucket has let out so far (a paced stream's own count of
-        what left the source)."""
+    def bucket(self) -> dict[str, Any]:
+        """The pacing bucket's qdisc as `tc -s -j` shows it (its packets: what of the
+        flow left the source; its drops: what never did)."""
         out = self.tb.run(self.flow.source, ["tc", "-s", "-j", "qdisc", "show", "dev",
-                                             self.dev, "root"])  # fmt: skip
-        data = json.loads(out or "[]")
-        if not data or data[0].get("kind") != "tbf":
-            raise LabError(f"{self.flow.source}: {self.dev} is not paced (no tbf of the lab's)")
-        return int(data[0].get("packets", 0))
+                                             self.dev])  # fmt: skip
+        for q in json.loads(out or "[]"):
+            if q.get("kind") == "tbf" and q.get("handle") == f"{PACING_HANDLE}:":
+                return q  # type: ignore[no-any-return]
+        raise LabError(f"{self.flow.source}: {self.dev} is not paced (no tbf of the lab's)")
+
+    def sent(self) -> int:
+        """Packets of the flow the pacing bucket has let out so far."""
+        return int(self.bucket().get("packets", 0))
 
     def _bucket_drops(self) -> int:
-        out = self.tb.run(self.flow.source, ["tc", "-s", "-j", "qdisc", "show", "dev",
-                                             self.dev, "root"])  # fmt: skip
-        data = json.loads(out or "[]")
-        return int(data[0].get("drops", 0)) if data else 0
+        return int(self.bucket().get("drops", 0))
 
     def send(self, sizes: tuple[tuple[int, int], ...], pps: int | None, count: int,
              timeout: float) -> tuple[int, float]:  # fmt: skip

@@ -163,11 +163,13 @@ class Probe:
                                            "-d", "0", "-l", "0"], "irtt-server")  # fmt: skip
         wait_listening(tb, flow.sink, IRTT_PORT, "u")
 
-    def run(self, seconds: float, interval_ms: float, size: int) -> dict[str, Any]:
+    def run(self, seconds: float, interval_ms: float, size: int,
+            wait_s: float = WAIT_S) -> dict[str, Any]:  # fmt: skip
+        """Probes every `interval_ms` for `seconds`, then `wait_s` for the last replies."""
         argv = ["irtt", "client", "-i", f"{interval_ms:g}ms", "-d", f"{seconds:g}s",
-                "-l", str(size), "-Q", "-o", "-", f"--wait={WAIT_S:g}s",
+                "-l", str(size), "-Q", "-o", "-", f"--wait={wait_s * 1000:.0f}ms",
                 f"{self.flow.sink_addr}:{IRTT_PORT}"]  # fmt: skip
-        text = self.tb.run(self.flow.source, argv, timeout=seconds + WAIT_S + 30)
+        text = self.tb.run(self.flow.source, argv, timeout=seconds + wait_s + 30)
         try:
             data: dict[str, Any] = json.loads(text)
         except json.JSONDecodeError:

@@ -35,6 +35,8 @@ from ipsec_lab.traffic.latency import (
 )
 
 IN_FLIGHT_S = 0.02  # traffic in flight across an interval's edge: not counted as loss
+PROBE_SHARE = 0.7  # of each interval the probes run (their last replies awaited after)
+STREAM_MARGIN_S = 2.0  # the stream runs this much past the last interval's edge
 HOUR_S = 3600.0
 
 # Where a workload finds the NDR already measured: (size) -> (Mbit/s, where from) or None.
@@ -169,35 +171,51 @@ def _procs_now(procs: Procs | None) -> tuple[float, int] | None:
     return procs() if procs else None
 
 
+def _until_sending(gen: Trafgen, bg: Background, within: float = 15.0) -> None:
+    """Until the paced stream has packets leaving the source (its bucket set up over
+    SSH on a real host takes a moment)."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline and bg.thread.is_alive():
+        try:
+            if gen.sent() > 0:
+                return
+        except LabError:
+            pass  # the bucket is not there yet
+        time.sleep(0.05)
+    if not bg.thread.is_alive():
+        bg.result(0)  # its error, if it failed
+    raise LabError(f"soak: the stream did not start within {within:g} s")
+
+
 def _stream(gen: Trafgen, tb: Testbed, w: Workload, probe: Probe, procs: Procs | None,
             rate: float, n: int) -> list[Row]:  # fmt: skip
-    """One paced trafgen stream for the whole soak, read at every interval's end."""
+    """One paced trafgen stream for the whole soak, read at every interval's end (the
+    intervals' edges fixed on the clock; each interval's probes end before its edge)."""
     pps = max(1, round(rate * 1e6 / (8 * w.size)))
     total = n * w.interval_s
     same = same_clock(tb)
-    bg = Background(lambda: gen.trial(w.size, rate, total + 1.0))
+    probe_s, wait_s = w.interval_s * PROBE_SHARE, min(w.interval_s * 0.15, 1.0)
+    bg = Background(lambda: gen.trial(w.size, rate, total + STREAM_MARGIN_S))
     series: list[Row] = []
     try:
-        time.sleep(0.5)  # the stream under way before the first interval opens
-        t0 = time.monotonic()
+        _until_sending(gen, bg)
+        t0 = last = time.monotonic()
         s0, (r0, b0), q0 = gen.sent(), gen.received(), _procs_now(procs)
         for i in range(n):
-            data = probe.run(max(w.interval_s - 0.5, 0.2), w.probe_interval_ms, w.probe_bytes)
-            # the interval's end, on the clock (the probes end a little before it)
+            data = probe.run(probe_s, w.probe_interval_ms, w.probe_bytes, wait_s)
             time.sleep(max(t0 + (i + 1) * w.interval_s - time.monotonic(), 0))
             t = time.monotonic()
             s1, (r1, b1), q1 = gen.sent(), gen.received(), _procs_now(procs)
-            secs = t - (t0 + i * w.interval_s) if i else t - t0
             got, got_bytes = delivered(r1 - r0, b1 - b0, ((w.size, 1),))
-            x = {"index": i, "t_s": t - t0, "seconds": secs,
-                 **_interval(s1 - s0, got, got_bytes, secs, pps),
+            x = {"index": i, "t_s": t - t0, "seconds": t - last,
+                 **_interval(s1 - s0, got, got_bytes, t - last, pps),
                  "received_bytes": got_bytes, **_probe_figures(data, same)}  # fmt: skip
             if q0 is not None and q1 is not None:
                 x["ipsec_cpu_s"], x["ipsec_rss_bytes"] = q1[0] - q0[0], q1[1]
             series.append(x)
-            s0, r0, b0, q0 = s1, r1, b1, q1
-            if bg.thread.is_alive() is False:
-                break
+            s0, r0, b0, q0, last = s1, r1, b1, q1, t
+            if not bg.thread.is_alive():
+                raise LabError(f"soak: the stream ended after {i + 1} of {n} intervals")
     finally:
         bg.result(total * 2 + 60)
     return series
@@ -214,7 +232,8 @@ def _trials(gen: Generator, tb: Testbed, w: Workload, probe: Probe, procs: Procs
     for i in range(n):
         bg = Background(lambda: gen.trial(w.size, rate, secs))
         try:
-            data = probe.run(max(secs - 0.5, 0.2), w.probe_interval_ms, w.probe_bytes)
+            data = probe.run(secs * PROBE_SHARE, w.probe_interval_ms, w.probe_bytes,
+                             min(secs * 0.15, 1.0))  # fmt: skip
         finally:
             t = bg.result(secs * 3 + 30)
         q1 = _procs_now(procs)
