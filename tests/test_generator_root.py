@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sqlite3
 import threading
 import time
 from collections.abc import Iterator
@@ -95,6 +96,11 @@ trial_s = 2
     assert p.returncode == 0, p.stderr[-3000:]
     (x,) = [x for r in json.loads(p.stdout)["runs"] for x in r["results"]]
     assert x["converged"] and x["generator"] == generator and not x["generator_bound"]
+    assert "trials" not in x  # they live in their own table
+    db = sqlite3.connect(tmp_path / "lab" / "results.sqlite")
+    rows = db.execute("SELECT offered_mbps, loss_pct, passed FROM trials").fetchall()
+    assert rows[0][0] == 40 and not rows[0][2]  # the top rate lost packets
+    assert any(p for _, _, p in rows) and len(rows) <= 20
     # tbf counts Ethernet frames: 20 Mbit/s of 1014-byte frames is 19.72 of 1000-byte
     # packets. Its queue (50 ms at the rate + a 15,140-byte bucket) hides an excess of at
     # most queue / trial without a loss, so a 2 s trial may pass up to 0.56 Mbit/s above.
@@ -145,6 +151,12 @@ seconds = 2
     assert idle.get("background_mbps") is None and half["generator"] == "trafgen"
     summary = {s["measurement"]: s for s in data["summary"]}
     assert summary["latency-50%"]["rtt_p99_us_median"] == half["rtt_p99_us"]
+    # the report draws RTT against load and the distribution at the highest load
+    p = cli("report", str(data["campaign"]), "--lab", str(tmp_path / "lab"), timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    html = (tmp_path / "lab" / "report" / "report.html").read_text()
+    assert "Latency under load, latency (forty): RTT against load" in html
+    assert "RTT distribution at 50 % load" in html
 
 
 def test_a_soak_reports_the_interval_its_gateway_stopped_in(tmp_path: Path) -> None:

@@ -6,6 +6,7 @@ summary table with failed and skipped runs and their reasons."""
 
 from __future__ import annotations
 
+import math
 import shlex
 import statistics
 from pathlib import Path
@@ -66,7 +67,9 @@ def analyse(
                 f"campaign {cid}: {r['backend']} {r['configuration']} on {r['link']} "
                 f"{r['workload']} #{r['repetition']} failed — {(r['reason'] or '').splitlines()[0]}"
             )
-    for meas in sorted({r["measurement"] for r in measured}):
+    # latency and soak rows have plots of their own (below): their rate is a background's
+    probed = {r["measurement"] for r in measured if r.get("rtt_p50_us_median") is not None}
+    for meas in sorted({r["measurement"] for r in measured} - probed):
         of = [r for r in measured if r["measurement"] == meas]
         links = sorted({r["link"] for r in of})
         series = sorted({_label(r) for r in of}, key=lambda s: (s != "none", s))
@@ -126,6 +129,8 @@ def analyse(
                    for k in ("user", "system", "softirq")},
             note=f"{len(series_)} samples of /proc/stat, the whole machine",
         ))  # fmt: skip
+    _latency_plots(an, runs, cid)
+    _soak_plots(an, runs, cid)
     ipsec = [r for r in measured if r.get("ipsec_effort_median")]
     if ipsec:
         # plan --campaign needs one (backend, configuration): name the first one's, so the
@@ -141,3 +146,90 @@ def analyse(
             f"rate{more}."
         )
     return an
+
+
+NINES = (50.0, 90.0, 99.0, 99.9, 99.99)
+
+
+def _latency_plots(an: Analysis, runs: list[dict[str, Any]], cid: int) -> None:
+    """Latency against load per backend (p50 and p99 RTT; FD.io CSIT's latency plots),
+    and the RTT distribution at the highest load, percentile by percentile (from each
+    row's histogram), per link and latency workload."""
+    from ipsec_lab.traffic.latency import histogram_percentile
+
+    by: dict[tuple[str, str], dict[str, list[dict[str, Any]]]] = {}
+    for r in runs:
+        if r["status"] != "done":
+            continue
+        for x in r["results"]:
+            if x.get("load_pct") is None or x.get("rtt_p99_us") is None:
+                continue
+            by.setdefault((r["link"], r["workload"]), {}).setdefault(_label(r), []).append(x)
+    for (link, wl), series in sorted(by.items()):
+        lines: dict[str, tuple[list[float], list[float]]] = {}
+        for name, xs in sorted(series.items(), key=lambda kv: (kv[0] != "none", kv[0])):
+            loads = sorted({float(x["load_pct"]) for x in xs})
+            for p in ("p50", "p99"):
+                ys = [statistics.median(float(x[f"rtt_{p}_us"]) for x in xs
+                                        if float(x["load_pct"]) == ld) for ld in loads]  # fmt: skip
+                lines[f"{name} {p}"] = (loads, ys)
+        an.plots.append(Plot(
+            "lines", f"Latency under load, {wl} ({link}): RTT against load", "load (% of PDR)",
+            "probe RTT (µs)", lines=lines, logy=True,
+            note=f"campaign {cid}; irtt probes beside the background, median over "
+            "repetitions; log scale",
+        ))  # fmt: skip
+        dist: dict[str, tuple[list[float], list[float]]] = {}
+        top = max(float(x["load_pct"]) for xs in series.values() for x in xs)
+        for name, xs in series.items():
+            hit = [x for x in xs if float(x["load_pct"]) == top and x.get("histogram")]
+            if not hit:
+                continue
+            h = hit[0]["histogram"]
+            nines = [-math.log10(1 - q / 100) for q in NINES]
+            dist[name] = (nines, [histogram_percentile(h, q) / 1e3 for q in NINES])
+        if dist:
+            an.plots.append(Plot(
+                "lines", f"RTT distribution at {top:g} % load, {wl} ({link})",
+                "percentile (1 = p90, 2 = p99, 3 = p99.9, 4 = p99.99; 0.3 = p50)",
+                "probe RTT (µs)", lines=dist, logy=True,
+                note=f"campaign {cid}; from each backend's stored histogram (log buckets "
+                "1 % wide), first repetition",
+            ))  # fmt: skip
+
+
+def _soak_plots(an: Analysis, runs: list[dict[str, Any]], cid: int) -> None:
+    """Each soak's time series: delivered rate, loss per interval against the
+    tolerance, and the IPsec processes' resident memory."""
+    soaks = [(r, x) for r in runs if r["status"] == "done" for x in r["results"]
+             if x.get("series")]  # fmt: skip
+    if not soaks:
+        return
+    rate: dict[str, tuple[list[float], list[float]]] = {}
+    loss: dict[str, tuple[list[float], list[float]]] = {}
+    rss: dict[str, tuple[list[float], list[float]]] = {}
+    tolerance, offered = 0.0, 0.0
+    for r, x in soaks:
+        offered = max(offered, float(x.get("offered_mbps") or 0))
+        name = f"{_label(r)} ({r['link']}, #{r['repetition']})"
+        t = [float(s["t_s"]) / 60 for s in x["series"]]
+        rate[name] = (t, [float(s["mbps"]) for s in x["series"]])
+        loss[name] = (t, [float(s["loss_pct"]) for s in x["series"]])
+        mem = [(tt, float(s["ipsec_rss_bytes"]) / 2**20) for tt, s in zip(t, x["series"])
+               if s.get("ipsec_rss_bytes") is not None]  # fmt: skip
+        if mem:
+            rss[name] = ([m[0] for m in mem], [m[1] for m in mem])
+        tolerance = max(tolerance, float(x.get("loss_tolerance_pct") or 0))
+    an.plots.append(Plot("lines", "Soak: delivered rate per interval", "time (min)",
+                         "Mbit/s", lines=rate, hlines={f"offered ({offered:.4g})": offered},
+                         note=f"campaign {cid}"))  # fmt: skip
+    an.plots.append(Plot(
+        "lines", "Soak: loss per interval", "time (min)", "% of the interval's packets",
+        lines=loss, hlines={f"tolerance ({tolerance:g} %)": tolerance},
+        note=f"campaign {cid}; traffic in flight across an interval's edge is not loss",
+    ))  # fmt: skip
+    if rss:
+        an.plots.append(Plot(
+            "lines", "Soak: the IPsec processes' resident memory", "time (min)", "MiB",
+            lines=rss, note=f"campaign {cid}; a leak shows as a steady climb",
+        ))  # fmt: skip
