@@ -10,7 +10,7 @@ lab did not push through ssh to that host is not there.
 
 `SshLab` is a context manager; it removes every namespace, process and file it made.
 `residue()` lists what a host holds beyond what the SshLab gave it (addresses, routes,
-qdiscs, processes, files in the work directory): empty after every lab run.
+qdiscs, nftables tables, processes, files in the work directory): empty after every lab run.
 """
 
 from __future__ import annotations
@@ -260,6 +260,9 @@ class SshLab:
         sysctl = _run("ip", "netns", "exec", h.ns, "sysctl", "-n", "net.ipv4.ip_forward",
                       "net.ipv4.ip_no_pmtu_disc", "net.core.rmem_max", "net.core.wmem_max",
                       check=False)  # fmt: skip
+        # nftables tables (trafgen's sink counter, ipsec-gw's guard)
+        nft = sorted(_run("ip", "netns", "exec", h.ns, "nft", "list", "tables",
+                          check=False).split("\n"))  # fmt: skip
         disk = self.dir / f"disk_{h.name}"  # the host's WORKDIR
         files = sorted(os.listdir(disk)) if disk.is_dir() else []
         procs = sorted(
@@ -268,7 +271,8 @@ class SshLab:
             if Path(f"/proc/{p}/comm").exists() and not self._is_sshd(p)
         )
         return {"addresses": addrs, "routes": routes, "qdiscs": qdiscs, "xfrm": xfrm.strip(),
-                "sysctl": sysctl.split(), "files": files, "processes": procs}  # fmt: skip
+                "nft": [t for t in nft if t], "sysctl": sysctl.split(), "files": files,
+                "processes": procs}  # fmt: skip
 
     def residue(self, settle_s: float = 5.0) -> dict[str, dict[str, object]]:
         """Per host, what differs from how the SshLab left it (empty: nothing left)."""

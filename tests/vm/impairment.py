@@ -65,3 +65,29 @@ def test_the_kernels_ipsec_through_the_same_link(tmp_path: Path, configuration: 
         finally:
             x.stop(tb)
     assert "replay-window 32" in st
+
+
+def test_latency_percentiles_land_on_a_known_delay(tmp_path: Path) -> None:
+    """netem delays the gateways' link 10 ms each way: every probe's RTT is at least
+    20 ms and its one-way delay each way at least 10 ms, at no load and beside trafgen's
+    background at half of a 10 Mbit/s PDR (the kernel here has netem; the host's not)."""
+    from ipsec_lab.scenario import Workload
+    from ipsec_lab.traffic import latency
+
+    with Testbed(topology("line"), tmp_path / "run") as tb:
+        tb.shape(Link("delayed", delay_ms=10))
+        w = Workload("latency", size=512, loads=(0.0, 50.0), seconds=2, probe_interval_ms=5)
+        rows = latency.latency(tb, tb.topo.flows[0], w, lambda _, f: f(), 0,
+                               pdr=lambda size: (10.0, "given"))  # fmt: skip
+    assert [r["load_pct"] for r in rows] == [0.0, 50.0]
+    for r in rows:
+        assert r["probes_sent"] > 200 and r["probe_loss_pct"] < 5, r
+        assert r["rtt_min_us"] >= 20_000, r
+        assert r["one_way_up_min_us"] >= 10_000 and r["one_way_down_min_us"] >= 10_000, r
+        # the median lands on the delay: emulation (TCG) adds milliseconds, not tens
+        assert r["rtt_p50_us"] < 20_000 + 10_000, r
+        # and the histogram gives it back within its 1 % buckets
+        back = latency.histogram_percentile(r["histogram"], 50) / 1e3
+        assert back == pytest.approx(r["rtt_p50_us"], rel=0.01)
+    assert rows[1]["background_mbps"] == pytest.approx(5.0, rel=0.1)
+    assert rows[1]["generator"] == "trafgen"

@@ -45,12 +45,14 @@ TOOLS: dict[str, tuple[str, str, str]] = {
     "unshare": ("charon's private /run", "unshare --version", "util-linux"),
     "aiosmtpd": ("the SMTP workload's server", "python3 -m aiosmtpd --version", "python3-aiosmtpd"),
     "trafgen": ("the fast UDP generator", "trafgen --version", "netsniff-ng"),
+    "ping": ("resolving trafgen's next hop", "ping -V", "iputils-ping"),
     "irtt": ("latency probes", "irtt version", "irtt"),
 }
 # Tools the lab does without, saying what it does instead (a `warn`, not a `fail`).
 OPTIONAL = {
     "trafgen": "UDP workloads fall back to iperf3 (about 3 x fewer small packets a second)",
     "nft": "trafgen's packets cannot be counted at this sink: UDP workloads use iperf3",
+    "ping": "trafgen's next hop must already be in the neighbour table",
 }
 # Tools every driven host needs, then per backend and per workload.
 BASE_TOOLS = ("ip", "sysctl", "ss")
@@ -107,7 +109,7 @@ def optional_tools(node: str, topo_name: str, required: list[str],
     topo = topology(topo_name)
     if topo_name != "line" or not any(w in GENERATED for w in workloads):
         return []
-    want = (["trafgen"] if node in {f.source for f in topo.flows} else []) + (
+    want = (["trafgen", "ping"] if node in {f.source for f in topo.flows} else []) + (
         ["nft"] if node in {f.sink for f in topo.flows} else [])  # fmt: skip
     return [t for t in want if t not in required]
 
