@@ -154,6 +154,9 @@ METRICS: tuple[Metric, ...] = (
            summary={"median": "one_way_down_p50_us_median"}),
     Metric("jitter_us", "µs", "mean change of RTT between successive probes",
            summary={"median": "jitter_us_median"}),
+    Metric("t_s_us", "µs",
+           "latency (ours): the gateways' CPU time per packet while probed — the model's "
+           "t_S at that load, beside the one-way delay", summary={"median": "t_s_us_median"}),
     Metric("probe_loss_pct", "%", "probes that got no answer",
            summary={"median": "probe_loss_pct_median"}),
     Metric("held", "", "soak: loss within the tolerance in every interval"),

@@ -466,6 +466,10 @@ def summarize(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
             late = [x.get("first_failed_interval") for x in xs if not x.get("held")]
             at = f" (first loss beyond it in interval {late[0]})" if late else ""
             notes.insert(0, f"soak held the loss tolerance in {held} of {len(xs)}{at}{g}")
+        ts, one_way = row.get("t_s_us_median"), row.get("one_way_up_p50_us_median")
+        if ts is not None and one_way is not None:
+            notes.insert(0, f"t_S (the gateways' CPU per packet) {ts:.3g} µs beside a one-way "
+                         f"delay of {one_way:.3g} µs (p50)")  # fmt: skip
         if gens:
             notes.append(f"generator {'/'.join(gens)}")
         if row["pdr_mbps_median"] is not None:

@@ -45,6 +45,8 @@ LEAD_S = 0.5
 # How long the probe client waits for the last replies (irtt --wait).
 WAIT_S = 1.0
 
+# The data plane's clock: per IPsec node, (CPU ns, packets sealed or opened) so far.
+PlaneClock = Callable[[], dict[str, tuple[int, int]]]
 # Where a workload finds the PDR already measured: (size) -> (Mbit/s, where it came from),
 # or None when the campaign has none for this configuration and link.
 PdrLookup = Callable[[int], tuple[float, str] | None]
@@ -240,12 +242,18 @@ def latency(tb: Testbed, flow: Flow, w: Workload, metered: Metered, warmup_s: fl
         try:
             if warmup_s > 0:
                 gen.trial(w.size, min(w.max_rate_mbit, 10.0), max(warmup_s, 1))
-            rate, source = _pdr(gen, w, pdr)
+            # no load above 0 asked: no PDR needed
+            rate, source = _pdr(gen, w, pdr) if max(w.loads) > 0 else (0.0, "no load asked")
+            from ipsec_lab.traffic.rfc2544 import plane_clock
+
+            clock = plane_clock(metered)
+            clock = clock if clock and clock() else None  # {}: no plane to read
             rows = []
             for load in w.loads:
 
                 def one(load: float = load) -> Row:
-                    return noted(_under_udp(gen, w, probe, same, load, rate, source), gen)
+                    row = _under_udp(gen, w, probe, same, load, rate, source, clock)
+                    return noted(row, gen)
 
                 rows.append(metered(f"{w.name}-{load:g}%", one))
             return rows
@@ -256,23 +264,35 @@ def latency(tb: Testbed, flow: Flow, w: Workload, metered: Metered, warmup_s: fl
 
 
 def _under_udp(gen: Generator, w: Workload, probe: Probe, same: bool, load: float,
-               pdr_mbps: float, source: str) -> Row:  # fmt: skip
-    """The probes beside `load` % of the PDR of `w.size`-byte UDP."""
+               pdr_mbps: float, source: str, clock: PlaneClock | None = None) -> Row:  # fmt: skip
+    """The probes beside `load` % of the PDR of `w.size`-byte UDP; with the data plane's
+    clock (ours), the gateways' CPU time per packet meanwhile — the model's t_S at this
+    load (t_fix + L_alg / R_alg, with what waking up costs a gateway at low load), to
+    read beside the one-way delay."""
     offered = pdr_mbps * load / 100
     row: Row = {"load_pct": load, "load_of_pdr_mbps": pdr_mbps, "pdr_source": source,
                 "background": "udp", "size": w.size,
                 "background_offered_mbps": offered}  # fmt: skip
     span = w.seconds + 2 * LEAD_S
     bg = Background(lambda: gen.trial(w.size, offered, span)) if offered > 0 else None
+    c0 = c1 = None
     try:
         if bg:
             import time
 
             time.sleep(LEAD_S)
+        c0 = clock() if clock else None
         data = probe.run(w.seconds, w.probe_interval_ms, w.probe_bytes)
+        c1 = clock() if clock else None
     finally:
         back = bg.result(span * 3 + 30) if bg else None
     row.update(probes_row(data, same))
+    if c0 and c1:
+        from ipsec_lab.traffic.rfc2544 import cpu_per_packet
+
+        ns = cpu_per_packet(c0, c1)  # summed over the gateways a packet passes
+        row["plane_ns_per_packet"] = ns
+        row["t_s_us"] = ns / 1e3 if ns else None
     if back:
         row.update(background_mbps=back["mbps"], background_loss_pct=back["loss_pct"],
                    background_sent_mbps=back.get("sent_mbps"))  # fmt: skip
