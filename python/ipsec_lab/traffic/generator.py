@@ -1,25 +1,29 @@
-"""The UDP traffic generator of the udp, imix and rfc2544 workloads: iperf3, or netsniff-ng's
-`trafgen` (Debian `netsniff-ng`) where it can go.
+"""The UDP traffic generator of the udp, imix, rfc2544, latency and soak workloads: iperf3,
+or netsniff-ng's `trafgen` (Debian `netsniff-ng`) where it can go.
 
-iperf3's UDP sender writes one datagram per system call and tops out around 120 k
-packets/s on a 2-core machine: at 64 B an RFC 2544 search through a gateway then measures
-iperf3, not the gateway. trafgen builds the frames itself (Ethernet, IPv4, UDP) and hands
-them to the kernel at the source's test interface through a packet socket (its TX_RING):
-near a million packets/s from one core here; `-n` bounds the count.
+iperf3's UDP sender writes one datagram per system call: at 64 B it runs out of packets
+a second before a gateway does, and an RFC 2544 search through the gateway then measures
+iperf3. trafgen builds the frames itself (Ethernet, IPv4, UDP) and hands them to the
+kernel at the source's test interface through a packet socket; `-n` bounds the count.
+`benchmarks/generator_ndr.py` measures both here.
 
 Pacing is the kernel's, not trafgen's. trafgen's own rate (`-b Npps`) sends a second's
 packets back to back and then sleeps out the second (its SHAPER_PKTS): at 1000 packets/s
 a 500-packet TUN queue in the gateway lost half of every trial. Its gap (`-t`) sleeps
-per packet and topped out at 45 k packets/s here, below iperf3. So a paced trial puts a
-token bucket (tc `tbf`) at the offered rate on the source's test interface and lets
-trafgen write into it through the qdisc (`--qdisc-path`): the socket's send buffer
-(~270 frames) pushes back on trafgen while tbf lets the frames out at the rate, in
-bursts of at most 20 µs of traffic (2 frames at least) — 200 000 packets at 100 k/s came
-out in 2.03 s, 1000 ± 2 per 10 ms, none dropped at the bucket. The bucket's own drops
-are read back and do not count as sent. Flat out (no rate), trafgen goes past the qdisc.
-Nothing receives them: the sink counts the flow's packets with an nftables counter on its
-5-tuple at the input hook (then drops them, so no ICMP "port unreachable" flows back), so
-no user-space receiver sits in the path and stray packets do not count.
+per packet and topped out at 45 k packets/s here, below iperf3. So a paced trial gives the
+flow a token bucket (tc `tbf`) at the offered rate on the source's test interface — in an
+`htb` class of its own, everything else (a latency probe) in another class served first —
+and trafgen writes into it through the qdisc (`--qdisc-path`, one send at a time): the
+socket's send buffer (~270 frames) pushes back on trafgen while the bucket lets the frames
+out at the rate — 200 000 packets at 100 k/s came out in 2.03 s, 1000 ± 2 per 10 ms, none
+dropped at the bucket. The bucket's own count is what left the source; its drops do not
+count as sent. Flat out (no rate), trafgen goes past the qdisc through its TX_RING.
+
+Nothing receives the packets: the sink counts the flow's 5-tuple with an nftables counter
+at its input hook (then drops them, so no ICMP "port unreachable" flows back), so no
+user-space receiver sits in the path and stray packets do not count. A gateway that
+coalesces a flow's datagrams into one UDP GSO buffer before the sink (ours) is counted by
+the payload bytes that arrived (`delivered`).
 
 Where trafgen cannot go: it writes frames below the source's IP stack, so a source that
 does its own IPsec (host-to-host, the `pair` and `clients` topologies) would not see them
@@ -38,12 +42,10 @@ import shutil
 import time
 from typing import Any, Protocol
 
-from ipsec_lab import scenario
 from ipsec_lab.testbed import Flow
 from ipsec_lab.testbed.build import STOCK_QDISCS, LabError, Testbed, root_qdisc
 from ipsec_lab.traffic import IPV4_UDP, Row
 
-GENERATORS = scenario.GENERATORS  # auto, trafgen, iperf3
 # The sink's counter: an nftables table of the lab's in the sink node.
 NFT_TABLE = "ipsec_lab_sink"
 SINK_PORT = 5299  # the flows' UDP destination port (iperf3's are 5201…)
