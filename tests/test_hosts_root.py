@@ -127,6 +127,9 @@ def test_a_campaign_on_real_hosts_meters_each_host_and_leaves_nothing(
     assert checks[("gwA", "user ipsec-gw")]["status"] == "ok"
     assert checks[("gwB", "tool nft")]["status"] == "ok"
     assert ("client", "user ipsec-gw") not in checks  # a traffic end runs no gateway
+    # the search's generator and its sink counter, each where it runs
+    assert checks[("client", "tool trafgen")]["status"] == "ok"
+    assert checks[("server", "tool nft")]["status"] == "ok"
 
     p = _lab("run", str(sc), "--hosts", str(hosts), "--lab", str(tmp_path / "lab"), "--json",
              timeout=600)  # fmt: skip
@@ -160,6 +163,11 @@ def test_a_campaign_on_real_hosts_meters_each_host_and_leaves_nothing(
     def per_payload(r: dict) -> float:
         return (r["wire_up_bytes"] + r["wire_down_bytes"]) / r["payload_bytes"]
 
+    # the searches ran trafgen on the client, paced there, counted on the server
+    assert all(rows[k]["generator"] == "trafgen" for k in rows if k[2] == "rfc")
+    client = [json.loads(x)["what"] for x in (next((tmp_path / "lab").glob(
+        "campaign-*/*/hosts")) / "client.ledger").read_text().splitlines()]  # fmt: skip
+    assert "trafgen's pacing qdisc on eth1" in client
     # 512-byte packets: ESP's header, IV, padding and ICV (and UDP's 8 bytes) on the wire
     plain = per_payload(rows[("none", "none", "rfc")])
     for b in ("ours", "ours-udp"):
