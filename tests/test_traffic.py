@@ -64,6 +64,7 @@ def test_a_generator_short_of_the_rate_ends_the_search_generator_bound() -> None
     r = search(trial, 100.0, 1.0, 0.0, 20)
     assert r.generator_bound and r.converged and calls[0] == 100.0
     assert r.rate_mbps == 70.0 and "generator-bound" in r.reason, r
+    assert partial_drop_rate(r.trials) == 70.0  # the PDR too: only what was sent
     assert len(calls) <= 5  # it looks just above what was sent, not all the way down
     # a path that loses above 60 with the same generator: the path's rate, not bound
     r = search(lambda rate: {"offered_mbps": rate, "sent_mbps": min(rate, 70.0),

@@ -109,7 +109,11 @@ def partial_drop_rate(trials: list[Row], loss_pct: float = PDR_LOSS_PCT) -> floa
     most `loss_pct` (0.0 if none). The search bisects on the NDR's tolerance, so this is
     a lower bound of the true PDR — the trials between the NDR and the first failure
     that lost little count, none is run for it alone."""
-    ok = [float(t["offered_mbps"]) for t in trials if float(t["loss_pct"]) <= loss_pct]
+    ok = [
+        min(float(t["offered_mbps"]), float(t.get("sent_mbps") or t["offered_mbps"]))
+        for t in trials
+        if float(t["loss_pct"]) <= loss_pct
+    ]  # never above what was sent
     return max(ok, default=0.0)
 
 
