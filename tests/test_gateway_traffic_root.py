@@ -174,6 +174,31 @@ def test_tcp_and_udp_through_the_tunnel(tmp_path: Path, configuration: str) -> N
                 assert s["drops"] == {}, (d, s)
 
 
+@pytest.mark.parametrize("configuration", ["ah:aes128gmac", "ah:sha1"])
+def test_ah_keeps_the_packet_whose_outer_identification_comes_round_to_0(
+    tmp_path: Path, configuration: str
+) -> None:
+    """70,000 DF-less datagrams through an AH tunnel: the outer IPv4 identification comes
+    round past 65,535 once, and the packet after it must not go out as 0 — Linux gives a
+    raw packet of identification 0 and DF clear one of its own choosing after AH's ICV
+    covered the 0, and gwB refused it (icv_failure; found by trafgen, whose UDP is
+    DF-less, where iperf3's had DF set)."""
+    from ipsec_lab.traffic.generator import Trafgen
+
+    with tunnel(tmp_path, configuration) as (tb, gw):
+        tg = Trafgen(tb, _flow(tb))
+        try:
+            row = tg.trial(64, 10.0, 3.6)  # 70,312 packets of 64 B
+        finally:
+            tg.close()
+        a, b = settle(gw, "gwA"), settle(gw, "gwB")
+    # gwA sealed more than 65,536: its identification came round
+    assert sa(a, "outbound", "out")["packets"] > 65_536, (row, sa(a, "outbound", "out"))
+    inbound = sa(b, "inbound", "in")
+    assert inbound["drops"] == {}, inbound
+    assert inbound["packets"] == sa(a, "outbound", "out")["packets"]
+
+
 def test_the_wire_carries_only_esp_and_never_the_payload(tmp_path: Path) -> None:
     with tunnel(tmp_path) as (tb, _gw):
         data = planted(tb, 2)

@@ -207,6 +207,14 @@ impl Sa {
         // before anything moves, so a refused packet is left as it came.
         let mut scratch = [0u8; MAX_AH_IP_HEADER];
         let zeroed = zeroed_headers(&pkt.data()[..sp.hdr_len], sp.v4, &mut scratch)?;
+        // An IPv4 identification of 0 with DF clear is one Linux replaces when the packet
+        // goes out (`Sa::next_ip_id`), after the ICV covered it: the packet gets one first.
+        let data = pkt.data();
+        let new_id = (sp.v4 && data[4..6] == [0, 0] && data[6] & 0x40 == 0)
+            .then(|| self.next_ip_id().to_be_bytes());
+        if let Some(id) = new_id {
+            zeroed[4..6].copy_from_slice(&id);
+        }
         rewrite_ip_header(zeroed, sp.v4, sp.nh_at, proto::AH, ah_len + payload_len);
         if sp.v4 {
             zeroed[10..12].fill(0); // the checksum rewrite_ip_header filled in
@@ -227,6 +235,9 @@ impl Sa {
         );
         self.ah_write_iv(&mut raw[ah_at..ah_at + ah_len], seq);
         let ip = &mut raw[new_head..ah_at];
+        if let Some(id) = new_id {
+            ip[4..6].copy_from_slice(&id);
+        }
         rewrite_ip_header(ip, sp.v4, sp.nh_at, proto::AH, ah_len + payload_len);
         self.stages.stop(Stage::Header, t);
         let end = ah_at + ah_len + payload_len;

@@ -281,11 +281,11 @@ impl Sa {
         let ttl = self.outer_ttl;
         match (t.src, t.dst) {
             (IpAddr::V4(src), IpAddr::V4(dst)) => {
-                self.ip_id = self.ip_id.wrapping_add(1);
+                let id = self.next_ip_id();
                 Ipv4Header::new_unchecked(buf).emit(
                     payload.tos,
                     (IPV4_HEADER_LEN + payload.len) as u16,
-                    self.ip_id,
+                    id,
                     payload.df,
                     ttl,
                     payload.next_header,

@@ -345,6 +345,20 @@ impl Sa {
         self.replay.resume(top);
     }
 
+    /// The next IPv4 identification of a header this SA writes (or, AH in transport mode,
+    /// of one it must fill in): never 0. Linux sends a raw IPv4 packet whose
+    /// identification is 0 and DF clear with an identification of its own choosing
+    /// (`raw_send_hdrinc`: `if (!iph->id) ip_select_ident(...)`), after AH's ICV was
+    /// computed over the 0: identification is immutable (RFC 4302 §3.3.3.1.1.1), so the
+    /// receiver refused one packet in every 65,536 of a tunnel's DF-less traffic.
+    pub(crate) fn next_ip_id(&mut self) -> u16 {
+        self.ip_id = match self.ip_id.wrapping_add(1) {
+            0 => 1,
+            id => id,
+        };
+        self.ip_id
+    }
+
     /// Take the next sequence number, refusing to cycle (RFC 4303 §3.3.3): without ESN
     /// the last usable number is 2^32 - 1, with ESN 2^64 - 1.
     pub(crate) fn take_seq(&mut self) -> Result<u64, crate::DropReason> {
