@@ -17,7 +17,7 @@ from ipsec_lab import environment
 from ipsec_lab.scenario import Workload
 from ipsec_lab.testbed import topology
 from ipsec_lab.testbed.build import Testbed
-from ipsec_lab.traffic import iperf
+from ipsec_lab.traffic import iperf, udp
 
 
 @contextmanager
@@ -45,7 +45,7 @@ def tunnel(backend: Any, configuration: str, prefix: str) -> Iterator[Testbed]:
 
 def mbps(tb: Testbed, workload: Workload) -> float:
     """One iperf3 run (TCP or UDP, as `workload` says) client -> server: Mbit/s."""
-    run = iperf.tcp if workload.kind == "tcp" else iperf.udp
+    run = iperf.tcp if workload.kind == "tcp" else udp.udp
     if workload.kind != "tcp":  # these benchmarks have always measured through iperf3
         workload = dataclasses.replace(workload, generator="iperf3")
     (row,) = run(tb, tb.topo.flows[0], workload, lambda _, f: f(), 0)

@@ -24,6 +24,7 @@ from ipsec_lab.scenario import Workload
 from ipsec_lab.testbed import Link, topology
 from ipsec_lab.testbed.build import Testbed, leftovers
 from ipsec_lab.traffic import iperf
+from ipsec_lab.traffic.udp import udp as udp_workload
 from netutil import capture, transfer
 
 pytestmark = pytest.mark.root
@@ -74,7 +75,7 @@ def tcp(tb: Testbed, seconds: float = 2) -> dict[str, Any]:
 
 def udp(tb: Testbed, size: int = 1000, rate: float = 50, seconds: float = 2) -> dict[str, Any]:
     w = Workload("udp", size=size, rate_mbit=rate, seconds=seconds)
-    (row,) = iperf.udp(tb, _flow(tb), w, _plain, 0)
+    (row,) = udp_workload(tb, _flow(tb), w, _plain, 0)
     return row
 
 

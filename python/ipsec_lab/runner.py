@@ -33,7 +33,7 @@ from ipsec_lab.testbed.build import (
     require_root,
     require_tools,
 )
-from ipsec_lab.traffic import Meters, Row, apps, iperf, latency, rfc2544, soak
+from ipsec_lab.traffic import Meters, Row, apps, iperf, latency, rfc2544, soak, udp
 
 if TYPE_CHECKING:
     from ipsec_lab.hosts import Hosts
@@ -57,8 +57,8 @@ def _slug(s: str) -> str:
 
 WORKLOADS: dict[str, Callable[..., list[Row]]] = {
     "tcp": iperf.tcp,
-    "udp": iperf.udp,
-    "imix": iperf.imix,
+    "udp": udp.udp,
+    "imix": udp.imix,
     "rfc2544": rfc2544.rfc2544,
 }
 

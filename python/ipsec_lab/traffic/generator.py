@@ -42,9 +42,11 @@ import shutil
 import time
 from typing import Any, Protocol
 
+from ipsec_lab.scenario import Workload
 from ipsec_lab.testbed import Flow
 from ipsec_lab.testbed.build import STOCK_QDISCS, LabError, Testbed, root_qdisc
 from ipsec_lab.traffic import IPV4_UDP, Row
+from ipsec_lab.traffic.iperf import IperfGenerator
 
 # The sink's counter: an nftables table of the lab's in the sink node.
 NFT_TABLE = "ipsec_lab_sink"
@@ -125,9 +127,21 @@ def make(tb: Testbed, flow: Flow, want: str, flows: int = 1) -> Generator:
     name, why = choose(tb, flow, want)
     if name == "trafgen":
         return Trafgen(tb, flow, flows, why)
-    from ipsec_lab.traffic.iperf import IperfGenerator
-
     return IperfGenerator(tb, flow, why)
+
+
+def for_workload(tb: Testbed, flow: Flow, w: Workload) -> Generator:
+    """The workload's generator (`make`: auto, trafgen or iperf3), ready."""
+    return make(tb, flow, w.generator, w.flows)
+
+
+def noted(row: Row, gen: Generator) -> Row:
+    """A row with what generated it, and why that one."""
+    row["generator"] = gen.name
+    why = getattr(gen, "why", "")
+    if why:
+        row["generator_note"] = why
+    return row
 
 
 # --- trafgen -------------------------------------------------------------------------------

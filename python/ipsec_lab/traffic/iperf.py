@@ -9,8 +9,7 @@ from typing import Any
 from ipsec_lab.scenario import Workload
 from ipsec_lab.testbed import Flow
 from ipsec_lab.testbed.build import LabError, Testbed
-from ipsec_lab.traffic import IPV4_UDP, Metered, Row, generator, wait_listening
-from ipsec_lab.traffic.generator import Generator
+from ipsec_lab.traffic import IPV4_UDP, Metered, Row, wait_listening
 
 PORT = 5201
 # Simple IMIX: 7 : 4 : 1 packets of 40, 576 and 1500 bytes (IP packet sizes).
@@ -193,45 +192,3 @@ class IperfGenerator:
 
     def close(self) -> None:
         self.srv.close()
-
-
-def generator_for(tb: Testbed, flow: Flow, w: Workload) -> Generator:
-    """The workload's generator (`generator.make`: auto, trafgen or iperf3), ready."""
-    return generator.make(tb, flow, w.generator, w.flows)
-
-
-def noted(row: Row, gen: Generator) -> Row:
-    """A row with what generated it, and why that one."""
-    row["generator"] = gen.name
-    why = getattr(gen, "why", "")
-    if why:
-        row["generator_note"] = why
-    return row
-
-
-def udp(tb: Testbed, flow: Flow, w: Workload, metered: Metered, warmup_s: float) -> list[Row]:
-    gen = generator_for(tb, flow, w)
-    try:
-        if warmup_s > 0:
-            gen.trial(w.size, w.rate_mbit, max(warmup_s, 1))
-        return [metered(w.name, lambda: noted(gen.trial(w.size, w.rate_mbit, w.seconds), gen))]
-    finally:
-        gen.close()
-
-
-def imix(tb: Testbed, flow: Flow, w: Workload, metered: Metered, warmup_s: float) -> list[Row]:
-    """Simple IMIX at `rate_mbit` offered in all: 7 : 4 : 1 packets of 40, 576 and 1500
-    bytes — trafgen sends them interleaved, iperf3 as three concurrent streams (and its
-    40-byte packets as 44)."""
-    gen = generator_for(tb, flow, w)
-
-    def run() -> Row:
-        row = gen.mix(SIMPLE_IMIX, w.rate_mbit, w.seconds)
-        small = row.get("mix_sizes", [s for s, _ in SIMPLE_IMIX])
-        row["mix"] = "simple IMIX 7:4:1 of " + "/".join(map(str, small)) + " B"
-        return noted(row, gen)
-
-    try:
-        return [metered(w.name, run)]
-    finally:
-        gen.close()

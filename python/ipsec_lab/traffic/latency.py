@@ -31,8 +31,8 @@ from ipsec_lab.scenario import Workload
 from ipsec_lab.testbed import Flow
 from ipsec_lab.testbed.build import LabError, Testbed
 from ipsec_lab.traffic import Metered, Row, wait_listening
-from ipsec_lab.traffic.generator import Generator
-from ipsec_lab.traffic.iperf import PORT, Servers, generator_for, noted
+from ipsec_lab.traffic.generator import Generator, for_workload, noted
+from ipsec_lab.traffic.iperf import PORT, Servers
 
 IRTT_PORT = 2112
 PERCENTILES = (50.0, 90.0, 99.0, 99.9)
@@ -238,7 +238,7 @@ def latency(tb: Testbed, flow: Flow, w: Workload, metered: Metered, warmup_s: fl
     try:
         if w.background == "tcp":
             return [metered(f"{w.name}-tcp", lambda: _under_tcp(tb, flow, w, probe, same))]
-        gen = generator_for(tb, flow, w)
+        gen = for_workload(tb, flow, w)
         try:
             if warmup_s > 0:
                 gen.trial(w.size, min(w.max_rate_mbit, 10.0), max(warmup_s, 1))

@@ -17,8 +17,7 @@ from ipsec_lab.scenario import Workload
 from ipsec_lab.testbed import Flow
 from ipsec_lab.testbed.build import LabError, Testbed
 from ipsec_lab.traffic import Metered, Meters, Row
-from ipsec_lab.traffic.generator import SHORT_OF_RATE, Generator
-from ipsec_lab.traffic.iperf import generator_for, noted
+from ipsec_lab.traffic.generator import SHORT_OF_RATE, Generator, for_workload, noted
 
 
 @dataclass
@@ -358,7 +357,7 @@ def rfc2544(tb: Testbed, flow: Flow, w: Workload, metered: Metered, warmup_s: fl
     each size's search is metered as its own row, then the overload trials of all sizes
     run interleaved in rounds (`overload_rounds`), listed in each row's `trials` but
     outside its meters (`payload_bytes` and `seconds` are the search's)."""
-    gen = generator_for(tb, flow, w)
+    gen = for_workload(tb, flow, w)
     sizes = w.all_sizes
     try:
         if warmup_s > 0:

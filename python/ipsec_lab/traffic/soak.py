@@ -24,8 +24,7 @@ from ipsec_lab.scenario import Workload
 from ipsec_lab.testbed import Flow
 from ipsec_lab.testbed.build import LabError, Testbed
 from ipsec_lab.traffic import Metered, Meters, Row
-from ipsec_lab.traffic.generator import Generator, Trafgen, delivered
-from ipsec_lab.traffic.iperf import generator_for, noted
+from ipsec_lab.traffic.generator import Generator, Trafgen, delivered, for_workload, noted
 from ipsec_lab.traffic.latency import (
     Background,
     Probe,
@@ -110,7 +109,7 @@ def soak(tb: Testbed, flow: Flow, w: Workload, metered: Metered, warmup_s: float
     procs: Procs | None = metered.procs if isinstance(metered, Meters) else None
     total_s = 60 * (minutes if minutes is not None else w.minutes)
     n = max(1, round(total_s / w.interval_s))
-    gen = generator_for(tb, flow, w)
+    gen = for_workload(tb, flow, w)
     probe = Probe(tb, flow)
     try:
         if warmup_s > 0:
