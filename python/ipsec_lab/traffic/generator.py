@@ -29,6 +29,14 @@ Where trafgen cannot go: it writes frames below the source's IP stack, so a sour
 does its own IPsec (host-to-host, the `pair` and `clients` topologies) would not see them
 and they would leave in clear. There only iperf3 is used (`choose` says why).
 
+On one machine the generator's work competes with the gateways' differently: trafgen
+pins itself to CPU 0, and the bucket's timer moves the packets on (and the forwarding
+they cause) in softirq there, which no scheduler moves aside; iperf3's sends are its own
+process's time. A gateway worker sharing CPU 0 then falls behind its TUN queue sooner:
+ours at 64 B lost 1.2 % at 70 Mbit/s with its gateways free to use either CPU and
+nothing with them kept to CPU 1 (its NDR: about 54 Mbit/s with trafgen, 88 with
+iperf3). On real hosts the generator has a machine of its own.
+
 trafgen is run with `--no-sock-mem` and `--notouch-irq`: by default it rewrites the
 machine's socket-memory sysctls and its NIC's IRQ affinity, neither of them the lab's to
 change on a host it does not own (and a namespace cannot write the first).
