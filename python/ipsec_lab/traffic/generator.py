@@ -64,6 +64,9 @@ SOURCE_PORT = 40000  # the first UDP source port; flow i uses SOURCE_PORT + i
 # once it stays the same for QUIET_S, for at most SETTLE_MAX_S (RFC 2544 §23 waits 2 s).
 QUIET_S = 0.1
 SETTLE_MAX_S = 2.0
+# A trial's delivered rate counts what arrived by the bucket's last packet and this long
+# after (in flight on a path without a queue of its own; iperf3's rows allow the same).
+IN_FLIGHT_S = 0.02
 # A trial's sender fell short of the rate asked when it sent less than this share of it
 # in the time asked (it could not go faster): the search then reports it generator-bound.
 SHORT_OF_RATE = 0.95
@@ -402,14 +405,23 @@ class Trafgen:
         pps = max(1, round(rate_mbit * 1e6 / (8 * mean)))
         count = max(1, round(pps * seconds))
         p0, b0 = self.received()
+        t0 = time.monotonic()
         sent, took = self.send(sizes, pps, count, timeout=seconds * 3 + 30)
-        p1, b1 = self._settled()
-        got, ip_bytes = delivered(p1 - p0, b1 - b0, sizes)
         # The bucket lets nothing out faster than the rate: the packets took at least
         # count / pps to leave. trafgen's own time ends when it handed over its last
         # packet, a socket buffer's worth before the bucket let it out; longer than
         # count / pps, it could not keep the bucket busy (generator-bound).
         took = max(took, count / pps)
+        # What the path delivered while the trial offered it (RFC 2285's forwarding
+        # rate): read when the bucket has let the last packet out. What an overloaded
+        # gateway still holds in its queues arrives after: not lost, but not forwarded
+        # in the trial's time either (counted in, a 0.1-CPU gateway's 500-packet TUN
+        # queue drained into a 1 s trial made its rate at overload 50 % too high).
+        time.sleep(max(t0 + count / pps + IN_FLIGHT_S - time.monotonic(), 0.0))
+        pw, bw = self.received()
+        in_window, window_bytes = delivered(pw - p0, bw - b0, sizes)
+        p1, b1 = self._settled()
+        got, ip_bytes = delivered(p1 - p0, b1 - b0, sizes)
         sent_bytes = sent * mean  # a mix's rounds are whole but for its last one
         lost = max(sent - got, 0)
         return {
@@ -423,7 +435,9 @@ class Trafgen:
             "extra_packets": max(got - sent, 0),
             "payload_bytes": max(ip_bytes - got * IPV4_UDP, 0),
             "seconds": took,
-            "mbps": ip_bytes * 8 / took / 1e6,  # received inner IP packet bits
+            # inner IP packet bits delivered in the trial's time
+            "mbps": min(window_bytes, ip_bytes) * 8 / took / 1e6,
+            "late_packets": max(got - in_window, 0),  # arrived after the trial's time
             "generator": self.name,
         }
 
