@@ -24,13 +24,14 @@ import itertools
 import json
 import math
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from ipsec_lab.scenario import Workload
 from ipsec_lab.testbed import Flow
 from ipsec_lab.testbed.build import LabError, Testbed
-from ipsec_lab.traffic import Metered, Row, wait_listening
+from ipsec_lab.traffic import Metered, Row, rfc2544, wait_listening
 from ipsec_lab.traffic.generator import Generator, for_workload, noted
 from ipsec_lab.traffic.iperf import PORT, Servers
 
@@ -213,8 +214,6 @@ def _pdr(gen: Generator, w: Workload, lookup: PdrLookup | None) -> tuple[float, 
     found = lookup(w.size) if lookup else None
     if found is not None:
         return found
-    from ipsec_lab.traffic import rfc2544
-
     # a search on the PDR's own tolerance: the rate it finds is the PDR
     r = rfc2544.search(lambda rate: rfc2544.loss_trial(gen, w.size, rate, w.trial_s),
                        w.max_rate_for(w.size), w.resolution_for(w.size), rfc2544.PDR_LOSS_PCT,
@@ -244,9 +243,7 @@ def latency(tb: Testbed, flow: Flow, w: Workload, metered: Metered, warmup_s: fl
                 gen.trial(w.size, min(w.max_rate_mbit, 10.0), max(warmup_s, 1))
             # no load above 0 asked: no PDR needed
             rate, source = _pdr(gen, w, pdr) if max(w.loads) > 0 else (0.0, "no load asked")
-            from ipsec_lab.traffic.rfc2544 import plane_clock
-
-            clock = plane_clock(metered)
+            clock = rfc2544.plane_clock(metered)
             clock = clock if clock and clock() else None  # {}: no plane to read
             rows = []
             for load in w.loads:
@@ -278,8 +275,6 @@ def _under_udp(gen: Generator, w: Workload, probe: Probe, same: bool, load: floa
     c0 = c1 = None
     try:
         if bg:
-            import time
-
             time.sleep(LEAD_S)
         c0 = clock() if clock else None
         data = probe.run(w.seconds, w.probe_interval_ms, w.probe_bytes)
@@ -288,9 +283,7 @@ def _under_udp(gen: Generator, w: Workload, probe: Probe, same: bool, load: floa
         back = bg.result(span * 3 + 30) if bg else None
     row.update(probes_row(data, same))
     if c0 and c1:
-        from ipsec_lab.traffic.rfc2544 import cpu_per_packet
-
-        ns = cpu_per_packet(c0, c1)  # summed over the gateways a packet passes
+        ns = rfc2544.cpu_per_packet(c0, c1)  # summed over the gateways a packet passes
         row["plane_ns_per_packet"] = ns
         row["t_s_us"] = ns / 1e3 if ns else None
     if back:
@@ -314,8 +307,6 @@ def _under_tcp(tb: Testbed, flow: Flow, w: Workload, probe: Probe, same: bool) -
         args = ["-p", str(PORT), "-P", "4", "--bidir", "-t", f"{span:g}"]
         bg = Background(lambda: _tcp_row(_client(tb, flow, args, span)))
         try:
-            import time
-
             time.sleep(LEAD_S)
             data = probe.run(w.seconds, w.probe_interval_ms, w.probe_bytes)
         finally:

@@ -23,7 +23,7 @@ from typing import Any
 from ipsec_lab.scenario import Workload
 from ipsec_lab.testbed import Flow
 from ipsec_lab.testbed.build import LabError, Testbed
-from ipsec_lab.traffic import Metered, Meters, Row
+from ipsec_lab.traffic import Metered, Meters, Row, rfc2544
 from ipsec_lab.traffic.generator import Generator, Trafgen, delivered, for_workload, noted
 from ipsec_lab.traffic.latency import (
     Background,
@@ -92,8 +92,6 @@ def _rate(gen: Generator, w: Workload, ndr: NdrLookup | None) -> tuple[float, st
         return w.rate_mbit, "rate_mbit"
     found = ndr(w.size) if ndr else None
     if found is None:
-        from ipsec_lab.traffic import rfc2544
-
         r = rfc2544.search(lambda rate: rfc2544.loss_trial(gen, w.size, rate, w.trial_s),
                            w.max_rate_for(w.size), w.resolution_for(w.size), 0.0,
                            w.max_trials)  # fmt: skip
