@@ -395,6 +395,11 @@ class Trafgen:
             before = self.bucket()
         else:
             self._unpace()
+        # trafgen makes a scratch file (`.tmp_mmap.*`, mapped shared, unlinked at once) in
+        # its working directory: run it in a tmpfs (the micro-VM's root, where a lab
+        # command's working directory is, is read-only, and its shared 9p directories
+        # cannot be mapped so)
+        argv = ["sh", "-c", 'cd /dev/shm 2>/dev/null || cd /tmp && exec "$@"', "sh", *argv]
         out = self.tb.run(self.flow.source, argv, timeout=timeout)
         sent_m = re.search(r"(\d+) packets outgoing", out)
         took_m = re.search(r"(\d+) sec, (\d+) usec on CPU", out)
