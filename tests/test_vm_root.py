@@ -55,11 +55,13 @@ def in_the_vm(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "hosts": f"{pytest_bin} -q -p no:cacheprovider --basetemp={d / 'hosts'} "
         f"{REPO / 'tests/vm/hosts.py'}",
     }
+    # (each log ends with the step's time, for CI's budget)
     # a script file: the VM's command travels on the kernel's command line, which holds
     # 2 KiB at most (three steps' paths would not fit; the VM then hangs at boot)
     script = d / "steps.sh"
     script.write_text("".join(
-        f"{cmd} > {d / name}.log 2>&1; echo rc=$? >> {d / name}.log\n"
+        f"t=$(date +%s); {cmd} > {d / name}.log 2>&1; echo rc=$? >> {d / name}.log; "
+        f'echo "took $(($(date +%s) - t)) s" >> {d / name}.log\n'
         for name, cmd in steps.items()
     ))  # fmt: skip
     rc = vm.run(["sh", str(script)], [d], timeout=2400)
