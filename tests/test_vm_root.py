@@ -47,12 +47,12 @@ def in_the_vm(tmp_path_factory: pytest.TempPathFactory) -> Path:
     pytest_bin = str(Path(sys.executable).parent / "pytest")
     exe = str(Path(sys.executable).parent / "ipsec-lab")
     steps = {
-        "inner": f"{pytest_bin} -q -p no:cacheprovider --basetemp={d / 'inner'} "
+        "inner": f"{pytest_bin} -q -p no:cacheprovider --durations=8 --basetemp={d / 'inner'} "
         f"{REPO / 'tests/vm/interop.py'} {REPO / 'tests/vm/impairment.py'}",
         "every": f"{exe} run {REPO / 'scenarios/vm.toml'} --lab {d / 'lab-every'}",
         "clients": f"{exe} run {d / 'clients.toml'} --lab {d / 'lab-clients'}",
         # the kernel's IPsec on real hosts over sshd (tests/vm/hosts.py)
-        "hosts": f"{pytest_bin} -q -p no:cacheprovider --basetemp={d / 'hosts'} "
+        "hosts": f"{pytest_bin} -q -p no:cacheprovider --durations=3 --basetemp={d / 'hosts'} "
         f"{REPO / 'tests/vm/hosts.py'}",
     }
     # (each log ends with the step's time, for CI's budget)

@@ -1,10 +1,10 @@
 """The kernel's IPsec on real hosts, run INSIDE the micro-VM by tests/test_vm_root.py (the
 host's kernel has no ESP): four hosts, each a namespace running `sshd` (tests/sshlab.py),
-reached by the lab only through ssh. A campaign of `none`, `xfrm`, `xfrm-udp` and
+reached by the lab only through ssh. A campaign of `xfrm`, `xfrm-udp` and
 `strongswan-kernel` x 1 s of UDP (trafgen from the client over ssh, counted on the
-server): every run done, ESP's overhead on the wire, per-host CPU.
-(Under TCG a run over ssh costs about 11 s: TCP, a second configuration and ours run
-on this machine's kernel in tests/test_hosts_root.py.) A host's own xfrm state and policy
+server): every run done, ESP's bytes on the wire to the byte, per-host CPU.
+(Under TCG a run over ssh costs about 40 s: `none`, TCP, a second configuration and ours
+run on this machine's kernel in tests/test_hosts_root.py.) A host's own xfrm state and policy
 survive it, one that collides with the lab's SA is never replaced, and nothing the lab
 added is left."""
 
@@ -63,7 +63,7 @@ def test_the_kernels_ipsec_on_real_hosts(tmp_path: Path) -> None:
         hosts = lab.hosts_toml(tmp_path / "hosts.toml")
         sc = tmp_path / "scenario.toml"
         sc.write_text(SCENARIO.format(
-            backends='["none", "xfrm", "xfrm-udp", "strongswan-kernel"]'))  # fmt: skip
+            backends='["xfrm", "xfrm-udp", "strongswan-kernel"]'))  # fmt: skip
         p = _lab("hosts", "check", str(hosts), "--scenario", str(sc), "--json")
         assert p.returncode == 0, p.stdout
         checks = {(r["host"], r["check"]): r for r in json.loads(p.stdout)["checks"]}
@@ -75,7 +75,7 @@ def test_the_kernels_ipsec_on_real_hosts(tmp_path: Path) -> None:
                  "--json")  # fmt: skip
         assert p.returncode == 0, p.stderr[-3000:]
         runs = json.loads(p.stdout)["runs"]
-        assert len(runs) == 4
+        assert len(runs) == 3
         assert all(r["status"] == "done" for r in runs), [r["reason"] for r in runs]
         rows = {(r["backend"], r["configuration"]): r["results"][0] for r in runs}
         for key, row in rows.items():
@@ -88,15 +88,15 @@ def test_the_kernels_ipsec_on_real_hosts(tmp_path: Path) -> None:
         # charon's own process, metered on the gateways (its ESP is the kernel's)
         assert set(rows[("strongswan-kernel", "esp:aes128gcm16")]["hosts_ipsec"]) == {"gwA", "gwB"}
 
-        def per_payload(r: dict) -> float:
-            return (r["wire_up_bytes"] + r["wire_down_bytes"]) / r["payload_bytes"]
-
-        plain = per_payload(rows[("none", "none")])
-        for b in ("xfrm", "xfrm-udp", "strongswan-kernel"):
-            assert per_payload(rows[(b, "esp:aes128gcm16")]) > plain + 0.05, b
-        # ESP in UDP: 8 bytes more per packet than raw ESP, same suite
-        assert per_payload(rows[("xfrm-udp", "esp:aes128gcm16")]) > per_payload(
-            rows[("xfrm", "esp:aes128gcm16")])  # fmt: skip
+        # Each 512-byte inner packet on the gateways' link, as its interface counts it
+        # (RFC 4303 §2, RFC 4106 §3: tunnel mode, AES-GCM with an 8-byte IV and 16-byte
+        # ICV): Ethernet 14 + outer IPv4 20 + ESP 8 + IV 8 + (512 + pad length and next
+        # header 2, padded to 4: 516) + ICV 16 = 582; ESP in UDP (RFC 3948) 8 more.
+        # (Within a byte on average: a stray ARP on the link moves the mean a little.)
+        for b, frame in (("xfrm", 582), ("xfrm-udp", 590), ("strongswan-kernel", 582)):
+            row = rows[(b, "esp:aes128gcm16")]
+            per_packet = row["wire_up_bytes"] / row["wire_up_packets"]
+            assert abs(per_packet - frame) < 1, (b, per_packet)
         led = next((tmp_path / "lab").glob("campaign-*/*/hosts/gwA.ledger")).read_text()
         whats = [json.loads(x) for x in led.splitlines()]
         xf = [w for w in whats if w["what"].startswith("xfrm states and policies")]
