@@ -145,10 +145,16 @@ def test_study2_fits_a_model_with_positive_terms(lab: tuple[Path, dict[str, Any]
     finally:
         store.close()
     mfr = {(r["configuration"], x["size"]): x["mfr_mbps"] for r, x in rows}
+    ns = {(r["configuration"], x["size"]): x["plane_ns_per_packet"] for r, x in rows}
     for cfg in ("esp:aes128", "esp:3des"):
-        small, big = mfr[(cfg, 128)], mfr[(cfg, 1280)]
-        assert small and big, mfr
-        assert big / 1280 < small / 128  # packets/s falls (8-10 x here)
+        assert mfr[(cfg, 128)] and mfr[(cfg, 1280)], mfr
+        # A 1280-byte packet costs the gateways more CPU than a 128-byte one, by their own
+        # clocks (3DES ~6.5 x; AES-128 only 6-18 %: its per-packet term dominates). The
+        # delivered rates say the same for 3DES, but AES-128's packets/s at the two sizes
+        # differ by less than one quick trial's spread (seen: 0.99, 1.07, 1.12, 1.15 x;
+        # the gateways' clocks, in the same runs: 1.08, 1.06, 1.17, 1.19 x)
+        assert ns[(cfg, 1280)] > ns[(cfg, 128)] > 0, ns
+    assert mfr[("esp:3des", 1280)] / 1280 < mfr[("esp:3des", 128)] / 128  # packets/s falls
     # ...and bit/s grows: 7-8 x with AES-128; 3DES's costs so much per byte that its
     # 1280 B capacity is only ~15 % above its 128 B one, about one quick trial's noise
     # (seen crossed: 2.51 and 2.36 Mbit/s), so the report must say when its fit is not
