@@ -16,6 +16,15 @@
 //!   are not ESP, AH or (with UDP encapsulation) UDP 4500. Bypass policies before them
 //!   are honoured in order, as the engine does.
 //!
+//! - **The host's own packets**, running or down: an `output` chain in the same table
+//!   drops locally made packets matching an outbound protect policy that leave by another
+//!   interface than the TUN device — all but the gateway's own tunnel packets (ESP, AH,
+//!   UDP 4500, sent marked with `fwmark`).
+//! - **One gateway's guard is its own.** A gateway claims its routing table in its
+//!   network namespace for its life ([`claim`]: a lock under [`LOCK_DIR`]): a second
+//!   gateway on the same table, whose start would replace the first one's nftables table
+//!   and routes with its own, is refused; so is `--release` while a gateway runs.
+//!
 //! What a stop leaves is taken away only by `ipsec-gw --release CONFIG` ([`release`]).
 
 use std::fmt::Write as _;
@@ -60,7 +69,12 @@ fn nft(args: &[&str], input: Option<&str>) -> Result<String, String> {
 
 fn run(bin: &str, args: &[&str], input: Option<&str>) -> Result<String, String> {
     use std::io::Write;
+    // a clean environment: nothing of the gateway's own (its caller's locale, an
+    // NFT_* or IPROUTE_* variable, a PATH) reaches the tools it runs as root
     let mut child = Command::new(bin)
+        .env_clear()
+        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+        .env("LC_ALL", "C")
         .args(args)
         .stdin(if input.is_some() {
             Stdio::piped()
@@ -212,10 +226,88 @@ pub fn ruleset(cfg: &Config) -> String {
     let _ = write!(
         s,
         "  chain local {{\n    type filter hook input priority filter - 1; policy accept;\n\
-         \x20   iifname \"{tun}\" accept\n    meta l4proto {{ esp, ah }} accept\n{ND}{encap}{}  }}\n}}\n",
+         \x20   iifname \"{tun}\" accept\n    meta l4proto {{ esp, ah }} accept\n{ND}{encap}{}  }}\n",
         policy_rules(cfg, Direction::In, "", "clear_inbound")
     );
+    // made by the host itself, for a protected destination: only into the TUN device,
+    // but for the gateway's own tunnel packets (marked, `outside.rs`)
+    let mark = format!("0x{:x}", cfg.fwmark);
+    let encap = if cfg.udp_encap {
+        format!("    meta mark {mark} udp sport 4500 accept\n")
+    } else {
+        String::new()
+    };
+    let _ = write!(
+        s,
+        "  chain local_out {{\n    type filter hook output priority filter - 1; policy accept;\n\
+         \x20   oifname \"{tun}\" accept\n    meta mark {mark} meta l4proto {{ esp, ah }} accept\n\
+         {ND}{encap}{}  }}\n}}\n",
+        policy_rules(cfg, Direction::Out, "", "clear_outbound")
+    );
     s
+}
+
+/// Where gateways claim their routing tables ([`claim`]): root's alone.
+pub const LOCK_DIR: &str = "/run/ipsec-gw";
+
+/// Claim the gateway's routing table in this network namespace for as long as the
+/// returned file is open (the gateway's life): an exclusive `flock` on
+/// `LOCK_DIR/table-N.net-INODE.lock`, INODE naming the namespace (gateways in other
+/// namespaces have tables, rules and nftables tables of their own). Refused, saying
+/// what to do, while another gateway holds it — its guard (nftables table, rule,
+/// blackhole routes) would otherwise be replaced by this one's. The directory must be a
+/// real directory of root's that no one else may write (else a local user could plant
+/// the lock, or a link in its place).
+pub fn claim(cfg: &Config) -> Result<std::fs::File, String> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
+    let ns = std::fs::metadata("/proc/self/ns/net")
+        .map_err(|e| format!("cannot tell this network namespace (/proc/self/ns/net): {e}"))?
+        .ino();
+    match std::fs::DirBuilder::new().mode(0o700).create(LOCK_DIR) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(format!("cannot create {LOCK_DIR}: {e}")),
+    }
+    let m =
+        std::fs::symlink_metadata(LOCK_DIR).map_err(|e| format!("cannot read {LOCK_DIR}: {e}"))?;
+    let me = crate::sys::effective_uid();
+    if !m.is_dir() || (m.uid() != 0 && m.uid() != me) || m.mode() & 0o022 != 0 {
+        return Err(format!(
+            "{LOCK_DIR} is not a directory of root's that only root may write (uid {}, mode \
+             {:o}{}): remove it and start again",
+            m.uid(),
+            m.mode() & 0o7777,
+            if m.file_type().is_symlink() {
+                ", a symlink"
+            } else {
+                ""
+            }
+        ));
+    }
+    let path = format!("{LOCK_DIR}/table-{}.net-{ns}.lock", cfg.table);
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(&path)
+        .map_err(|e| format!("cannot open {path}: {e}"))?;
+    crate::sys::flock_exclusive(&f).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::WouldBlock {
+            format!(
+                "another ipsec-gw runs on routing table {} in this network namespace (it \
+                 holds {path}; its guard is nftables table inet {}): two gateways on one \
+                 table would replace each other's guard — give each its own `table`",
+                cfg.table,
+                table_name(cfg)
+            )
+        } else {
+            format!("cannot lock {path}: {e}")
+        }
+    })?;
+    Ok(f)
 }
 
 /// Install (or replace) the guard: the blackhole routes, the rule into the gateway's
@@ -227,6 +319,25 @@ pub fn install(cfg: &Config) -> Result<(), String> {
     nft(&["-f", "-"], Some(&ruleset(cfg)))
         .map(|_| ())
         .map_err(|e| format!("cannot install the clear-traffic guard (nftables): {e}"))
+}
+
+/// After a reload's guard failed part way: `current`'s guard installed again, and what
+/// `failed` added that `current` does not have (its blackhole routes, and its routes into
+/// the TUN device) taken away.
+pub fn restore(current: &Config, failed: &Config) -> Result<(), String> {
+    let extra: Vec<Prefix> = failed
+        .routes
+        .iter()
+        .filter(|r| !current.routes.contains(r))
+        .copied()
+        .collect();
+    let table = current.table.to_string();
+    for r in &extra {
+        let dst = format!("{}/{}", prefix_addr(r), r.len);
+        let _ = ip(&["route", "del", &dst, "dev", &current.tun, "table", &table]);
+        let _ = blackholes(current, std::slice::from_ref(r), "del");
+    }
+    install(current)
 }
 
 /// `ip route VERB blackhole PREFIX table T metric M` for each of `routes` (prefixes

@@ -106,10 +106,21 @@ fn main() -> ExitCode {
         return ExitCode::from(2);
     }
     if cli.release {
+        // Never under a running gateway: its guard is what keeps its traffic from
+        // leaving in clear. Both its locks are tried (held: refused).
+        let held = guard::claim(&cfg).and_then(|t| seqstate::lock(&cfg.state).map(|s| (t, s)));
+        let _locks = match held {
+            Ok(locks) => locks,
+            Err(e) => {
+                eprintln!("ipsec-gw: --release refused: {e}; stop that gateway first");
+                return ExitCode::from(1);
+            }
+        };
         return match guard::release(&cfg) {
             Ok(()) => {
                 eprintln!(
-                    "ipsec-gw: {}: released: traffic for its protected subnets now follows                      the host's other routes",
+                    "ipsec-gw: {}: released: traffic for its protected subnets now follows \
+                     the host's other routes",
                     path.display()
                 );
                 ExitCode::SUCCESS
@@ -207,8 +218,9 @@ fn run(cfg: config::Config, init_state: bool, mut signals: Signals) -> Result<()
     let ids = privilege::lookup(&cfg.user)?;
     // Opened while root: the gateway's user re-reads it on SIGHUP through this.
     let mut source = config::Source::open(&cfg.file).map_err(|e| e.to_string())?;
-    // One gateway per state, for its whole life.
+    // One gateway per state, and per routing table (its guard), for its whole life.
     let _lock = seqstate::lock(&cfg.state)?;
+    let _table = guard::claim(&cfg)?;
     // The engines first, sequence state read and reservations written: nothing is
     // created (TUN device, routes) for a gateway that cannot keep its numbers.
     let open = |dir: Direction| {
@@ -387,8 +399,20 @@ fn run(cfg: config::Config, init_state: bool, mut signals: Signals) -> Result<()
                 for w in &new.warnings {
                     eprintln!("ipsec-gw: warning: {w}");
                 }
+                // The new guard before the new engines: a guard that cannot be
+                // installed refuses the reload, the running config and its guard stay
+                // (as a start that cannot install it is refused).
                 if let Err(e) = guard::install(&new).and_then(|()| tun_routes(&new)) {
-                    eprintln!("ipsec-gw: {e}");
+                    shared.reloads_refused.fetch_add(1, Ordering::Relaxed);
+                    let back = guard::restore(&current, &new).and_then(|()| tun_routes(&current));
+                    eprintln!(
+                        "ipsec-gw: reload refused, the running config stays: {e}{}",
+                        match back {
+                            Ok(()) => "; its guard and routes are as they were".to_string(),
+                            Err(b) => format!("; and putting its guard back failed too: {b}"),
+                        }
+                    );
+                    continue;
                 }
                 let new = Arc::new(new);
                 let _ = out_tx.send(new.clone());
@@ -432,16 +456,20 @@ fn reload_problem(current: &config::Config, new: &config::Config) -> Option<Stri
         return Some(e.to_string());
     }
     for n in &new.sas {
-        let same_keys = |c: &config::SaSpec| {
-            c.config.direction == n.config.direction
-                && c.config.enc_key.expose() == n.config.enc_key.expose()
-                && c.config.integ_key.expose() == n.config.integ_key.expose()
-                && !(c.config.enc_key.is_empty() && c.config.integ_key.is_empty())
+        // any key of one in the other, whatever field, suite or direction holds it
+        let shares_a_key = |c: &config::SaSpec| {
+            c.config
+                .secrets()
+                .any(|a| n.config.secrets().any(|b| config::same_key(a.key, b.key)))
         };
-        if let Some(c) = current.sas.iter().find(|c| same_keys(c) && !c.same_as(n)) {
+        if let Some(c) = current
+            .sas
+            .iter()
+            .find(|c| shares_a_key(c) && !c.same_as(n))
+        {
             return Some(format!(
-                "sa {} changes its parameters (SPI, suite, mode, ESN, window or endpoints) but \
-                 keeps the keys of sa {}: give it new keys",
+                "sa {} changes its parameters (SPI, protocol, direction, suite, mode, ESN, \
+                 window or endpoints) but keeps a key of sa {}: give it new keys",
                 n.name, c.name
             ));
         }

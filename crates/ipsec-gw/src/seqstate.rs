@@ -22,10 +22,16 @@
 //!   use, `RESERVE` numbers at a time, written and fsync'd before a packet numbered above
 //!   the previous reservation is sealed. A restart resumes above it: a crash skips at
 //!   most one block of numbers and never reuses one.
-//! - inbound, the highest number accepted, written at most every `PUBLISH_EVERY` (100 ms)
-//!   without an fsync (it survives the process, not a power cut: the data path does not
-//!   wait for the disk), and durably at a clean stop: a restarted receiver refuses
-//!   everything up to it.
+//! - inbound, a **reservation** too: before a packet numbered above it is handed on
+//!   (after its ICV verified), the highest number the receiver may have accepted plus
+//!   `RESERVE_IN` is written — without an fsync (the data path does not wait for the
+//!   disk): it survives a crash of the process (`kill -9`), and a power cut once the
+//!   kernel has written it back (its dirty-page expiry, 30 s by default: a power cut
+//!   within that of a reservation may lose it). A restart refuses everything up to it:
+//!   nothing accepted before the crash is accepted again, and up to `RESERVE_IN` genuine
+//!   packets per SA that came after are refused as replays (counted as `replay` or
+//!   `too_old`). A clean stop writes the highest number accepted instead, durably: a
+//!   clean restart refuses nothing new.
 //! - `expired`: the SA reached its hard lifetime. Neither a reload nor a restart revives
 //!   it under the same keys.
 //!
@@ -55,6 +61,11 @@ use ipsec::sa::Direction;
 
 /// Sequence numbers reserved per write of the outbound state.
 pub const RESERVE: u64 = 1 << 20;
+
+/// Sequence numbers reserved per write of the inbound state: the most genuine packets
+/// per SA a restart after an unclean stop refuses (as `replay` or `too_old`: numbers the
+/// receiver may have accepted before the crash). A write each `RESERVE_IN / 2` packets.
+pub const RESERVE_IN: u64 = 1 << 12;
 
 /// What an entry is found by: the fingerprint of the SA's keys ([`fingerprint`]).
 pub type Key = String;
@@ -130,6 +141,29 @@ pub fn fingerprint(direction: Direction, spi: u32, enc_key: &[u8], integ_key: &[
         ctx.update(&spi.to_be_bytes());
     }
     hex(&ctx.finish().as_ref()[..16])
+}
+
+/// The entries an SA's sequence numbers live under: one per secret its keys hold,
+/// whichever field, protocol or suite carries it — an AES-GCM `enc_key` of ESP and the
+/// same bytes as AH's AES-GMAC `integ_key` are one entry, since their nonces are one
+/// (salt ‖ sequence number) — plus, where it differs, the entry of both fields together
+/// that earlier versions kept (so a state they wrote still counts). An SA resumes above
+/// the highest of them ([`highest`]) and every write raises them all: a key seen before
+/// in any SA, field or direction never numbers from below what went under it.
+///
+/// A secret's entry is [`fingerprint`] of its bytes (salt included) as the only field,
+/// which is what earlier versions wrote for ESP's combined modes: their entries stand.
+pub fn keys_of(c: &ipsec::sa::SaConfig) -> Vec<Key> {
+    let (enc, integ) = (c.enc_key.expose(), c.integ_key.expose());
+    let mut keys: Vec<Key> = c
+        .secrets()
+        .map(|s| fingerprint(c.direction, c.spi, s.material, &[]))
+        .collect();
+    let both = fingerprint(c.direction, c.spi, enc, integ);
+    if !keys.contains(&both) {
+        keys.push(both);
+    }
+    keys
 }
 
 fn hex(b: &[u8]) -> String {
@@ -392,21 +426,19 @@ impl SeqState {
                 Slot::Bad(w) => w.clone(),
                 Slot::Good(g, _) => format!("generation {g}, not {}", generation - 1),
             };
-            if direction == Direction::Out {
-                for e in st.entries.values_mut() {
-                    e.value = e.value.saturating_add(RESERVE);
-                }
+            let block = match direction {
+                Direction::Out => RESERVE,
+                Direction::In => RESERVE_IN,
+            };
+            for e in st.entries.values_mut() {
+                e.value = e.value.saturating_add(block);
             }
             eprintln!(
                 "ipsec-gw: warning: sequence state {} ({why}): a newer write may be lost; \
-                 using {} (generation {generation}){}",
+                 using {} (generation {generation}), every reservation one block higher to \
+                 cover it",
                 paths[1 - i].display(),
                 paths[i].display(),
-                if direction == Direction::Out {
-                    ", every reservation one block higher to cover it"
-                } else {
-                    ", whose replay floors may be up to one write old"
-                }
             );
         }
         Ok(st)
@@ -478,15 +510,20 @@ impl Reader {
     }
 }
 
-/// The highest value any state records for `key`: this direction's and the other's (a
-/// key seen in either direction never numbers from below what went under it).
-pub fn highest(mine: Option<&SeqState>, other: Option<&SeqState>, key: &str) -> Entry {
-    let a = mine.and_then(|s| s.get(key)).unwrap_or_default();
-    let b = other.and_then(|s| s.get(key)).unwrap_or_default();
-    Entry {
-        value: a.value.max(b.value),
-        expired: a.expired || b.expired,
+/// The highest value any state records under any of `keys` ([`keys_of`]): this
+/// direction's and the other's (a key seen in either direction, in any SA, never
+/// numbers from below what went under it); expired when any of them is.
+pub fn highest(mine: Option<&SeqState>, other: Option<&SeqState>, keys: &[Key]) -> Entry {
+    let mut out = Entry::default();
+    for e in keys
+        .iter()
+        .flat_map(|k| [mine, other].map(|s| s.and_then(|s| s.get(k))))
+        .flatten()
+    {
+        out.value = out.value.max(e.value);
+        out.expired |= e.expired;
     }
+    out
 }
 
 /// The exclusive lock one gateway holds on its state for its whole life: a second
@@ -589,6 +626,94 @@ mod tests {
         assert_ne!(n, fingerprint(Direction::In, 0x1001, &[], &[]));
     }
 
+    /// The state follows each key, whichever field, protocol or suite holds it: for
+    /// every pair of suites and key fields whose material has one length, the same bytes
+    /// give the two SAs a common entry (ESP AES-GCM's `enc_key` and AH AES-GMAC's
+    /// `integ_key` among them), in either direction and under any SPI; and the entries
+    /// earlier versions wrote (both fields together) are among an SA's, so their
+    /// numbers still count.
+    #[test]
+    fn every_sa_holding_a_key_shares_its_entry() {
+        use ipsec::crypto::{Encryption, Integrity, SecretBytes, Suite};
+        use ipsec::sa::{Protocol, SaConfig};
+        let mut suites = Vec::new();
+        for e in Encryption::all_names() {
+            for i in Integrity::all_names() {
+                if let Ok(s) = Suite::from_names(e, i) {
+                    let proto = if s.integrity.is_gmac() {
+                        Protocol::Ah
+                    } else {
+                        Protocol::Esp
+                    };
+                    suites.push((proto, s));
+                }
+            }
+        }
+        let material = |n: usize, seed: u8| -> Vec<u8> { (0..n as u8).map(|i| i ^ seed).collect() };
+        let sa = |(proto, s): (Protocol, Suite), field: usize, k: &[u8], dir, spi| {
+            let (el, il) = (s.encryption.key_len(), s.integrity.key_len());
+            let (enc, integ) = if field == 0 {
+                (k.to_vec(), material(il, 0x55))
+            } else {
+                (material(el, 0x66), k.to_vec())
+            };
+            let mut c = SaConfig::new(spi, s, SecretBytes::new(enc), SecretBytes::new(integ));
+            c.protocol = proto;
+            c.direction = dir;
+            c
+        };
+        let mut shared = 0;
+        for &a in &suites {
+            for &b in &suites {
+                for fa in 0..2 {
+                    for fb in 0..2 {
+                        let len = |(_, s): (Protocol, Suite), f| {
+                            if f == 0 {
+                                s.encryption.key_len()
+                            } else {
+                                s.integrity.key_len()
+                            }
+                        };
+                        let n = len(a, fa);
+                        if n == 0 || n != len(b, fb) {
+                            continue;
+                        }
+                        let k = material(n, 0x11);
+                        let ka = keys_of(&sa(a, fa, &k, Direction::Out, 0x1001));
+                        let kb = keys_of(&sa(b, fb, &k, Direction::In, 0x2002));
+                        assert!(
+                            ka.iter().any(|x| kb.contains(x)),
+                            "{:?} field {fa} and {:?} field {fb} share no entry",
+                            a.1.name(),
+                            b.1.name()
+                        );
+                        shared += 1;
+                    }
+                }
+            }
+        }
+        assert!(shared > 100, "{shared}");
+        // what earlier versions wrote: both fields together
+        for &(p, s) in &suites {
+            let c = sa(
+                (p, s),
+                0,
+                &material(s.encryption.key_len(), 0x11),
+                Direction::Out,
+                7,
+            );
+            let old = fingerprint(c.direction, c.spi, c.enc_key.expose(), c.integ_key.expose());
+            assert!(keys_of(&c).contains(&old), "{}", s.name());
+        }
+        // the issue's pair, by name
+        let gcm = Suite::from_names("aes128gcm16", "null").unwrap();
+        let gmac = Suite::from_names("null", "aes128gmac").unwrap();
+        let k = material(20, 0x42);
+        let a = keys_of(&sa((Protocol::Esp, gcm), 0, &k, Direction::Out, 0x1001));
+        let b = keys_of(&sa((Protocol::Ah, gmac), 1, &k, Direction::Out, 0x3003));
+        assert_eq!(a[0], b[0]);
+    }
+
     #[test]
     fn both_slots_missing_is_refused_without_init() {
         let p = tmp("missing");
@@ -685,9 +810,16 @@ mod tests {
         );
         inb.save().unwrap();
         let read = inb.reader().unwrap().read().unwrap();
-        let h = highest(Some(&out), Some(&read), &"a".repeat(32));
+        let h = highest(Some(&out), Some(&read), &["a".repeat(32)]);
         assert_eq!((h.value, h.expired), (9, true));
-        assert_eq!(highest(Some(&out), None, &"c".repeat(32)), Entry::default());
+        assert_eq!(
+            highest(Some(&out), None, &["c".repeat(32)]),
+            Entry::default()
+        );
+        // the highest of several keys' entries, and expired if any is
+        out.set("d".repeat(32), entry(40));
+        let h = highest(Some(&out), Some(&read), &["d".repeat(32), "a".repeat(32)]);
+        assert_eq!((h.value, h.expired), (40, true));
     }
 
     #[test]

@@ -277,10 +277,17 @@ pub fn bind(path: &Path) -> std::io::Result<(UnixListener, BoundSocket)> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err(e),
     }
-    let listener = UnixListener::bind(path)?;
-    // Counters only, but still this gateway's business: owner only.
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+    // Counters only, but still this gateway's business: owner only, from the first
+    // instant (a umask, not a chmod by path after `bind`: that could be raced by whoever
+    // may write the directory, to chmod a file a symlink in its place names, as root).
+    let listener = crate::sys::with_umask(0o177, || UnixListener::bind(path))?;
     let m = std::fs::symlink_metadata(path)?;
+    if m.permissions().mode() & 0o077 != 0 {
+        return Err(std::io::Error::other(format!(
+            "it was made with mode {:o}, not 0600",
+            m.permissions().mode() & 0o777
+        )));
+    }
     let bound = BoundSocket {
         path: path.to_path_buf(),
         id: (m.dev(), m.ino()),

@@ -599,3 +599,22 @@ pub fn become_user(uid: u32, gid: u32) -> io::Result<()> {
         check(libc::setuid(uid))
     }
 }
+
+/// The process's effective user id (geteuid(2)).
+pub fn effective_uid() -> u32 {
+    // SAFETY: geteuid takes nothing and cannot fail.
+    unsafe { libc::geteuid() }
+}
+
+/// Run `f` with the process's file mode creation mask set to `mask`, then put the old
+/// one back: a file `f` makes (a Unix socket's `bind`) has no wider mode at any instant,
+/// where a `chmod` by path after it could be raced (a symlink put in its place). The
+/// mask is the process's: call it only while no other thread makes files (set-up).
+pub fn with_umask<T>(mask: u32, f: impl FnOnce() -> T) -> T {
+    // SAFETY: umask(2) takes a mode and cannot fail.
+    let old = unsafe { libc::umask(mask as libc::mode_t) };
+    let out = f();
+    // SAFETY: as above.
+    unsafe { libc::umask(old) };
+    out
+}

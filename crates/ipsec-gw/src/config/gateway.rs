@@ -2,6 +2,10 @@
 
 use super::*;
 
+/// The priority of Linux's rule `lookup main` (`ip rule`): the gateway's rule must come
+/// before it.
+pub const MAIN_RULE_PRIORITY: u32 = 32766;
+
 /// Most crypto workers per direction: beyond 8, one batch (at most 64 packets) gives
 /// each too little to do.
 pub const MAX_CRYPTO_WORKERS: usize = 8;
@@ -89,6 +93,21 @@ pub(super) fn gateway(
         return Err(cx.err(
             "gateway.table",
             format!("{} is a reserved routing table (0, 253-255)", g.table),
+        ));
+    }
+    // The rule into the table takes the table's number as its priority (`guard`): from
+    // 32766, the priority of `lookup main`, the host's main table would be asked first
+    // and protected traffic would leave by its routes instead of the TUN device.
+    if g.table >= MAIN_RULE_PRIORITY {
+        return Err(cx.err(
+            "gateway.table",
+            format!(
+                "{} is too high: the rule into it takes its number as priority, and from \
+                 {MAIN_RULE_PRIORITY} (the main table's rule) the host's own routes would \
+                 come first; use 1-252 or 256-{}",
+                g.table,
+                MAIN_RULE_PRIORITY - 1
+            ),
         ));
     }
     if g.user.is_empty() || g.user.contains(['\0', '/', ':']) {

@@ -21,6 +21,7 @@ pub use gateway::{auto_crypto_workers, MAX_CRYPTO_WORKERS};
 use gateway::{crypto_workers, gateway};
 use policy::{bundle, policy, unused_sas};
 use raw::*;
+pub use sa::same_key;
 use sa::{sa, shared_keys};
 
 /// A config that cannot be used: `file: key: what is wrong`.

@@ -209,31 +209,46 @@ fn key(
     SecretBytes::from_hex(v).map_err(|e| cx.err(name, e))
 }
 
-/// No two SAs share a key, in either direction: with AES-GCM, ChaCha20-Poly1305 and GMAC
-/// the nonce is salt ‖ sequence number (RFC 4106 §3.1, RFC 7634 §2, RFC 4543 §3), with
-/// no SPI or direction in it, so two SAs under one key number the same nonces; an
-/// integrity key shared lets one SA's packets be replayed into the other (RFC 4301
-/// §4.4.2: each SA its own keys). The sequence state follows the key material
-/// (`seqstate`), which is what makes a key one SA's.
+/// No key serves two SAs, whatever field, protocol, suite or direction holds it: with
+/// AES-GCM, ChaCha20-Poly1305 and GMAC (in ESP's `enc_key` or AH's `integ_key`) the nonce
+/// is salt ‖ sequence number (RFC 4106 §3.1, RFC 7634 §2, RFC 4543 §3), with no SPI,
+/// protocol or direction in it, so two SAs under one key number the same nonces — and an
+/// ESP-GCM SA and an AH-GMAC SA under one AES key give away its GHASH key; an integrity
+/// key shared lets one SA's packets be replayed into the other (RFC 4301 §4.4.2: each SA
+/// its own keys). Keys are compared without their salts, and a key that begins with
+/// another (the same bytes cut to AES-128's length) counts as the same. One SA's
+/// encryption and integrity keys are told apart too. The sequence state follows each
+/// key (`seqstate::keys_of`), which is what makes a key one SA's across restarts and
+/// reloads.
 pub(super) fn shared_keys(cx: &Ctx<'_>, sas: &[SaSpec]) -> Result<(), ConfigError> {
-    for (j, b) in sas.iter().enumerate() {
-        for (i, a) in sas[..j].iter().enumerate() {
-            let (ka, kb) = (&a.config, &b.config);
-            for (field, x, y) in [
-                ("enc_key", ka.enc_key.expose(), kb.enc_key.expose()),
-                ("integ_key", ka.integ_key.expose(), kb.integ_key.expose()),
-            ] {
-                if !y.is_empty() && x == y {
-                    return Err(cx.err(
-                        format!("sa[{j}].{field}"),
-                        format!(
-                            "the same key as sa[{i}] ({:?}): two SAs never share a key,                              not even one in and one out (with AES-GCM both would number the                              same nonces, RFC 4106 §3.1); give each SA its own",
-                            a.name
-                        ),
-                    ));
-                }
+    let all: Vec<(usize, ipsec::sa::Secret<'_>)> = sas
+        .iter()
+        .enumerate()
+        .flat_map(|(i, s)| s.config.secrets().map(move |k| (i, k)))
+        .collect();
+    for (n, (j, b)) in all.iter().enumerate() {
+        for (i, a) in &all[..n] {
+            if !same_key(a.key, b.key) {
+                continue;
             }
+            let whose = if i == j {
+                format!("its own {}", a.field)
+            } else {
+                format!("sa[{i}].{} ({:?})", a.field, sas[*i].name)
+            };
+            return Err(cx.err(
+                format!("sa[{j}].{}", b.field),
+                format!(
+                    "the same key as {whose}: a key serves one SA and one purpose, whatever                      the protocols, suites and directions (AES-GCM and GMAC under one key                      number the same nonces, RFC 4106 §3.1, RFC 4543 §3); give each its own"
+                ),
+            ));
         }
     }
     Ok(())
+}
+
+/// Two keys that are one: equal, or one the start of the other (salts already removed).
+pub fn same_key(a: &[u8], b: &[u8]) -> bool {
+    let n = a.len().min(b.len());
+    n > 0 && a[..n] == b[..n]
 }

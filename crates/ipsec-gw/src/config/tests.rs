@@ -23,8 +23,8 @@ direction = "in"
 spi = 0x2002
 encryption = "aes256"
 integrity = "sha256"
-enc_key = "000102030405060708090a0b0c0d0e0f000102030405060708090a0b0c0d0e0f"
-integ_key = "000102030405060708090a0b0c0d0e0f000102030405060708090a0b0c0d0e0f"
+enc_key = "202122232425262728292a2b2c2d2e2f303132333435363738393a3b3c3d3e3f"
+integ_key = "404142434445464748494a4b4c4d4e4f505152535455565758595a5b5c5d5e5f"
 
 [[policy]]
 direction = "out"
@@ -72,7 +72,7 @@ fn accepted_replay_windows_build_and_enc_only_is_warned() {
     }
     let text = with("integrity = \"sha256\"\n", "");
     let text = text.replacen(
-        "integ_key = \"000102030405060708090a0b0c0d0e0f000102030405060708090a0b0c0d0e0f\"\n",
+        "integ_key = \"404142434445464748494a4b4c4d4e4f505152535455565758595a5b5c5d5e5f\"\n",
         "",
         1,
     );
@@ -244,7 +244,7 @@ fn duplicate_spi_in_one_direction_and_unknown_keys() {
     let dup = format!(
         "{GOOD}\n[[sa]]\nname = \"x\"\ndirection = \"out\"\nspi = 0x1001\n\
          encryption = \"null\"\nintegrity = \"sha1\"\n\
-         integ_key = \"000102030405060708090a0b0c0d0e0f10111213\"\n"
+         integ_key = \"606162636465666768696a6b6c6d6e6f70717273\"\n"
     );
     let e = err(&dup);
     assert_eq!(e.key, "sa[2].spi");
@@ -279,7 +279,7 @@ fn overlapping_policies_and_unused_sas_are_warnings() {
     let unused = format!(
         "{GOOD}\n[[sa]]\nname = \"spare\"\ndirection = \"out\"\nspi = 0x3003\n\
          encryption = \"null\"\nintegrity = \"sha1\"\n\
-         integ_key = \"000102030405060708090a0b0c0d0e0f10111213\"\n"
+         integ_key = \"606162636465666768696a6b6c6d6e6f70717273\"\n"
     );
     let c = parse(&unused, Path::new("gw.toml")).unwrap();
     assert_eq!(c.warnings.len(), 1);
@@ -334,7 +334,7 @@ fn a_reload_keeps_sas_whose_definition_is_unchanged() {
 fn bundles_are_checked() {
     let ah = "\n[[sa]]\nname = \"ah-out\"\ndirection = \"out\"\nspi = 0x1101\nprotocol = \"ah\"\n\
               encryption = \"null\"\nintegrity = \"sha1\"\n\
-              integ_key = \"000102030405060708090a0b0c0d0e0f10111213\"\n";
+              integ_key = \"606162636465666768696a6b6c6d6e6f70717273\"\n";
     let bundle = |esp: &str, ahn: &str| {
         format!(
             "{GOOD}{ah}\n[[bundle]]\nname = \"b\"\ndirection = \"out\"\nesp = \"{esp}\"\n\
@@ -364,7 +364,7 @@ fn bundles_are_checked() {
 }
 
 /// Two SAs never share a key, in or out: the nonce (salt ‖ sequence number) has no
-/// SPI or direction in it. Refused naming the second SA's key and the first SA.
+/// SPI or direction in it. Refused naming the second SA's key and the first SA's.
 #[test]
 fn two_sas_sharing_a_key_are_refused() {
     let gcm_in = "name = \"in\"\ndirection = \"in\"\nspi = 0x2002\n\
@@ -377,7 +377,11 @@ fn two_sas_sharing_a_key_are_refused() {
     );
     let e = err(&text);
     assert_eq!(e.key, "sa[1].enc_key");
-    assert!(e.message.contains("the same key as sa[0] (\"out\")"), "{e}");
+    assert!(
+        e.message
+            .contains("the same key as sa[0].enc_key (\"out\")"),
+        "{e}"
+    );
     assert!(
         !e.to_string().contains("0001020304"),
         "the key was printed: {e}"
@@ -386,7 +390,133 @@ fn two_sas_sharing_a_key_are_refused() {
     let text = with(
         "encryption = \"aes128gcm16\"\nenc_key = \"000102030405060708090a0b0c0d0e0f10111213\"",
         "encryption = \"null\"\nintegrity = \"sha256\"\n\
-         integ_key = \"000102030405060708090a0b0c0d0e0f000102030405060708090a0b0c0d0e0f\"",
+         integ_key = \"404142434445464748494a4b4c4d4e4f505152535455565758595a5b5c5d5e5f\"",
     );
     assert_eq!(err(&text).key, "sa[1].integ_key");
+    // one SA's encryption key as its own integrity key
+    let text = GOOD.replace(
+        "integ_key = \"404142434445464748494a4b4c4d4e4f505152535455565758595a5b5c5d5e5f\"",
+        "integ_key = \"202122232425262728292a2b2c2d2e2f303132333435363738393a3b3c3d3e3f\"",
+    );
+    let e = err(&text);
+    assert_eq!(e.key, "sa[1].integ_key");
+    assert!(e.message.contains("its own enc_key"), "{e}");
+}
+
+/// Every valid (protocol, encryption, integrity) of the engine's tables, with legacy
+/// allowed: the suites an SA can have.
+fn every_suite() -> Vec<(&'static str, &'static str, &'static str)> {
+    use ipsec::crypto::{Encryption, Integrity, Suite};
+    let mut out = Vec::new();
+    for e in Encryption::all_names() {
+        for i in Integrity::all_names() {
+            let Ok(suite) = Suite::from_names(e, i) else {
+                continue;
+            };
+            let esp = !suite.integrity.is_gmac();
+            let ah = e == "null" && i != "null";
+            for (ok, proto) in [(esp, "esp"), (ah, "ah")] {
+                if ok {
+                    out.push((proto, e, i));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// An `[[sa]]` block: `keys` gives (enc_key, integ_key) as bytes, each cut to the
+/// suite's length (empty where the suite has none).
+fn sa_block(
+    name: &str,
+    dir: &str,
+    spi: u32,
+    s: (&str, &str, &str),
+    keys: (&[u8], &[u8]),
+) -> String {
+    use ipsec::crypto::{Encryption, Integrity};
+    let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
+    let (el, il) = (
+        Encryption::from_name(s.1).unwrap().key_len(),
+        Integrity::from_name(s.2).unwrap().key_len(),
+    );
+    let mut t = format!(
+        "[[sa]]\nname = \"{name}\"\ndirection = \"{dir}\"\nspi = {spi}\nprotocol = \"{}\"\n\
+         encryption = \"{}\"\nintegrity = \"{}\"\nlegacy = true\n",
+        s.0, s.1, s.2
+    );
+    if el > 0 {
+        t += &format!("enc_key = \"{}\"\n", hex(&keys.0[..el]));
+    }
+    if il > 0 {
+        t += &format!("integ_key = \"{}\"\n", hex(&keys.1[..il]));
+    }
+    t
+}
+
+/// The issue's class, over every pair of suites that can hold a key, every field of
+/// each, and both directions: the same key bytes (cut to each field's length, so an
+/// AES-128 key is the start of an AES-256 or HMAC one) in any field of two SAs — ESP's
+/// AES-GCM `enc_key` and AH's AES-GMAC `integ_key` among them — are refused, naming the
+/// second SA's field; the same configs with keys of their own are accepted.
+#[test]
+fn no_key_serves_two_sas_whatever_field_suite_or_direction() {
+    let shared: Vec<u8> = (0..64u8)
+        .map(|i| i.wrapping_mul(7).wrapping_add(3))
+        .collect();
+    let own = |seed: u8| -> Vec<u8> { (0..64u8).map(|i| i ^ seed).collect() };
+    let head = "[gateway]\ntun = \"ipsec0\"\nlocal = \"192.0.2.1\"\nremote = \"192.0.2.2\"\n";
+    let suites = every_suite();
+    let mut pairs = 0;
+    for &a in &suites {
+        for &b in &suites {
+            for field_a in ["enc_key", "integ_key"] {
+                for field_b in ["enc_key", "integ_key"] {
+                    let holds = |s: (&str, &str, &str), f: &str| {
+                        let len = if f == "enc_key" {
+                            ipsec::crypto::Encryption::from_name(s.1).unwrap().key_len()
+                        } else {
+                            ipsec::crypto::Integrity::from_name(s.2).unwrap().key_len()
+                        };
+                        len > 0
+                    };
+                    if !holds(a, field_a) || !holds(b, field_b) {
+                        continue;
+                    }
+                    for dir_b in ["out", "in"] {
+                        let (oa, ob1, ob2) = (own(0x80), own(0xa0), own(0xc0));
+                        let ka: (&[u8], &[u8]) = if field_a == "enc_key" {
+                            (&shared, &oa)
+                        } else {
+                            (&oa, &shared)
+                        };
+                        let kb: (&[u8], &[u8]) = if field_b == "enc_key" {
+                            (&shared, &ob1)
+                        } else {
+                            (&ob1, &shared)
+                        };
+                        let text = format!(
+                            "{head}{}{}",
+                            sa_block("a", "out", 0x1001, a, ka),
+                            sa_block("b", dir_b, 0x2002, b, kb)
+                        );
+                        let e = parse(&text, Path::new("gw.toml")).err().unwrap_or_else(|| {
+                            panic!("accepted {a:?}.{field_a} = {b:?}.{field_b}")
+                        });
+                        assert_eq!(e.key, format!("sa[1].{field_b}"), "{a:?} {b:?}: {e}");
+                        assert!(e.message.contains(&format!("sa[0].{field_a}")), "{e}");
+                        let text = format!(
+                            "{head}{}{}",
+                            sa_block("a", "out", 0x1001, a, (&own(0x10), &oa)),
+                            sa_block("b", dir_b, 0x2002, b, (&ob1, &ob2))
+                        );
+                        parse(&text, Path::new("gw.toml"))
+                            .unwrap_or_else(|e| panic!("{a:?} {b:?} with keys of their own: {e}"));
+                        pairs += 1;
+                    }
+                }
+            }
+        }
+    }
+    assert!(pairs > 1000, "only {pairs} combinations tried");
 }

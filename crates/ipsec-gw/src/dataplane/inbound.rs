@@ -81,8 +81,9 @@ fn open_one(
     };
     match open(engine, &mut pkt) {
         Ok(Inbound::Opened { sa, .. }) => {
-            sink.push(pkt.data(), io);
+            // its number recorded (`DirEngine::reserve`) before the packet goes on
             engine.after_opened(sa);
+            sink.push(pkt.data(), io);
         }
         Ok(Inbound::Bypass) => io.bypassed += 1, // not expected here
         Err(_) => {}                             // a named drop, counted by the engine
@@ -265,8 +266,8 @@ impl CrewBatch {
                         continue;
                     };
                     if finish(engine, &mut pkt, sa, &job, crypto).is_ok() {
-                        sink.push(pkt.data(), io);
                         engine.after_opened(sa);
+                        sink.push(pkt.data(), io);
                     }
                 }
                 _ => {}

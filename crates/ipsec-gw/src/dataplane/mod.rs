@@ -136,7 +136,6 @@ impl Worker {
                 .map_err(|e| format!("reload failed: {e}"))?;
         }
         if last.elapsed() >= PUBLISH_EVERY {
-            self.engine.persist_tops();
             self.engine.publish(io, &self.shared);
             *last = Instant::now();
         }

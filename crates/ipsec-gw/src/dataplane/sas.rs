@@ -98,11 +98,20 @@ struct SaEntry {
     expired: bool,
     /// The SA after its hard lifetime: out of the engine, kept for its final counters.
     retired: Option<ipsec::Sa>,
-    /// (SPI, key fingerprint): the SA's line in the state file.
-    key: crate::seqstate::Key,
+    /// Its entries in the state file: one per secret its keys hold (`keys_of`).
+    keys: Vec<crate::seqstate::Key>,
     /// Outbound: the highest sequence number reserved in the state file; inbound: the
     /// highest accepted number last written there.
     stored: u64,
+}
+
+impl SaEntry {
+    /// Raise every entry of this SA's keys in `st` (values only rise; expired stays).
+    fn raise(&self, st: &mut SeqState, value: u64, expired: bool) {
+        for k in &self.keys {
+            st.raise(k, value, expired);
+        }
+    }
 }
 
 impl DirEngine {
@@ -140,8 +149,7 @@ impl DirEngine {
         let mut sas = Vec::new();
         for spec in cfg.sas.iter().filter(|s| s.config.direction == direction) {
             let c = &spec.config;
-            let key =
-                seqstate::fingerprint(direction, c.spi, c.enc_key.expose(), c.integ_key.expose());
+            let keys = seqstate::keys_of(c);
             let kept = old.as_mut().and_then(|o| {
                 let i = o
                     .sas
@@ -157,7 +165,7 @@ impl DirEngine {
                 spi: c.spi,
                 source: e,
             };
-            let entry = seqstate::highest(state.as_ref(), other.as_ref(), &key);
+            let entry = seqstate::highest(state.as_ref(), other.as_ref(), &keys);
             let was_kept = kept.is_some();
             let (id, soft_logged, mut stored_value, expired) = match kept {
                 Some((sa, soft, v)) => (engine.insert_sa(sa).map_err(named)?, soft, v, false),
@@ -219,13 +227,13 @@ impl DirEngine {
                 soft_logged,
                 expired,
                 retired: None,
-                key,
+                keys,
                 stored: stored_value,
             });
         }
         if let Some(st) = state.as_mut() {
             for e in &sas {
-                st.raise(&e.key, e.stored, e.expired);
+                e.raise(st, e.stored, e.expired);
             }
             // before any packet of this engine goes: the reservations are on disk
             st.save().map_err(|e| BuildError::State {
@@ -380,7 +388,7 @@ impl DirEngine {
             return;
         };
         let e = &self.sas[i];
-        st.raise(&e.key, e.stored, true);
+        e.raise(st, e.stored, true);
         if let Err(err) = st.save() {
             eprintln!(
                 "ipsec-gw: cannot record SA {}'s expiry in {}: {err}",
@@ -390,32 +398,48 @@ impl DirEngine {
         }
     }
 
-    /// Outbound: before the SA's numbers reach its reservation, reserve the next block
-    /// (written and fsync'd). If that write fails the SA stops (fail closed): no packet
-    /// ever carries a number the state file does not cover.
+    /// Before a number above the SA's reservation is used, reserve the next block in the
+    /// state file. Outbound: before it seals the number (written and fsync'd; if that
+    /// fails the SA stops, fail closed: no packet ever carries a number the state file
+    /// does not cover). Inbound: after the number's ICV verified and before the packet
+    /// is handed on (written without an fsync: it survives a crash of the process, not a
+    /// power cut — see `seqstate`); a restart after an unclean stop refuses everything up
+    /// to the reservation, so no packet accepted before the crash is accepted again. If
+    /// that write fails the SA stops too: a restart could not keep that promise.
     fn reserve(&mut self, i: usize) {
-        if self.direction != Direction::Out || self.state.is_none() {
+        if self.state.is_none() {
             return;
         }
         let e = &self.sas[i];
         let Some(sa) = self.engine.sa(e.id) else {
             return;
         };
-        let used = sa.next_seq() - 1;
-        if used.saturating_add(seqstate::RESERVE / 2) < e.stored {
+        let (used, block) = match self.direction {
+            Direction::Out => (sa.next_seq() - 1, seqstate::RESERVE),
+            Direction::In => (sa.replay_window().top(), seqstate::RESERVE_IN),
+        };
+        if used.saturating_add(block / 2) < e.stored {
             return;
         }
-        let want = used.saturating_add(seqstate::RESERVE);
+        let want = used.saturating_add(block);
         let st = self.state.as_mut().expect("checked");
-        st.raise(&e.key, want, false);
-        match st.save() {
+        e.raise(st, want, false);
+        let saved = match self.direction {
+            Direction::Out => st.save(),
+            Direction::In => st.save_quick(),
+        };
+        match saved {
             Ok(()) => self.sas[i].stored = want,
             Err(err) => {
                 let e = &mut self.sas[i];
+                let what = match self.direction {
+                    Direction::Out => "reserve sequence numbers",
+                    Direction::In => "record the sequence numbers it accepts",
+                };
                 eprintln!(
-                    "ipsec-gw: SA {} (spi 0x{:x}) stops: cannot reserve sequence numbers in {}: \
-                     {err}; its traffic is now dropped (no_sa), never sent with a number that \
-                     could repeat",
+                    "ipsec-gw: SA {} (spi 0x{:x}) stops: cannot {what} in {}: {err}; its \
+                     traffic is now dropped (no_sa), never sent or accepted with a number \
+                     that could repeat",
                     e.name,
                     e.spec.config.spi,
                     st.path().display()
@@ -428,20 +452,9 @@ impl DirEngine {
 
     /// At a clean stop: outbound, give back the unused part of each reservation (no
     /// packet went out above the last number taken), so a clean restart skips nothing;
-    /// inbound, write the highest accepted numbers.
+    /// inbound likewise, the highest number accepted in place of the reservation, so a
+    /// clean restart refuses nothing new. Written durably.
     pub fn release(&mut self) {
-        if self.direction == Direction::In {
-            self.persist_tops();
-            if let Some(st) = self.state.as_mut() {
-                if let Err(err) = st.save() {
-                    eprintln!(
-                        "ipsec-gw: cannot write the inbound sequence state {}: {err}",
-                        st.path().display()
-                    );
-                }
-            }
-            return;
-        }
         let Some(st) = self.state.as_mut() else {
             return;
         };
@@ -449,53 +462,30 @@ impl DirEngine {
             let Some(sa) = self.engine.sa(e.id) else {
                 continue;
             };
-            let used = sa.next_seq() - 1;
-            let prev = st.get(&e.key).unwrap_or_default();
+            let used = match self.direction {
+                Direction::Out => sa.next_seq() - 1,
+                Direction::In => sa.replay_window().top(),
+            };
             e.stored = used;
-            st.set(
-                e.key.clone(),
-                seqstate::Entry {
-                    value: used,
-                    expired: prev.expired || e.expired,
-                },
-            );
+            for k in &e.keys {
+                let prev = st.get(k).unwrap_or_default();
+                st.set(
+                    k.clone(),
+                    seqstate::Entry {
+                        value: used,
+                        expired: prev.expired || e.expired,
+                    },
+                );
+            }
         }
         if let Err(err) = st.save() {
             eprintln!(
-                "ipsec-gw: cannot write the outbound sequence state {}: {err} (the \
-                 reservations on disk stand: a restart skips them)",
-                st.path().display()
-            );
-        }
-    }
-
-    /// Inbound: write each SA's highest accepted number when it moved (at most every
-    /// publish interval, and when the worker stops).
-    pub(super) fn persist_tops(&mut self) {
-        if self.direction != Direction::In || self.state.is_none() {
-            return;
-        }
-        let mut changed = false;
-        for e in self.sas.iter_mut().filter(|e| !e.expired) {
-            let Some(sa) = self.engine.sa(e.id) else {
-                continue;
-            };
-            let top = sa.replay_window().top();
-            if top > e.stored {
-                e.stored = top;
-                changed = true;
-            }
-        }
-        if !changed {
-            return;
-        }
-        let st = self.state.as_mut().expect("checked");
-        for e in &self.sas {
-            st.raise(&e.key, e.stored, e.expired);
-        }
-        if let Err(err) = st.save_quick() {
-            eprintln!(
-                "ipsec-gw: cannot write the inbound sequence state {}: {err}",
+                "ipsec-gw: cannot write the {} sequence state {}: {err} (the reservations on \
+                 disk stand: a restart skips them)",
+                match self.direction {
+                    Direction::Out => "outbound",
+                    Direction::In => "inbound",
+                },
                 st.path().display()
             );
         }
@@ -617,20 +607,15 @@ mod tests {
         std::fs::create_dir_all(&d).unwrap();
         let mut out = SeqState::open(&d.join("s.out"), Direction::Out, true).unwrap();
         let inb = SeqState::open(&d.join("s.in"), Direction::In, true).unwrap();
-        let sa = &c.sas[0].config;
-        let fp = seqstate::fingerprint(
-            Direction::Out,
-            sa.spi,
-            sa.enc_key.expose(),
-            sa.integ_key.expose(),
-        );
-        out.set(
-            fp,
-            seqstate::Entry {
-                value,
-                expired: false,
-            },
-        );
+        for fp in seqstate::keys_of(&c.sas[0].config) {
+            out.set(
+                fp,
+                seqstate::Entry {
+                    value,
+                    expired: false,
+                },
+            );
+        }
         out.save().unwrap();
         let reader = inb.reader().unwrap();
         (out, reader)

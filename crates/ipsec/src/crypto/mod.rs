@@ -92,6 +92,11 @@ impl Encryption {
     pub fn iv_len(self) -> usize {
         self.spec().iv_len
     }
+    /// Salt bytes at the end of the key material (0 outside the combined modes).
+    #[inline]
+    pub fn salt_len(self) -> usize {
+        self.spec().salt_len
+    }
     /// Cipher block size the plaintext is padded to (1 for stream/counter modes).
     #[inline]
     pub fn block_len(self) -> usize {
@@ -138,6 +143,11 @@ impl Integrity {
     #[inline]
     pub fn icv_len(self) -> usize {
         self.spec().icv_len
+    }
+    /// Salt bytes at the end of the key material (GMAC's 4, else 0).
+    #[inline]
+    pub fn salt_len(self) -> usize {
+        self.spec().salt_len
     }
     /// AES-GMAC, which only AH takes as an integrity algorithm.
     #[inline]

@@ -129,6 +129,52 @@ impl SaConfig {
     }
 }
 
+/// One secret an SA holds: a key field's cipher or MAC key, and the salt that follows
+/// it in the combined modes and GMAC (RFC 4106 §8.1, RFC 4543 §6, RFC 7634 §4).
+#[derive(Clone, Copy)]
+pub struct Secret<'a> {
+    /// Which config field holds it: `enc_key` or `integ_key`.
+    pub field: &'static str,
+    /// The key as the primitive takes it (the salt removed).
+    pub key: &'a [u8],
+    /// The whole field: the key and its salt.
+    pub material: &'a [u8],
+    /// Its nonce is salt ‖ sequence number (AES-GCM, ChaCha20-Poly1305, AES-GMAC in ESP
+    /// or AH): two SAs numbering under one such key repeat nonces.
+    pub nonce_is_sequence: bool,
+}
+
+impl SaConfig {
+    /// The secrets this SA's keys hold, whichever field carries them (ESP's AEAD and
+    /// GMAC in `enc_key`, AH's GMAC and every HMAC in `integ_key`); empty fields are none.
+    pub fn secrets(&self) -> impl Iterator<Item = Secret<'_>> {
+        let enc = self.suite.encryption;
+        let integ = self.suite.integrity;
+        [
+            (
+                "enc_key",
+                self.enc_key.expose(),
+                enc.salt_len(),
+                enc.is_aead(),
+            ),
+            (
+                "integ_key",
+                self.integ_key.expose(),
+                integ.salt_len(),
+                integ.is_gmac(),
+            ),
+        ]
+        .into_iter()
+        .filter(|(_, m, _, _)| !m.is_empty())
+        .map(|(field, material, salt, nonce_is_sequence)| Secret {
+            field,
+            key: &material[..material.len().saturating_sub(salt)],
+            material,
+            nonce_is_sequence,
+        })
+    }
+}
+
 /// Why an SA could not be built. Each names what is wrong.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
