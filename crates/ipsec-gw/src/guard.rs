@@ -321,11 +321,18 @@ pub fn install(cfg: &Config) -> Result<(), String> {
         .map_err(|e| format!("cannot install the clear-traffic guard (nftables): {e}"))
 }
 
-/// After a reload's guard failed part way: `current`'s guard installed again, and what
-/// `failed` added that `current` does not have (its blackhole routes, and its routes into
-/// the TUN device) taken away.
-pub fn restore(current: &Config, failed: &Config) -> Result<(), String> {
-    let extra: Vec<Prefix> = failed
+/// A reload's guard, in place of `current`'s: the nftables table first, in one
+/// transaction (refused: nothing changed, `current`'s stands), then the blackhole routes
+/// and the routes into the TUN device of `new`. When those fail, `current`'s guard is put
+/// back — its table, and what `new` added that it does not have taken away — and the
+/// error says so: the caller then refuses the reload.
+pub fn reinstall(current: &Config, new: &Config) -> Result<(), String> {
+    nft(&["-f", "-"], Some(&ruleset(new)))
+        .map_err(|e| format!("cannot install the clear-traffic guard (nftables): {e}"))?;
+    let Err(e) = blackholes(new, &new.routes, "replace").and_then(|()| tun_routes(new)) else {
+        return Ok(());
+    };
+    let extra: Vec<Prefix> = new
         .routes
         .iter()
         .filter(|r| !current.routes.contains(r))
@@ -337,7 +344,24 @@ pub fn restore(current: &Config, failed: &Config) -> Result<(), String> {
         let _ = ip(&["route", "del", &dst, "dev", &current.tun, "table", &table]);
         let _ = blackholes(current, std::slice::from_ref(r), "del");
     }
-    install(current)
+    let back = nft(&["-f", "-"], Some(&ruleset(current)))
+        .and_then(|_| blackholes(current, &current.routes, "replace"))
+        .and_then(|()| tun_routes(current));
+    Err(match back {
+        Ok(()) => format!("{e} (the running guard and routes are put back)"),
+        Err(b) => format!("{e}; putting the running guard back failed too: {b}"),
+    })
+}
+
+/// The routes into the TUN device, in the gateway's own table (the rule that sends
+/// traffic there, and the blackholes under these routes, stay when it stops).
+pub fn tun_routes(cfg: &Config) -> Result<(), String> {
+    let table = cfg.table.to_string();
+    for r in &cfg.routes {
+        let dst = format!("{}/{}", r.addr, r.len);
+        ip(&["route", "replace", &dst, "dev", &cfg.tun, "table", &table])?;
+    }
+    Ok(())
 }
 
 /// `ip route VERB blackhole PREFIX table T metric M` for each of `routes` (prefixes

@@ -249,7 +249,7 @@ fn run(cfg: config::Config, init_state: bool, mut signals: Signals) -> Result<()
     if let Err(e) = std::fs::write(&rp, "2") {
         eprintln!("ipsec-gw: warning: cannot set loose reverse-path filtering ({rp}): {e}");
     }
-    tun_routes(&cfg)?;
+    guard::tun_routes(&cfg)?;
     let outside = Arc::new(
         dataplane::Outside::open(&cfg)
             .map_err(|e| format!("cannot open the outer sockets: {e}"))?,
@@ -402,16 +402,9 @@ fn run(cfg: config::Config, init_state: bool, mut signals: Signals) -> Result<()
                 // The new guard before the new engines: a guard that cannot be
                 // installed refuses the reload, the running config and its guard stay
                 // (as a start that cannot install it is refused).
-                if let Err(e) = guard::install(&new).and_then(|()| tun_routes(&new)) {
+                if let Err(e) = guard::reinstall(&current, &new) {
                     shared.reloads_refused.fetch_add(1, Ordering::Relaxed);
-                    let back = guard::restore(&current, &new).and_then(|()| tun_routes(&current));
-                    eprintln!(
-                        "ipsec-gw: reload refused, the running config stays: {e}{}",
-                        match back {
-                            Ok(()) => "; its guard and routes are as they were".to_string(),
-                            Err(b) => format!("; and putting its guard back failed too: {b}"),
-                        }
-                    );
+                    eprintln!("ipsec-gw: reload refused, the running config stays: {e}");
                     continue;
                 }
                 let new = Arc::new(new);
@@ -475,15 +468,4 @@ fn reload_problem(current: &config::Config, new: &config::Config) -> Option<Stri
         }
     }
     None
-}
-
-/// The routes into the TUN device, in the gateway's own table (see [`guard`]: the rule
-/// that sends traffic there, and the blackholes under these routes, stay when it stops).
-fn tun_routes(cfg: &config::Config) -> Result<(), String> {
-    let table = cfg.table.to_string();
-    for r in &cfg.routes {
-        let dst = format!("{}/{}", r.addr, r.len);
-        ip(&["route", "replace", &dst, "dev", &cfg.tun, "table", &table])?;
-    }
-    Ok(())
 }

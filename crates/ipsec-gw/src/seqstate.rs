@@ -23,15 +23,17 @@
 //!   the previous reservation is sealed. A restart resumes above it: a crash skips at
 //!   most one block of numbers and never reuses one.
 //! - inbound, a **reservation** too: before a packet numbered above it is handed on
-//!   (after its ICV verified), the highest number the receiver may have accepted plus
-//!   `RESERVE_IN` is written — without an fsync (the data path does not wait for the
-//!   disk): it survives a crash of the process (`kill -9`), and a power cut once the
-//!   kernel has written it back (its dirty-page expiry, 30 s by default: a power cut
-//!   within that of a reservation may lose it). A restart refuses everything up to it:
-//!   nothing accepted before the crash is accepted again, and up to `RESERVE_IN` genuine
-//!   packets per SA that came after are refused as replays (counted as `replay` or
-//!   `too_old`). A clean stop writes the highest number accepted instead, durably: a
-//!   clean restart refuses nothing new.
+//!   (after its ICV verified), the highest number accepted plus a block is written —
+//!   the block following the SA's rate (1 at a few packets a second, doubling while
+//!   writes come closer than 10 ms, up to `RESERVE_IN`), without an fsync (the data path
+//!   does not wait for the disk): it survives a crash of the process (`kill -9`), and a
+//!   power cut once the kernel has written it back (its dirty-page expiry, 30 s by
+//!   default: a power cut sooner may lose it). A restart refuses everything up to it:
+//!   nothing accepted before the crash is accepted again, and about 10 ms of the
+//!   traffic that came after (at most `RESERVE_IN` packets per SA, none at a few packets
+//!   a second) is refused as replays (counted as `replay` or `too_old`). A clean stop
+//!   writes the highest number accepted instead, durably: a clean restart refuses
+//!   nothing new.
 //! - `expired`: the SA reached its hard lifetime. Neither a reload nor a restart revives
 //!   it under the same keys.
 //!
@@ -62,10 +64,17 @@ use ipsec::sa::Direction;
 /// Sequence numbers reserved per write of the outbound state.
 pub const RESERVE: u64 = 1 << 20;
 
-/// Sequence numbers reserved per write of the inbound state: the most genuine packets
-/// per SA a restart after an unclean stop refuses (as `replay` or `too_old`: numbers the
-/// receiver may have accepted before the crash). A write each `RESERVE_IN / 2` packets.
+/// The most sequence numbers reserved per write of the inbound state: the most genuine
+/// packets per SA a restart after an unclean stop refuses (as `replay` or `too_old`:
+/// numbers the receiver may have accepted before the crash). The block per write
+/// follows the SA's rate, from 1 up to this, so that writes come about every
+/// [`IN_WRITE_GAP`]: at a few packets a second every accepted number is written and a
+/// crash refuses none that came after.
 pub const RESERVE_IN: u64 = 1 << 12;
+
+/// Inbound writes closer than this double the block reserved per write; further apart
+/// than four times it, they halve it.
+pub const IN_WRITE_GAP: std::time::Duration = std::time::Duration::from_millis(10);
 
 /// What an entry is found by: the fingerprint of the SA's keys ([`fingerprint`]).
 pub type Key = String;

@@ -26,6 +26,11 @@ TUN_MTU = 1500
 
 
 def gateway_binary() -> Path | None:
+    """The ipsec-gw the lab runs: `$IPSEC_GW` when set (another build: an older commit's,
+    to run the tests or a campaign against it), else this checkout's build, else one on
+    $PATH."""
+    if os.environ.get("IPSEC_GW"):
+        return Path(os.environ["IPSEC_GW"])
     here = Path(__file__).resolve().parents[3]
     for p in (here / "target/release/ipsec-gw", here / "target/debug/ipsec-gw"):
         if p.exists():

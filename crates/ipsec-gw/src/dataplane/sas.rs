@@ -100,6 +100,10 @@ struct SaEntry {
     retired: Option<ipsec::Sa>,
     /// Its entries in the state file: one per secret its keys hold (`keys_of`).
     keys: Vec<crate::seqstate::Key>,
+    /// Inbound: the numbers reserved per write (1 to `RESERVE_IN`, following the rate),
+    /// and when the last was written.
+    block: u64,
+    written: Option<Instant>,
     /// Outbound: the highest sequence number reserved in the state file; inbound: the
     /// highest accepted number last written there.
     stored: u64,
@@ -228,6 +232,8 @@ impl DirEngine {
                 expired,
                 retired: None,
                 keys,
+                block: 1,
+                written: None,
                 stored: stored_value,
             });
         }
@@ -414,14 +420,37 @@ impl DirEngine {
         let Some(sa) = self.engine.sa(e.id) else {
             return;
         };
-        let (used, block) = match self.direction {
-            Direction::Out => (sa.next_seq() - 1, seqstate::RESERVE),
-            Direction::In => (sa.replay_window().top(), seqstate::RESERVE_IN),
+        let want = match self.direction {
+            Direction::Out => {
+                let used = sa.next_seq() - 1;
+                if used.saturating_add(seqstate::RESERVE / 2) < e.stored {
+                    return;
+                }
+                used.saturating_add(seqstate::RESERVE)
+            }
+            Direction::In => {
+                let top = sa.replay_window().top();
+                if top <= e.stored {
+                    return;
+                }
+                // the block follows the SA's rate: writes come about every
+                // IN_WRITE_GAP, and a crash refuses about that long of genuine traffic
+                // (a packet or none at a few a second, at most RESERVE_IN at line rate)
+                let now = Instant::now();
+                let e = &mut self.sas[i];
+                if let Some(t) = e.written {
+                    let gap = now.duration_since(t);
+                    if gap < seqstate::IN_WRITE_GAP {
+                        e.block = (e.block * 2).min(seqstate::RESERVE_IN);
+                    } else if gap > 4 * seqstate::IN_WRITE_GAP {
+                        e.block = (e.block / 2).max(1);
+                    }
+                }
+                e.written = Some(now);
+                top.saturating_add(e.block - 1)
+            }
         };
-        if used.saturating_add(block / 2) < e.stored {
-            return;
-        }
-        let want = used.saturating_add(block);
+        let e = &self.sas[i];
         let st = self.state.as_mut().expect("checked");
         e.raise(st, want, false);
         let saved = match self.direction {
