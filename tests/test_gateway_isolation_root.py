@@ -154,6 +154,31 @@ def test_a_second_gateway_on_the_same_table_is_refused_and_the_first_guard_stand
     assert count(pcap, "udp and src port 4444") == 0, "a spoofed clear packet got through"
 
 
+@pytest.mark.parametrize("shared", ["tun", "stats"])
+def test_a_second_gateway_with_the_first_ones_tun_or_stats_socket_is_refused_leaving_nothing(
+    tmp_path: Path, shared: str
+) -> None:
+    """The same class on another table: a second gateway named the first one's TUN device
+    (its guard went in, then the TUN failed: its blackholes for table 221 stayed) or its
+    stats socket (removed and taken over). Refused now before anything is made."""
+    with tunnel(tmp_path) as (tb, gw):
+        text = gw.configs["gwB"].read_text().replace("table = 220", "table = 221")
+        if shared == "stats":
+            text = re.sub(r'tun = "\w+"', 'tun = "ipsec9"', text)
+        else:
+            text = re.sub(r'stats = "[^"]*"\n', "", text)
+        second = tmp_path / "second.toml"
+        second.write_text(text)
+        p = _gw(tb, "gwB", "--config", str(second), "--init-state", timeout=15)
+        assert p.returncode == 1, p.stderr
+        want = "exists already" if shared == "tun" else "a running gateway answers on it"
+        assert want in p.stderr, p.stderr
+        assert "ipsec_gw_221" not in tb.run("gwB", ["nft", "list", "tables"])
+        assert "lookup 221" not in tb.run("gwB", ["ip", "rule"])
+        assert gw.process("gwB").poll() is None
+        assert sa(settle(gw, "gwB"), "inbound", "in")["state"] == "active"  # its socket answers
+
+
 def test_release_is_refused_while_the_gateway_runs(tmp_path: Path) -> None:
     """`ipsec-gw --release` opened the boundary under a running gateway (the lab runs it
     after a stop that may not have killed one). Refused now; after the stop it works."""

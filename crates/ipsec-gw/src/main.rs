@@ -233,6 +233,21 @@ fn run(cfg: config::Config, init_state: bool, mut signals: Signals) -> Result<()
     };
     let eng_out = engine(Direction::Out, (st_out, read_in))?;
     let eng_in = engine(Direction::In, (st_in, read_out))?;
+    // A TUN device of this name is another gateway's (a gateway's goes with it): refused
+    // before this one's guard goes in beside that one's.
+    if std::path::Path::new("/sys/class/net")
+        .join(&cfg.tun)
+        .exists()
+    {
+        return Err(format!(
+            "an interface named {} exists already (another gateway's?): give this gateway \
+             its own `tun`",
+            cfg.tun
+        ));
+    }
+    if let Some(p) = &cfg.stats {
+        stats::in_use(p).map_err(|e| format!("cannot serve stats on {}: {e}", p.display()))?;
+    }
     // The boundary closed before the TUN device exists, and kept closed after it goes.
     guard::install(&cfg)?;
     let tun = tun_rs::DeviceBuilder::new()

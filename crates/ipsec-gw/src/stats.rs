@@ -260,15 +260,30 @@ impl Shared {
     }
 }
 
+/// Refused when a running gateway answers on `path`: a second gateway must not take the
+/// first one's stats socket (checked before anything is made, and again at [`bind`]).
+pub fn in_use(path: &Path) -> std::io::Result<()> {
+    if UnixStream::connect(path).is_ok() {
+        return Err(std::io::Error::other(
+            "a running gateway answers on it: give each gateway its own `stats` path",
+        ));
+    }
+    Ok(())
+}
+
 /// Bind the stats socket (0600), before the gateway gives up root; [`serve`] answers on
 /// it: a client writes one line, `json` (the default) or `prometheus`, and reads the
 /// answer until the socket closes.
 pub fn bind(path: &Path) -> std::io::Result<(UnixListener, BoundSocket)> {
     use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
-    // Only a socket (one a previous gateway left) is replaced: a typo that names a
-    // config or a key file must not delete it, as root.
+    // Only a socket a previous gateway left is replaced: a typo that names a config or a
+    // key file must not delete it, as root; nor may a second gateway take the socket of
+    // one that still answers on it.
     match std::fs::symlink_metadata(path) {
-        Ok(m) if m.file_type().is_socket() => std::fs::remove_file(path)?,
+        Ok(m) if m.file_type().is_socket() => {
+            in_use(path)?;
+            std::fs::remove_file(path)?
+        }
         Ok(_) => {
             return Err(std::io::Error::other(
                 "it exists and is not a socket: refusing to replace it",

@@ -54,10 +54,23 @@ pub(super) fn gateway(
     cx: &Ctx<'_>,
     g: &RawGateway,
 ) -> Result<(IpAddr, IpAddr, Vec<Prefix>), ConfigError> {
-    if g.tun.is_empty() || g.tun.len() > 15 || g.tun.contains('/') {
+    // The name goes into the guard's nftables rules (`iifname "NAME"`): letters, digits
+    // and `_.-` only, never a quote or a space that would change what the rule says.
+    if g.tun.is_empty()
+        || g.tun.len() > 15
+        || !g
+            .tun
+            .bytes()
+            .all(|c| c.is_ascii_alphanumeric() || b"_.-".contains(&c))
+        || g.tun == "."
+        || g.tun == ".."
+    {
         return Err(cx.err(
             "gateway.tun",
-            "must be an interface name of 1-15 characters",
+            format!(
+                "{:?} is not an interface name of 1-15 letters, digits, '_', '.' or '-'",
+                g.tun
+            ),
         ));
     }
     if !(1..=2).contains(&g.workers) {

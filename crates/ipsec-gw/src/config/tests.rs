@@ -209,6 +209,18 @@ fn each_error_names_the_file_and_key() {
             "1-15",
         ),
         (
+            // it goes into the guard's nftables rules: a quote would end the name there
+            with("tun = \"ipsec0\"", "tun = 'a\" accept #'"),
+            "gateway.tun",
+            "letters, digits",
+        ),
+        (
+            // from 32766 the rule into the table comes after `lookup main`
+            with("[gateway]\n", "[gateway]\ntable = 32766\n"),
+            "gateway.table",
+            "too high",
+        ),
+        (
             // the engine's windows are whole 32-bit words: 100 passed --check and
             // then panicked at start
             with("spi = 0x2002", "spi = 0x2002\nreplay_window = 100"),
