@@ -7,13 +7,14 @@
 //! keys survive a restart, so the numbers must too. Linux's xfrm does not have this
 //! problem only because IKE makes fresh keys.
 //!
-//! **The state follows the key material, not the SPI or the direction.** An entry is
-//! keyed by a fingerprint of the keys alone (cipher key with its salt, and the integrity
-//! key: a SHA-256 of them; the keys themselves are never written). A key seen before —
-//! under another SPI, after a reload took its SA away and another brought it back, or
-//! in the other direction — resumes above everything ever sent or accepted under it
-//! (the gateway reads both directions' files: [`highest`]). `config` refuses two SAs that
-//! share a key in one config.
+//! **The state follows each key, not the SPI, the direction or the field holding it.**
+//! An SA's numbers live under one entry per secret its keys hold ([`keys_of`]: a SHA-256
+//! fingerprint of the key with its salt; the keys themselves are never written) — ESP's
+//! AES-GCM `enc_key` and the same bytes as AH's AES-GMAC `integ_key` are one entry. A key
+//! seen before — under another SPI, after a reload took its SA away and another brought
+//! it back, in the other direction, or by another protocol — resumes above everything
+//! ever sent or accepted under it (the gateway reads both directions' files:
+//! [`highest`]). `config` refuses a key that serves two SAs in one config.
 //!
 //! One state per direction (`[gateway] state`, `.out` / `.in` appended), a line per key
 //! the gateway has run:
@@ -45,8 +46,10 @@
 //! entry count and a SHA-256 of the entries. A load takes the valid slot of the highest
 //! generation. When the other slot is not the generation just before it (missing,
 //! damaged, cut short — a write torn by a power cut, or a file someone truncated), a newer
-//! write may be lost: every outbound reservation then goes up by one more `RESERVE`, which
-//! covers it (a reservation never grows by more per write), and the gateway says so. Both
+//! write may be lost: every reservation then goes up by one more block (`RESERVE` out,
+//! `RESERVE_IN` in), which covers it (an outbound reservation never grows by more per
+//! write; an inbound one can, when the peer's numbers jump, and the span past the block
+//! is the power cut's loss the docs state), and the gateway says so. Both
 //! slots missing: refused unless the operator says `--init-state` (keys never used
 //! before); neither valid: refused.
 //!
