@@ -27,6 +27,7 @@ that already has such a policy is refused rather than changed.
 from __future__ import annotations
 
 import secrets
+import shlex
 import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -329,11 +330,13 @@ class StrongSwan:
             left = t.left == node
             me, peer = (t.left_outer, t.right_outer) if left else (t.right_outer, t.left_outer)
             lts, rts = (t.left_ts, t.right_ts) if left else (t.right_ts, t.left_ts)
-            undo += [f"ip xfrm policy delete dir out src {lts} dst {rts}",
-                     f"ip xfrm policy delete dir in src {rts} dst {lts}",
-                     f"ip xfrm policy delete dir fwd src {rts} dst {lts}"]  # fmt: skip
-            undo += [f"ip xfrm state deleteall src {_plain(me)} dst {_plain(peer)}",
-                     f"ip xfrm state deleteall src {_plain(peer)} dst {_plain(me)}"]  # fmt: skip
+            pol = ["ip", "xfrm", "policy", "delete", "dir"]
+            undo += [shlex.join([*pol, "out", "src", lts, "dst", rts]),
+                     shlex.join([*pol, "in", "src", rts, "dst", lts]),
+                     shlex.join([*pol, "fwd", "src", rts, "dst", lts])]  # fmt: skip
+            sa = ["ip", "xfrm", "state", "deleteall", "src"]
+            undo += [shlex.join([*sa, _plain(me), "dst", _plain(peer)]),
+                     shlex.join([*sa, _plain(peer), "dst", _plain(me)])]  # fmt: skip
         policies = [u for u in undo if " policy " in u]
         have = [h for h in tb.run(node, ["sh", "-c", _present(policies)]).split("\n") if h]
         if have:

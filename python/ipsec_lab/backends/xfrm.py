@@ -249,11 +249,11 @@ def undo_commands(lines: list[str]) -> list[str]:
         if w[:3] == ["xfrm", "state", "add"]:
             f = {w[i]: w[i + 1] for i in range(3, len(w) - 1, 2) if w[i] in
                  ("src", "dst", "proto", "spi")}  # fmt: skip
-            out.append(f"ip xfrm state delete src {f['src']} dst {f['dst']} "
-                       f"proto {f['proto']} spi {f['spi']}")  # fmt: skip
+            out.append(shlex.join(["ip", "xfrm", "state", "delete", "src", f["src"], "dst",
+                                   f["dst"], "proto", f["proto"], "spi", f["spi"]]))  # fmt: skip
         elif w[:3] == ["xfrm", "policy", "add"]:
             sel = w[3 : w.index("priority")]  # dir D src S dst T [proto P type N]
-            out.append("ip xfrm policy delete " + " ".join(sel))
+            out.append(shlex.join(["ip", "xfrm", "policy", "delete", *sel]))
         else:
             raise ValueError(f"not an xfrm state or policy line: {line!r}")
     return out

@@ -44,8 +44,10 @@ change on a host it does not own (and a namespace cannot write the first).
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import re
+import shlex
 import shutil
 import time
 from typing import Any, Protocol
@@ -103,7 +105,7 @@ def _has(tb: Testbed, node: str, tool: str) -> bool:
     """Whether `tool` is there for programs in `node` (a real host: asked over SSH)."""
     if type(tb) is Testbed:  # the namespaces share this machine's programs
         return shutil.which(tool) is not None
-    out = tb.run(node, ["sh", "-c", f"command -v {tool} || true"], timeout=15)
+    out = tb.run(node, ["sh", "-c", f"command -v {shlex.quote(tool)} || true"], timeout=15)
     return bool(out.strip())
 
 
@@ -162,6 +164,13 @@ def _mac(text: str) -> str:
     if not re.fullmatch(r"[0-9a-f]{2}(:[0-9a-f]{2}){5}", text):
         raise LabError(f"not a MAC address: {text!r}")
     return text
+
+
+def _address(text: str, node: str) -> str:
+    try:
+        return str(ipaddress.ip_address(text))
+    except ValueError:
+        raise LabError(f"{node}: its route gave {text[:60]!r}, not an IP address") from None
 
 
 def packets(sizes: tuple[tuple[int, int], ...], dmac: str, smac: str, saddr: str,
@@ -228,6 +237,9 @@ class Trafgen:
         hop = str(route.get("gateway") or flow.sink_addr)
         if not self.saddr:
             raise LabError(f"{src} has no source address towards {flow.sink_addr}")
+        # what the host's routing table says goes into nft's rule and trafgen's packet
+        # file (languages of their own): addresses only, as a MAC is only a MAC (_mac)
+        self.saddr, hop = _address(self.saddr, src), _address(hop, src)
         link = json.loads(tb.run(src, ["ip", "-j", "link", "show", "dev", self.dev]))[0]
         if link.get("link_type") != "ether":
             raise LabError(f"trafgen: {src}'s {self.dev} is not Ethernet ({link.get('link_type')})")
@@ -264,7 +276,8 @@ class Trafgen:
         t, sink = NFT_TABLE, self.flow.sink
         record = getattr(self.tb, "record", None)
         if record:  # a real host: the ledger first
-            record(sink, f"nftables table inet {t}", f"nft delete table inet {t}")
+            record(sink, f"nftables table inet {t}", shlex.join(["nft", "delete", "table",
+                                                                "inet", t]))  # fmt: skip
         self.tb.run(sink, [
             "nft", f"add table inet {t}; add counter inet {t} received; "
             f"add chain inet {t} input {{ type filter hook input priority -300; }}; "
@@ -327,8 +340,10 @@ class Trafgen:
                                "put back")  # fmt: skip
             record = getattr(self.tb, "record", None)
             if record:
+                # the device's name is the host's (its routing table's): quoted, as
+                # every ledger line's values are (Linux allows `;` and `$(…)` in one)
                 record(src, f"trafgen's pacing qdisc on {dev}",
-                       f"tc qdisc del dev {dev} root")  # fmt: skip
+                       shlex.join(["tc", "qdisc", "del", "dev", dev, "root"]))  # fmt: skip
             self._paced = True
             quantum = str(self.mtu + ETHERNET)
             for argv in (
