@@ -25,13 +25,15 @@ def _clean(args: argparse.Namespace) -> int:
 
 
 def _clean_hosts(path: str) -> int:
-    """Undo, on every host of the file, what killed runs left (their ledgers)."""
+    """Undo, on every host of the file, what killed runs left (their ledgers); 1 if a
+    host could not be reached or a run directory was refused (another user could have
+    written it: it is named, with its owner, mode and the fix)."""
     from ipsec_lab import hosts
     from ipsec_lab.hosts.ssh import SshError
     from ipsec_lab.hosts.testbed import clean_hosts
 
     try:
-        done = clean_hosts(hosts.load(path))
+        done, refused = clean_hosts(hosts.load(path))
     except hosts.HostsError as e:
         print(f"ipsec-lab clean: {e}", file=sys.stderr)
         return 2
@@ -40,9 +42,11 @@ def _clean_hosts(path: str) -> int:
         return 1
     for d in done:
         print(f"undid {d}")
-    if not done:
+    if not done and not refused:
         print("nothing left over on the hosts")
-    return 0
+    for r in refused:
+        print(f"ipsec-lab clean: refused: {r}", file=sys.stderr)
+    return 1 if refused else 0
 
 
 def add_parser(sub: Any) -> None:
@@ -52,7 +56,9 @@ def add_parser(sub: Any) -> None:
         description="Removes only what the lab made: namespaces named ipl-*, the processes "
         "inside them, and cgroups named ipsec-lab-*. With --hosts FILE: on each host of "
         "the file, undoes what killed runs left there (addresses, routes, qdiscs, offload "
-        "and sysctl settings, processes, files), from the ledger each run keeps on the host.",
+        "and sysctl settings, processes, files), from the ledger each run keeps on the host "
+        "— only a ledger in a directory no one but root (or the login user) can write, up "
+        "to /; any other is named and left alone, and the exit status is 1.",
     )
     c.add_argument("--hosts", metavar="FILE",
                    help="clean the real hosts of this hosts file instead (over SSH)")  # fmt: skip

@@ -3,7 +3,7 @@ machine the lab reaches through OpenSSH, and names the interface (and address) t
 plays each end of the topology's wires.
 
     # examples/hosts/line.toml: client - gwA - gwB - server on four machines
-    workdir = "/var/tmp/ipsec-lab"        # where the lab keeps its files on each host
+    workdir = "/var/lib/ipsec-lab"        # the lab's files on each host (the default)
     [client]
     ssh = "root@203.0.113.10"             # any ssh destination; ~/.ssh/config applies
     inside = { interface = "eth1", address = "10.1.0.2/24" }
@@ -22,8 +22,15 @@ Which keys a node takes is the topology's (`Wire.a_side` / `b_side`): `pair` —
 and hostB `outside`; `line` — client `inside`, gwA and gwB `inside` and `outside`, server
 `inside`; `clients` — fast and slow `outside`, the server `to_fast` and `to_slow`.
 
+`workdir` is where the lab keeps each run's files on a host (one directory per run and
+node, removed at the end): the lab runs commands as root from there, so it must be a
+directory only root (or the login user) can write, as must every directory above it
+(`hosts.workdir` checks that on the host, at the start and before each use); the default
+`/var/lib/ipsec-lab` is made 0700 by root.
+
 This module only reads and checks; `hosts.ssh` is the transport, `hosts.testbed` the
-testbed built on them, `hosts.check` what `ipsec-lab hosts check` asks of each host.
+testbed built on them, `hosts.check` what `ipsec-lab hosts check` asks of each host,
+`hosts.workdir` the work directory's check.
 """
 
 from __future__ import annotations
@@ -35,9 +42,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from ipsec_lab.hosts.workdir import DEFAULT_WORKDIR, valid_workdir
 from ipsec_lab.testbed import TOPOLOGIES, Flow, Topology, Tunnel, topology
 
-DEFAULT_WORKDIR = "/var/tmp/ipsec-lab"
 TOP_KEYS = ("topology", "workdir", "ssh_config", "dut")
 NODE_KEYS = ("ssh", "ipsec_gw", "workdir")
 IFACE_KEYS = ("interface", "address", "present")
@@ -181,8 +188,8 @@ def parse(text: str, source: str = "<hosts>") -> Hosts:
         raise HostsError(source, "topology", f"must be one of {', '.join(TOPOLOGIES)}, "
                          f"not {topo_name!r}")  # fmt: skip
     workdir = _str(doc, "workdir", "", source) or DEFAULT_WORKDIR
-    if not workdir.startswith("/"):
-        raise HostsError(source, "workdir", f"must be an absolute path, not {workdir!r}")
+    if why := valid_workdir(workdir):
+        raise HostsError(source, "workdir", why)
     hosts: dict[str, Host] = {}
     for key, v in doc.items():
         if key in TOP_KEYS:
@@ -205,8 +212,8 @@ def parse(text: str, source: str = "<hosts>") -> Hosts:
             raise HostsError(source, f"{key}.ssh", f"{ssh!r} is not an ssh destination")
         gw = _str(v, "ipsec_gw", f"{key}.", source)
         wd = _str(v, "workdir", f"{key}.", source) or workdir
-        if not wd.startswith("/"):
-            raise HostsError(source, f"{key}.workdir", f"must be an absolute path, not {wd!r}")
+        if why := valid_workdir(wd):
+            raise HostsError(source, f"{key}.workdir", why)
         hosts[key] = Host(key, ssh, sides, gw, wd)
     dut = doc.get("dut", {})
     if not isinstance(dut, dict) or not all(isinstance(x, str) for x in dut.values()):

@@ -4,19 +4,21 @@ Debian package that has it, kernel modules, the test interfaces there, up, not t
 SSH uses, with an MTU that fits, and a clock close to this machine's.
 
 Every check is a row (host, what, status, detail): `ok`, `warn` (the lab can run, with
-the caveat said) or `fail` (it cannot: the detail says what to do).
+the caveat said) or `fail` (it cannot: the detail says what to do). The work directory
+fails when it, or a directory above it, is another user's or writable by others (the
+lab runs commands as root from there: `hosts.workdir`); the check makes nothing.
 """
 
 from __future__ import annotations
 
 import json
-import shlex
 import time
 from dataclasses import asdict, dataclass
 
 from ipsec_lab.hosts import Hosts, sides_of
 from ipsec_lab.hosts.readings import ssh_interface
 from ipsec_lab.hosts.ssh import Ssh, SshError, each
+from ipsec_lab.hosts.workdir import guard, refusals
 from ipsec_lab.testbed import INNER_MTU, TOPOLOGIES, topology
 
 # What each tool is for, how its version shows, and the Debian package with it.
@@ -289,12 +291,30 @@ def _clock(s: Ssh, node: str) -> Row:
 
 
 def _workdir(s: Ssh, node: str, workdir: str) -> Row:
-    q = shlex.quote(workdir)
-    r = s.run(f"mkdir -p {q} && test -w {q} && df -Pk {q} | tail -1", check=False,
-              timeout=20)  # fmt: skip
+    """The work directory and every directory above it root's (or the login user's)
+    and writable by no one else (`hosts.workdir`), read only: nothing is made here."""
+    g = guard(s.uid, workdir, "check")
+    r = s.run(g.line, check=False, timeout=20)
+    found = refusals(r.stderr)
+    if found:
+        return Row(node, "work directory", "fail", f"{workdir}: {found[0].why()}")
     if r.returncode != 0:
-        return Row(node, "work directory", "fail", f"{workdir}: cannot write ({r.stderr.strip()})")
-    return Row(node, "work directory", "ok", workdir)
+        return Row(node, "work directory", "fail",
+                   f"{workdir}: cannot check ({_last_line(r.stderr)})")  # fmt: skip
+    said = dict(x.split("\t", 1) for x in r.stdout.splitlines() if "\t" in x)
+    if "readonly" in said:
+        return Row(node, "work directory", "fail", f"{workdir}: {said['readonly']} is read-only")
+    if "missing" in said:
+        return Row(node, "work directory", "ok", f"{workdir} (made 0700 by root at the first "
+                   "run; every directory above it is root's or yours, not writable by "
+                   "others)")  # fmt: skip
+    return Row(node, "work directory", "ok", f"{workdir} (it and every directory above it "
+               "root's or yours, not writable by others)")  # fmt: skip
+
+
+def _last_line(text: str) -> str:
+    lines = [x for x in text.strip().splitlines() if x.strip()]
+    return lines[-1] if lines else "no message"
 
 
 def run_checks(hosts: Hosts, topo_name: str | None = None, backends: tuple[str, ...] = (),

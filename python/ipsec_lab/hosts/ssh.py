@@ -7,9 +7,11 @@ control socket. Not a home-made agent: nothing is installed on the host but the 
 the lab pushes into its work directory.
 
 A non-root login runs each command through `sudo -n` (passwordless sudo, or a clear
-error). A long-running program is started by `spawn`: the ssh session that started it
-stays open while it runs (so `poll()` sees it exit, with its status), and it is stopped by
-its PID on the host, never by name.
+error). A command that uses the run's directory on the host carries that directory's
+check in front of it, in the same round trip (`guard`: `hosts.workdir`), and does not
+run when the check refuses it (`UnsafeError`). A long-running program is started by
+`spawn`: the ssh session that started it stays open while it runs (so `poll()` sees it
+exit, with its status), and it is stopped by its PID on the host, never by name.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ipsec_lab.hosts.workdir import GUARD_EXIT, Guard, UnsafeError, refusals
 from ipsec_lab.testbed.build import LabError
 
 # ssh's own exit status when the connection (not the command) failed.
@@ -55,6 +58,7 @@ class Ssh:
         self._dir = Path(tempfile.mkdtemp(prefix="ipl-ssh-"))
         self.control = self._dir / "c"
         self.sudo: list[str] | None = None  # decided by `connect`
+        self.uid = 0  # the login user's, learnt by `connect`
         self.connected = False  # `connect` succeeded: a later failure is a lost connection
         # How messages name it: its node, and where it is when that says more.
         self.who = node if dest == node else f"{node} ({dest})"
@@ -72,21 +76,39 @@ class Ssh:
                 "-o", "ControlPersist=60",
                 self.dest]  # fmt: skip
 
-    def remote(self, argv: list[str] | str, root: bool = True) -> list[str]:
-        """The local argv that runs `argv` (a list, or a shell command line) on the
-        host, as root when `root` (through sudo for another user)."""
+    def line(self, argv: list[str] | str, root: bool = True, guard: Guard | None = None) -> str:
+        """The shell line the host runs for `argv` (a list, or a shell command line): as
+        root when `root` (through sudo for another user); with `guard` (a
+        `workdir.guard`) first, the command running only if it passes."""
         line = argv if isinstance(argv, str) else shlex.join(argv)
+        if guard:
+            line = f"{guard.line} || exit {GUARD_EXIT}\n{line}"
         if root and self.sudo:
             line = shlex.join([*self.sudo, "sh", "-c", line])
-        return [*self.base(), "--", line]
+        return line
+
+    def remote(self, argv: list[str] | str, root: bool = True,
+               guard: Guard | None = None) -> list[str]:  # fmt: skip
+        """The local argv that runs `argv` on the host (see `line`)."""
+        return [*self.base(), "--", self.line(argv, root, guard)]
+
+    def refused(self, returncode: int | None, stderr: str, guard: Guard) -> None:
+        """Raise UnsafeError if `guard`'s check refused its directory."""
+        if returncode == GUARD_EXIT:
+            found = refusals(stderr)
+            if found:
+                raise UnsafeError(self.who, guard.workdir, found)
 
     def connect(self) -> str:
         """Open the master connection and learn who we are; the user name. Raises
         SshError naming the host if it cannot be reached or gives no root."""
-        r = self.run("id -un", root=False, timeout=CONNECT_TIMEOUT_S + 20, check=False)
+        r = self.run("id -un && id -u", root=False, timeout=CONNECT_TIMEOUT_S + 20, check=False)
         if r.returncode != 0:
             raise SshError(f"{self.who}: cannot connect: {_last(r.stderr)}")
-        user = r.stdout.strip()
+        said = r.stdout.split()
+        if len(said) != 2 or not said[1].isdigit():
+            raise SshError(f"{self.who}: `id` said {r.stdout.strip()[:80]!r}, not a user and uid")
+        user, self.uid = said[0], int(said[1])
         self.connected = True
         if user != "root":
             r = self.run(["sudo", "-n", "true"], root=False, check=False)
@@ -103,11 +125,14 @@ class Ssh:
         check: bool = True,
         input: bytes | None = None,
         root: bool = True,
+        guard: Guard | None = None,
     ) -> Result:
-        """Run a command on the host to completion; its status and output."""
+        """Run a command on the host to completion; its status and output. `guard` (a
+        `workdir.guard`): the command runs only if the check passes, else UnsafeError
+        (whatever `check` says)."""
         try:
-            p = subprocess.run(self.remote(argv, root), input=input, capture_output=True,
-                               timeout=timeout, check=False)  # fmt: skip
+            p = subprocess.run(self.remote(argv, root, guard), input=input,
+                               capture_output=True, timeout=timeout, check=False)  # fmt: skip
         except subprocess.TimeoutExpired:
             raise SshError(f"{self.node}: timed out after {timeout:g} s: {_show(argv)}") from None
         r = Result(p.returncode, p.stdout.decode(errors="replace"),
@@ -117,14 +142,17 @@ class Ssh:
             if lost:
                 what = "connection lost" if self.connected else "cannot connect"
                 raise SshError(f"{self.who}: {what}: {lost}")
+        if guard:
+            self.refused(r.returncode, r.stderr, guard)
         if check and r.returncode != 0:
             raise SshError(f"{self.node}: failed ({r.returncode}): {_show(argv)}\n"
                            f"{r.stderr.strip()[-800:]}")  # fmt: skip
         return r
 
-    def push(self, data: bytes, path: str, mode: int = 0o600) -> None:
+    def push(self, data: bytes, path: str, mode: int = 0o600,
+             guard: Guard | None = None) -> None:  # fmt: skip
         """Write `data` to `path` on the host, created with `mode` (never wider first:
-        the umask is set before the file exists)."""
+        the umask is set before the file exists); `guard` as for `run`."""
         umask = 0o777 & ~mode
         d = os.path.dirname(path)
         # directories 0700 (searchable by their owner: a mode without x bits would lock
@@ -133,21 +161,27 @@ class Ssh:
         line = (f"(umask 077 && mkdir -p {shlex.quote(d)}) && umask {umask:03o} && "
                 f"rm -f {shlex.quote(path)} && cat > {shlex.quote(path)} && "
                 f"chmod {mode:o} {shlex.quote(path)}")  # fmt: skip
-        self.run(line, input=data, timeout=120)
+        self.run(line, input=data, timeout=120, guard=guard)
 
-    def fetch(self, path: str) -> bytes:
-        p = subprocess.run(self.remote(["cat", "--", path]), capture_output=True, timeout=120,
-                           check=False)  # fmt: skip
+    def fetch(self, path: str, guard: Guard | None = None) -> bytes:
+        """The bytes of file `path` on the host; `guard` as for `run`."""
+        p = subprocess.run(self.remote(["cat", "--", path], guard=guard), capture_output=True,
+                           timeout=120, check=False)  # fmt: skip
+        if guard:
+            self.refused(p.returncode, p.stderr.decode(errors="replace"), guard)
         if p.returncode != 0:
             raise SshError(f"{self.node}: cannot read {path}: {_last(p.stderr.decode())}")
         return p.stdout
 
-    def spawn(self, argv: list[str], log: str, pidfile: str) -> subprocess.Popen[bytes]:
+    def spawn(self, argv: list[str], log: str, pidfile: str,
+              guard: Guard | None = None) -> subprocess.Popen[bytes]:  # fmt: skip
         """Start a long-running program on the host, its output to `log` there and its
         PID (with its start time, so a recycled PID is never taken for it) to `pidfile`.
         The returned process is the ssh session: it ends with the program, with its
-        status."""
-        inner = (f"echo $$ $(cut -d' ' -f22 /proc/$$/stat) > {shlex.quote(pidfile)}; "
+        status. `guard`: a `workdir.guard` that must pass before anything is written
+        (else the session exits GUARD_EXIT, the refusal on its stderr)."""
+        first = f"{guard.line} || exit {GUARD_EXIT}; " if guard else ""
+        inner = (f"{first}echo $$ $(cut -d' ' -f22 /proc/$$/stat) > {shlex.quote(pidfile)}; "
                  f"exec {shlex.join(argv)} > {shlex.quote(log)} 2>&1 < /dev/null")  # fmt: skip
         return subprocess.Popen(self.remote(["sh", "-c", inner]), stdin=subprocess.DEVNULL,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,

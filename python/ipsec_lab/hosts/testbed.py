@@ -5,10 +5,19 @@ Safety on machines the lab does not own:
 - it configures only the interfaces the hosts file names, and refuses to start when one
   of them carries the host's SSH session;
 - everything it adds (addresses, routes, qdiscs, offload settings, sysctl values with
-  the value before, processes, files) is written to a ledger **before** it is done: the
-  ledger lives on the host (`WORKDIR/<token>/ledger`, one undo command a line) and in
-  the run directory; teardown undoes it newest first, also after a failure or Ctrl-C,
-  and `ipsec-lab clean --hosts FILE` undoes what a killed run left;
+  the value before, processes, files) is written to a ledger **before** it is done: in
+  the local run directory (`hosts/NODE.ledger`) and on the host
+  (`WORKDIR/<token>-<node>/ledger`, one undo command a line, every value in it quoted);
+  teardown undoes the local copy newest first (what the lab wrote itself, never what the
+  host's file says), also after a failure or Ctrl-C, and `ipsec-lab clean --hosts FILE`
+  undoes what a killed run left from the host's copy;
+- it runs, as root on a host, only what it wrote itself into a directory no one but
+  root (or the login user) can write: the work directory is checked up to `/` at the
+  start, and the run's directory again in the same round trip as every command that
+  uses it (`hosts.workdir`); each node has its own run directory, also where nodes share
+  a machine or a mounted work directory;
+- nothing a host says names a path on this machine: the log names it lists are taken
+  only when they are plain names (LOG_NAME), kept inside the run directory;
 - it never touches a host's default route: the namespace testbed's default routes
   become routes to the topology's other networks (`hosts.place`).
 """
@@ -16,6 +25,7 @@ Safety on machines the lab does not own:
 from __future__ import annotations
 
 import json
+import re
 import secrets
 import shlex
 import subprocess
@@ -29,11 +39,14 @@ from typing import Any
 from ipsec_lab.hosts import Hosts, place
 from ipsec_lab.hosts.readings import proc_cpu, proc_cpu_line, proc_stat, ssh_interface
 from ipsec_lab.hosts.ssh import Ssh, SshError, each, same_process
+from ipsec_lab.hosts.workdir import LEDGER, RUN_NAME, Guard, UnsafeError, guard, refusals
 from ipsec_lab.testbed import Link, Topology
 from ipsec_lab.testbed.build import STOCK_QDISCS, LabError, link_counters, root_qdisc, shape_ends
 from ipsec_lab.traffic.iperf import UDP_SOCKET_BUFFER_BYTES
 
-LEDGER = "ledger"
+# A log name a host may send back (`ls` of a run's directory): a plain file name, fetched
+# into the run directory here; anything else is refused and noted in commands.log.
+LOG_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}\.log$")
 
 
 class HostProcess:
@@ -76,6 +89,7 @@ class HostsTestbed:
         self._spawned = 0
         self._pushed: set[tuple[str, str]] = set()
         self._connected: set[str] = set()  # hosts reached: only these can hold anything
+        self._made: set[str] = set()  # hosts where this run's directory was made
         self._cleanups: list[Callable[[], None]] = []
         self._ledger_lock = threading.Lock()
         self._log = self.rundir / "commands.log"
@@ -89,8 +103,23 @@ class HostsTestbed:
         return node in self.ssh
 
     def workdir(self, node: str) -> str:
-        """The directory of this run on `node` (under the hosts file's `workdir`)."""
-        return f"{self.hosts.hosts[node].workdir}/{self.token}"
+        """The directory of this run on `node` (under the hosts file's `workdir`): the
+        node's own, also where several nodes share one machine or work directory."""
+        return f"{self.hosts.hosts[node].workdir}/{self._name(node)}"
+
+    def _name(self, node: str) -> str:
+        return f"{self.token}-{node}"
+
+    def _guard(self, node: str, op: str = "use") -> Guard:
+        """The check of `node`'s work directory and this run's directory in it, put in
+        front of every command that uses them."""
+        return guard(self._host(node).uid, self.hosts.hosts[node].workdir, op, self._name(node))
+
+    def _guard_for(self, node: str, argv: Sequence[str]) -> Guard | None:
+        """The check, if `argv` names this run's directory on `node` (a program pushed
+        there, a file in it)."""
+        wd = self.workdir(node)
+        return self._guard(node) if any(wd in a for a in argv) else None
 
     def on_teardown(self, fn: Callable[[], None]) -> None:
         self._cleanups.append(fn)
@@ -117,7 +146,8 @@ class HostsTestbed:
             with open(local, "a") as f:
                 f.write(entry)
         path = f"{self.workdir(node)}/{LEDGER}"
-        self._host(node).run(f"umask 077 && cat >> {shlex.quote(path)}", input=entry.encode())
+        self._host(node).run(f"umask 077 && cat >> {shlex.quote(path)}", input=entry.encode(),
+                             guard=self._guard(node))  # fmt: skip
 
     # --- commands -------------------------------------------------------------------------
 
@@ -129,7 +159,8 @@ class HostsTestbed:
             limited: bool = False) -> str:  # fmt: skip
         self._note(node, shlex.join(argv))
         # an SshError is a LabError: it names the host, and the runner stores it so
-        return self._host(node).run(list(argv), timeout=timeout, check=check).stdout
+        return self._host(node).run(list(argv), timeout=timeout, check=check,
+                                    guard=self._guard_for(node, argv)).stdout  # fmt: skip
 
     def spawn(self, node: str, argv: Sequence[str], name: str,
               env: dict[str, str] | None = None, limited: bool = False) -> HostProcess:  # fmt: skip
@@ -143,17 +174,20 @@ class HostsTestbed:
         if env:
             argv = ["env", *[f"{k}={v}" for k, v in env.items()], *argv]
         self._note(node, f"[{name}] " + shlex.join(argv))
-        session = h.spawn(list(argv), log, pidfile)
+        g = self._guard(node)
+        session = h.spawn(list(argv), log, pidfile, guard=g)
         deadline = time.monotonic() + 15
         while True:
             r = h.run(["cat", pidfile], check=False, timeout=10)
-            if r.returncode == 0 and len(r.stdout.split()) == 2:
+            said = r.stdout.split()
+            if r.returncode == 0 and len(said) == 2 and all(x.isdigit() for x in said):
                 break
             if session.poll() is not None or time.monotonic() > deadline:
                 err = session.stderr.read().decode(errors="replace") if session.stderr else ""
+                h.refused(session.returncode, err, g)
                 raise LabError(f"{node}: {name} did not start: {err.strip()[-300:]}")
             time.sleep(0.05)
-        pid, start = int(r.stdout.split()[0]), r.stdout.split()[1]
+        pid, start = int(said[0]), said[1]
         self.record(node, f"process {name} (pid {pid})", _kill_line(pid, start))
         p = HostProcess(node, name, session, pid, start)
         self.procs.append((name, p))
@@ -193,20 +227,22 @@ class HostsTestbed:
         """Write `text` (it may hold keys: 0600 from the first byte) to `rel` under this
         run's directory on `node`; the path there."""
         path = f"{self.workdir(node)}/{rel}"
-        self._host(node).push(text.encode(), path, mode)
+        self._host(node).push(text.encode(), path, mode, guard=self._guard(node))
         return path
 
     def file_for(self, node: str, rel: str, data: bytes, mode: int = 0o644) -> str:
         """`data` pushed to `rel` under this run's directory on `node`; its path there."""
         path = f"{self.workdir(node)}/{rel}"
-        self._host(node).push(data, path, mode)
+        self._host(node).push(data, path, mode, guard=self._guard(node))
         return path
 
     def read_back(self, node: str, path: str) -> bytes | None:
         """A file a program on `node` wrote, fetched (None when there is none)."""
-        if self._host(node).run(["test", "-f", path], check=False, timeout=15).returncode:
+        g = self._guard_for(node, [path])
+        if self._host(node).run(["test", "-f", path], check=False, timeout=15,
+                                guard=g).returncode:  # fmt: skip
             return None
-        return self._host(node).fetch(path)
+        return self._host(node).fetch(path, guard=g)
 
     def python(self, node: str) -> str:
         """The host's own Python 3 (`hosts check` looks for it where a workload needs it)."""
@@ -232,7 +268,7 @@ class HostsTestbed:
             raise LabError(f"{node} is {arch}, this machine's {name} build is "
                            f"{platform.machine()}: name one built for it in the hosts file "
                            f"(`{name.replace('-', '_')} = \"/path\"`)")  # fmt: skip
-        self._host(node).push(local.read_bytes(), path, 0o755)
+        self._host(node).push(local.read_bytes(), path, 0o755, guard=self._guard(node))
         self._pushed.add((node, path))
         return path
 
@@ -269,17 +305,19 @@ class HostsTestbed:
         """The tails of the programs' logs on the hosts written to since `mark`."""
         out: list[tuple[str, str]] = []
         for node, h in self.ssh.items():
+            if node not in self._made:
+                continue
             wd = shlex.quote(self.workdir(node))
-            line = (f"cd {wd} 2>/dev/null && for f in $(find . -name '*.log' -newermt "
-                    f"@{int(mark) - 1} -size +0 | head -{most}); do echo \"== $f\"; "
-                    f"tail -n {lines} \"$f\"; done")  # fmt: skip
+            line = (f"cd {wd} && for f in $(find . -maxdepth 1 -name '*.log' -newermt "
+                    f"@{int(mark) - 1} -size +0 | head -{int(most)}); do echo \"== $f\"; "
+                    f"tail -n {int(lines)} \"$f\"; done")  # fmt: skip
             try:
-                text = h.run(line, check=False, timeout=20).stdout
-            except SshError:
+                text = h.run(line, check=False, timeout=20, guard=self._guard(node)).stdout
+            except (SshError, UnsafeError):
                 continue
             for part in text.split("== ./")[1:]:
                 name, _, body = part.partition("\n")
-                if body.strip():
+                if LOG_NAME.match(name) and body.strip():
                     out.append((f"{node}:{name}", body.rstrip()))
         return out[:most]
 
@@ -298,17 +336,25 @@ class HostsTestbed:
         self.teardown()
 
     def connect(self) -> None:
-        """Reach every driven host (in parallel) and make this run's directory there."""
+        """Reach every driven host (in parallel) and make this run's directory there:
+        the work directory checked up to `/` (made 0700 by root where it is not yet),
+        then the run's own directory made 0700 (it must not exist) with an empty ledger —
+        one round trip (`hosts.workdir`). Raises naming every host that cannot be
+        reached or whose work directory the lab will not use."""
         errors: list[str] = []
 
         def one(node: str, h: Ssh) -> None:
             try:
                 h.connect()
                 self._connected.add(node)
-                wd = self.workdir(node)
-                h.run(f"umask 077 && mkdir -p {shlex.quote(wd)} && : >> "
-                      f"{shlex.quote(wd + '/' + LEDGER)}")  # fmt: skip
-            except SshError as e:
+                g = self._guard(node, "make")
+                r = h.run(g.line, check=False, timeout=30)
+                h.refused(r.returncode, r.stderr, g)
+                if r.returncode != 0:
+                    raise SshError(f"{h.who}: cannot make {self.workdir(node)}: "
+                                   f"{r.stderr.strip()[-300:]}")  # fmt: skip
+                self._made.add(node)
+            except (SshError, UnsafeError) as e:
                 errors.append(str(e))
 
         each(one, self.ssh.items())
@@ -374,8 +420,9 @@ class HostsTestbed:
             ifs = sorted({i for w in self.topo.wires for n, i in ((w.a, w.a_if), (w.b, w.b_if))
                           if n == node})  # fmt: skip
             line = "uname -srm; nproc; " + "; ".join(
-                f"echo '== {i}'; cat /sys/class/net/{i}/mtu /sys/class/net/{i}/speed "
-                f"2>/dev/null; ethtool -i {i} 2>/dev/null | grep '^driver'; ethtool -k {i} "
+                f"echo {shlex.quote('== ' + i)}; cat {shlex.quote(f'/sys/class/net/{i}/mtu')} "
+                f"{shlex.quote(f'/sys/class/net/{i}/speed')} 2>/dev/null; ethtool -i "
+                f"{shlex.quote(i)} 2>/dev/null | grep '^driver'; ethtool -k {shlex.quote(i)} "
                 "2>/dev/null | grep -E '^(tcp-segmentation|generic-segmentation|"
                 "generic-receive)-offload:'" for i in ifs)  # fmt: skip
             text = self.run(node, ["sh", "-c", line], check=False)
@@ -388,6 +435,8 @@ class HostsTestbed:
             }
             for part in parts:
                 name, *rows = part.splitlines()
+                if name not in ifs:  # only what was asked
+                    continue
                 nums = [r for r in rows if r.strip().lstrip("-").isdigit()]
                 facts = dict(r.split(":", 1) for r in rows if ":" in r)
                 host["interfaces"][name] = {
@@ -488,13 +537,47 @@ class HostsTestbed:
                 continue
             local = self.rundir / "hosts" / f"{node}.ledger"
             try:
-                undo_run(h, self.workdir(node), fetch_to=self.rundir / "hosts" / node)
+                problems += self._restore(node, h)
+            except UnsafeError as e:  # changed hands after the check: left as it is
+                problems.append(f"{e} (the run's directory is left as it is)")
             except SshError as e:
                 problems.append(f"{e} (its ledger: {local}; `ipsec-lab clean --hosts` "
                                 "undoes it once the host is back)")  # fmt: skip
             h.close()
         if problems:
             raise LabError("could not restore every host: " + "; ".join(problems))
+
+    def _restore(self, node: str, h: Ssh) -> list[str]:
+        """Undo, newest first, what the local copy of `node`'s ledger says (what the lab
+        wrote itself, never what the host's file says), then fetch the logs and remove
+        the run's directory — after checking it is still the lab's (one round trip). If
+        it is not, the lines that name it are not run and it is left where it is; the
+        problem is returned."""
+        local = self.rundir / "hosts" / f"{node}.ledger"
+        entries = read_ledger(local.read_text()) if local.exists() else []
+        wd = self.workdir(node)
+        unsafe: UnsafeError | None = None
+        if node in self._made:
+            g = self._guard(node)
+            r = h.run(g.line, check=False, timeout=30)
+            try:
+                h.refused(r.returncode, r.stderr, g)
+            except UnsafeError as e:
+                unsafe = e
+            if unsafe is None:
+                fetch_logs(h, wd, self.rundir / "hosts" / node, lambda x: self._note(node, x))
+        skipped = []
+        for entry in reversed(entries):
+            if unsafe is not None and wd in entry["undo"]:
+                skipped.append(entry["what"])
+                continue
+            h.run(entry["undo"], check=False, timeout=30)
+        if unsafe is not None:
+            left = f"; not run, as they use it: {', '.join(skipped)}" if skipped else ""
+            return [f"{unsafe} (the run's directory is left as it is{left})"]
+        if node in self._made:
+            h.run(["rm", "-rf", "--", wd], timeout=30, guard=self._guard(node))
+        return []
 
 
 def _kill_line(pid: int, start: str) -> str:
@@ -505,57 +588,102 @@ def _kill_line(pid: int, start: str) -> str:
             f"sleep 0.1; done; {same} && kill -KILL {pid}; fi; true")  # fmt: skip
 
 
-def undo_run(h: Ssh, workdir: str, fetch_to: Path | None = None) -> list[str]:
-    """Undo one run's ledger on a host, newest first, then remove its directory (its
-    logs fetched to `fetch_to` first); what was undone."""
-    led = f"{workdir}/{LEDGER}"
-    r = h.run(["cat", led], check=False, timeout=30)
-    if r.returncode != 0 and "No such file" in r.stderr:
-        return []
-    entries = [json.loads(x) for x in r.stdout.splitlines() if x.strip()]
-    if fetch_to is not None:
-        fetch_logs(h, workdir, fetch_to)
-    done = []
-    for e in reversed(entries):
-        h.run(e["undo"], check=False, timeout=30)
-        done.append(e["what"])
-    h.run(["rm", "-rf", "--", workdir], timeout=30)
-    return done
+def read_ledger(text: str) -> list[dict[str, str]]:
+    """A ledger's entries (`what`, `undo`), oldest first; ValueError naming the line
+    for one the lab does not write."""
+    out = []
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            e = json.loads(line)
+        except json.JSONDecodeError:
+            e = None
+        if not (isinstance(e, dict) and isinstance(e.get("what"), str)
+                and isinstance(e.get("undo"), str)):  # fmt: skip
+            raise ValueError(f"line {n} is not a ledger entry: {line[:80]!r}")
+        out.append({"what": e["what"], "undo": e["undo"]})
+    return out
 
 
-def fetch_logs(h: Ssh, workdir: str, to: Path) -> None:
-    """The programs' logs of a run, into the local run directory."""
-    names = h.run(f"cd {shlex.quote(workdir)} && ls -1 *.log 2>/dev/null", check=False).stdout
-    for name in names.split():
+def fetch_logs(h: Ssh, workdir: str, to: Path, note: Callable[[str], None] | None = None) -> None:
+    """The programs' logs of a run, into the local run directory `to`: only names that
+    are plain log names (LOG_NAME) and stay inside `to` — anything else the host lists
+    (an absolute path, `..`, a subdirectory) is refused and passed to `note`."""
+    names = h.run(f"cd {shlex.quote(workdir)} && ls -1 -- *.log 2>/dev/null", check=False).stdout
+    base = to.resolve()
+    for name in names.splitlines():
+        dest = base / name
+        inside = dest.parent == base and dest.resolve().is_relative_to(base)
+        if not LOG_NAME.match(name) or not inside:
+            if note is not None and name.strip():
+                note(f"refused a log name the host listed: {name[:120]!r} (not a plain "
+                     f"*.log name inside {to})")  # fmt: skip
+            continue
         to.mkdir(parents=True, exist_ok=True)
         try:
-            (to / name).write_bytes(h.fetch(f"{workdir}/{name}"))
+            data = h.fetch(f"{workdir}/{name}")
         except SshError:
             continue
+        dest.write_bytes(data)
 
 
-def leftover_runs(h: Ssh, workdir: str) -> list[str]:
-    """The run directories a killed lab left on a host (each holds a ledger)."""
-    line = f"ls -1d {shlex.quote(workdir)}/*/{LEDGER} 2>/dev/null"
-    out = h.run(line, check=False, timeout=30).stdout
-    return [x.rsplit("/", 1)[0] for x in out.split()]
-
-
-def clean_hosts(hosts: Hosts) -> list[str]:
-    """`ipsec-lab clean --hosts`: undo every run's ledger left on every driven host."""
+def clean_hosts(hosts: Hosts) -> tuple[list[str], list[str]]:
+    """`ipsec-lab clean --hosts`: undo every run's ledger left on every driven host;
+    (what was undone, what was refused). Each host's work directory is checked up to `/`
+    and each of its run directories and ledgers before a ledger is read (one round
+    trip: `hosts.workdir`); one another user could have written is not read, not run
+    and not removed: refused, naming it, its owner and mode, and the fix. Only the run
+    directories of a host's own node are undone there (`<token>-<node>`), so hosts
+    sharing a work directory each undo their own."""
     done: list[str] = []
+    refused: list[str] = []
     for host in hosts.driven():
         assert host.ssh is not None
         h = Ssh(host.ssh, host.node, hosts.ssh_config)
         try:
             h.connect()
-            for wd in leftover_runs(h, host.workdir):
-                for what in undo_run(h, wd):
-                    done.append(f"{host.node}: {what}")
+            g = guard(h.uid, host.workdir, "list", host.node)
+            r = h.run(g.line, check=False, timeout=60)
+            h.refused(r.returncode, r.stderr, g)  # the work directory itself
+            if r.returncode != 0:
+                raise SshError(f"{h.who}: cannot list {host.workdir}: {r.stderr.strip()[-300:]}")
+            for u in refusals(r.stderr):  # a run directory or its ledger
+                refused.append(f"{h.who}: {u.why()} (not read, run or removed)")
+            for name, text in _runs(r.stdout).items():
+                wd = f"{host.workdir}/{name}"
+                try:
+                    entries = read_ledger(text)
+                except ValueError as e:
+                    refused.append(f"{h.who}: {wd}/{LEDGER}: {e}: not run; look at it and "
+                                   "remove the directory as root")  # fmt: skip
+                    continue
+                for entry in reversed(entries):
+                    h.run(entry["undo"], check=False, timeout=30)
+                    done.append(f"{host.node}: {entry['what']}")
+                h.run(["rm", "-rf", "--", wd], timeout=30,
+                      guard=guard(h.uid, host.workdir, "use", name))  # fmt: skip
                 done.append(f"{host.node}: directory {wd}")
+        except UnsafeError as e:
+            refused.append(f"{e} (nothing there was read or run)")
         finally:
             h.close()
-    return done
+    return done, refused
+
+
+def _runs(listing: str) -> dict[str, str]:
+    """The run directories and their ledgers' text in a `list` check's output."""
+    out: dict[str, str] = {}
+    name = None
+    for line in listing.splitlines():
+        if line.startswith("run\t"):
+            name = line.removeprefix("run\t")
+            name = name if RUN_NAME.match(name) else None
+            if name:
+                out[name] = ""
+        elif name:
+            out[name] += line + "\n"
+    return out
 
 
 # Root qdiscs a kernel puts on an interface by itself: `tc qdisc del … root` brings the
