@@ -6,7 +6,9 @@ as it would real machines.
 
 Each sshd runs in its own mount namespace where the lab's work directory is that host's
 own private directory (kept across an sshd restart, as a real host's disk): a file the
-lab did not push through ssh to that host is not there.
+lab did not push through ssh to that host is not there. With `shared=True` the four
+hosts' work directories are one directory (as nodes sharing one machine, or a shared
+mounted directory, would have it).
 
 `SshLab` is a context manager; it removes every namespace, process and file it made.
 `residue()` lists what a host holds beyond what the SshLab gave it (addresses, routes,
@@ -63,9 +65,12 @@ class SshLab:
     """Four hosts (client, gwA, gwB, server) reachable by ssh aliases of `ssh_config`."""
 
     def __init__(self, names: tuple[str, ...] = ("client", "gwA", "gwB", "server"),
-                 links: tuple = LINE_LINKS, workdir: str = WORKDIR) -> None:  # fmt: skip
-        """`workdir`: the hosts' work directory (the VM's /var is read-only: /tmp there)."""
+                 links: tuple = LINE_LINKS, workdir: str = WORKDIR,
+                 shared: bool = False) -> None:  # fmt: skip
+        """`workdir`: the hosts' work directory (the VM's /var is read-only: /tmp there);
+        `shared`: one directory for all hosts."""
         self.workdir = workdir
+        self.shared = shared
         self.token = secrets.token_hex(2)
         self.dir = Path(tempfile.mkdtemp(prefix="iplh-"))
         self.dir.chmod(0o711)  # sshd reads authorized_keys as the user logging in
@@ -135,8 +140,12 @@ class SshLab:
         for h in self.hosts.values():
             h.baseline = self.state(h)
 
+    def disk(self, name: str) -> Path:
+        """The directory that is host `name`'s work directory."""
+        return self.dir / ("disk" if self.shared else f"disk_{name}")
+
     def start_sshd(self, h: SshHost) -> None:
-        disk = self.dir / f"disk_{h.name}"
+        disk = self.disk(h.name)
         disk.mkdir(mode=0o700, exist_ok=True)
         inner = f"mount --bind {disk} {self.workdir} && "
         for path, mine in self._accounts().items():  # in this sshd's mount namespace only
@@ -263,7 +272,7 @@ class SshLab:
         # nftables tables (trafgen's sink counter, ipsec-gw's guard)
         nft = sorted(_run("ip", "netns", "exec", h.ns, "nft", "list", "tables",
                           check=False).split("\n"))  # fmt: skip
-        disk = self.dir / f"disk_{h.name}"  # the host's WORKDIR
+        disk = self.disk(h.name)  # the host's WORKDIR
         files = sorted(os.listdir(disk)) if disk.is_dir() else []
         procs = sorted(
             Path(f"/proc/{p}/comm").read_text().strip()

@@ -1,10 +1,13 @@
 """Hosts files without hosts: what they say, the errors that name the file and the key,
 the topology placed on the hosts' interfaces and addresses (never a default route), the
-shipped examples, and the per-host CPU figures."""
+shipped examples, the per-host CPU figures, and what the lab takes from what a host says
+(the work directory's check, run here by `sh` on this machine; log names a host lists)."""
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -86,6 +89,10 @@ def test_a_hosts_file_places_the_line_on_its_interfaces_and_addresses() -> None:
         ("[client]\ninside = { interface = 'eth1', present = true }", "client.inside.present",
          "give `address`"),
         ("workdir = 'tmp'", "workdir", "absolute path"),
+        ("workdir = '/var/lib/../tmp/lab'", "workdir", "no empty, `.` or `..`"),
+        ("workdir = '/var/lib/lab/'", "workdir", "no trailing /"),
+        ("workdir = '/var/lib/a lab'", "workdir", "only letters"),
+        ("[gwA]\nworkdir = '/'", "gwA.workdir", "not / itself"),
         ("topology = 'ring'", "topology", "must be one of"),
         ("[client\n", "toml", ""),
     ],
@@ -237,3 +244,112 @@ def test_check_on_hosts_leaves_the_kernels_to_the_hosts(tmp_path: Path) -> None:
     assert what[("xfrm-udp", "ah:aes128gmac")][1].startswith("AH cannot be carried in UDP")
     assert "gateways' kernels" in doc["backends"]["strongswan"]["why"]
     assert doc["warnings"] == []
+
+
+class _Here:
+    """`hosts.ssh.Ssh` with this machine as the host: its shell lines run by `sh` here."""
+
+    def __init__(self) -> None:
+        from ipsec_lab.hosts.ssh import Ssh
+
+        class Here(Ssh):
+            def remote(self, argv, root=True, guard=None):  # type: ignore[no-untyped-def]
+                return ["sh", "-c", self.line(argv, root, guard)]
+
+        self.ssh = Here("here", "gwA")
+        self.ssh.uid = os.getuid()
+
+
+def test_the_work_directory_check_refuses_what_others_can_write_and_makes_the_rest(
+    tmp_path: Path,
+) -> None:
+    """The check the lab runs on a host before it uses its work directory (POSIX sh and
+    coreutils): a directory above that others can write (not root's with the sticky
+    bit) or a symbolic link that leads through one is refused, naming it; a sound one is
+    made 0700 with the run's directory and an empty ledger; `clean`'s listing gives only
+    the ledgers of sound run directories of its node, and names the others."""
+    from ipsec_lab.hosts.testbed import _runs
+    from ipsec_lab.hosts.workdir import UnsafeError, guard, refusals
+
+    h = _Here().ssh
+    wd = str(tmp_path / "lab")
+
+    def do(op: str, arg: str = "", where: str = wd) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["sh", "-c", guard(h.uid, where, op, arg).line],
+                              capture_output=True, text=True, check=False)  # fmt: skip
+
+    p = do("check")
+    assert p.returncode == 0 and p.stdout == f"missing\t{wd}\n" and not os.path.exists(wd)
+    assert do("make", "abc123-gwA").returncode == 0
+    assert oct(os.stat(f"{wd}/abc123-gwA").st_mode & 0o7777) == "0o700"
+    assert oct(os.stat(wd).st_mode & 0o7777) == "0o700"
+    assert os.path.getsize(f"{wd}/abc123-gwA/ledger") == 0
+    assert do("make", "abc123-gwA").returncode == 1  # never a directory that exists
+    # a guarded command runs only when the check passes
+    line = guard(h.uid, wd, "use", "abc123-gwA")
+    assert h.run(["echo", "ran"], guard=line).stdout == "ran\n"
+    (tmp_path / "lab" / "abc123-gwA" / "ledger").write_text('{"what": "w", "undo": "u"}\n')
+    os.mkdir(f"{wd}/def456-gwA", 0o755)
+    os.chmod(f"{wd}/def456-gwA", 0o777)  # anyone could have put a ledger in there
+    (tmp_path / "lab" / "def456-gwA" / "ledger").write_text('{"what": "x", "undo": "y"}\n')
+    os.mkdir(f"{wd}/fed654-gwB")  # another node's
+    (tmp_path / "lab" / "fed654-gwB" / "ledger").write_text("")
+    p = do("list", "gwA")
+    assert _runs(p.stdout) == {"abc123-gwA": '{"what": "w", "undo": "u"}\n\n'}
+    (bad,) = refusals(p.stderr)
+    assert (bad.kind, bad.path, bad.mode) == ("mode", f"{wd}/def456-gwA", "777")
+    assert f"`chmod go-w {wd}/def456-gwA`" in bad.why()
+
+    # the directory above writable by others, not sticky: nothing is used or made
+    os.chmod(tmp_path, 0o777)
+    try:
+        (found,) = refusals(do("check", where=f"{wd}/new").stderr)
+        assert (found.kind, found.path) == ("mode", str(tmp_path))
+        assert do("make", "abc999-gwA", f"{wd}/new").returncode == 97
+        assert not os.path.exists(f"{wd}/new")
+        with pytest.raises(UnsafeError, match=f"gwA \\(here\\): work directory {wd}: "
+                           f"{tmp_path} is writable by group or others"):  # fmt: skip
+            h.run(["touch", str(tmp_path / "ran")], guard=line)
+        assert not (tmp_path / "ran").exists()
+    finally:
+        os.chmod(tmp_path, 0o700)
+    # a symbolic link on the way that leads through such a directory
+    (tmp_path / "open").mkdir(mode=0o700)
+    (tmp_path / "open").chmod(0o777)
+    (tmp_path / "open" / "lab").mkdir(mode=0o700)
+    (tmp_path / "link").symlink_to(tmp_path / "open" / "lab")
+    (found,) = refusals(do("check", where=str(tmp_path / "link")).stderr)
+    assert found.path == str(tmp_path / "open")
+
+
+def test_log_names_a_host_lists_never_name_a_path_outside_the_run_directory(
+    tmp_path: Path,
+) -> None:
+    """A host whose `ls` says `/…`, `../…`, a subdirectory or anything but a plain log
+    name: nothing is written outside the run directory, and each refusal is noted."""
+    from ipsec_lab.hosts.ssh import Result
+    from ipsec_lab.hosts.testbed import fetch_logs
+
+    outside = tmp_path / "outside.log"
+    names = [str(outside), "../up.log", "..", "sub/x.log", ".hidden.log", "-n.log",
+             "a\\b.log", "iperf3-server-5201.log"]  # fmt: skip
+    fetched: list[str] = []
+
+    class Hostile:
+        def run(self, line: str, **kw: object) -> Result:
+            return Result(0, "\n".join(names) + "\n", "")
+
+        def fetch(self, path: str) -> bytes:
+            fetched.append(path)
+            return b"#!/bin/sh\n"
+
+    to = tmp_path / "run" / "hosts" / "gwA"
+    fetch_logs(Hostile(), "/var/lib/ipsec-lab/abc123-gwA", to)  # type: ignore[arg-type]
+    assert fetched == ["/var/lib/ipsec-lab/abc123-gwA/iperf3-server-5201.log"]
+    assert sorted(os.listdir(to)) == ["iperf3-server-5201.log"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["hosts"]
+    # each refusal is noted (teardown notes them in the run's commands.log)
+    notes: list[str] = []
+    fetch_logs(Hostile(), "/var/lib/ipsec-lab/abc123-gwA", to, notes.append)  # type: ignore[arg-type]
+    assert len(notes) == len(names) - 1 and all("refused a log name" in n for n in notes)
