@@ -268,7 +268,7 @@ def test_the_work_directory_check_refuses_what_others_can_write_and_makes_the_re
     bit) or a symbolic link that leads through one is refused, naming it; a sound one is
     made 0700 with the run's directory and an empty ledger; `clean`'s listing gives only
     the ledgers of sound run directories of its node, and names the others."""
-    from ipsec_lab.hosts.testbed import _runs
+    from ipsec_lab.hosts.ledger import _runs
     from ipsec_lab.hosts.workdir import UnsafeError, guard, refusals
 
     h = _Here().ssh
@@ -327,8 +327,8 @@ def test_log_names_a_host_lists_never_name_a_path_outside_the_run_directory(
 ) -> None:
     """A host whose `ls` says `/…`, `../…`, a subdirectory or anything but a plain log
     name: nothing is written outside the run directory, and each refusal is noted."""
+    from ipsec_lab.hosts.ledger import fetch_logs
     from ipsec_lab.hosts.ssh import Result
-    from ipsec_lab.hosts.testbed import fetch_logs
 
     outside = tmp_path / "outside.log"
     names = [str(outside), "../up.log", "..", "sub/x.log", ".hidden.log", "-n.log",

@@ -29,8 +29,8 @@ def _clean_hosts(path: str) -> int:
     host could not be reached or a run directory was refused (another user could have
     written it: it is named, with its owner, mode and the fix)."""
     from ipsec_lab import hosts
+    from ipsec_lab.hosts.ledger import clean_hosts
     from ipsec_lab.hosts.ssh import SshError
-    from ipsec_lab.hosts.testbed import clean_hosts
 
     try:
         done, refused = clean_hosts(hosts.load(path))
