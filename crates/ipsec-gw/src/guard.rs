@@ -21,7 +21,7 @@
 //!   interface than the TUN device — all but the gateway's own tunnel packets (ESP, AH,
 //!   UDP 4500, sent marked with `fwmark`).
 //! - **One gateway's guard is its own.** A gateway claims its routing table in its
-//!   network namespace for its life ([`claim`]: a lock under [`LOCK_DIR`]): a second
+//!   network namespace for its life ([`crate::claim`]): a second
 //!   gateway on the same table, whose start would replace the first one's nftables table
 //!   and routes with its own, is refused; so is `--release` while a gateway runs.
 //!
@@ -245,69 +245,6 @@ pub fn ruleset(cfg: &Config) -> String {
         policy_rules(cfg, Direction::Out, "", "clear_outbound")
     );
     s
-}
-
-/// Where gateways claim their routing tables ([`claim`]): root's alone.
-pub const LOCK_DIR: &str = "/run/ipsec-gw";
-
-/// Claim the gateway's routing table in this network namespace for as long as the
-/// returned file is open (the gateway's life): an exclusive `flock` on
-/// `LOCK_DIR/table-N.net-INODE.lock`, INODE naming the namespace (gateways in other
-/// namespaces have tables, rules and nftables tables of their own). Refused, saying
-/// what to do, while another gateway holds it — its guard (nftables table, rule,
-/// blackhole routes) would otherwise be replaced by this one's. The directory must be a
-/// real directory of root's that no one else may write (else a local user could plant
-/// the lock, or a link in its place).
-pub fn claim(cfg: &Config) -> Result<std::fs::File, String> {
-    use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
-    let ns = std::fs::metadata("/proc/self/ns/net")
-        .map_err(|e| format!("cannot tell this network namespace (/proc/self/ns/net): {e}"))?
-        .ino();
-    match std::fs::DirBuilder::new().mode(0o700).create(LOCK_DIR) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-        Err(e) => return Err(format!("cannot create {LOCK_DIR}: {e}")),
-    }
-    let m =
-        std::fs::symlink_metadata(LOCK_DIR).map_err(|e| format!("cannot read {LOCK_DIR}: {e}"))?;
-    let me = crate::sys::effective_uid();
-    if !m.is_dir() || (m.uid() != 0 && m.uid() != me) || m.mode() & 0o022 != 0 {
-        return Err(format!(
-            "{LOCK_DIR} is not a directory of root's that only root may write (uid {}, mode \
-             {:o}{}): remove it and start again",
-            m.uid(),
-            m.mode() & 0o7777,
-            if m.file_type().is_symlink() {
-                ", a symlink"
-            } else {
-                ""
-            }
-        ));
-    }
-    let path = format!("{LOCK_DIR}/table-{}.net-{ns}.lock", cfg.table);
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(&path)
-        .map_err(|e| format!("cannot open {path}: {e}"))?;
-    crate::sys::flock_exclusive(&f).map_err(|e| {
-        if e.kind() == std::io::ErrorKind::WouldBlock {
-            format!(
-                "another ipsec-gw runs on routing table {} in this network namespace (it \
-                 holds {path}; its guard is nftables table inet {}): two gateways on one \
-                 table would replace each other's guard — give each its own `table`",
-                cfg.table,
-                table_name(cfg)
-            )
-        } else {
-            format!("cannot lock {path}: {e}")
-        }
-    })?;
-    Ok(f)
 }
 
 /// Install (or replace) the guard: the blackhole routes, the rule into the gateway's

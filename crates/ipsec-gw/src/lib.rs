@@ -6,6 +6,7 @@
 //! - [`dataplane`]: the workers and each direction's path, SAs and outer sockets.
 //! - [`gro`]: joining opened segments for the TUN device.
 //! - [`guard`]: the boundary closed to clear traffic, running or down.
+//! - [`claim`]: the routing table one gateway holds for its life.
 //! - [`seqstate`]: sequence numbers that outlive the process.
 //! - [`stats`]: counters and the stats socket.
 //! - [`privilege`]: dropping to the capabilities the data path needs.
@@ -13,6 +14,7 @@
 
 #![deny(unsafe_code)]
 
+pub mod claim;
 pub mod config;
 pub mod dataplane;
 pub mod gro;

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use clap::{Parser, Subcommand};
 use ipsec::sa::Direction;
 use ipsec_gw::guard::ip;
-use ipsec_gw::{config, dataplane, guard, privilege, seqstate, stats};
+use ipsec_gw::{claim, config, dataplane, guard, privilege, seqstate, stats, sys};
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
 
@@ -108,7 +108,7 @@ fn main() -> ExitCode {
     if cli.release {
         // Never under a running gateway: its guard is what keeps its traffic from
         // leaving in clear. Both its locks are tried (held: refused).
-        let held = guard::claim(&cfg).and_then(|t| seqstate::lock(&cfg.state).map(|s| (t, s)));
+        let held = claim::table(&cfg).and_then(|t| seqstate::lock(&cfg.state).map(|s| (t, s)));
         let _locks = match held {
             Ok(locks) => locks,
             Err(e) => {
@@ -220,7 +220,7 @@ fn run(cfg: config::Config, init_state: bool, mut signals: Signals) -> Result<()
     let mut source = config::Source::open(&cfg.file).map_err(|e| e.to_string())?;
     // One gateway per state, and per routing table (its guard), for its whole life.
     let _lock = seqstate::lock(&cfg.state)?;
-    let _table = guard::claim(&cfg)?;
+    let _table = claim::table(&cfg)?;
     // The engines first, sequence state read and reservations written: nothing is
     // created (TUN device, routes) for a gateway that cannot keep its numbers.
     let open = |dir: Direction| {
@@ -273,7 +273,8 @@ fn run(cfg: config::Config, init_state: bool, mut signals: Signals) -> Result<()
     let _ = shared.guard.set(guard::table_name(&cfg));
     let stats_socket = match &cfg.stats {
         Some(p) => Some(
-            stats::bind(p).map_err(|e| format!("cannot serve stats on {}: {e}", p.display()))?,
+            sys::with_umask(0o177, || stats::bind(p))
+                .map_err(|e| format!("cannot serve stats on {}: {e}", p.display()))?,
         ),
         None => None,
     };

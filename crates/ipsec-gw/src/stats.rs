@@ -271,7 +271,8 @@ pub fn in_use(path: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Bind the stats socket (0600), before the gateway gives up root; [`serve`] answers on
+/// Bind the stats socket (0600: call it under `sys::with_umask(0o177, …)`), before the
+/// gateway gives up root; [`serve`] answers on
 /// it: a client writes one line, `json` (the default) or `prometheus`, and reads the
 /// answer until the socket closes.
 pub fn bind(path: &Path) -> std::io::Result<(UnixListener, BoundSocket)> {
@@ -293,9 +294,10 @@ pub fn bind(path: &Path) -> std::io::Result<(UnixListener, BoundSocket)> {
         Err(e) => return Err(e),
     }
     // Counters only, but still this gateway's business: owner only, from the first
-    // instant (a umask, not a chmod by path after `bind`: that could be raced by whoever
-    // may write the directory, to chmod a file a symlink in its place names, as root).
-    let listener = crate::sys::with_umask(0o177, || UnixListener::bind(path))?;
+    // instant — the caller binds under a umask of 0177 (`sys::with_umask`), not a chmod
+    // by path after `bind`, which whoever may write the directory could race (a symlink
+    // in its place: root would chmod the file it names). Refused if made wider.
+    let listener = UnixListener::bind(path)?;
     let m = std::fs::symlink_metadata(path)?;
     if m.permissions().mode() & 0o077 != 0 {
         return Err(std::io::Error::other(format!(

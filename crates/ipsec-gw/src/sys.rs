@@ -600,12 +600,6 @@ pub fn become_user(uid: u32, gid: u32) -> io::Result<()> {
     }
 }
 
-/// The process's effective user id (geteuid(2)).
-pub fn effective_uid() -> u32 {
-    // SAFETY: geteuid takes nothing and cannot fail.
-    unsafe { libc::geteuid() }
-}
-
 /// Run `f` with the process's file mode creation mask set to `mask`, then put the old
 /// one back: a file `f` makes (a Unix socket's `bind`) has no wider mode at any instant,
 /// where a `chmod` by path after it could be raced (a symlink put in its place). The

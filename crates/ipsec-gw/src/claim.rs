@@ -1,0 +1,68 @@
+//! What a gateway holds for its whole life so that no second gateway shares it: its
+//! routing table in its network namespace ([`table`]) — the table's nftables guard, rule
+//! and blackhole routes (`guard`) are rebuilt by whoever starts on it. (Its sequence
+//! state has a lock of its own: `seqstate::lock`.)
+
+use crate::config::Config;
+
+/// Where gateways claim their routing tables ([`table`]): root's alone.
+pub const LOCK_DIR: &str = "/run/ipsec-gw";
+
+/// Claim the gateway's routing table in this network namespace for as long as the
+/// returned file is open (the gateway's life): an exclusive `flock` on
+/// `LOCK_DIR/table-N.net-INODE.lock`, INODE naming the namespace (gateways in other
+/// namespaces have tables, rules and nftables tables of their own). Refused, saying
+/// what to do, while another gateway holds it — its guard (nftables table, rule,
+/// blackhole routes) would otherwise be replaced by this one's. The directory must be a
+/// real directory of root's that no one else may write (else a local user could plant
+/// the lock, or a link in its place).
+pub fn table(cfg: &Config) -> Result<std::fs::File, String> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
+    let ns = std::fs::metadata("/proc/self/ns/net")
+        .map_err(|e| format!("cannot tell this network namespace (/proc/self/ns/net): {e}"))?
+        .ino();
+    match std::fs::DirBuilder::new().mode(0o700).create(LOCK_DIR) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(format!("cannot create {LOCK_DIR}: {e}")),
+    }
+    let m =
+        std::fs::symlink_metadata(LOCK_DIR).map_err(|e| format!("cannot read {LOCK_DIR}: {e}"))?;
+    if !m.is_dir() || m.uid() != 0 || m.mode() & 0o022 != 0 {
+        return Err(format!(
+            "{LOCK_DIR} is not a directory of root's that only root may write (uid {}, mode \
+             {:o}{}): remove it and start again",
+            m.uid(),
+            m.mode() & 0o7777,
+            if m.file_type().is_symlink() {
+                ", a symlink"
+            } else {
+                ""
+            }
+        ));
+    }
+    let path = format!("{LOCK_DIR}/table-{}.net-{ns}.lock", cfg.table);
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(&path)
+        .map_err(|e| format!("cannot open {path}: {e}"))?;
+    crate::sys::flock_exclusive(&f).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::WouldBlock {
+            format!(
+                "another ipsec-gw runs on routing table {} in this network namespace (it \
+                 holds {path}; its guard is nftables table inet {}): two gateways on one \
+                 table would replace each other's guard — give each its own `table`",
+                cfg.table,
+                crate::guard::table_name(cfg)
+            )
+        } else {
+            format!("cannot lock {path}: {e}")
+        }
+    })?;
+    Ok(f)
+}
