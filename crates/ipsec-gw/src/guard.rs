@@ -85,15 +85,18 @@ fn run(bin: &str, args: &[&str], input: Option<&str>) -> Result<String, String> 
         .stderr(Stdio::piped())
         .spawn()
         .map_err(|e| format!("cannot run {bin}: {e}"))?;
-    if let (Some(text), Some(mut stdin)) = (input, child.stdin.take()) {
-        stdin
-            .write_all(text.as_bytes())
-            .map_err(|e| format!("{bin}: {e}"))?;
-    }
+    // A tool that refuses before reading all of its input closes the pipe: its own
+    // status and words then say why, not the broken pipe.
+    let fed = match (input, child.stdin.take()) {
+        (Some(text), Some(mut stdin)) => stdin.write_all(text.as_bytes()),
+        _ => Ok(()),
+    };
     let out = child
         .wait_with_output()
         .map_err(|e| format!("{bin}: {e}"))?;
-    if !out.status.success() {
+    if out.status.success() {
+        fed.map_err(|e| format!("{bin}: {e}"))?;
+    } else {
         return Err(format!(
             "{bin} {} failed: {}",
             args.join(" "),
