@@ -183,7 +183,7 @@ def test_tcp_and_udp_through_the_tunnel(tmp_path: Path, configuration: str) -> N
 def test_ah_keeps_the_packet_whose_outer_identification_comes_round_to_0(
     tmp_path: Path, configuration: str
 ) -> None:
-    """70,000 DF-less datagrams through an AH tunnel: the outer IPv4 identification comes
+    """86,000 DF-less datagrams through an AH tunnel: the outer IPv4 identification comes
     round past 65,535 once, and the packet after it must not go out as 0 — Linux gives a
     raw packet of identification 0 and DF clear one of its own choosing after AH's ICV
     covered the 0, and gwB refused it (icv_failure; found by trafgen, whose UDP is
@@ -193,7 +193,9 @@ def test_ah_keeps_the_packet_whose_outer_identification_comes_round_to_0(
     with tunnel(tmp_path, configuration) as (tb, gw):
         tg = Trafgen(tb, _flow(tb))
         try:
-            row = tg.trial(64, 10.0, 3.6)  # 70,312 packets of 64 B
+            # 85,937 packets of 64 B: past 65,536 sealed even with one in five lost before
+            # gwA (trafgen, the tbf and both gateways share 2 cores: 7-8 % were, of 70,312)
+            row = tg.trial(64, 10.0, 4.4)
         finally:
             tg.close()
         a, b = settle(gw, "gwA"), settle(gw, "gwB")

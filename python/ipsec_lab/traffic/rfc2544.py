@@ -48,7 +48,9 @@ def search(
     says the path carries what was sent, and nothing of the rate asked: the bracket
     becomes [sent, asked] and the search looks just above what was sent. Ending on such
     a top, the search is generator-bound: the rate found is the generator's ceiling here
-    (on one machine, often because the gateways took the CPU it needed).
+    (on one machine, often because the gateways took the CPU it needed). A short trial is
+    first repeated once at the same rate (marked `repeated`): one stall of the generator
+    does not end a search; a second short trial there does.
 
     A failed trial that reports the rate it delivered (`mbps`) also gives a hint: a
     device forwards about its capacity while overloaded, so the search bisects below
@@ -60,12 +62,19 @@ def search(
     hint = max_rate  # an untested top suggested by what failed trials delivered
     res = SearchResult(0.0)
     rate = max_rate
+    repeated: set[float] = set()  # rates whose short trial was tried again
     while len(res.trials) < max_trials:
         row = dict(trial(rate))
         row["passed"] = bool(row["loss_pct"] <= tolerance_pct)
         res.trials.append(row)
         sent = None if row.get("sent_mbps") is None else float(row["sent_mbps"])
         short = row["passed"] and sent is not None and sent < short_of_rate * rate
+        if short and rate not in repeated and len(res.trials) < max_trials:
+            # once, the same rate again: a generator that stalled for a moment (its core
+            # taken by a gateway on one machine) is not yet one that cannot send it
+            repeated.add(rate)
+            row["repeated"] = True
+            continue
         if short and sent is not None:
             # the generator could not offer `rate`: the path carried all it sent, and
             # above that this trial says nothing — nor would any trial the generator
