@@ -17,7 +17,7 @@ pub const LOCK_DIR: &str = "/run/ipsec-gw";
 /// real directory of root's that no one else may write (else a local user could plant
 /// the lock, or a link in its place).
 pub fn table(cfg: &Config) -> Result<std::fs::File, String> {
-    use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
     let ns = std::fs::metadata("/proc/self/ns/net")
         .map_err(|e| format!("cannot tell this network namespace (/proc/self/ns/net): {e}"))?
         .ino();
@@ -42,17 +42,8 @@ pub fn table(cfg: &Config) -> Result<std::fs::File, String> {
         ));
     }
     let path = format!("{LOCK_DIR}/table-{}.net-{ns}.lock", cfg.table);
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(&path)
-        .map_err(|e| format!("cannot open {path}: {e}"))?;
-    crate::sys::flock_exclusive(&f).map_err(|e| {
-        if e.kind() == std::io::ErrorKind::WouldBlock {
+    crate::sys::try_lock_file(std::path::Path::new(&path)).map_err(|e| {
+        e.unwrap_or_else(|| {
             format!(
                 "another ipsec-gw runs on routing table {} in this network namespace (it \
                  holds {path}; its guard is nftables table inet {}): two gateways on one \
@@ -60,9 +51,6 @@ pub fn table(cfg: &Config) -> Result<std::fs::File, String> {
                 cfg.table,
                 crate::guard::table_name(cfg)
             )
-        } else {
-            format!("cannot lock {path}: {e}")
-        }
-    })?;
-    Ok(f)
+        })
+    })
 }

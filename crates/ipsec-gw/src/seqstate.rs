@@ -545,28 +545,16 @@ pub fn lock(base: &Path) -> Result<File, String> {
     if let Some(d) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         fs::create_dir_all(d).map_err(|e| format!("cannot create {}: {e}", d.display()))?;
     }
-    let f = fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(&path)
-        .map_err(|e| format!("cannot open the state lock {}: {e}", path.display()))?;
-    crate::sys::flock_exclusive(&f).map_err(|e| {
-        if e.kind() == io::ErrorKind::WouldBlock {
+    crate::sys::try_lock_file(&path).map_err(|e| {
+        e.unwrap_or_else(|| {
             format!(
                 "another ipsec-gw holds the sequence state {} (its lock {}): two gateways \
                  must not share one state",
                 base.display(),
                 path.display()
             )
-        } else {
-            format!("cannot lock {}: {e}", path.display())
-        }
-    })?;
-    Ok(f)
+        })
+    })
 }
 
 #[cfg(test)]

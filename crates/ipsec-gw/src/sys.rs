@@ -529,6 +529,27 @@ pub fn flock_exclusive(f: &std::fs::File) -> io::Result<()> {
     Ok(())
 }
 
+/// Open `path` for a lock (created 0600, never through a symbolic link) and take an
+/// exclusive `flock` on it without waiting: `Err(None)` while another process holds it,
+/// `Err(Some(why))` when it cannot be opened or locked.
+pub fn try_lock_file(path: &std::path::Path) -> Result<std::fs::File, Option<String>> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(|e| Some(format!("cannot open {}: {e}", path.display())))?;
+    match flock_exclusive(&f) {
+        Ok(()) => Ok(f),
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => Err(None),
+        Err(e) => Err(Some(format!("cannot lock {}: {e}", path.display()))),
+    }
+}
+
 /// The uid and gid of user `name` from the password database (getpwnam(3)), or None
 /// when there is no such user. Called before any other thread exists (getpwnam is not
 /// thread-safe).
