@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -52,6 +53,20 @@ def _run(*argv: str, check: bool = True) -> str:
     return p.stdout
 
 
+def _free_mgmt_net(n: int) -> int:
+    """The first third octet X in 172.31.200-251 with 172.31.X..X+n-1 on no link here.
+    A rig a killed test run left behind keeps its addresses: a second one on the same
+    /30 sent this rig's ssh to the dead one's namespace (every host test then failed
+    with "sshd did not come up")."""
+    used = {int(m) for m in re.findall(r"inet 172\.31\.(\d+)\.", _run("ip", "-4", "-o", "addr"))}
+    for x in range(200, 252 - n + 1):
+        if not used & set(range(x, x + n)):
+            return x
+    raise RuntimeError(
+        "no free 172.31.200-251 management addresses: `ip -4 addr` shows them all taken"
+    )
+
+
 @dataclass
 class SshHost:
     name: str
@@ -74,8 +89,9 @@ class SshLab:
         self.token = secrets.token_hex(2)
         self.dir = Path(tempfile.mkdtemp(prefix="iplh-"))
         self.dir.chmod(0o711)  # sshd reads authorized_keys as the user logging in
+        self.net = _free_mgmt_net(len(names))
         self.hosts = {
-            n: SshHost(n, f"{NS_PREFIX}{self.token}-{n}", f"172.31.{200 + i}.2")
+            n: SshHost(n, f"{NS_PREFIX}{self.token}-{n}", f"172.31.{self.net + i}.2")
             for i, n in enumerate(names)
         }
         self.links = links
@@ -109,7 +125,7 @@ class SshLab:
             outer = f"ipl{self.token}m{i}"
             _run("ip", "link", "add", outer, "type", "veth", "peer", "name", "mgmt0",
                  "netns", h.ns)  # fmt: skip
-            _run("ip", "addr", "add", f"172.31.{200 + i}.1/30", "dev", outer)
+            _run("ip", "addr", "add", f"172.31.{self.net + i}.1/30", "dev", outer)
             _run("ip", "link", "set", outer, "up")
             _run("ip", "-n", h.ns, "addr", "add", f"{h.mgmt_addr}/30", "dev", "mgmt0")
             _run("ip", "-n", h.ns, "link", "set", "mgmt0", "up")

@@ -35,11 +35,15 @@ kind = "tcp"
 seconds = {seconds}
 {more}
 """
+# The search at 768 B in 2 s trials: four hosts, two gateways and trafgen share this
+# machine's 2 cores, and at 512 B in 1 s trials trafgen fell short of the rate asked at
+# 50 and 75 Mbit/s (stalls: its trials repeated, both short) in about one run of three,
+# on this build and on bb1b29a's alike, the search ending at the 40-47 it sent.
 RFC2544 = """
 [[workloads]]
 kind = "rfc2544"
-size = 512
-trial_s = 1
+size = 768
+trial_s = 2
 max_rate_mbit = 100
 resolution_mbit = 10
 """
@@ -168,7 +172,7 @@ def test_a_campaign_on_real_hosts_meters_each_host_and_leaves_nothing(
     client = [json.loads(x)["what"] for x in (next((tmp_path / "lab").glob(
         "campaign-*/*/hosts")) / "client.ledger").read_text().splitlines()]  # fmt: skip
     assert "trafgen's pacing qdisc on eth1" in client
-    # 512-byte packets: ESP's header, IV, padding and ICV (and UDP's 8 bytes) on the wire
+    # 768-byte packets: ESP's header, IV, padding and ICV (and UDP's 8 bytes) on the wire
     plain = per_payload(rows[("none", "none", "rfc")])
     for b in ("ours", "ours-udp"):
         for cfg in ("esp:aes128gcm16", "esp:aes128-sha1"):

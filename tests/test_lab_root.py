@@ -198,17 +198,28 @@ seconds = 1.5
         # the default back, as a terminal would.
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
-    deadline = time.monotonic() + 60
-    done = 0
-    while time.monotonic() < deadline and done < 2:
-        time.sleep(0.2)
-        if db_path.exists():
-            db = sqlite3.connect(db_path)
-            done = db.execute("SELECT COUNT(*) FROM runs WHERE status = 'done'").fetchone()[0]
-            db.close()
-    assert done >= 2
-    p.send_signal(sig)
-    _, err = p.communicate(timeout=60)
+    try:
+        deadline = time.monotonic() + 60
+        done = 0
+        while time.monotonic() < deadline and done < 2:
+            time.sleep(0.2)
+            if db_path.exists():
+                db = sqlite3.connect(db_path)
+                try:
+                    done = db.execute("SELECT COUNT(*) FROM runs WHERE status = 'done'").fetchone()[
+                        0
+                    ]
+                except sqlite3.OperationalError:  # made, its tables not yet
+                    pass
+                finally:
+                    db.close()
+        assert done >= 2
+        p.send_signal(sig)
+        _, err = p.communicate(timeout=60)
+    finally:  # a failed wait leaves no campaign running into the next test
+        if p.poll() is None:
+            p.send_signal(signal.SIGINT)
+            p.communicate(timeout=60)
     assert p.returncode == 128 + sig, err
     assert "--resume" in err
     assert not [n for n in leftovers()[0] if n]  # the testbed came down on Ctrl-C
