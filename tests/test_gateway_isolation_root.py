@@ -317,3 +317,43 @@ def test_a_reload_whose_guard_fails_is_refused_and_tools_get_a_clean_environment
     assert "10.7.0.0" not in after
     assert moved >= 20, moved  # the running config carries traffic still
     assert "reload refused" in log and "simulated failure" in log
+
+
+def test_a_key_the_peer_sent_under_is_never_sent_under_after_reloads_or_a_restart(
+    tmp_path: Path,
+) -> None:
+    """Review finding: a key moved from the inbound SA to the outbound one (two reloads,
+    or a restart) resumed above this gateway's inbound reservation, but the peer may have
+    sent past what reached it: numbers it used could be sealed again under its key. Now
+    refused at start, and by a reload (which the outbound worker would otherwise fail on,
+    stopping the gateway): the running config stays, the key never printed."""
+    with tunnel(tmp_path) as (tb, gw):
+        blast(tb, 20)  # gwB's inbound SA accepts some: its key is in gwB's inbound state
+        conf = gw.configs["gwB"]
+        text = conf.read_text()
+        blocks = {
+            d: next(b for b in text.split("[[sa]]") if f'direction = "{d}"' in b)
+            for d in ("in", "out")
+        }
+        k_in, k_out = (re.search(r'enc_key = "(\w+)"', blocks[d])[1] for d in ("in", "out"))  # type: ignore[index]
+        assert k_in != k_out
+        # first reload: the inbound SA gets a new key (the old one leaves the config)
+        first = text.replace(k_in, _hex(99, len(k_in) // 2))
+        before = settle(gw, "gwB")
+        conf.write_text(first)
+        os.kill(gw.process("gwB").pid, signal.SIGHUP)
+        deadline = time.monotonic() + 5
+        while settle(gw, "gwB")["reloads"] == before["reloads"] and time.monotonic() < deadline:
+            pass
+        assert settle(gw, "gwB")["reloads"] == before["reloads"] + 1
+        # second reload: the outbound SA takes the key the peer sent under
+        st = _reload_refused(gw, "gwB", first.replace(k_out, k_in))
+        assert gw.process("gwB").poll() is None, "the reload stopped the gateway"
+        assert len(st["outbound"]["sas"]) == 1  # the running config's
+        p = gw.process("gwB")
+        p.send_signal(signal.SIGTERM)
+        p.wait(10)
+        start = _gw(tb, "gwB", "--config", str(conf))
+    assert start.returncode != 0, start.stderr
+    assert "the inbound sequence state records a key of this outbound SA" in start.stderr
+    assert k_in not in start.stderr

@@ -228,6 +228,9 @@ fn run(cfg: config::Config, init_state: bool, mut signals: Signals) -> Result<()
     };
     let (st_out, st_in) = (open(Direction::Out)?, open(Direction::In)?);
     let (read_out, read_in) = (st_out.reader()?, st_in.reader()?);
+    // What the inbound state records, for a reload to check its outbound SAs against
+    // (the workers' readers are theirs).
+    let inbound_state = st_in.reader()?;
     let engine = |dir: Direction, both| -> Result<dataplane::DirEngine, String> {
         dataplane::DirEngine::build(&cfg, dir, None, Some(both)).map_err(|e| e.to_string())
     };
@@ -380,9 +383,12 @@ fn run(cfg: config::Config, init_state: bool, mut signals: Signals) -> Result<()
                 new
             })
             .map_err(|e| e.to_string())
-            .and_then(|new| match reload_problem(&current, &new) {
-                Some(why) => Err(why),
-                None => Ok(new),
+            .and_then(|new| {
+                match reload_problem(&current, &new).or_else(|| received_key(&new, &inbound_state))
+                {
+                    Some(why) => Err(why),
+                    None => Ok(new),
+                }
             });
         match loaded {
             Ok(new)
@@ -453,6 +459,31 @@ fn run(cfg: config::Config, init_state: bool, mut signals: Signals) -> Result<()
         Some(why) => Err(format!("stopped because a worker failed: {why}")),
         None => Ok(()),
     }
+}
+
+/// An outbound SA of `new` under a key the inbound state records: the outbound worker
+/// would refuse to build it ([`dataplane::BuildError::KeyReceived`]) and stop the
+/// gateway; the reload is refused instead and the running config stays.
+fn received_key(new: &config::Config, inbound: &seqstate::Reader) -> Option<String> {
+    let recorded = match inbound.read() {
+        Ok(s) => s,
+        Err(e) => return Some(e),
+    };
+    new.sas
+        .iter()
+        .filter(|s| s.config.direction == Direction::Out)
+        .find(|s| {
+            seqstate::keys_of(&s.config)
+                .iter()
+                .any(|k| recorded.get(k).is_some())
+        })
+        .map(|s| {
+            dataplane::BuildError::KeyReceived {
+                name: s.name.clone(),
+                spi: s.config.spi,
+            }
+            .to_string()
+        })
 }
 
 /// Why a reload of `new` over `current` must be refused, if it must: the engines it

@@ -490,6 +490,12 @@ impl SeqState {
         self.write(false)
     }
 
+    /// Every later write fails, as on a full or failing disk (tests).
+    #[cfg(test)]
+    pub fn fail_writes(&mut self) {
+        self.slots = None;
+    }
+
     fn write(&mut self, durable: bool) -> io::Result<()> {
         let Some(slots) = self.slots.as_ref() else {
             return Err(io::Error::other("the sequence state is open read-only"));

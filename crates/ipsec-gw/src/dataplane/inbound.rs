@@ -82,8 +82,9 @@ fn open_one(
     match open(engine, &mut pkt) {
         Ok(Inbound::Opened { sa, .. }) => {
             // its number recorded (`DirEngine::reserve`) before the packet goes on
-            engine.after_opened(sa);
-            sink.push(pkt.data(), io);
+            if engine.after_opened(sa) {
+                sink.push(pkt.data(), io);
+            }
         }
         Ok(Inbound::Bypass) => io.bypassed += 1, // not expected here
         Err(_) => {}                             // a named drop, counted by the engine
@@ -225,10 +226,13 @@ impl CrewBatch {
                 }
             }
             Ok(InboundStart::Done(Inbound::Opened { sa, .. })) => {
-                engine.after_opened(sa);
-                Fate::Opened {
-                    head: pkt.head(),
-                    len: pkt.len(),
+                if engine.after_opened(sa) {
+                    Fate::Opened {
+                        head: pkt.head(),
+                        len: pkt.len(),
+                    }
+                } else {
+                    Fate::Gone
                 }
             }
             Ok(InboundStart::Done(Inbound::Bypass)) => {
@@ -265,8 +269,8 @@ impl CrewBatch {
                     let Ok(mut pkt) = PacketBuf::new(buf, head, len) else {
                         continue;
                     };
-                    if finish(engine, &mut pkt, sa, &job, crypto).is_ok() {
-                        engine.after_opened(sa);
+                    if finish(engine, &mut pkt, sa, &job, crypto).is_ok() && engine.after_opened(sa)
+                    {
                         sink.push(pkt.data(), io);
                     }
                 }
@@ -482,6 +486,85 @@ mod tests {
         assert_eq!(e.engine.counters.drops.get(DropReason::TooBig), 1);
         assert_eq!(io.rx_packets, 2);
         assert!(sink.gro.is_empty(), "nothing went towards the TUN device");
+    }
+
+    /// A packet whose number the inbound state cannot record (a full disk) is not
+    /// handed on: a restart could accept it again. Its SA stops, and it and every later
+    /// packet are dropped, named and counted — one thread or a crew alike. Before, the
+    /// packet whose write failed still went up. With the state writable (here: none, a
+    /// dry build) all of them go up, in both paths.
+    #[test]
+    fn a_packet_whose_number_cannot_be_recorded_is_dropped_not_delivered() {
+        use crate::dataplane::crew::tests::{inner, pair, slot};
+        let local: IpAddr = "192.0.2.2".parse().unwrap();
+        let from = Arrival {
+            udp: false,
+            next: 50,
+            src: "192.0.2.1".parse().unwrap(),
+        };
+        for crew in [false, true] {
+            for failing in [false, true] {
+                let (mut out, mut inb) = pair();
+                if failing {
+                    let d = std::env::temp_dir()
+                        .join(format!("ipsec-gw-inb-{}-{crew}", std::process::id()));
+                    inb.fail_state_writes(&d);
+                }
+                let mut esp = Vec::new();
+                let mut buf = slot();
+                for i in 0..20u32 {
+                    inner(&mut buf, 100, i);
+                    let mut pkt = PacketBuf::new(&mut buf, HEADROOM, 100).unwrap();
+                    out.engine.outbound(&mut pkt).unwrap();
+                    esp.push(pkt.data().to_vec());
+                }
+                let mut sink = TunSink {
+                    gro: Coalescer::new(2 * SLOTS, false, false),
+                    fd: -1,
+                };
+                let mut io = Io::default();
+                if crew {
+                    let crew = crate::dataplane::crew::Crew::new(8, "t").unwrap().unwrap();
+                    let mut c = CrewBatch::new(crew);
+                    for p in &esp {
+                        let n = c.n;
+                        c.bufs[n][HEADROOM..HEADROOM + p.len()].copy_from_slice(p);
+                        c.start(&mut inb, local, (HEADROOM, p.len()), from, &mut io);
+                    }
+                    c.flush(&mut inb, &mut sink, &mut io);
+                } else {
+                    for p in &esp {
+                        let mut b = slot();
+                        b[HEADROOM..HEADROOM + p.len()].copy_from_slice(p);
+                        open_one(
+                            &mut inb,
+                            local,
+                            (&mut b, HEADROOM, p.len()),
+                            from,
+                            &mut sink,
+                            &mut io,
+                        );
+                    }
+                }
+                let mut up = 0;
+                sink.gro.flush(|_| {
+                    up += 1;
+                    true
+                });
+                let d = &inb.engine.counters.drops;
+                let (no_sa, gone) = (d.get(DropReason::NoSa), d.get(DropReason::UnknownSpi));
+                if failing {
+                    // the packet whose write failed (and any opened beside it in the
+                    // crew's batch) `no_sa`, those after it find no SA (`unknown_spi`)
+                    assert!(
+                        up == 0 && no_sa >= 1 && no_sa + gone == 20,
+                        "{crew} {up} {no_sa} {gone}"
+                    );
+                } else {
+                    assert_eq!((up, no_sa, gone), (20, 0, 0), "crew {crew}");
+                }
+            }
+        }
     }
 
     /// Issue 18's inbound properties, on the crew batch the gateway runs (8 threads):

@@ -88,11 +88,13 @@ impl OutboundPath {
                     Ok((Outbound::Sealed { sa }, job)) => {
                         batch.pkts.push((b, pkt.head(), pkt.len()));
                         self.jobs[b] = job.map(|j| (sa, j, Ok(())));
-                        engine.after(sa);
+                        // its number is inside the reservation made before (half a
+                        // block ahead): a failed write stops the SA for the next ones
+                        let _ = engine.after(sa);
                     }
                     Ok((Outbound::SealedBundle { bundle }, _)) => {
                         batch.pkts.push((b, pkt.head(), pkt.len()));
-                        engine.after_bundle(bundle);
+                        let _ = engine.after_bundle(bundle);
                     }
                     Ok((Outbound::Bypass, _)) => {
                         io.bypassed += 1;

@@ -43,6 +43,10 @@ pub enum BuildError {
     /// The other direction's sequence state could not be read (a key seen there must
     /// resume above it).
     OtherState(String),
+    /// An outbound SA's key was received under before: the peer numbered packets under
+    /// it, up to a number this gateway cannot know (what it never received), so sealing
+    /// under it could repeat a (key, sequence number) the peer used.
+    KeyReceived { name: String, spi: u32 },
 }
 
 impl fmt::Display for BuildError {
@@ -61,6 +65,13 @@ impl fmt::Display for BuildError {
                 write!(f, "no {what} named {name:?} in this direction")
             }
             BuildError::OtherState(why) => write!(f, "{why}"),
+            BuildError::KeyReceived { name, spi } => write!(
+                f,
+                "sa {name} (spi 0x{spi:x}): the inbound sequence state records a key of \
+                 this outbound SA: the peer sent under it, numbers this gateway may never \
+                 have seen, and sealing under it could repeat one of them (a nonce used \
+                 twice); give the SA new keys"
+            ),
             BuildError::State { path, source } => write!(
                 f,
                 "cannot write the sequence state {}: {source} (without it a restart would \
@@ -171,6 +182,19 @@ impl DirEngine {
             };
             let entry = seqstate::highest(state.as_ref(), other.as_ref(), &keys);
             let was_kept = kept.is_some();
+            // A key the peer sent under is never one to send under: what the peer used
+            // past what reached us is unknown (RFC 4303 §3.3.3 asks one sender per SA).
+            if direction == Direction::Out
+                && !was_kept
+                && keys
+                    .iter()
+                    .any(|k| other.as_ref().is_some_and(|o| o.get(k).is_some()))
+            {
+                return Err(BuildError::KeyReceived {
+                    name: spec.name.clone(),
+                    spi: c.spi,
+                });
+            }
             let (id, soft_logged, mut stored_value, expired) = match kept {
                 Some((sa, soft, v)) => (engine.insert_sa(sa).map_err(named)?, soft, v, false),
                 None => {
@@ -362,30 +386,39 @@ impl DirEngine {
 
     /// After a bundle sealed or opened a packet: each of its SAs' lifetimes and
     /// sequence reservations, as for a lone SA.
-    pub(super) fn after_bundle(&mut self, bundle: usize) {
+    pub(super) fn after_bundle(&mut self, bundle: usize) -> bool {
         // copied out (two ids, no allocation): `after` needs `self` mutably
         let ids = self
             .bundle_sas
             .iter()
             .find(|(b, _)| *b == bundle)
             .map_or([None; 2], |(_, ids)| *ids);
+        let mut recorded = true;
         for id in ids.into_iter().flatten() {
-            self.after(id);
+            recorded &= self.after(id);
         }
+        recorded
     }
 
     /// After a packet opened through SA `id`: the lifetimes of every SA of its bundle
     /// when it is a bundle's outermost SA (the engine reports that one), else its own.
-    pub(super) fn after_opened(&mut self, id: SaId) {
+    /// False when its number could not be recorded (the SA stopped): the packet is then
+    /// not handed on but dropped, counted as `no_sa` — a restart could accept it again.
+    #[must_use]
+    pub(super) fn after_opened(&mut self, id: SaId) -> bool {
         let bundle = self
             .bundle_sas
             .iter()
             .find(|(_, ids)| ids.contains(&Some(id)))
             .map(|(b, _)| *b);
-        match bundle {
+        let recorded = match bundle {
             Some(b) => self.after_bundle(b),
             None => self.after(id),
+        };
+        if !recorded {
+            self.engine.counters.drops.count(ipsec::DropReason::NoSa);
         }
+        recorded
     }
 
     /// Mark an SA expired in the state file (a reload or restart must not revive it).
@@ -412,26 +445,27 @@ impl DirEngine {
     /// power cut — see `seqstate`); a restart after an unclean stop refuses everything up
     /// to the reservation, so no packet accepted before the crash is accepted again. If
     /// that write fails the SA stops too: a restart could not keep that promise.
-    fn reserve(&mut self, i: usize) {
+    /// False when the write failed: the packet that needed it must not go on.
+    fn reserve(&mut self, i: usize) -> bool {
         if self.state.is_none() {
-            return;
+            return true;
         }
         let e = &self.sas[i];
         let Some(sa) = self.engine.sa(e.id) else {
-            return;
+            return true;
         };
         let want = match self.direction {
             Direction::Out => {
                 let used = sa.next_seq() - 1;
                 if used.saturating_add(seqstate::RESERVE / 2) < e.stored {
-                    return;
+                    return true;
                 }
                 used.saturating_add(seqstate::RESERVE)
             }
             Direction::In => {
                 let top = sa.replay_window().top();
                 if top <= e.stored {
-                    return;
+                    return true;
                 }
                 // the block follows the SA's rate: writes come about every
                 // IN_WRITE_GAP, and a crash refuses about that long of genuine traffic
@@ -458,7 +492,10 @@ impl DirEngine {
             Direction::In => st.save_quick(),
         };
         match saved {
-            Ok(()) => self.sas[i].stored = want,
+            Ok(()) => {
+                self.sas[i].stored = want;
+                true
+            }
             Err(err) => {
                 let e = &mut self.sas[i];
                 let what = match self.direction {
@@ -475,6 +512,7 @@ impl DirEngine {
                 );
                 e.expired = true;
                 e.retired = self.engine.remove_sa(e.id);
+                false
             }
         }
     }
@@ -520,16 +558,33 @@ impl DirEngine {
         }
     }
 
+    /// A fresh state in `dir` whose writes all fail, as on a full disk (tests).
+    #[cfg(test)]
+    pub(in crate::dataplane) fn fail_state_writes(&mut self, dir: &Path) {
+        let _ = std::fs::remove_dir_all(dir);
+        std::fs::create_dir_all(dir).unwrap();
+        let mut st = SeqState::open(&dir.join("s"), self.direction, true).unwrap();
+        st.fail_writes();
+        self.state = Some(st);
+    }
+
     /// After an SA sealed or opened a packet: enforce its lifetimes (RFC 4301 §4.4.2.1).
-    pub(super) fn after(&mut self, id: SaId) {
+    /// False when the packet must not go on: its number could not be recorded, or the
+    /// SA stopped before it (a packet opened in the same batch, after its SA's hard
+    /// lifetime or a failed write: the SA is gone for it too).
+    pub(super) fn after(&mut self, id: SaId) -> bool {
         let Some(i) = self.sas.iter().position(|e| e.id == id && !e.expired) else {
-            return;
+            return false;
         };
-        self.reserve(i);
+        if !self.reserve(i) {
+            return false;
+        }
         let Some(e) = self.sas.get_mut(i).filter(|e| !e.expired) else {
-            return;
+            return true;
         };
-        let Some(sa) = self.engine.sa(id) else { return };
+        let Some(sa) = self.engine.sa(id) else {
+            return true;
+        };
         let (bytes, packets) = (sa.counters.bytes, sa.counters.packets);
         let over = |limit: Option<u64>, v: u64| limit.is_some_and(|l| v >= l);
         if over(e.lifetime.hard_bytes, bytes) || over(e.lifetime.hard_packets, packets) {
@@ -551,6 +606,7 @@ impl DirEngine {
             );
             e.soft_logged = true;
         }
+        true
     }
 
     fn snapshot(&self, io: &Io) -> DirStats {
@@ -648,6 +704,47 @@ mod tests {
         out.save().unwrap();
         let reader = inb.reader().unwrap();
         (out, reader)
+    }
+
+    /// A key received under (any one of an SA's entries, in the inbound state) is
+    /// refused to an outbound SA, whatever value the entry holds: the peer may have sent
+    /// past it. The same entries in the outbound state resume above them instead.
+    #[test]
+    fn an_outbound_sa_under_a_key_the_peer_sent_under_is_refused() {
+        for esn in [false, true] {
+            let c = cfg(esn);
+            let keys = seqstate::keys_of(&c.sas[0].config);
+            for (i, fp) in keys.iter().enumerate() {
+                for value in [0u64, 1, 5000] {
+                    let (out, _) = state_at(&format!("rcv{i}-{value}"), &c, 0);
+                    let d = out.path().parent().unwrap().to_path_buf();
+                    drop(out);
+                    let out = SeqState::open(&d.join("t.out"), Direction::Out, true).unwrap();
+                    let mut inb = SeqState::open(&d.join("t.in"), Direction::In, true).unwrap();
+                    inb.set(
+                        fp.clone(),
+                        seqstate::Entry {
+                            value,
+                            expired: false,
+                        },
+                    );
+                    inb.save().unwrap();
+                    let e = DirEngine::build(
+                        &c,
+                        Direction::Out,
+                        None,
+                        Some((out, inb.reader().unwrap())),
+                    )
+                    .err()
+                    .expect("refused");
+                    assert!(matches!(e, BuildError::KeyReceived { .. }), "{e}");
+                    assert!(e.to_string().contains("give the SA new keys"), "{e}");
+                }
+            }
+            // sent under before, by this gateway: resumes
+            let st = state_at(&format!("sent-{esn}"), &c, 5000);
+            assert!(DirEngine::build(&c, Direction::Out, None, Some(st)).is_ok());
+        }
     }
 
     /// RFC 4303 §3.3.3: without ESN the counter never cycles. An SA whose keys used
