@@ -506,8 +506,16 @@ seconds = 1
     checks = {k: r["status"] for k, r in _ready(hosts, sc).items()}
     assert checks[("server", "tool nginx")] == "ok" and checks[("server", "tool aiosmtpd")] == "ok"
     assert checks[("client", "tool curl")] == "ok" and checks[("client", "tool python3")] == "ok"
-    p = _lab("run", str(sc), "--hosts", str(hosts), "--lab", str(tmp_path / "lab"), "--json",
-             timeout=600)  # fmt: skip
+    # A module in the login's directory, where ssh starts each command: root's python3
+    # there imported it (`python3 -c` puts its directory first on sys.path), so whoever
+    # could write that directory ran code as root. The lab's python3 runs with -I now.
+    planted = lab.dir / "home" / "socket.py"
+    planted.write_text("raise SystemExit('imported from the login directory')\n")
+    try:
+        p = _lab("run", str(sc), "--hosts", str(hosts), "--lab", str(tmp_path / "lab"),
+                 "--json", timeout=600)  # fmt: skip
+    finally:
+        planted.unlink()
     assert p.returncode == 0, p.stderr[-3000:]
     runs = {r["workload"]: r for r in json.loads(p.stdout)["runs"]}
     assert all(r["status"] == "done" for r in runs.values()), [r["reason"] for r in runs.values()]

@@ -305,7 +305,7 @@ def encap_socket(tb: Testbed, node: str, addr: str) -> subprocess.Popen[bytes]:
     name = f"encap-{node}-{addr.replace(':', '_')}"
     remote = hasattr(tb, "log_tail")
     python = "python3" if remote else sys.executable
-    p = tb.spawn(node, [python, "-c", _ENCAP_SOCKET, addr], name)
+    p = tb.spawn(node, [python, "-I", "-c", _ENCAP_SOCKET, addr], name)
     if remote:
         deadline = time.monotonic() + 30  # the host's python3 may start from a cold disk
         while "encap socket ready" not in (said := tb.log_tail(node, name)):  # type: ignore[attr-defined]

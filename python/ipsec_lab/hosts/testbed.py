@@ -238,7 +238,9 @@ class HostsTestbed:
         return self._host(node).fetch(path, guard=g)
 
     def python(self, node: str) -> str:
-        """The host's own Python 3 (`hosts check` looks for it where a workload needs it)."""
+        """The host's own Python 3 (`hosts check` looks for it where a workload needs it).
+        Callers run it with `-I`: as root, from a login's directory, it must import
+        nothing from that directory or the login's environment."""
         return "python3"
 
     def needs(self, *tools: str) -> None:

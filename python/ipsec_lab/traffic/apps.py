@@ -135,7 +135,7 @@ def smtp(tb: Testbed, flow: Flow, w: Workload, metered: Metered, seed: int) -> l
         files[n] = (tb.file_for(flow.source, f"smtp/mail{n}.eml", m), len(m))
     p = tb.spawn(
         flow.sink,
-        [tb.python(flow.sink), "-m", "aiosmtpd", "-n", "-l", f"{flow.sink_addr}:{SMTP_PORT}",
+        [tb.python(flow.sink), "-I", "-m", "aiosmtpd", "-n", "-l", f"{flow.sink_addr}:{SMTP_PORT}",
          "-c", "aiosmtpd.handlers.Sink", "-s", str(64 << 20)],
         "aiosmtpd",
     )  # fmt: skip

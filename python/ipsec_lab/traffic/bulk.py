@@ -86,14 +86,14 @@ def tcp(tb: Testbed, flow: Flow, w: Workload, metered: Metered, warmup_s: float)
         bound = seconds + 30
         p = tb.spawn(
             flow.sink,
-            [tb.python(flow.sink), "-c", _RECEIVER, flow.sink_addr, str(PORT), got, "30"],
+            [tb.python(flow.sink), "-I", "-c", _RECEIVER, flow.sink_addr, str(PORT), got, "30"],
             f"bulk-receiver-{w.data}",
         )
         try:
             wait_listening(tb, flow.sink, PORT)
             tb.run(
                 flow.source,
-                [tb.python(flow.source), "-c", _SENDER, flow.sink_addr, str(PORT), src,
+                [tb.python(flow.source), "-I", "-c", _SENDER, flow.sink_addr, str(PORT), src,
                  f"{seconds:g}"],
                 timeout=bound,
                 limited=flow.slow,
