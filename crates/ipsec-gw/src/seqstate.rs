@@ -14,7 +14,8 @@
 //! seen before — under another SPI, after a reload took its SA away and another brought
 //! it back, in the other direction, or by another protocol — resumes above everything
 //! ever sent or accepted under it (the gateway reads both directions' files:
-//! [`highest`]). `config` refuses a key that serves two SAs in one config.
+//! [`highest`]). `config` refuses a key that serves two SAs in one config, and the
+//! engine's build a key the other direction's file records (one sender per key).
 //!
 //! One state per direction (`[gateway] state`, `.out` / `.in` appended), a line per key
 //! the gateway has run:

@@ -43,10 +43,15 @@ pub enum BuildError {
     /// The other direction's sequence state could not be read (a key seen there must
     /// resume above it).
     OtherState(String),
-    /// An outbound SA's key was received under before: the peer numbered packets under
-    /// it, up to a number this gateway cannot know (what it never received), so sealing
-    /// under it could repeat a (key, sequence number) the peer used.
-    KeyReceived { name: String, spi: u32 },
+    /// An SA's key numbered packets in the other direction before. Outbound: the peer
+    /// sent under it, up to a number this gateway cannot know (what never reached it),
+    /// so sealing under it could repeat a (key, sequence number) the peer used. Inbound:
+    /// this gateway sealed under it, and a peer sending under it would repeat ours.
+    KeyOfOtherDirection {
+        name: String,
+        spi: u32,
+        direction: Direction,
+    },
 }
 
 impl fmt::Display for BuildError {
@@ -65,12 +70,26 @@ impl fmt::Display for BuildError {
                 write!(f, "no {what} named {name:?} in this direction")
             }
             BuildError::OtherState(why) => write!(f, "{why}"),
-            BuildError::KeyReceived { name, spi } => write!(
+            BuildError::KeyOfOtherDirection {
+                name,
+                spi,
+                direction: Direction::Out,
+            } => write!(
                 f,
                 "sa {name} (spi 0x{spi:x}): the inbound sequence state records a key of \
                  this outbound SA: the peer sent under it, numbers this gateway may never \
                  have seen, and sealing under it could repeat one of them (a nonce used \
                  twice); give the SA new keys"
+            ),
+            BuildError::KeyOfOtherDirection {
+                name,
+                spi,
+                direction: Direction::In,
+            } => write!(
+                f,
+                "sa {name} (spi 0x{spi:x}): the outbound sequence state records a key of \
+                 this inbound SA: this gateway sealed under it, and a peer sending under \
+                 it would repeat the numbers (nonces) it used; give the SA new keys"
             ),
             BuildError::State { path, source } => write!(
                 f,
@@ -182,17 +201,18 @@ impl DirEngine {
             };
             let entry = seqstate::highest(state.as_ref(), other.as_ref(), &keys);
             let was_kept = kept.is_some();
-            // A key the peer sent under is never one to send under: what the peer used
-            // past what reached us is unknown (RFC 4303 §3.3.3 asks one sender per SA).
-            if direction == Direction::Out
-                && !was_kept
+            // One sender per key (RFC 4303 §3.3.3): a key the peer sent under is never
+            // one to send under (what it used past what reached us is unknown), nor one
+            // this gateway sent under a key to receive under.
+            if !was_kept
                 && keys
                     .iter()
                     .any(|k| other.as_ref().is_some_and(|o| o.get(k).is_some()))
             {
-                return Err(BuildError::KeyReceived {
+                return Err(BuildError::KeyOfOtherDirection {
                     name: spec.name.clone(),
                     spi: c.spi,
+                    direction,
                 });
             }
             let (id, soft_logged, mut stored_value, expired) = match kept {
@@ -498,13 +518,16 @@ impl DirEngine {
             }
             Err(err) => {
                 let e = &mut self.sas[i];
-                let what = match self.direction {
-                    Direction::Out => "reserve sequence numbers",
-                    Direction::In => "record the sequence numbers it accepts",
+                let (what, drop) = match self.direction {
+                    Direction::Out => ("reserve sequence numbers", "no_sa"),
+                    Direction::In => (
+                        "record the sequence numbers it accepts",
+                        "the packet no_sa, later ones unknown_spi",
+                    ),
                 };
                 eprintln!(
                     "ipsec-gw: SA {} (spi 0x{:x}) stops: cannot {what} in {}: {err}; its \
-                     traffic is now dropped (no_sa), never sent or accepted with a number \
+                     traffic is now dropped ({drop}), never sent or accepted with a number \
                      that could repeat",
                     e.name,
                     e.spec.config.spi,
@@ -590,8 +613,13 @@ impl DirEngine {
         if over(e.lifetime.hard_bytes, bytes) || over(e.lifetime.hard_packets, packets) {
             eprintln!(
                 "ipsec-gw: SA {} (spi 0x{:x}) reached its hard lifetime after {packets} \
-                 packets, {bytes} bytes: it stops; its traffic is now dropped (no_sa)",
-                e.name, e.spec.config.spi
+                 packets, {bytes} bytes: it stops; its traffic is now dropped ({})",
+                e.name,
+                e.spec.config.spi,
+                match self.direction {
+                    Direction::Out => "no_sa",
+                    Direction::In => "unknown_spi",
+                }
             );
             e.expired = true;
             e.retired = self.engine.remove_sa(id);
@@ -706,39 +734,51 @@ mod tests {
         (out, reader)
     }
 
-    /// A key received under (any one of an SA's entries, in the inbound state) is
-    /// refused to an outbound SA, whatever value the entry holds: the peer may have sent
-    /// past it. The same entries in the outbound state resume above them instead.
+    /// One sender per key: an SA's key (any one of its entries, whatever value it holds)
+    /// recorded by the other direction's state is refused — outbound, the peer may have
+    /// sent past what reached us; inbound, the peer would repeat what we sealed. The
+    /// same entries in the SA's own direction's state resume above them instead.
     #[test]
-    fn an_outbound_sa_under_a_key_the_peer_sent_under_is_refused() {
+    fn an_sa_under_a_key_of_the_other_direction_is_refused() {
         for esn in [false, true] {
             let c = cfg(esn);
-            let keys = seqstate::keys_of(&c.sas[0].config);
-            for (i, fp) in keys.iter().enumerate() {
-                for value in [0u64, 1, 5000] {
-                    let (out, _) = state_at(&format!("rcv{i}-{value}"), &c, 0);
-                    let d = out.path().parent().unwrap().to_path_buf();
-                    drop(out);
-                    let out = SeqState::open(&d.join("t.out"), Direction::Out, true).unwrap();
-                    let mut inb = SeqState::open(&d.join("t.in"), Direction::In, true).unwrap();
-                    inb.set(
-                        fp.clone(),
-                        seqstate::Entry {
-                            value,
-                            expired: false,
-                        },
-                    );
-                    inb.save().unwrap();
-                    let e = DirEngine::build(
-                        &c,
-                        Direction::Out,
-                        None,
-                        Some((out, inb.reader().unwrap())),
-                    )
-                    .err()
-                    .expect("refused");
-                    assert!(matches!(e, BuildError::KeyReceived { .. }), "{e}");
-                    assert!(e.to_string().contains("give the SA new keys"), "{e}");
+            for (i, direction) in [(0, Direction::Out), (1, Direction::In)] {
+                assert_eq!(c.sas[i].config.direction, direction);
+                let other_dir = match direction {
+                    Direction::Out => Direction::In,
+                    Direction::In => Direction::Out,
+                };
+                let keys = seqstate::keys_of(&c.sas[i].config);
+                for (j, fp) in keys.iter().enumerate() {
+                    for value in [0u64, 1, 5000] {
+                        let d = std::env::temp_dir().join(format!(
+                            "ipsec-gw-sas-{}-other-{esn}-{i}-{j}-{value}",
+                            std::process::id()
+                        ));
+                        let _ = std::fs::remove_dir_all(&d);
+                        std::fs::create_dir_all(&d).unwrap();
+                        let mine = SeqState::open(&d.join("s.mine"), direction, true).unwrap();
+                        let mut other =
+                            SeqState::open(&d.join("s.other"), other_dir, true).unwrap();
+                        other.set(
+                            fp.clone(),
+                            seqstate::Entry {
+                                value,
+                                expired: false,
+                            },
+                        );
+                        other.save().unwrap();
+                        let e = DirEngine::build(
+                            &c,
+                            direction,
+                            None,
+                            Some((mine, other.reader().unwrap())),
+                        )
+                        .err()
+                        .expect("refused");
+                        assert!(matches!(e, BuildError::KeyOfOtherDirection { .. }), "{e}");
+                        assert!(e.to_string().contains("give the SA new keys"), "{e}");
+                    }
                 }
             }
             // sent under before, by this gateway: resumes
