@@ -12,10 +12,12 @@
 //! Fails closed: traffic a protect policy matches whose SA is missing or expired is
 //! dropped and counted by the engine (`no_sa`), never sent in clear.
 //!
-//! The rooms: [`sas`] (each direction's engine, SA lifetimes, sequence state, counters),
+//! The rooms: [`sas`] (each direction's engine, SA lifetimes, sequence state, counters;
+//! why one cannot be built, [`build_error`]),
 //! [`outside`] (the outer sockets), [`outbound`] and [`inbound`] (each direction's path);
 //! every system call that needs `unsafe` is in [`crate::sys`].
 
+mod build_error;
 #[cfg(feature = "io-ceiling")]
 mod ceiling;
 mod crew;
