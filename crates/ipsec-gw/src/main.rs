@@ -510,9 +510,8 @@ fn key_of_other_direction(
                 Direction::Out => (&inb, &taken.inb),
                 Direction::In => (&out, &taken.out),
             };
-            seqstate::keys_of(&s.config)
-                .iter()
-                .any(|k| state.get(k).is_some() || held.contains(k))
+            let keys = seqstate::keys_of(&s.config);
+            state.records_any(&keys) || keys.iter().any(|k| held.contains(k))
         })
         .map(|s| {
             dataplane::BuildError::KeyOfOtherDirection {

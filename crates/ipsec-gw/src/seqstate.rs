@@ -491,6 +491,12 @@ impl SeqState {
         self.write(false)
     }
 
+    /// Whether any of `keys` has an entry here, whatever its value: a key this
+    /// direction numbered under (one sender per key: the other direction refuses it).
+    pub fn records_any(&self, keys: &[Key]) -> bool {
+        keys.iter().any(|k| self.entries.contains_key(k))
+    }
+
     /// Every later write fails, as on a full or failing disk (tests).
     #[cfg(test)]
     pub fn fail_writes(&mut self) {

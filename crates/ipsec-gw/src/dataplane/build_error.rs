@@ -59,24 +59,28 @@ impl fmt::Display for BuildError {
             BuildError::KeyOfOtherDirection {
                 name,
                 spi,
-                direction: Direction::Out,
-            } => write!(
-                f,
-                "sa {name} (spi 0x{spi:x}): the inbound sequence state records a key of \
-                 this outbound SA: the peer sent under it, numbers this gateway may never \
-                 have seen, and sealing under it could repeat one of them (a nonce used \
-                 twice); give the SA new keys"
-            ),
-            BuildError::KeyOfOtherDirection {
-                name,
-                spi,
-                direction: Direction::In,
-            } => write!(
-                f,
-                "sa {name} (spi 0x{spi:x}): the outbound sequence state records a key of \
-                 this inbound SA: this gateway sealed under it, and a peer sending under \
-                 it would repeat the numbers (nonces) it used; give the SA new keys"
-            ),
+                direction,
+            } => {
+                let (this, other, why) = match direction {
+                    Direction::Out => (
+                        "outbound",
+                        "inbound",
+                        "the peer sent under it, numbers this gateway may never have seen, \
+                         and sealing under it could repeat one of them (a nonce used twice)",
+                    ),
+                    Direction::In => (
+                        "inbound",
+                        "outbound",
+                        "this gateway sealed under it, and a peer sending under it would \
+                         repeat the numbers (nonces) it used",
+                    ),
+                };
+                write!(
+                    f,
+                    "sa {name} (spi 0x{spi:x}): the {other} sequence state records a key of \
+                     this {this} SA: {why}; give the SA new keys"
+                )
+            }
             BuildError::State { path, source } => write!(
                 f,
                 "cannot write the sequence state {}: {source} (without it a restart would \

@@ -122,11 +122,7 @@ impl DirEngine {
             // One sender per key (RFC 4303 §3.3.3): a key the peer sent under is never
             // one to send under (what it used past what reached us is unknown), nor one
             // this gateway sent under a key to receive under.
-            if !was_kept
-                && keys
-                    .iter()
-                    .any(|k| other.as_ref().is_some_and(|o| o.get(k).is_some()))
-            {
+            if !was_kept && other.as_ref().is_some_and(|o| o.records_any(&keys)) {
                 return Err(BuildError::KeyOfOtherDirection {
                     name: spec.name.clone(),
                     spi: c.spi,
