@@ -140,6 +140,9 @@ METRICS: tuple[Metric, ...] = (
            "CPUs' worth other processes used just before the run (a busy machine)",
            number=lambda v: num(v, ".2f")),
     Metric("busy", "", "whether that was more than the busy threshold (0.25 CPUs)"),
+    Metric("dut_shared_cores", "",
+           "whether the IPsec under test could run on the traffic's CPUs (placement off "
+           "or overlapping; the row's placement, traffic_cpus and dut_cpus say where)"),
     # latency under load and soak (irtt probes; µs)
     Metric("load_pct", "%", "latency: the background load, in % of the PDR"),
     *(Metric(f"rtt_{p}_us", "µs", f"probe round-trip time, {what} (latency, soak)",

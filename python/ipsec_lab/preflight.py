@@ -21,6 +21,7 @@ from ipsec_lab.scenario import Scenario, Workload
 from ipsec_lab.store import RunKey
 from ipsec_lab.testbed import Flow, Link, topology
 from ipsec_lab.testbed.build import LabError, netem_available
+from ipsec_lab.testbed.placement import placement_of
 
 if TYPE_CHECKING:
     from ipsec_lab.hosts import Hosts
@@ -253,6 +254,9 @@ def forecast(sc: Scenario, hosts: Hosts | None = None) -> dict[str, Any]:
     runnable = [g for g in rows if g.status != "skip"]
     seconds = sum(g.seconds for g in runnable) + TESTBED_S * len({g.link for g in runnable})
     warnings = slower_warnings(sc.backends, hosts)
+    placed = placement_of(sc, hosts is not None)
+    if placed.shared:
+        warnings.append(f"{placed.describe()}: every row will be flagged SHARED CORES")
     if not root and hosts is None:  # on real hosts the lab needs no root here
         warnings.append("not root: `ipsec-lab run` needs root, and this check could not "
                         "probe the kernel (ESP, AH, IPComp, netem)")  # fmt: skip
@@ -269,6 +273,7 @@ def forecast(sc: Scenario, hosts: Hosts | None = None) -> dict[str, Any]:
         "unknown": sum(g.runs for g in rows if g.status == "unknown"),
         "estimated_s": round(seconds),
         "generators": generators(sc, hosts),
+        "placement": {**placed.record(), "says": placed.describe()},
         "warnings": warnings,
     }
 

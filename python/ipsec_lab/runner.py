@@ -33,6 +33,7 @@ from ipsec_lab.testbed.build import (
     require_root,
     require_tools,
 )
+from ipsec_lab.testbed.placement import placement_of
 from ipsec_lab.traffic import Meters, Row, apps, iperf, latency, rfc2544, soak, udp
 
 if TYPE_CHECKING:
@@ -108,6 +109,8 @@ class Campaign:
         else:
             self.id = existing
         self.plan = plan(sc)
+        # Which CPUs the traffic and the IPsec under test run on (recorded in every row)
+        self.placement = placement_of(sc, hosts is not None)
         self.soaker: Soaker | None = None
         # each backend as `preflight.label` names it once it has started (its variant)
         self.shown: dict[str, str] = {}
@@ -203,7 +206,8 @@ class Campaign:
     def _testbed(self, topo: Topology, rundir: Path, runs: list[Planned]) -> Any:
         """The testbed the runs go on: namespaces of this machine, or the real hosts."""
         if self.hosts is None:
-            return Testbed(topo, rundir, self.sc.gateway.cpu_quota, self.sc.gateway.cpus)
+            return Testbed(topo, rundir, self.sc.gateway.cpu_quota, self.sc.gateway.cpus,
+                           placement=self.placement)  # fmt: skip
         from ipsec_lab.hosts.testbed import HostsTestbed
 
         external = any(p.key.backend == "external" for p in runs)
@@ -279,6 +283,7 @@ class Campaign:
             row["label"] = label
             row["other_cpu_before"] = busy
             row["busy"] = busy > meters.BUSY_CPUS
+            row.update(self.placement.record())
             return row
 
         timed = Meters(metered, backend.plane_clock, self._procs(tb, backend))
@@ -453,6 +458,11 @@ def summarize(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         row["busy_runs"] = len(busy)
         if busy:
             notes.insert(0, meters.busy_note(max(busy), len(busy), len(xs)))
+        shared = sum(1 for x in xs if x.get("dut_shared_cores"))
+        row["dut_shared_runs"] = shared
+        if shared:
+            notes.insert(0, f"SHARED CORES in {shared} of {len(xs)} runs: the IPsec under "
+                         "test ran on the traffic's CPUs (placement off)")  # fmt: skip
         gens = sorted({str(x["generator"]) for x in xs if x.get("generator")})
         if any(x.get("generator_bound") for x in xs):
             sent = max(float(x["mbps"]) for x in xs if x.get("generator_bound"))

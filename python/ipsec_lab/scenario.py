@@ -37,6 +37,7 @@ from typing import Any
 
 from ipsec_lab import backends, units
 from ipsec_lab.testbed import LINK_PRESETS, Link
+from ipsec_lab.testbed.placement import MODES as PLACEMENTS
 
 TOPOLOGIES = ("pair", "line", "clients")
 BACKENDS = backends.NAMES  # the registry's (ipsec_lab.backends.REGISTRY)
@@ -153,12 +154,15 @@ class Scenario:
     stage_timing: bool = False  # ours: per-stage ns of the gateways in every row
     generator: str = "auto"  # the UDP workloads' generator unless a workload names one
     hosts: str | None = None  # a hosts file: run on real hosts (relative to the scenario)
+    # on one machine: "auto" puts traffic and the IPsec under test on CPUs of their own
+    # (testbed.placement), "off" leaves every role on every CPU
+    placement: str = "auto"
 
 
 _TOP_KEYS = {
     "name", "topology", "backends", "configurations", "links", "workloads",
     "repetitions", "warmup_s", "seed", "gateway", "soaker", "stage_timing", "hosts",
-    "generator",
+    "generator", "placement",
 }  # fmt: skip
 _LINK_KEYS = {
     "name", "preset", "rate_mbit", "delay_ms", "jitter_ms", "loss_pct", "reorder_pct",
@@ -516,6 +520,11 @@ def parse(text: str, source: str = "<scenario>") -> Scenario:
     soaker = doc.get("soaker", False)
     if not isinstance(soaker, bool):
         raise r.fail("soaker", f"must be true or false, not {soaker!r}")
+    placement = doc.get("placement", "auto")
+    if placement not in PLACEMENTS:
+        raise r.fail("placement", f"must be one of {', '.join(map(repr, PLACEMENTS))} (traffic "
+                     "and the IPsec on CPUs of their own, or every role on every CPU), not "
+                     f"{placement!r}")  # fmt: skip
     stage_timing = doc.get("stage_timing", False)
     if not isinstance(stage_timing, bool):
         raise r.fail("stage_timing", f"must be true or false, not {stage_timing!r}")
@@ -548,6 +557,7 @@ def parse(text: str, source: str = "<scenario>") -> Scenario:
         stage_timing=stage_timing,
         hosts=hosts,
         generator=generator,
+        placement=placement,
     )
 
 

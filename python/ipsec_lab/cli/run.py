@@ -207,6 +207,7 @@ def _print_forecast(sc: Any, args: argparse.Namespace, hosts: Any = None) -> int
           f"{doc['lab']}/results.sqlite")  # fmt: skip
     for name, how in doc["generators"].items():
         print(f"generator of {name}: {how}")
+    print(doc["placement"]["says"])
     for w in doc["warnings"]:
         print(f"warning: {w}")
     return 0

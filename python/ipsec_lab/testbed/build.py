@@ -24,6 +24,7 @@ from types import TracebackType
 from typing import Any, Protocol
 
 from ipsec_lab.testbed import Link, Topology
+from ipsec_lab.testbed.placement import Placement, cpu_mask
 
 NS_PREFIX = "ipl-"
 CGROUP_PREFIX = "ipsec-lab-"
@@ -132,6 +133,7 @@ class Testbed:
         cpu_quota: float | None = None,
         cpus: Sequence[int] = (),
         token: str | None = None,
+        placement: Placement | None = None,
     ) -> None:
         self.topo = topo
         # Absolute, always: programs started in the namespaces get paths under it, and
@@ -139,7 +141,12 @@ class Testbed:
         self.rundir = rundir.resolve()
         self.token = token or secrets.token_hex(3)
         self.cpu_quota = cpu_quota
-        self.cpus = tuple(cpus)
+        # The IPsec's CPUs (its `limited` programs run there) and the traffic's (every
+        # other program): the scenario's `[gateway] cpus`, or the campaign's placement.
+        self.placement = placement or Placement("off", why="not placed")
+        placed = self.placement.placed
+        self.cpus = tuple(cpus) or (self.placement.dut if placed else ())
+        self.traffic_cpus = self.placement.traffic if placed else ()
         self.cgroup: CpuLimit | None = None
         self.procs: list[tuple[str, subprocess.Popen[bytes]]] = []
         self.made: list[str] = []
@@ -223,10 +230,16 @@ class Testbed:
     ) -> str:
         """Run a program in a node to completion (bounded by `timeout`); its stdout.
         `limited`: under the CPU quota (study 4's slow client runs its programs so)."""
-        argv = list(argv)
-        if limited and self.cpus:
-            argv = ["taskset", "-c", ",".join(map(str, self.cpus)), *argv]
+        argv = self._placed(argv, limited)
         return self._cmd(self.in_ns(node, argv), timeout=timeout, check=check, limited=limited)
+
+    def _placed(self, argv: Sequence[str], limited: bool) -> list[str]:
+        """`argv` on its role's CPUs: a `limited` program (the IPsec's) on the IPsec's,
+        any other (traffic, probes, the lab's own commands) on the traffic's."""
+        cpus = self.cpus if limited else self.traffic_cpus
+        if not cpus:
+            return list(argv)
+        return ["taskset", "-c", ",".join(map(str, cpus)), *argv]
 
     def spawn(
         self,
@@ -238,10 +251,7 @@ class Testbed:
     ) -> subprocess.Popen[bytes]:
         """Start a long-running program in a node; it is stopped (by PID) at teardown.
         `limited`: it runs under the gateway CPU quota and pinning of the scenario."""
-        argv = list(argv)
-        if limited and self.cpus:
-            argv = ["taskset", "-c", ",".join(map(str, self.cpus)), *argv]
-        full = self.in_ns(node, argv)
+        full = self.in_ns(node, self._placed(argv, limited))
         with open(self._log, "a") as log:
             log.write(f"[{name}] " + " ".join(full) + "\n")
         out = open(self.rundir / f"{name}.log", "wb")
@@ -316,6 +326,8 @@ class Testbed:
                 nodad = ["nodad"] if ":" in addr else []
                 self.run(node, ["ip", "addr", "add", addr, "dev", ifname, *nodad])
                 self.run(node, ["ip", "link", "set", ifname, "mtu", str(w.mtu), "up"])
+        if self.placement.placed:
+            self._steer()
         for node, dest, via in t.routes:
             family = ["-6"] if ":" in via else []  # `default` alone does not say which
             self.run(node, ["ip", *family, "route", "add", dest, "via", via])
@@ -323,6 +335,19 @@ class Testbed:
             self.run(node, ["sysctl", "-qw", "net.ipv4.ip_forward=1"])
             if any(":" in w.a_addr for w in t.wires):
                 self.run(node, ["sysctl", "-qw", "net.ipv6.conf.all.forwarding=1"])
+
+    def _steer(self) -> None:
+        """The kernel's receive work on each wire end on its node's role's CPUs (RPS):
+        a gateway's forwarding and IPsec on the IPsec's, the client's and server's
+        stacks on the traffic's. Without it a veth's packets are processed on the CPU
+        that sent them — the generator's."""
+        p = self.placement
+        for w in self.topo.wires:
+            for node, ifname in ((w.a, w.a_if), (w.b, w.b_if)):
+                cpus = p.dut if node in self.topo.ipsec_nodes else p.traffic
+                queues = Path("/sys/class/net", ifname, "queues")
+                self.run(node, ["sh", "-c", 'for q in "$1"/rx-*; do echo "$2" > "$q/rps_cpus"; '
+                                "done", "sh", str(queues), cpu_mask(cpus)])  # fmt: skip
 
     def shape(self, link: Link) -> None:
         """Put the link profile on both ends of every shaped wire (egress): netem for

@@ -1,0 +1,147 @@
+"""Placement for real (needs root): in a testbed placed traffic on CPU 0 and the IPsec on
+CPU 1, each process's allowed CPUs (/proc/PID/status) and each wire end's RPS mask are its
+role's; a campaign records where it ran in every row, and one run with placement off is
+flagged SHARED CORES in its row, its summary and `results --csv`."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import cli
+from ipsec_lab.backends.ours import Ours
+from ipsec_lab.testbed import topology
+from ipsec_lab.testbed.build import Testbed
+from ipsec_lab.testbed.placement import choose
+from ipsec_lab.traffic.generator import Trafgen
+
+# The lab tests' own check: no namespace, cgroup or process of a test left behind.
+from test_lab_root import nothing_left_behind  # noqa: F401
+
+pytestmark = [
+    pytest.mark.root,
+    pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="placement needs 2 CPUs"),
+]
+
+
+def _allowed(pid: int) -> set[int]:
+    """The CPUs `pid` may run on, as the kernel says (Cpus_allowed_list)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("Cpus_allowed_list:"):
+            out: set[int] = set()
+            for part in line.split(":", 1)[1].strip().split(","):
+                lo, _, hi = part.partition("-")
+                out |= set(range(int(lo), int(hi or lo) + 1))
+            return out
+    raise AssertionError(f"no Cpus_allowed_list for {pid}")
+
+
+def _named(comm: str) -> list[int]:
+    pids = []
+    for d in Path("/proc").iterdir():
+        try:
+            if d.name.isdigit() and (d / "comm").read_text().strip() == comm:
+                pids.append(int(d.name))
+        except OSError:
+            continue
+    return pids
+
+
+def test_each_role_runs_on_its_cpus_and_the_kernel_receives_there(tmp_path: Path) -> None:
+    placement = choose("auto")
+    traffic, dut = set(placement.traffic), set(placement.dut)
+    assert placement.placed and not traffic & dut
+    ours = Ours()
+    with Testbed(topology("line"), tmp_path / "run", placement=placement) as tb:
+        # every wire end's receive queue: a gateway's on the IPsec's CPUs, the ends' on
+        # the traffic's (the mask sysfs shows is the one written, in hexadecimal)
+        for w in tb.topo.wires:
+            for node, ifname in ((w.a, w.a_if), (w.b, w.b_if)):
+                want = placement.dut if node in tb.topo.ipsec_nodes else placement.traffic
+                got = tb.run(node, ["cat", f"/sys/class/net/{ifname}/queues/rx-0/rps_cpus"])
+                assert int(got.strip().replace(",", ""), 16) == sum(1 << c for c in want), (
+                    node, ifname, got)  # fmt: skip
+        ours.start(tb, "esp:aes128gcm16")
+        try:
+            gateways = ours.pids()
+            assert len(gateways) == 2
+            for pid in gateways:  # the gateway process and every thread it started
+                for task in Path(f"/proc/{pid}/task").iterdir():
+                    assert _allowed(int(task.name)) == dut, (pid, task.name)
+            # the generator while it sends, seen from outside
+            seen: dict[int, set[int]] = {}
+            stop = threading.Event()
+
+            def watch() -> None:
+                while not stop.is_set():
+                    for pid in _named("trafgen"):
+                        try:
+                            seen[pid] = _allowed(pid)
+                        except (OSError, AssertionError):
+                            pass
+                    time.sleep(0.02)
+
+            th = threading.Thread(target=watch)
+            th.start()
+            tg = Trafgen(tb, tb.topo.flows[0], flows=2)
+            try:
+                row = tg.trial(64, 5.0, 1.0)
+            finally:
+                stop.set()
+                th.join()
+                tg.close()
+            assert row["sender_packets"] > 0 and row["lost_packets"] == 0, row
+            assert seen and all(cpus <= traffic for cpus in seen.values()), seen
+            # a program the lab runs in a node (not the IPsec's): the traffic's CPUs
+            mine = tb.run("client", ["sh", "-c", "grep Cpus_allowed_list /proc/self/status"])
+            assert mine.split(":")[1].strip() == ",".join(map(str, placement.traffic))
+        finally:
+            ours.stop(tb)
+
+
+CAMPAIGN = """
+name = "placed"
+topology = "line"
+backends = ["none"]
+warmup_s = 0
+{extra}
+[[workloads]]
+kind = "udp"
+size = 1000
+rate_mbit = 20
+seconds = 1
+"""
+
+
+def test_every_row_says_where_it_ran_and_a_run_placed_off_is_flagged(tmp_path: Path) -> None:
+    placement = choose("auto")
+    for extra, shared in (("", False), ('placement = "off"', True)):
+        lab = tmp_path / ("off" if shared else "auto")
+        f = tmp_path / "s.toml"
+        f.write_text(CAMPAIGN.format(extra=extra))
+        p = cli("run", str(f), "--lab", str(lab), "--json", timeout=300)
+        assert p.returncode == 0, p.stderr[-3000:]
+        doc = json.loads(p.stdout)
+        (x,) = [x for r in doc["runs"] for x in r["results"]]
+        assert x["dut_shared_cores"] is shared
+        if shared:
+            assert (x["placement"], x["traffic_cpus"], x["dut_cpus"]) == ("off", [], [])
+            assert doc["summary"][0]["dut_shared_runs"] == 1
+            assert "SHARED CORES in 1 of 1 runs" in doc["summary"][0]["note"]
+        else:
+            assert x["placement"] == "auto"
+            assert (x["traffic_cpus"], x["dut_cpus"]) == (list(placement.traffic),
+                                                          list(placement.dut))  # fmt: skip
+            assert doc["summary"][0]["dut_shared_runs"] == 0
+            assert "SHARED CORES" not in doc["summary"][0]["note"]
+        out = cli("results", "1", "--lab", str(lab), "--csv")
+        assert out.returncode == 0, out.stderr
+        (rec,) = list(csv.DictReader(io.StringIO(out.stdout)))
+        assert rec["dut_shared_cores"] == str(shared)
