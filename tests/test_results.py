@@ -78,6 +78,30 @@ def test_summary_medians_spread_and_ratios_to_none() -> None:
     assert ss["effort_vs_none"] == pytest.approx(5.0)
     assert ss["mbps_cv"] == pytest.approx(1 / 6)
     assert rows["ah:sha1"]["skipped"] == "no AH"
+    # 6 of 11 Mbit/s: far from plain forwarding's ceiling; none itself is not judged
+    assert ss["testbed_bound"] is False and "testbed-bound" not in ss["note"]
+    assert none["testbed_bound"] is None
+
+
+@pytest.mark.parametrize(("mbps", "bound"), [(9.8, False), (9.9, True), (9.89, False),
+                                             (12.0, True), (5.0, False)])  # fmt: skip
+def test_a_rate_within_10_percent_of_plain_forwarding_is_testbed_bound(
+    mbps: float, bound: bool
+) -> None:
+    """The same link, flow and workload in the same campaign: `none`'s 11 Mbit/s is the
+    testbed's ceiling; a row at 9.9 or more (90 %) is the testbed's figure. Another
+    link's `none` says nothing of this one's."""
+
+    def run(backend: str, link: str, mbps: float) -> dict[str, object]:
+        return {"backend": backend, "configuration": "c", "link": link, "flow": "f",
+                "workload": "udp", "repetition": 1, "status": "done", "reason": None,
+                "results": [{"label": "udp", "mbps": mbps, "seconds": 1.0}]}  # fmt: skip
+
+    runs = [run("none", "l", 11.0), run("ours", "l", mbps), run("ours", "other", mbps)]
+    rows = {(r["backend"], r["link"]): r for r in runner.summarize(runs)}  # type: ignore[arg-type]
+    assert rows[("ours", "l")]["testbed_bound"] is bound
+    assert ("testbed-bound" in rows[("ours", "l")]["note"]) is bound
+    assert rows[("ours", "other")]["testbed_bound"] is None  # no ceiling measured there
 
 
 def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

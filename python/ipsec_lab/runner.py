@@ -492,12 +492,36 @@ def summarize(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         out.append(row)
     base = {(r["link"], r["flow"], r["measurement"]): r for r in out if r["backend"] == "none"}
     metrics.add_ratios(out, lambda r: base.get((r["link"], r["flow"], r["measurement"])))
+    for r in out:
+        testbed_bound(r, base.get((r["link"], r["flow"], r["measurement"])))
     for (bk, cfg, link, flow, wl), (status, reason) in unmeasured.items():
         out.append(
             {"backend": bk, "backend_label": shown.get(bk, bk), "configuration": cfg,
              "link": link, "flow": flow, "measurement": wl, "n": 0, status: reason}
         )  # fmt: skip
     return out
+
+
+TESTBED_BOUND = 0.9  # a rate within 10 % of plain forwarding's on the same testbed
+
+
+def testbed_bound(row: dict[str, Any], none: dict[str, Any] | None) -> None:
+    """Mark `row` testbed-bound when its rate is within 10 % of `none`'s — plain
+    forwarding on the same link, flow and workload (size, generator) and placement in
+    the same campaign: the figure is then the testbed's ceiling (link, generator, the
+    machine's forwarding), not the IPsec's. None where nothing says (no `none` row, a
+    transfer judged by its time, `none` itself)."""
+    mine = row.get("mbps_median")
+    ceiling = none.get("mbps_median") if none else None
+    if row["backend"] == "none" or row.get("transfer") or not mine or not ceiling:
+        row["testbed_bound"] = None
+        return
+    row["testbed_bound"] = mine >= TESTBED_BOUND * ceiling
+    if row["testbed_bound"]:
+        shown = metrics.BY_KEY["mbps"].show(ceiling)
+        note = (f"testbed-bound: within {100 - 100 * TESTBED_BOUND:.0f} % of plain "
+                f"forwarding's {shown} here — the figure is the testbed's, not the IPsec's")  # fmt: skip
+        row["note"] = "; ".join(x for x in (note, row.get("note")) if x)
 
 
 def counts(runs: list[dict[str, Any]], planned: int | None = None) -> dict[str, int]:

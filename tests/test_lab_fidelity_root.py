@@ -1,7 +1,9 @@
-"""Placement for real (needs root): in a testbed placed traffic on CPU 0 and the IPsec on
-CPU 1, each process's allowed CPUs (/proc/PID/status) and each wire end's RPS mask are its
-role's; a campaign records where it ran in every row, and one run with placement off is
-flagged SHARED CORES in its row, its summary and `results --csv`."""
+"""The lab's figures are the IPsec's, for real (needs root). Placement: in a testbed placed
+traffic on CPU 0 and the IPsec on CPU 1, each process's allowed CPUs (/proc/PID/status)
+and each wire end's RPS mask are its role's; a campaign records where it ran in every row,
+and a run with placement off is flagged SHARED CORES in its row, its summary and
+`results --csv`. Testbed ceiling: on a link slower than the gateway, its figure is marked
+testbed-bound beside plain forwarding's."""
 
 from __future__ import annotations
 
@@ -145,3 +147,31 @@ def test_every_row_says_where_it_ran_and_a_run_placed_off_is_flagged(tmp_path: P
         assert out.returncode == 0, out.stderr
         (rec,) = list(csv.DictReader(io.StringIO(out.stdout)))
         assert rec["dut_shared_cores"] == str(shared)
+
+
+def test_a_gateway_on_a_link_slower_than_it_is_marked_testbed_bound(tmp_path: Path) -> None:
+    """A 10 Mbit/s link carries what `ours` easily seals: its TCP rate is the link's,
+    within 10 % of plain forwarding's on the same link — testbed-bound; on the unshaped
+    link beside it ours is far below plain forwarding, and not marked."""
+    f = tmp_path / "s.toml"
+    f.write_text("""
+name = "ceiling"
+topology = "line"
+backends = ["none", "ours"]
+warmup_s = 0.5
+links = ["ethernet-10", "unshaped"]
+[[workloads]]
+kind = "tcp"
+seconds = 3
+""")
+    p = cli("run", str(f), "--lab", str(tmp_path / "lab"), "--json", timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    rows = {(r["backend"], r["link"]): r for r in json.loads(p.stdout)["summary"]}
+    slow, fast = rows[("ours", "ethernet-10")], rows[("ours", "unshaped")]
+    none_slow = rows[("none", "ethernet-10")]["mbps_median"]
+    assert slow["mbps_median"] >= 0.9 * none_slow, (slow, none_slow)
+    assert slow["testbed_bound"] is True and slow["note"].startswith("testbed-bound")
+    # ours through veths is a fraction of the kernel's plain forwarding (0.37 x measured)
+    assert fast["mbps_median"] < 0.9 * rows[("none", "unshaped")]["mbps_median"]
+    assert fast["testbed_bound"] is False and "testbed-bound" not in fast["note"]
+    assert rows[("none", "unshaped")]["testbed_bound"] is None
