@@ -254,7 +254,7 @@ def forecast(sc: Scenario, hosts: Hosts | None = None) -> dict[str, Any]:
     runnable = [g for g in rows if g.status != "skip"]
     seconds = sum(g.seconds for g in runnable) + TESTBED_S * len({g.link for g in runnable})
     warnings = slower_warnings(sc.backends, hosts)
-    placed = placement_of(sc, hosts is not None)
+    placed = placement_of(sc.placement, sc.gateway.cpus, sc.gateway.cpu_quota, hosts is not None)
     if placed.shared:
         warnings.append(f"{placed.describe()}: every row will be flagged SHARED CORES")
     if not root and hosts is None:  # on real hosts the lab needs no root here

@@ -110,7 +110,9 @@ class Campaign:
             self.id = existing
         self.plan = plan(sc)
         # Which CPUs the traffic and the IPsec under test run on (recorded in every row)
-        self.placement = placement_of(sc, hosts is not None)
+        self.placement = placement_of(
+            sc.placement, sc.gateway.cpus, sc.gateway.cpu_quota, hosts is not None
+        )
         self.soaker: Soaker | None = None
         # each backend as `preflight.label` names it once it has started (its variant)
         self.shown: dict[str, str] = {}
@@ -519,8 +521,9 @@ def testbed_bound(row: dict[str, Any], none: dict[str, Any] | None) -> None:
     row["testbed_bound"] = mine >= TESTBED_BOUND * ceiling
     if row["testbed_bound"]:
         shown = metrics.BY_KEY["mbps"].show(ceiling)
-        note = (f"testbed-bound: within {100 - 100 * TESTBED_BOUND:.0f} % of plain "
-                f"forwarding's {shown} here — the figure is the testbed's, not the IPsec's")  # fmt: skip
+        within = 100 - 100 * TESTBED_BOUND
+        note = (f"testbed-bound: within {within:.0f} % of plain forwarding's {shown} "
+                "here — the figure is the testbed's, not the IPsec's")  # fmt: skip
         row["note"] = "; ".join(x for x in (note, row.get("note")) if x)
 
 

@@ -18,10 +18,6 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from ipsec_lab.scenario import Scenario
 
 MODES = ("auto", "off")
 
@@ -120,9 +116,10 @@ def choose(mode: str, gateway_cpus: Sequence[int] = (), cpus: Sequence[int] | No
     return Placement("auto", traffic, dut, why=f"{len(have)} CPUs")
 
 
-def placement_of(sc: Scenario, on_hosts: bool) -> Placement:
-    """A scenario's placement: the hosts' own on real hosts, else chosen from its
-    `placement`, its `[gateway]` and this machine's CPUs."""
+def placement_of(mode: str, gateway_cpus: Sequence[int], quota: float | None,
+                 on_hosts: bool) -> Placement:  # fmt: skip
+    """A scenario's placement (its `placement`, `[gateway] cpus` and `cpu_quota`): the
+    hosts' own on real hosts, else chosen for this machine's CPUs."""
     if on_hosts:
         return Placement("hosts")
-    return choose(sc.placement, sc.gateway.cpus, quota=sc.gateway.cpu_quota)
+    return choose(mode, gateway_cpus, quota=quota)
