@@ -175,3 +175,47 @@ seconds = 3
     assert fast["mbps_median"] < 0.9 * rows[("none", "unshaped")]["mbps_median"]
     assert fast["testbed_bound"] is False and "testbed-bound" not in fast["note"]
     assert rows[("none", "unshaped")]["testbed_bound"] is None
+
+
+def test_a_links_mtu_is_applied_recorded_alike_and_a_fragmenting_tunnel_named(
+    tmp_path: Path,
+) -> None:
+    """A link with `mtu = 1500` (a real link's): every backend's rows on it record the
+    MTU the gateways' link has (read from the interface), ours-udp's its TUN's 1500 and
+    the 1438 B that fit whole — its summary says FRAGMENTING; on the line's own 1600-byte
+    link nothing is said."""
+    f = tmp_path / "s.toml"
+    f.write_text("""
+name = "mtu"
+topology = "line"
+backends = ["none", "ours-udp"]
+warmup_s = 0
+[[links]]
+name = "real"
+mtu = 1500
+[[links]]
+preset = "unshaped"
+[[workloads]]
+kind = "udp"
+size = 1000
+rate_mbit = 10
+seconds = 1
+""")
+    p = cli("run", str(f), "--lab", str(tmp_path / "lab"), "--json", timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    doc = json.loads(p.stdout)
+    rows = {(r["backend"], r["link"]): r for r in doc["summary"]}
+    for run in doc["runs"]:
+        for x in run["results"]:
+            assert x["link_mtu"] == (1500 if run["link"] == "real" else 1600), (run, x)
+    got = {(r["backend"], r["link"], x["largest_whole_inner"], x.get("inner_mtu"))
+           for r in doc["runs"] for x in r["results"]}  # fmt: skip
+    assert got == {
+        ("none", "real", 1500, None),
+        ("none", "unshaped", 1600, None),
+        ("ours-udp", "real", 1438, 1500),
+        ("ours-udp", "unshaped", 1538, 1500),
+    }
+    assert "FRAGMENTING" in rows[("ours-udp", "real")]["note"]
+    assert "FRAGMENTING" not in rows[("ours-udp", "unshaped")]["note"]
+    assert "FRAGMENTING" not in rows[("none", "real")]["note"]

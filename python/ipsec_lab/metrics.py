@@ -143,6 +143,11 @@ METRICS: tuple[Metric, ...] = (
     Metric("dut_shared_cores", "",
            "whether the IPsec under test could run on the traffic's CPUs (placement off "
            "or overlapping; the row's placement, traffic_cpus and dut_cpus say where)"),
+    Metric("link_mtu", "B", "the MTU of the flow's outer link, as the run found it"),
+    Metric("inner_mtu", "B", "the inner MTU the tunnel offers its hosts (ours: its TUN's)"),
+    Metric("largest_whole_inner", "B",
+           "the largest inner packet whose protected form fits the link whole (larger: "
+           "fragmented, or refused with DF)"),
     # latency under load and soak (irtt probes; µs)
     Metric("load_pct", "%", "latency: the background load, in % of the PDR"),
     *(Metric(f"rtt_{p}_us", "µs", f"probe round-trip time, {what} (latency, soak)",

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from ipsec_lab import backends, environment, meters, metrics, scenario
 from ipsec_lab.backends import Unsupported
+from ipsec_lab.backends import mtu as backends_mtu
 from ipsec_lab.meters.soaker import Soaker
 from ipsec_lab.preflight import Planned, label, link_skip, plan, testbed_skip
 from ipsec_lab.scenario import Scenario
@@ -30,6 +31,7 @@ from ipsec_lab.testbed import Link, Topology, topology
 from ipsec_lab.testbed.build import (
     LabError,
     Testbed,
+    link_mtu,
     require_root,
     require_tools,
 )
@@ -269,6 +271,10 @@ class Campaign:
         # Someone else's work on the machine skews every CPU figure of the run: sampled
         # with the IPsec up and no traffic yet, and flagged in each row.
         busy = meters.other_cpu(backend.pids(), self.soaker)
+        # the outer link's MTU as the run finds it, and what the tunnel fits whole in it
+        node, ifname = flow.wire_end.split("/", 1)
+        mtu = backends_mtu.facts(self.sc.topology, k.backend, k.configuration,
+                                 link_mtu(tb, node, ifname))  # fmt: skip
 
         def metered(label: str, fn: Callable[[], Row]) -> Row:
             s0 = stages() if stages else None
@@ -286,6 +292,7 @@ class Campaign:
             row["other_cpu_before"] = busy
             row["busy"] = busy > meters.BUSY_CPUS
             row.update(self.placement.record())
+            row.update(mtu)
             return row
 
         timed = Meters(metered, backend.plane_clock, self._procs(tb, backend))
@@ -465,6 +472,8 @@ def summarize(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if shared:
             notes.insert(0, f"SHARED CORES in {shared} of {len(xs)} runs: the IPsec under "
                          "test ran on the traffic's CPUs (placement off)")  # fmt: skip
+        if fragmenting := backends_mtu.fragmenting_note(xs):
+            notes.insert(0, fragmenting)
         gens = sorted({str(x["generator"]) for x in xs if x.get("generator")})
         if any(x.get("generator_bound") for x in xs):
             sent = max(float(x["mbps"]) for x in xs if x.get("generator_bound"))

@@ -166,7 +166,7 @@ _TOP_KEYS = {
 }  # fmt: skip
 _LINK_KEYS = {
     "name", "preset", "rate_mbit", "delay_ms", "jitter_ms", "loss_pct", "reorder_pct",
-    "duplicate_pct",
+    "duplicate_pct", "mtu",
 }  # fmt: skip
 # The keys each kind of workload reads (besides `kind` and `label`): any other is refused,
 # never accepted and ignored.
@@ -280,6 +280,8 @@ def _link(r: _Reader, t: Any, where: str) -> Link:
         loss_pct=r.number(t, "loss_pct", where, base.loss_pct, 0, 100),
         reorder_pct=r.number(t, "reorder_pct", where, base.reorder_pct, 0, 100),
         duplicate_pct=r.number(t, "duplicate_pct", where, base.duplicate_pct, 0, 100),
+        # IPv6's minimum to a jumbo frame
+        mtu=r.number(t, "mtu", where, base.mtu, 1280, 9000, integer=True),
     )
 
 

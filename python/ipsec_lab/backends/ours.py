@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ipsec_lab.backends import Unsupported, exited, private_dir, private_file, sa_plan
+from ipsec_lab.backends.mtu import OURS_TUN_MTU
 from ipsec_lab.backends.sa_plan import IPCOMP_CPI, SPI, Keys, Layer, Layers, fresh_keys
 from ipsec_lab.meters import process_cpu_ns
 from ipsec_lab.testbed import Tunnel
@@ -22,7 +23,7 @@ from ipsec_lab.testbed.build import LabError, Testbed, tail, wait_for_path, wait
 
 # The lab's outer links have an MTU of 1600, room for a whole 1500-byte inner packet plus
 # ESP's overhead: the gateways' TUN takes 1500-byte packets and nothing is fragmented.
-TUN_MTU = 1500
+TUN_MTU = OURS_TUN_MTU["tunnel"]
 
 
 def gateway_binary() -> Path | None:
@@ -221,7 +222,7 @@ class Ours:
                     node, t, ls, keys, sock, self.udp_encap, self.stage_timing,
                     tun=f"ipsec{k}", table=220 + k,
                     # host-to-host: the link is both sides, 1500 bytes; leave room for ESP
-                    mtu=1400 if host_to_host else TUN_MTU,
+                    mtu=OURS_TUN_MTU["transport" if host_to_host else "tunnel"],
                     mode=self.mode if host_to_host else "tunnel",
                 )  # fmt: skip
                 text = self.edit(key, text) if self.edit else text

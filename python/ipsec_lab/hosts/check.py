@@ -15,6 +15,7 @@ import json
 import time
 from dataclasses import asdict, dataclass
 
+from ipsec_lab.backends.mtu import facts as mtu_facts
 from ipsec_lab.hosts import Hosts, sides_of
 from ipsec_lab.hosts.readings import ssh_interface
 from ipsec_lab.hosts.ssh import Ssh, SshError, each
@@ -267,8 +268,12 @@ def _interfaces(s: Ssh, hosts: Hosts, node: str, topo_name: str) -> list[Row]:
         status = "ok" if mtu >= need else "warn"
         detail = f"up, MTU {mtu}"
         if status == "warn":
-            detail += (f" (< {need}: a {INNER_MTU}-byte inner packet will be fragmented "
-                       "or refused; sizes up to the MTU less ESP's overhead go whole)")  # fmt: skip
+            esp = mtu_facts("line", "ours", "esp:aes128gcm16", mtu)["largest_whole_inner"]
+            udp = mtu_facts("line", "ours-udp", "esp:aes128gcm16", mtu)["largest_whole_inner"]
+            detail += (f" (< {need}): the tunnel carries inner packets of up to {esp} B whole "
+                       f"(esp:aes128gcm16; {udp} B in UDP) — ours' TUN offers {INNER_MTU}, "
+                       "so a larger one leaves it as two fragments; a link `mtu` can "
+                       "raise it")  # fmt: skip
         if i.address:
             detail += f", {i.address}" + (" (present)" if i.present else " (the lab adds it)")
         out.append(Row(node, f"{side} {i.interface}", status, detail))

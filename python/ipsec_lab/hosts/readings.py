@@ -55,3 +55,17 @@ def proc_cpu(text: str) -> tuple[float, int]:
         kb = w[1].removeprefix("rss=")
         rss += int(kb) * 1024 if kb.isdigit() else 0
     return cpu, rss
+
+
+def offload_features(text: str) -> dict[str, bool]:
+    """The shaping's offload features in `ethtool -k IFNAME`'s output, as they are now
+    (only those the device lets one change)."""
+    names = {"tcp-segmentation-offload": "tso", "generic-segmentation-offload": "gso",
+             "tx-udp-segmentation": "tx-udp-segmentation",
+             "generic-receive-offload": "gro"}  # fmt: skip
+    out: dict[str, bool] = {}
+    for line in text.splitlines():
+        k, _, v = line.partition(":")
+        if k.strip() in names and "[fixed]" not in v:
+            out[names[k.strip()]] = v.split()[0] == "on" if v.split() else False
+    return out

@@ -32,12 +32,13 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from ipsec_lab.hosts import Hosts, place
+from ipsec_lab.hosts import Hosts, place, readings
 from ipsec_lab.hosts.ledger import LOG_NAME, fetch_logs, read_ledger
 from ipsec_lab.hosts.readings import proc_cpu, proc_cpu_line, proc_stat, ssh_interface
 from ipsec_lab.hosts.ssh import Ssh, SshError, each, same_process
 from ipsec_lab.hosts.workdir import LEDGER, Guard, UnsafeError, guard
 from ipsec_lab.testbed import Link, Topology
+from ipsec_lab.testbed import build as namespaces
 from ipsec_lab.testbed.build import STOCK_QDISCS, LabError, link_counters, root_qdisc, shape_ends
 from ipsec_lab.traffic.iperf import UDP_SOCKET_BUFFER_BYTES
 
@@ -449,18 +450,23 @@ class HostsTestbed:
         """The link profile on every driven end of the shaped wires (as the namespace
         testbed: netem for delay/loss, tbf for the rate, offloads off under a rate) —
         the qdisc and each offload's setting before recorded and restored."""
-        if link.rate_mbit is None and not link.needs_netem:
+        if link.rate_mbit is None and not link.needs_netem and not link.mtu:
             return
         for node, ifname in self.topo.shaped_ends():
             if not self.driven(node):
                 continue
+            if link.mtu:
+                was = str(namespaces.link_mtu(self, node, ifname))
+                self.record(node, f"MTU of {ifname}", shlex.join(
+                    ["ip", "link", "set", "dev", ifname, "mtu", was]))  # fmt: skip
             root = root_qdisc(self, node, ifname)
             if root not in STOCK_QDISCS:
                 raise LabError(f"{node}: {ifname} has its own root qdisc ({root}): the lab "
                                "shapes only an interface with the kernel's default one, "
                                "which it can put back")  # fmt: skip
             if link.rate_mbit:
-                feats = offloads(self, node, ifname)
+                text = self.run(node, ["ethtool", "-k", ifname], check=False)
+                feats = readings.offload_features(text)
                 restore = [w for f, on in feats.items() for w in (f, "on" if on else "off")]
                 if restore:
                     self.record(node, f"offloads of {ifname}",
@@ -581,20 +587,3 @@ def _kill_line(pid: int, start: str) -> str:
     same = same_process(pid, start)
     return (f"if {same}; then kill -TERM {pid}; for i in $(seq 30); do {same} || break; "
             f"sleep 0.1; done; {same} && kill -KILL {pid}; fi; true")  # fmt: skip
-
-
-# Root qdiscs a kernel puts on an interface by itself: `tc qdisc del … root` brings the
-# default back, so the lab may replace one of these for shaping and restore it so.
-def offloads(tb: HostsTestbed, node: str, ifname: str) -> dict[str, bool]:
-    """The shaping's offload features of `ifname` as they are now (only those the
-    device lets one change)."""
-    text = tb.run(node, ["ethtool", "-k", ifname], check=False)
-    names = {"tcp-segmentation-offload": "tso", "generic-segmentation-offload": "gso",
-             "tx-udp-segmentation": "tx-udp-segmentation",
-             "generic-receive-offload": "gro"}  # fmt: skip
-    out: dict[str, bool] = {}
-    for line in text.splitlines():
-        k, _, v = line.partition(":")
-        if k.strip() in names and "[fixed]" not in v:
-            out[names[k.strip()]] = v.split()[0] == "on" if v.split() else False
-    return out

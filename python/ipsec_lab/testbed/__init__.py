@@ -191,6 +191,9 @@ class Link:
     loss_pct: float = 0.0
     reorder_pct: float = 0.0
     duplicate_pct: float = 0.0
+    # the MTU of the shaped wire's ends (None: the topology's own — 1600 on the line's
+    # gateway link, so a 1500-byte inner packet plus IPsec goes whole; 1500 elsewhere)
+    mtu: int | None = None
 
     @property
     def needs_netem(self) -> bool:

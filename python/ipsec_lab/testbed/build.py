@@ -24,7 +24,7 @@ from types import TracebackType
 from typing import Any, Protocol
 
 from ipsec_lab.testbed import Link, Topology
-from ipsec_lab.testbed.placement import Placement, cpu_mask
+from ipsec_lab.testbed.placement import Placement, steer
 
 NS_PREFIX = "ipl-"
 CGROUP_PREFIX = "ipsec-lab-"
@@ -327,7 +327,7 @@ class Testbed:
                 self.run(node, ["ip", "addr", "add", addr, "dev", ifname, *nodad])
                 self.run(node, ["ip", "link", "set", ifname, "mtu", str(w.mtu), "up"])
         if self.placement.placed:
-            self._steer()
+            steer(self, self.topo, self.placement)
         for node, dest, via in t.routes:
             family = ["-6"] if ":" in via else []  # `default` alone does not say which
             self.run(node, ["ip", *family, "route", "add", dest, "via", via])
@@ -335,19 +335,6 @@ class Testbed:
             self.run(node, ["sysctl", "-qw", "net.ipv4.ip_forward=1"])
             if any(":" in w.a_addr for w in t.wires):
                 self.run(node, ["sysctl", "-qw", "net.ipv6.conf.all.forwarding=1"])
-
-    def _steer(self) -> None:
-        """The kernel's receive work on each wire end on its node's role's CPUs (RPS):
-        a gateway's forwarding and IPsec on the IPsec's, the client's and server's
-        stacks on the traffic's. Without it a veth's packets are processed on the CPU
-        that sent them — the generator's."""
-        p = self.placement
-        for w in self.topo.wires:
-            for node, ifname in ((w.a, w.a_if), (w.b, w.b_if)):
-                cpus = p.dut if node in self.topo.ipsec_nodes else p.traffic
-                queues = Path("/sys/class/net", ifname, "queues")
-                self.run(node, ["sh", "-c", 'for q in "$1"/rx-*; do echo "$2" > "$q/rps_cpus"; '
-                                "done", "sh", str(queues), cpu_mask(cpus)])  # fmt: skip
 
     def shape(self, link: Link) -> None:
         """Put the link profile on both ends of every shaped wire (egress): netem for
@@ -440,6 +427,8 @@ def shape_ends(tb: _Runs, link: Link, ends: Sequence[tuple[str, str]]) -> None:
     """`Testbed.shape` on the given (node, interface) ends of any testbed that runs
     commands in its nodes (namespaces here, real hosts in `hosts.testbed`)."""
     for node, ifname in ends:
+        if link.mtu:
+            tb.run(node, ["ip", "link", "set", "dev", ifname, "mtu", str(link.mtu)])
         if link.rate_mbit:
             off = ["tso", "gso", "tx-udp-segmentation", "gro"]
             tb.run(node, ["ethtool", "-K", ifname, *[w for f in off for w in (f, "off")]])
@@ -475,6 +464,11 @@ def shape_ends(tb: _Runs, link: Link, ends: Sequence[tuple[str, str]]) -> None:
 # The kernel's own root qdiscs: an interface with one of them the lab may shape (or pace)
 # and put back by deleting its own; any other is someone's, never replaced.
 STOCK_QDISCS = ("noqueue", "pfifo_fast", "fq_codel", "mq", "fq", "pfifo", "none")
+
+
+def link_mtu(tb: _Runs, node: str, ifname: str) -> int:
+    """The MTU of `ifname` on `node` now."""
+    return int(json.loads(tb.run(node, ["ip", "-j", "link", "show", "dev", ifname]))[0]["mtu"])
 
 
 def root_qdisc(tb: _Runs, node: str, ifname: str) -> str:

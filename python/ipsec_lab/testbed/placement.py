@@ -18,6 +18,10 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from ipsec_lab.testbed import Topology
 
 MODES = ("auto", "off")
 
@@ -123,3 +127,21 @@ def placement_of(mode: str, gateway_cpus: Sequence[int], quota: float | None,
     if on_hosts:
         return Placement("hosts")
     return choose(mode, gateway_cpus, quota=quota)
+
+
+class _Runs(Protocol):
+    def run(self, node: str, argv: Sequence[str], timeout: float = 60, check: bool = True,
+            limited: bool = False) -> str: ...  # fmt: skip
+
+
+def steer(tb: _Runs, topo: Topology, p: Placement) -> None:
+    """The kernel's receive work on each wire end on its node's role's CPUs (RPS): a
+    gateway's forwarding and IPsec on the IPsec's, the client's and server's stacks on
+    the traffic's. Without it a veth's packets are processed on the CPU that sent them —
+    the generator's."""
+    for w in topo.wires:
+        for node, ifname in ((w.a, w.a_if), (w.b, w.b_if)):
+            cpus = p.dut if node in topo.ipsec_nodes else p.traffic
+            queues = Path("/sys/class/net", ifname, "queues")
+            tb.run(node, ["sh", "-c", 'for q in "$1"/rx-*; do echo "$2" > "$q/rps_cpus"; done',
+                          "sh", str(queues), cpu_mask(cpus)])  # fmt: skip
