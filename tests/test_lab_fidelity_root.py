@@ -33,16 +33,21 @@ pytestmark = [
 ]
 
 
-def _allowed(pid: int) -> set[int]:
-    """The CPUs `pid` may run on, as the kernel says (Cpus_allowed_list)."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+def _cpus_allowed(status: str) -> set[int]:
+    """The CPUs in a /proc/PID/status text's Cpus_allowed_list (`0-1,4`)."""
+    for line in status.splitlines():
         if line.startswith("Cpus_allowed_list:"):
             out: set[int] = set()
             for part in line.split(":", 1)[1].strip().split(","):
                 lo, _, hi = part.partition("-")
                 out |= set(range(int(lo), int(hi or lo) + 1))
             return out
-    raise AssertionError(f"no Cpus_allowed_list for {pid}")
+    raise AssertionError(f"no Cpus_allowed_list in {status[:200]!r}")
+
+
+def _allowed(pid: int) -> set[int]:
+    """The CPUs `pid` may run on, as the kernel says."""
+    return _cpus_allowed(Path(f"/proc/{pid}/status").read_text())
 
 
 def _named(comm: str) -> list[int]:
@@ -102,8 +107,23 @@ def test_each_role_runs_on_its_cpus_and_the_kernel_receives_there(tmp_path: Path
             assert row["sender_packets"] > 0 and row["lost_packets"] == 0, row
             assert seen and all(cpus <= traffic for cpus in seen.values()), seen
             # a program the lab runs in a node (not the IPsec's): the traffic's CPUs
-            mine = tb.run("client", ["sh", "-c", "grep Cpus_allowed_list /proc/self/status"])
-            assert mine.split(":")[1].strip() == ",".join(map(str, placement.traffic))
+            mine = tb.run("client", ["sh", "-c", "cat /proc/self/status"])
+            assert _cpus_allowed(mine) == traffic
+        finally:
+            ours.stop(tb)
+
+
+def test_host_to_host_ipsec_processes_are_the_ipsecs_whatever_their_node(tmp_path: Path) -> None:
+    """In `clients` only the slow client is CPU-limited, but every node does IPsec: the
+    gateways of the server and of both clients run on the IPsec's CPUs."""
+    placement = choose("auto")
+    ours = Ours()
+    with Testbed(topology("clients"), tmp_path / "run", placement=placement) as tb:
+        ours.start(tb, "esp:aes128gcm16")
+        try:
+            pids = ours.pids()
+            assert len(pids) == 4  # the server runs one per tunnel
+            assert all(_allowed(pid) == set(placement.dut) for pid in pids)
         finally:
             ours.stop(tb)
 
@@ -137,12 +157,19 @@ def test_every_row_says_where_it_ran_and_a_run_placed_off_is_flagged(tmp_path: P
             assert (x["placement"], x["traffic_cpus"], x["dut_cpus"]) == ("off", [], [])
             assert doc["summary"][0]["dut_shared_runs"] == 1
             assert "SHARED CORES in 1 of 1 runs" in doc["summary"][0]["note"]
+            assert "placement off" in doc["summary"][0]["note"]
         else:
             assert x["placement"] == "auto"
             assert (x["traffic_cpus"], x["dut_cpus"]) == (list(placement.traffic),
                                                           list(placement.dut))  # fmt: skip
             assert doc["summary"][0]["dut_shared_runs"] == 0
             assert "SHARED CORES" not in doc["summary"][0]["note"]
+        # what ran was placed so: the generator under taskset on the traffic's CPUs
+        log = next(lab.rglob("commands.log")).read_text()
+        tasksets = [ln for ln in log.splitlines() if " trafgen " in ln and "taskset" in ln]
+        traffic = ",".join(map(str, placement.traffic))
+        assert bool(tasksets) is not shared, log[-2000:]
+        assert all(f"taskset -c {traffic} " in ln for ln in tasksets)
         out = cli("results", "1", "--lab", str(lab), "--csv")
         assert out.returncode == 0, out.stderr
         (rec,) = list(csv.DictReader(io.StringIO(out.stdout)))

@@ -55,7 +55,8 @@ def test_summary_medians_spread_and_ratios_to_none() -> None:
         return {
             "backend": backend, "configuration": cfg, "link": "l", "flow": "f",
             "workload": "tcp", "repetition": rep, "status": "done", "reason": None,
-            "results": [{"label": "tcp", "mbps": mbps, "effort_us_per_kb": eff, "seconds": 1.0}],
+            "results": [{"label": "tcp", "mbps": mbps, "effort_us_per_kb": eff, "seconds": 1.0,
+                         "retransmits": 0}],
         }  # fmt: skip
 
     runs = [
@@ -92,16 +93,29 @@ def test_a_rate_within_10_percent_of_plain_forwarding_is_testbed_bound(
     testbed's ceiling; a row at 9.9 or more (90 %) is the testbed's figure. Another
     link's `none` says nothing of this one's."""
 
-    def run(backend: str, link: str, mbps: float) -> dict[str, object]:
+    def run(backend: str, link: str, mbps: float, wl: str = "ndr",
+            extra: dict[str, object] | None = None) -> dict[str, object]:  # fmt: skip
+        x = {"label": wl, "mbps": mbps, "seconds": 1.0, "ndr_mbps": mbps, **(extra or {})}
         return {"backend": backend, "configuration": "c", "link": link, "flow": "f",
-                "workload": "udp", "repetition": 1, "status": "done", "reason": None,
-                "results": [{"label": "udp", "mbps": mbps, "seconds": 1.0}]}  # fmt: skip
+                "workload": wl, "repetition": 1, "status": "done", "reason": None,
+                "results": [x]}  # fmt: skip
 
     runs = [run("none", "l", 11.0), run("ours", "l", mbps), run("ours", "other", mbps)]
-    rows = {(r["backend"], r["link"]): r for r in runner.summarize(runs)}  # type: ignore[arg-type]
-    assert rows[("ours", "l")]["testbed_bound"] is bound
-    assert ("testbed-bound" in rows[("ours", "l")]["note"]) is bound
-    assert rows[("ours", "other")]["testbed_bound"] is None  # no ceiling measured there
+    # loads the run was given, not capacities: a fixed-rate UDP row (no search), a
+    # latency row at a share of its own PDR, a soak at its NDR
+    given = {"udp": {"offered_mbps": 11.0}, "lat": {"load_pct": 50}, "soak": {"held": True}}
+    for wl, keys in given.items():
+        runs += [run("none", "l", 11.0, wl, keys), run("ours", "l", mbps, wl, keys)]
+        if wl == "udp":  # no search: no NDR
+            for r in runs[-2:]:
+                del r["results"][0]["ndr_mbps"]  # type: ignore[index]
+    rows = {(r["backend"], r["link"], r["measurement"]): r
+            for r in runner.summarize(runs)}  # type: ignore[arg-type]  # fmt: skip
+    assert rows[("ours", "l", "ndr")]["testbed_bound"] is bound
+    assert ("testbed-bound" in rows[("ours", "l", "ndr")]["note"]) is bound
+    assert rows[("ours", "other", "ndr")]["testbed_bound"] is None  # no ceiling measured there
+    for wl in given:
+        assert rows[("ours", "l", wl)]["testbed_bound"] is None, wl
 
 
 def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

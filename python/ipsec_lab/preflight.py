@@ -21,7 +21,7 @@ from ipsec_lab.scenario import Scenario, Workload
 from ipsec_lab.store import RunKey
 from ipsec_lab.testbed import Flow, Link, topology
 from ipsec_lab.testbed.build import LabError, netem_available
-from ipsec_lab.testbed.placement import placement_of
+from ipsec_lab.testbed.placement import Placement, placement_of
 
 if TYPE_CHECKING:
     from ipsec_lab.hosts import Hosts
@@ -254,9 +254,10 @@ def forecast(sc: Scenario, hosts: Hosts | None = None) -> dict[str, Any]:
     runnable = [g for g in rows if g.status != "skip"]
     seconds = sum(g.seconds for g in runnable) + TESTBED_S * len({g.link for g in runnable})
     warnings = slower_warnings(sc.backends, hosts)
-    placed = placement_of(sc.placement, sc.gateway.cpus, sc.gateway.cpu_quota, hosts is not None)
+    placed = campaign_placement(sc, hosts)
     if placed.shared:
-        warnings.append(f"{placed.describe()}: every row will be flagged SHARED CORES")
+        warnings.append(f"the IPsec under test shares CPUs with the traffic "
+                        f"({placed.shared_why()}): every row will say SHARED CORES")  # fmt: skip
     if not root and hosts is None:  # on real hosts the lab needs no root here
         warnings.append("not root: `ipsec-lab run` needs root, and this check could not "
                         "probe the kernel (ESP, AH, IPComp, netem)")  # fmt: skip
@@ -276,6 +277,17 @@ def forecast(sc: Scenario, hosts: Hosts | None = None) -> dict[str, Any]:
         "placement": {**placed.record(), "says": placed.describe()},
         "warnings": warnings,
     }
+
+
+def campaign_placement(sc: Scenario, hosts: Hosts | None = None) -> Placement:
+    """Where the scenario's roles run here (testbed.placement): it records host-to-host
+    topologies, whose hosts do both, and trafgen's own pinning as shared."""
+    topo = topology(sc.topology)
+    ends = {n for f in topo.flows for n in (f.source, f.sink)}
+    trafgen = hosts is None and any(how.startswith("trafgen") for how in generators(sc).values())
+    both = bool(ends & set(topo.ipsec_nodes))
+    return placement_of(sc.placement, sc.gateway.cpus, sc.gateway.cpu_quota, hosts is not None,
+                        host_to_host=both, trafgen=trafgen)  # fmt: skip
 
 
 def duration(s: float) -> str:

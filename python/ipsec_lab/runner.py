@@ -24,7 +24,14 @@ from ipsec_lab import backends, environment, meters, metrics, scenario
 from ipsec_lab.backends import Unsupported
 from ipsec_lab.backends import mtu as backends_mtu
 from ipsec_lab.meters.soaker import Soaker
-from ipsec_lab.preflight import Planned, label, link_skip, plan, testbed_skip
+from ipsec_lab.preflight import (
+    Planned,
+    campaign_placement,
+    label,
+    link_skip,
+    plan,
+    testbed_skip,
+)
 from ipsec_lab.scenario import Scenario
 from ipsec_lab.store import RunKey, Store, group_results
 from ipsec_lab.testbed import Link, Topology, topology
@@ -35,7 +42,6 @@ from ipsec_lab.testbed.build import (
     require_root,
     require_tools,
 )
-from ipsec_lab.testbed.placement import placement_of
 from ipsec_lab.traffic import Meters, Row, apps, iperf, latency, rfc2544, soak, udp
 
 if TYPE_CHECKING:
@@ -112,9 +118,7 @@ class Campaign:
             self.id = existing
         self.plan = plan(sc)
         # Which CPUs the traffic and the IPsec under test run on (recorded in every row)
-        self.placement = placement_of(
-            sc.placement, sc.gateway.cpus, sc.gateway.cpu_quota, hosts is not None
-        )
+        self.placement = campaign_placement(sc, hosts)
         self.soaker: Soaker | None = None
         # each backend as `preflight.label` names it once it has started (its variant)
         self.shown: dict[str, str] = {}
@@ -453,6 +457,7 @@ def summarize(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     # The variant a backend ran as (`strongswan (libipsec)`), from its runs' versions.
     shown = {r["backend"]: label(r["backend"], r.get("backend_version")) for r in runs}
     out: list[dict[str, Any]] = []
+    capacity: set[int] = set()  # rows whose rate is a capacity
     for key, xs in groups.items():
         row: dict[str, Any] = {
             "backend": key[0], "backend_label": shown.get(key[0], key[0]),
@@ -467,11 +472,14 @@ def summarize(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         row["busy_runs"] = len(busy)
         if busy:
             notes.insert(0, meters.busy_note(max(busy), len(busy), len(xs)))
+        # rows from before placement say nothing of it: unknown, not "not shared"
         shared = sum(1 for x in xs if x.get("dut_shared_cores"))
-        row["dut_shared_runs"] = shared
+        known = any("dut_shared_cores" in x for x in xs)
+        row["dut_shared_runs"] = shared if known else None
         if shared:
+            why = next(str(x.get("shared_why")) for x in xs if x.get("dut_shared_cores"))
             notes.insert(0, f"SHARED CORES in {shared} of {len(xs)} runs: the IPsec under "
-                         "test ran on the traffic's CPUs (placement off)")  # fmt: skip
+                         f"test could run on the traffic's CPUs ({why})")  # fmt: skip
         if fragmenting := backends_mtu.fragmenting_note(xs):
             notes.insert(0, fragmenting)
         gens = sorted({str(x["generator"]) for x in xs if x.get("generator")})
@@ -500,11 +508,18 @@ def summarize(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if row["effort_median"] is None and not notes:
             notes = ["no CPU figure: the measurement metered none"]
         row["note"] = "; ".join(notes)
+        # a rate the path was asked for its most of (a search, TCP bulk), not a load it
+        # was given (fixed-rate UDP, latency's loads, a soak at its NDR)
+        if any("ndr_mbps" in x or "retransmits" in x for x in xs) and not any(
+            "load_pct" in x or "held" in x for x in xs
+        ):
+            capacity.add(len(out))
         out.append(row)
     base = {(r["link"], r["flow"], r["measurement"]): r for r in out if r["backend"] == "none"}
     metrics.add_ratios(out, lambda r: base.get((r["link"], r["flow"], r["measurement"])))
-    for r in out:
-        testbed_bound(r, base.get((r["link"], r["flow"], r["measurement"])))
+    for i, r in enumerate(out):
+        ceiling = base.get((r["link"], r["flow"], r["measurement"]))
+        testbed_bound(r, ceiling if i in capacity else None)
     for (bk, cfg, link, flow, wl), (status, reason) in unmeasured.items():
         out.append(
             {"backend": bk, "backend_label": shown.get(bk, bk), "configuration": cfg,
@@ -518,10 +533,11 @@ TESTBED_BOUND = 0.9  # a rate within 10 % of plain forwarding's on the same test
 
 def testbed_bound(row: dict[str, Any], none: dict[str, Any] | None) -> None:
     """Mark `row` testbed-bound when its rate is within 10 % of `none`'s — plain
-    forwarding on the same link, flow and workload (size, generator) and placement in
-    the same campaign: the figure is then the testbed's ceiling (link, generator, the
-    machine's forwarding), not the IPsec's. None where nothing says (no `none` row, a
-    transfer judged by its time, `none` itself)."""
+    forwarding on the same link, flow and workload (size, generator) in the same
+    campaign: the figure is then the testbed's ceiling (link, generator, the machine's
+    forwarding), not the IPsec's. Only capacities are judged (a search's NDR, TCP bulk);
+    None where nothing says (no `none` row, a load the run was given, a transfer judged
+    by its time, `none` itself)."""
     mine = row.get("mbps_median")
     ceiling = none.get("mbps_median") if none else None
     if row["backend"] == "none" or row.get("transfer") or not mine or not ceiling:

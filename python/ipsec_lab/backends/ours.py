@@ -242,6 +242,7 @@ class Ours:
                     [gw, "--config", str(conf), "--init-state"],
                     f"ipsec-gw-{key}",
                     limited=node in tb.topo.limited_nodes,
+                    ipsec=True,
                 )
         for key, sock in self.sockets.items():
             if remote:
@@ -339,7 +340,7 @@ class Ours:
         name = f"ipsec-gw-{key}"
         self._procs[key] = q = tb.spawn(
             node, [str(binary), "--config", str(conf)], name,
-            limited=node in tb.topo.limited_nodes,
+            limited=node in tb.topo.limited_nodes, ipsec=True,
         )  # fmt: skip
         log = tb.rundir / f"{name}.log"
         if not wait_for_text(log, "ipsec-gw: up", q, 10):

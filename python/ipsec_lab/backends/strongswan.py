@@ -389,7 +389,7 @@ class StrongSwan:
                  f"mount -t tmpfs tmpfs /run && exec {CHARON}"],
                 f"charon-{node}",
                 env={"STRONGSWAN_CONF": str(conf)},
-                limited=node in topo.limited_nodes,
+                limited=node in topo.limited_nodes, ipsec=True,
             )  # fmt: skip
         for node in topo.ipsec_nodes:
             if remote:

@@ -150,14 +150,15 @@ class HostsTestbed:
         return self._host(node).remote(list(argv))
 
     def run(self, node: str, argv: Sequence[str], timeout: float = 60, check: bool = True,
-            limited: bool = False) -> str:  # fmt: skip
+            limited: bool = False, ipsec: bool = False) -> str:  # fmt: skip
         self._note(node, shlex.join(argv))
         # an SshError is a LabError: it names the host, and the runner stores it so
         return self._host(node).run(list(argv), timeout=timeout, check=check,
                                     guard=self._guard_for(node, argv)).stdout  # fmt: skip
 
     def spawn(self, node: str, argv: Sequence[str], name: str,
-              env: dict[str, str] | None = None, limited: bool = False) -> HostProcess:  # fmt: skip
+              env: dict[str, str] | None = None, limited: bool = False,
+              ipsec: bool = False) -> HostProcess:  # fmt: skip
         """Start a long-running program on `node`; stopped (by PID) at teardown."""
         h = self._host(node)
         wd = self.workdir(node)

@@ -227,16 +227,19 @@ class Testbed:
         timeout: float = 60,
         check: bool = True,
         limited: bool = False,
+        ipsec: bool = False,
     ) -> str:
         """Run a program in a node to completion (bounded by `timeout`); its stdout.
-        `limited`: under the CPU quota (study 4's slow client runs its programs so)."""
-        argv = self._placed(argv, limited)
+        `limited`: under the CPU quota (study 4's slow client runs its programs so);
+        `ipsec`: a program of the IPsec under test (on its CPUs, see `_placed`)."""
+        argv = self._placed(argv, ipsec)
         return self._cmd(self.in_ns(node, argv), timeout=timeout, check=check, limited=limited)
 
-    def _placed(self, argv: Sequence[str], limited: bool) -> list[str]:
-        """`argv` on its role's CPUs: a `limited` program (the IPsec's) on the IPsec's,
-        any other (traffic, probes, the lab's own commands) on the traffic's."""
-        cpus = self.cpus if limited else self.traffic_cpus
+    def _placed(self, argv: Sequence[str], ipsec: bool) -> list[str]:
+        """`argv` on its role's CPUs: the IPsec's programs on the IPsec's (`[gateway]
+        cpus` or the placement's), any other (traffic, probes, the lab's own commands)
+        on the traffic's."""
+        cpus = self.cpus if ipsec else self.traffic_cpus
         if not cpus:
             return list(argv)
         return ["taskset", "-c", ",".join(map(str, cpus)), *argv]
@@ -248,10 +251,12 @@ class Testbed:
         name: str,
         env: dict[str, str] | None = None,
         limited: bool = False,
+        ipsec: bool = False,
     ) -> subprocess.Popen[bytes]:
         """Start a long-running program in a node; it is stopped (by PID) at teardown.
-        `limited`: it runs under the gateway CPU quota and pinning of the scenario."""
-        full = self.in_ns(node, self._placed(argv, limited))
+        `limited`: it runs under the gateway CPU quota of the scenario; `ipsec`: it is
+        the IPsec's (pinned to its CPUs)."""
+        full = self.in_ns(node, self._placed(argv, ipsec))
         with open(self._log, "a") as log:
             log.write(f"[{name}] " + " ".join(full) + "\n")
         out = open(self.rundir / f"{name}.log", "wb")
@@ -327,6 +332,7 @@ class Testbed:
                 self.run(node, ["ip", "addr", "add", addr, "dev", ifname, *nodad])
                 self.run(node, ["ip", "link", "set", ifname, "mtu", str(w.mtu), "up"])
         if self.placement.placed:
+            require_tools("taskset")
             steer(self, self.topo, self.placement)
         for node, dest, via in t.routes:
             family = ["-6"] if ":" in via else []  # `default` alone does not say which
@@ -351,8 +357,8 @@ class Testbed:
         shape_ends(self, link, self.topo.shaped_ends())
 
     def command(self, node: str, argv: Sequence[str]) -> list[str]:
-        """The local argv that runs `argv` in `node`."""
-        return self.in_ns(node, argv)
+        """The local argv that runs `argv` (a traffic program) in `node`."""
+        return self.in_ns(node, self._placed(argv, False))
 
     def sysctl(self, node: str, key: str, value: str) -> None:
         """Set a sysctl in `node` (the namespace goes with the testbed)."""

@@ -29,13 +29,16 @@ MODES = ("auto", "off")
 @dataclass(frozen=True)
 class Placement:
     """`mode`: `auto` (chosen per machine), `gateway` (the scenario's `[gateway] cpus`
-    for the IPsec, the rest for traffic), `off` (nothing placed), `hosts` (real hosts:
-    their own). `why`: a sentence for `check` and the rows' notes."""
+    for the IPsec, the rest for traffic), `off` (traffic unplaced; the IPsec on `[gateway]
+    cpus` if given), `hosts` (real hosts: their own). `why`: a sentence for `check` and
+    the rows' notes; `overlap`: why the roles meet on a CPU all the same (host-to-host
+    topologies, trafgen's own pinning)."""
 
     mode: str
     traffic: tuple[int, ...] = ()
     dut: tuple[int, ...] = ()
     why: str = ""
+    overlap: str = ""
 
     @property
     def placed(self) -> bool:
@@ -43,10 +46,11 @@ class Placement:
 
     @property
     def shared(self) -> bool:
-        """Whether the IPsec under test may run on a CPU the traffic runs on (on real
-        hosts each role has its own machine: not shared)."""
+        """Whether the IPsec under test may run on a CPU the traffic runs on."""
+        if self.overlap:
+            return True
         if self.mode == "hosts":
-            return False
+            return False  # each role on a machine of its own
         return not self.placed or bool(set(self.traffic) & set(self.dut))
 
     def record(self) -> dict[str, object]:
@@ -56,17 +60,29 @@ class Placement:
             "traffic_cpus": list(self.traffic),
             "dut_cpus": list(self.dut),
             "dut_shared_cores": self.shared,
+            "shared_why": self.shared_why(),
         }
+
+    def shared_why(self) -> str:
+        """Why the IPsec shares the traffic's CPUs (empty when it does not)."""
+        if not self.shared:
+            return ""
+        if self.overlap:
+            return self.overlap
+        if not self.placed:
+            return f"placement off: {self.why}"
+        return f"the traffic's and the IPsec's CPUs overlap: {self.why}"
 
     def describe(self) -> str:
         if self.mode == "hosts":
-            return "placement: the hosts' own (each role on its own machine)"
-        if not self.placed:
-            return f"placement: off — every role shares every CPU ({self.why})"
-        line = f"placement: traffic on CPU {_cpus(self.traffic)}, IPsec on CPU {_cpus(self.dut)}"
-        if self.shared:
-            line += " — they overlap: the IPsec shares a core with the traffic"
-        return f"{line} ({self.why})" if self.why else line
+            line = "placement: the hosts' own (each role on its own machine)"
+        elif not self.placed:
+            pinned = f" (the IPsec pinned to CPU {_cpus(self.dut)})" if self.dut else ""
+            line = f"placement: off — the traffic runs on every CPU{pinned}"
+        else:
+            line = (f"placement: traffic on CPU {_cpus(self.traffic)}, IPsec on CPU "
+                    f"{_cpus(self.dut)}")  # fmt: skip
+        return f"{line}; SHARED: {self.shared_why()}" if self.shared else line
 
 
 def _cpus(cpus: Sequence[int]) -> str:
@@ -94,39 +110,52 @@ def allowed_cpus() -> tuple[int, ...]:
 
 
 def choose(mode: str, gateway_cpus: Sequence[int] = (), cpus: Sequence[int] | None = None,
-           quota: float | None = None) -> Placement:  # fmt: skip
+           quota: float | None = None, trafgen: bool = False) -> Placement:  # fmt: skip
     """The placement of a campaign on this machine. `auto`: with `[gateway] cpus` the
     IPsec there and the traffic on the other allowed CPUs; else on 2-3 CPUs the traffic on
     the first and the IPsec on the rest, on 4 or more a quarter for traffic (the generator
     is one process per flow set, iperf3 two). One CPU, or a CPU quota above what the
-    IPsec's CPUs would hold: off."""
+    IPsec's CPUs would hold: off. `trafgen`: the campaign drives trafgen, whose worker
+    pins itself to CPU 0 — shared when CPU 0 is not the traffic's."""
     have = tuple(cpus) if cpus is not None else allowed_cpus()
     if mode == "off":
-        return Placement("off", why='the scenario\'s placement = "off"')
+        return Placement("off", dut=tuple(gateway_cpus), why='the scenario\'s placement = "off"')
     if gateway_cpus:
         dut = tuple(gateway_cpus)
-        rest = tuple(c for c in have if c not in dut)
-        if not rest:
+        traffic = tuple(c for c in have if c not in dut)
+        if not traffic:
             return Placement("gateway", dut, dut, why="[gateway] cpus takes every CPU")
-        return Placement("gateway", rest, dut, why="[gateway] cpus")
-    if len(have) < 2:
+        p = Placement("gateway", traffic, dut, why="[gateway] cpus")
+    elif len(have) < 2:
         return Placement("off", why=f"{len(have)} CPU allowed")
-    n = max(1, len(have) // 4)
-    traffic, dut = have[:n], have[n:]
-    if quota and quota > len(dut):
-        # pinned, the IPsec could not use the quota it was given
-        return Placement("off", why=f"[gateway] cpu_quota {quota:g} is more than the "
-                                    f"{len(dut)} CPU(s) placement would leave it")  # fmt: skip
-    return Placement("auto", traffic, dut, why=f"{len(have)} CPUs")
+    else:
+        n = max(1, len(have) // 4)
+        p = Placement("auto", have[:n], have[n:], why=f"{len(have)} CPUs")
+        if quota and quota > len(p.dut):
+            # pinned, the IPsec could not use the quota it was given
+            why = f"[gateway] cpu_quota {quota:g} is more than its {len(p.dut)} CPU(s) placed"
+            return Placement("off", why=why)
+    if trafgen and 0 not in p.traffic:
+        return Placement(p.mode, p.traffic, p.dut, p.why,
+                         overlap="trafgen pins its worker to CPU 0, not a traffic CPU")  # fmt: skip
+    return p
+
+
+HOST_TO_HOST = ("host to host: each host's kernel does its IPsec and its traffic's work "
+                "alike (placement separates the IPsec's processes only)")  # fmt: skip
 
 
 def placement_of(mode: str, gateway_cpus: Sequence[int], quota: float | None,
-                 on_hosts: bool) -> Placement:  # fmt: skip
+                 on_hosts: bool, host_to_host: bool = False,
+                 trafgen: bool = False) -> Placement:  # fmt: skip
     """A scenario's placement (its `placement`, `[gateway] cpus` and `cpu_quota`): the
-    hosts' own on real hosts, else chosen for this machine's CPUs."""
-    if on_hosts:
-        return Placement("hosts")
-    return choose(mode, gateway_cpus, quota=quota)
+    hosts' own on real hosts, else chosen for this machine's CPUs. `host_to_host`: the
+    traffic's ends are IPsec nodes themselves (`pair`, `clients`)."""
+    p = Placement("hosts") if on_hosts else choose(mode, gateway_cpus, quota=quota,
+                                                   trafgen=trafgen)  # fmt: skip
+    if host_to_host and not p.overlap:
+        return Placement(p.mode, p.traffic, p.dut, p.why, overlap=HOST_TO_HOST)
+    return p
 
 
 class _Runs(Protocol):
