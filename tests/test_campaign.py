@@ -64,6 +64,10 @@ class _Testbed:
     def logs_since(self, mark: dict[str, int]) -> list[tuple[str, str]]:
         return [("ipsec-gw-gwA.log", "ipsec-gw: worker inbound panicked")]
 
+    def run(self, node: str, argv: list[str], **kw: object) -> str:
+        assert argv[:4] == ["ip", "-j", "link", "show"], argv  # the outer link's MTU
+        return '[{"ifname": "wan", "mtu": 1600}]'
+
 
 def test_a_run_whose_gateway_died_is_failed_not_measured(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
