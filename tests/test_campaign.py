@@ -64,6 +64,9 @@ class _Testbed:
     def logs_since(self, mark: dict[str, int]) -> list[tuple[str, str]]:
         return [("ipsec-gw-gwA.log", "ipsec-gw: worker inbound panicked")]
 
+    def driven(self, node: str) -> bool:
+        return True
+
     def run(self, node: str, argv: list[str], **kw: object) -> str:
         assert argv[:4] == ["ip", "-j", "link", "show"], argv  # the outer link's MTU
         return '[{"ifname": "wan", "mtu": 1600}]'

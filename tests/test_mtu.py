@@ -56,3 +56,10 @@ def test_the_link_key_mtu_is_a_whole_number_of_bytes_named_when_wrong() -> None:
         with pytest.raises(scenario.ScenarioError) as e:
             scenario.parse(BASE + f'[[links]]\nname = "real"\nmtu = {bad}\n', "s.toml")
         assert "s.toml" in str(e.value) and "mtu" in str(e.value) and why in str(e.value)
+
+
+def test_a_link_the_lab_does_not_drive_has_no_mtu_figure() -> None:
+    """An external DUT's link: the lab cannot read it, and says nothing fits."""
+    f = facts("line", "external", "esp:aes128gcm16", None)
+    assert f == {"link_mtu": None, "largest_whole_inner": None}
+    assert fragmenting_note([f]) == ""

@@ -277,8 +277,8 @@ class Campaign:
         busy = meters.other_cpu(backend.pids(), self.soaker)
         # the outer link's MTU as the run finds it, and what the tunnel fits whole in it
         node, ifname = flow.wire_end.split("/", 1)
-        mtu = backends_mtu.facts(self.sc.topology, k.backend, k.configuration,
-                                 link_mtu(tb, node, ifname))  # fmt: skip
+        outer = link_mtu(tb, node, ifname) if tb.driven(node) else None  # external: unknown
+        mtu = backends_mtu.facts(self.sc.topology, k.backend, k.configuration, outer)
 
         def metered(label: str, fn: Callable[[], Row]) -> Row:
             s0 = stages() if stages else None

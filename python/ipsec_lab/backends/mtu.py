@@ -15,12 +15,16 @@ from ipsec_lab.model.transforms import ConfigError, Layout, parse_configuration
 OURS_TUN_MTU = {"tunnel": 1500, "transport": 1400}
 
 
-def facts(topology: str, backend: str, configuration: str, link_mtu: int) -> dict[str, Any]:
+def facts(topology: str, backend: str, configuration: str,
+          link_mtu: int | None) -> dict[str, Any]:  # fmt: skip
     """`link_mtu`, `largest_whole_inner` and, where the tunnel is a device of its own
-    (ours), `inner_mtu` — for every row of a run."""
+    (ours), `inner_mtu` — for every row of a run. `link_mtu` None: unknown (a link the lab
+    does not drive: an external DUT's)."""
     from ipsec_lab.model.overhead import largest_inner
 
     out: dict[str, Any] = {"link_mtu": link_mtu, "largest_whole_inner": None}
+    if link_mtu is None:
+        return out
     if backend == "none":
         out["largest_whole_inner"] = link_mtu
         return out

@@ -356,6 +356,9 @@ class Testbed:
             require_tools("ethtool")
         shape_ends(self, link, self.topo.shaped_ends())
 
+    def driven(self, node: str) -> bool:
+        return True  # every node here is the lab's (on hosts, an external DUT is not)
+
     def command(self, node: str, argv: Sequence[str]) -> list[str]:
         """The local argv that runs `argv` (a traffic program) in `node`."""
         return self.in_ns(node, self._placed(argv, False))
