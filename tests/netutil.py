@@ -44,7 +44,7 @@ def transfer(
     argv = [sys.executable, "-c", receiver, str(got), dst[1], str(streams)]
     p = tb.spawn(dst[0], argv, f"receiver-{dst[0]}")
     try:
-        iperf.wait_listening(tb, dst[0], 5301)
+        iperf.wait_listening(tb, dst[0], 5301, timeout=timeout)
         sender = (
             "import socket, sys, threading; data = open(sys.argv[2], 'rb').read()\n"
             "def tx():\n"

@@ -335,3 +335,51 @@ def test_mail_message_is_about_the_size_asked_and_well_formed(n: int) -> None:
     msg = email.message_from_bytes(m)
     assert msg["Content-Transfer-Encoding"] == "base64"
     assert len(msg.get_payload(decode=True)) > 0
+
+
+class _SlowProbes:
+    """A testbed whose `ss` probes time out `slow` times (a starved emulated machine —
+    CI's VM once took over 5 s for one) before one answers `answer`."""
+
+    def __init__(self, slow: int, answer: str) -> None:
+        self.slow, self.answer, self.timeouts = slow, answer, []  # type: list[float]
+
+    def run(self, node: str, argv: list[str], timeout: float = 30, **_: Any) -> str:
+        from ipsec_lab.testbed.build import LabError
+
+        assert argv[0] == "ss" and node == "server"
+        self.timeouts.append(timeout)
+        if self.slow:
+            self.slow -= 1
+            raise LabError(f"timed out after {timeout:g} s: ss")
+        return self.answer
+
+
+def test_waiting_for_a_listener_outlasts_a_probe_that_times_out() -> None:
+    from ipsec_lab.traffic import wait_listening
+
+    tb = _SlowProbes(slow=2, answer="LISTEN 0 5 0.0.0.0:5301 0.0.0.0:*\n")
+    wait_listening(tb, "server", 5301, timeout=30)  # type: ignore[arg-type]
+    assert len(tb.timeouts) == 3
+    # each probe may take what is left of the whole wait, not a fixed 5 s
+    assert tb.timeouts[0] > 25
+
+
+def test_waiting_for_a_listener_fails_at_its_deadline_and_says_the_probe_was_slow() -> None:
+    from ipsec_lab.testbed.build import LabError
+    from ipsec_lab.traffic import wait_listening
+
+    tb = _SlowProbes(slow=10**9, answer="")
+    with pytest.raises(LabError, match=r"nothing listens on port 5301 in server after 0.2 s "
+                       r"\(its last probe, ss, timed out\)"):  # fmt: skip
+        wait_listening(tb, "server", 5301, timeout=0.2)  # type: ignore[arg-type]
+
+    # an error other than a timeout is not swallowed
+    class Broken(_SlowProbes):
+        def run(self, node: str, argv: list[str], timeout: float = 30, **_: Any) -> str:
+            from ipsec_lab.testbed.build import LabError
+
+            raise LabError("ip netns exec: no such namespace")
+
+    with pytest.raises(LabError, match="no such namespace"):
+        wait_listening(Broken(0, ""), "server", 5301, timeout=5)  # type: ignore[arg-type]

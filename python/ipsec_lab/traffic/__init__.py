@@ -43,11 +43,22 @@ IPV4_UDP = 28  # IPv4 (20) + UDP (8) header bytes in front of an iperf3 UDP payl
 def wait_listening(
     tb: Testbed, node: str, port: int, proto: str = "t", timeout: float = 10
 ) -> None:
-    """Wait until something in `node` listens on `port` (TCP `t` or UDP `u`)."""
+    """Wait until something in `node` listens on `port` (TCP `t` or UDP `u`).
+
+    The whole wait is `timeout`: a probe that is itself slow (a starved or emulated
+    machine, where one `ss` took over 5 s) is given what is left of it, and one that
+    runs out only means "not yet" — the wait fails once, at its deadline."""
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        out = tb.run(node, ["ss", f"-ln{proto}H", f"sport = :{port}"], timeout=5)
+    slow = ""
+    while (left := deadline - time.monotonic()) > 0:
+        try:
+            out = tb.run(node, ["ss", f"-ln{proto}H", f"sport = :{port}"], timeout=max(left, 1))
+        except LabError as e:
+            if "timed out" not in str(e):
+                raise
+            slow = " (its last probe, ss, timed out)"
+            continue
         if out.strip():
             return
         time.sleep(0.05)
-    raise LabError(f"nothing listens on port {port} in {node} after {timeout:g} s")
+    raise LabError(f"nothing listens on port {port} in {node} after {timeout:g} s{slow}")
