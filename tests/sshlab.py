@@ -147,8 +147,9 @@ class SshLab:
             ha, hb = self.hosts[a], self.hosts[b]
             _run("ip", "link", "add", "tmpx", "netns", ha.ns, "type", "veth", "peer", "name",
                  "tmpy", "netns", hb.ns)  # fmt: skip
-            _run("ip", "-n", ha.ns, "link", "set", "tmpx", "name", ai, "mtu", "1600", "up")
-            _run("ip", "-n", hb.ns, "link", "set", "tmpy", "name", bi, "mtu", "1600", "up")
+            # real links: 1500 bytes (the namespaces' testbed has the same)
+            _run("ip", "-n", ha.ns, "link", "set", "tmpx", "name", ai, "mtu", "1500", "up")
+            _run("ip", "-n", hb.ns, "link", "set", "tmpy", "name", bi, "mtu", "1500", "up")
         (d / "known_hosts").write_text("\n".join(known) + "\n")
         self.ssh_config.write_text("\n".join(config))
         for h in self.hosts.values():

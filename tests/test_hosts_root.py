@@ -90,6 +90,12 @@ def test_hosts_check_says_ready_then_names_a_missing_tool_and_the_ssh_interface(
     iperf = [r for r in doc["checks"] if r["check"] == "tool iperf3"]
     assert {r["host"] for r in iperf} == {"client", "server"}  # the traffic ends only
     assert all(r["detail"].startswith("iperf 3") for r in iperf)
+    # the gateways' link: what MTU the tunnel will offer on it, not a warning (RFC 4303's
+    # layout: 1500 - 20 - 8 - 8 - 16 = 1448 = inner + 2; in UDP 8 bytes less)
+    (wan,) = [r for r in doc["checks"] if r["host"] == "gwA" and "inner MTU" in r["detail"]]
+    assert wan["status"] == "ok" and wan["detail"].startswith(
+        "up, MTU 1500: the tunnel's inner MTU will be 1446 B (esp:aes128gcm16; 1438 B in UDP)"
+    ), wan
 
     # iperf3 gone from the server (in its sshd's mount namespace only)
     pid = str(lab.sshd_pid("server"))
@@ -198,7 +204,7 @@ def test_a_campaign_on_real_hosts_meters_each_host_and_leaves_nothing(
     assert any(w.startswith("sysctl net.ipv4.ip_forward (was 0)") for w in whats)
     assert "qdisc on eth2" in whats and "ipsec-gw gwA's guard" in whats
     env = json.loads((run_dir / "environment.json").read_text())
-    assert env["gwA"]["interfaces"]["eth2"]["mtu"] == 1600
+    assert env["gwA"]["interfaces"]["eth2"]["mtu"] == 1500
     assert env["gwA"]["interfaces"]["eth2"]["driver"] == "veth"
     # and in the campaign's stored environment, where `results` and the report read it
     p = _lab("results", "1", "--lab", str(tmp_path / "lab"), "--json")

@@ -278,7 +278,9 @@ class Campaign:
         # the outer link's MTU as the run finds it, and what the tunnel fits whole in it
         node, ifname = flow.wire_end.split("/", 1)
         outer = link_mtu(tb, node, ifname) if tb.driven(node) else None  # external: unknown
-        mtu = backends_mtu.facts(self.sc.topology, k.backend, k.configuration, outer)
+        inner = getattr(backend, "inner_mtu", None)  # a tunnel device of its own (ours)
+        mtu = backends_mtu.facts(self.sc.topology, k.backend, k.configuration, outer,
+                                 inner() if inner and outer else None)  # fmt: skip
 
         def metered(label: str, fn: Callable[[], Row]) -> Row:
             s0 = stages() if stages else None

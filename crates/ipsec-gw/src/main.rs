@@ -240,6 +240,9 @@ fn run(cfg: config::Config, init_state: bool, mut signals: Signals) -> Result<()
     };
     let eng_out = engine(Direction::Out, (st_out, read_in))?;
     let eng_in = engine(Direction::In, (st_in, read_out))?;
+    // The TUN device's MTU, before anything is made: a path that leaves too little room
+    // is refused with nothing to undo.
+    let (tun_mtu, path) = tun_mtu(&cfg)?;
     // A TUN device of this name is another gateway's (a gateway's goes with it): refused
     // before this one's guard goes in beside that one's.
     if std::path::Path::new("/sys/class/net")
@@ -259,7 +262,7 @@ fn run(cfg: config::Config, init_state: bool, mut signals: Signals) -> Result<()
     guard::install(&cfg)?;
     let tun = tun_rs::DeviceBuilder::new()
         .name(&cfg.tun)
-        .mtu(cfg.mtu)
+        .mtu(tun_mtu)
         .offload(cfg.offload)
         .build_sync()
         .map_err(|e| format!("cannot create TUN device {}: {e}", cfg.tun))?;
@@ -300,7 +303,11 @@ fn run(cfg: config::Config, init_state: bool, mut signals: Signals) -> Result<()
     let (in_tx, in_rx) = mpsc::channel();
     let worker = |engine, rx| dataplane::Worker {
         tun: tun.clone(),
-        mtu: cfg.mtu,
+        // the buffers' size: what `auto` may grow to at a reload, or the fixed MTU
+        mtu: match cfg.mtu {
+            config::Mtu::Auto => config::MAX_MTU,
+            config::Mtu::Fixed(n) => n,
+        },
         outside: outside.clone(),
         shared: shared.clone(),
         stop: stop.clone(),
@@ -338,9 +345,10 @@ fn run(cfg: config::Config, init_state: bool, mut signals: Signals) -> Result<()
          as ESP but NOT ENCRYPTED OR AUTHENTICATED — a benchmark of the data path only"
     );
     eprintln!(
-        "ipsec-gw: up: TUN {} (MTU {}, offloads: TCP {}, UDP {}), {} -> {}{}, {} SAs, {} policies, {}",
+        "ipsec-gw: up: TUN {} (MTU {}{}, offloads: TCP {}, UDP {}), {} -> {}{}, {} SAs, {} policies, {}",
         cfg.tun,
-        cfg.mtu,
+        tun_mtu,
+        path_note(path),
         if tun.tcp_gso() { "on" } else { "off" },
         if tun.udp_gso() { "on" } else { "off" },
         cfg.local,
@@ -365,6 +373,7 @@ fn run(cfg: config::Config, init_state: bool, mut signals: Signals) -> Result<()
         }
     );
     let mut current = cfg;
+    let mut running_mtu = tun_mtu;
     for sig in signals.forever() {
         if sig != SIGHUP {
             eprintln!("ipsec-gw: stopping");
@@ -438,6 +447,11 @@ fn run(cfg: config::Config, init_state: bool, mut signals: Signals) -> Result<()
                 let new = Arc::new(new);
                 let _ = out_tx.send(new.clone());
                 let _ = in_tx.send(new.clone());
+                // `auto` follows the path: a changed outer MTU (or SAs of another
+                // overhead) gives the TUN device its new MTU
+                if new.mtu == config::Mtu::Auto {
+                    follow_path_mtu(&new, &mut running_mtu);
+                }
                 shared.reloads.fetch_add(1, Ordering::Relaxed);
                 eprintln!(
                     "ipsec-gw: reloaded {} ({} SAs, {} policies)",
@@ -528,6 +542,54 @@ fn key_of_other_direction(
 /// while keeping its keys — the same keys under new parameters would restart or
 /// reinterpret its sequence numbers (RFC 4301 §4.4.2: a changed SA is a new SA, which
 /// needs new keys).
+/// The TUN device's MTU at start, and the path MTU it came from (`auto`).
+fn tun_mtu(cfg: &config::Config) -> Result<(u16, Option<u16>), String> {
+    match cfg.mtu {
+        config::Mtu::Fixed(n) => Ok((n, None)),
+        config::Mtu::Auto => {
+            let path = sys::path_mtu(cfg.local, cfg.remote, cfg.fwmark).map_err(|e| {
+                format!(
+                    "{}: gateway.mtu: \"auto\": cannot learn the path MTU from {} to {}: {e}; \
+                     set `mtu` to a number",
+                    cfg.file.display(),
+                    cfg.local,
+                    cfg.remote
+                )
+            })?;
+            Ok((cfg.auto_mtu(path)?, Some(path)))
+        }
+    }
+}
+
+fn path_note(path: Option<u16>) -> String {
+    path.map_or(String::new(), |p| {
+        format!(" = path MTU {p} less the SAs' overhead")
+    })
+}
+
+/// At a reload with `mtu = "auto"`: the TUN device gets the MTU the path and the new SAs
+/// give now, if that changed (the gateway keeps CAP_NET_ADMIN for this and the guard).
+fn follow_path_mtu(cfg: &config::Config, running: &mut u16) {
+    match tun_mtu(cfg) {
+        Ok((n, path)) if n != *running => {
+            match guard::ip(&["link", "set", "dev", &cfg.tun, "mtu", &n.to_string()]) {
+                Ok(()) => {
+                    eprintln!(
+                        "ipsec-gw: TUN {} MTU {} -> {n}{}",
+                        cfg.tun,
+                        *running,
+                        path_note(path)
+                    );
+                    *running = n;
+                }
+                Err(e) => eprintln!("ipsec-gw: warning: TUN MTU stays {}: {e}", *running),
+            }
+        }
+        Ok(_) => {}
+        Err(e) => eprintln!("ipsec-gw: warning: TUN MTU stays {}: {e}", *running),
+    }
+}
+
 fn reload_problem(current: &config::Config, new: &config::Config) -> Option<String> {
     if let Err(e) = dataplane::DirEngine::check(new) {
         return Some(e.to_string());

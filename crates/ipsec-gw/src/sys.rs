@@ -633,3 +633,41 @@ pub fn with_umask<T>(mask: u32, f: impl FnOnce() -> T) -> T {
     unsafe { libc::umask(old) };
     out
 }
+
+/// The path MTU from `local` to `remote` as the kernel knows it for the gateway's own
+/// (`mark`ed) outer packets: the route's MTU, the outgoing device's, or a smaller one
+/// learned from ICMP (RFC 1191 / RFC 8201). A connected UDP socket asks the routing
+/// table the question the outer packets will ask; `IP_MTU` / `IPV6_MTU` answers it
+/// (ip(7), ipv6(7)).
+pub fn path_mtu(local: IpAddr, remote: IpAddr, mark: u32) -> io::Result<u16> {
+    use socket2::{Domain, Socket, Type};
+    use std::net::SocketAddr;
+    use std::os::fd::AsRawFd;
+    let domain = if remote.is_ipv4() {
+        Domain::IPV4
+    } else {
+        Domain::IPV6
+    };
+    let s = Socket::new(domain, Type::DGRAM, None)?;
+    s.set_mark(mark)?;
+    s.bind(&SocketAddr::new(local, 0).into())?;
+    s.connect(&SocketAddr::new(remote, ipsec::constants::NAT_T_PORT).into())?;
+    let (level, opt) = if remote.is_ipv4() {
+        (libc::IPPROTO_IP, libc::IP_MTU)
+    } else {
+        (libc::IPPROTO_IPV6, libc::IPV6_MTU)
+    };
+    let mut mtu: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `len` bytes into `mtu`, an int it owns.
+    check(unsafe {
+        libc::getsockopt(
+            s.as_raw_fd(),
+            level,
+            opt,
+            (&mut mtu as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    })?;
+    u16::try_from(mtu).map_err(|_| io::Error::other(format!("path MTU {mtu} out of range")))
+}

@@ -11,15 +11,12 @@ from typing import Any
 
 from ipsec_lab.model.transforms import ConfigError, Layout, parse_configuration
 
-# ipsec-gw's TUN MTU between gateways, and host to host (backends.ours)
-OURS_TUN_MTU = {"tunnel": 1500, "transport": 1400}
 
-
-def facts(topology: str, backend: str, configuration: str,
-          link_mtu: int | None) -> dict[str, Any]:  # fmt: skip
+def facts(topology: str, backend: str, configuration: str, link_mtu: int | None,
+          inner_mtu: int | None = None) -> dict[str, Any]:  # fmt: skip
     """`link_mtu`, `largest_whole_inner` and, where the tunnel is a device of its own
-    (ours), `inner_mtu` — for every row of a run. `link_mtu` None: unknown (a link the lab
-    does not drive: an external DUT's)."""
+    (ours: `inner_mtu`, read from its TUN devices), `inner_mtu` — for every row of a run.
+    `link_mtu` None: unknown (a link the lab does not drive: an external DUT's)."""
     from ipsec_lab.model.overhead import largest_inner
 
     out: dict[str, Any] = {"link_mtu": link_mtu, "largest_whole_inner": None}
@@ -29,8 +26,8 @@ def facts(topology: str, backend: str, configuration: str,
         out["largest_whole_inner"] = link_mtu
         return out
     mode = "tunnel" if topology == "line" else "transport"
-    if backend.startswith("ours"):
-        out["inner_mtu"] = OURS_TUN_MTU[mode]
+    if inner_mtu is not None:
+        out["inner_mtu"] = inner_mtu
     elif mode != "tunnel":
         return out  # host to host: the daemon's mode is its own
     lay = Layout(mode=mode, udp_encap=backend.endswith("-udp"))

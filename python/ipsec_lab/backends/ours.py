@@ -15,15 +15,21 @@ from pathlib import Path
 from typing import Any
 
 from ipsec_lab.backends import Unsupported, exited, private_dir, private_file, sa_plan
-from ipsec_lab.backends.mtu import OURS_TUN_MTU
 from ipsec_lab.backends.sa_plan import IPCOMP_CPI, SPI, Keys, Layer, Layers, fresh_keys
 from ipsec_lab.meters import process_cpu_ns
 from ipsec_lab.testbed import Tunnel
-from ipsec_lab.testbed.build import LabError, Testbed, tail, wait_for_path, wait_for_text
+from ipsec_lab.testbed.build import (
+    LabError,
+    Testbed,
+    link_mtu,
+    tail,
+    wait_for_path,
+    wait_for_text,
+)
 
-# The lab's outer links have an MTU of 1600, room for a whole 1500-byte inner packet plus
-# ESP's overhead: the gateways' TUN takes 1500-byte packets and nothing is fragmented.
-TUN_MTU = OURS_TUN_MTU["tunnel"]
+# A fixed TUN MTU for the tests that need one (interop in the VM, over 1600-byte links);
+# the lab's own gateways take `mtu = "auto"`: the path's MTU less the SAs' overhead.
+TUN_MTU = 1500
 
 
 def gateway_binary() -> Path | None:
@@ -83,13 +89,14 @@ def gateway_config(
     stage_timing: bool = False,
     tun: str = "ipsec0",
     table: int = 220,
-    mtu: int = TUN_MTU,
+    mtu: int | None = None,
     mode: str = "tunnel",
     esn: bool = False,
 ) -> str:
     """One gateway's TOML. A single SA is named `out` / `in`; a bundle's SAs `esp-out`,
     `ah-out`, … and the bundles `out` / `in` (IPComp inside ESP, AH outside it). `esn`:
-    64-bit sequence numbers (RFC 4303 §2.2.1) on every SA."""
+    64-bit sequence numbers (RFC 4303 §2.2.1) on every SA. `mtu` None: "auto" (the
+    outer path's MTU less the SAs' overhead, so nothing sealed is fragmented)."""
     left = tunnel.left == node
     me, peer = (
         (tunnel.left_outer, tunnel.right_outer) if left else (tunnel.right_outer, tunnel.left_outer)
@@ -110,8 +117,9 @@ def gateway_config(
             f"legacy = {str(x.legacy).lower()}\nesn = {str(esn).lower()}\n\n"
         )
 
+    mtu_text = '"auto"' if mtu is None else str(mtu)
     text = (
-        f'[gateway]\ntun = "{tun}"\nmtu = {mtu}\ntable = {table}\n'
+        f'[gateway]\ntun = "{tun}"\nmtu = {mtu_text}\ntable = {table}\n'
         f'local = "{me}"\nremote = "{peer}"\n'
         f'routes = ["{theirs}"]\nstats = "{stats}"\nudp_encap = {str(udp_encap).lower()}\n'
         f"stage_timing = {str(stage_timing).lower()}\n\n"
@@ -178,6 +186,8 @@ class Ours:
         self.sockets: dict[str, Path] = {}
         # gateways on real hosts: key -> (node, the binary's path there)
         self._remote: dict[str, tuple[str, str]] = {}
+        # gateway key -> (node, its TUN device)
+        self._tuns: dict[str, tuple[str, str]] = {}
         self._tb: Any = None
 
     def check(self, configuration: str) -> None:
@@ -221,8 +231,6 @@ class Ours:
                 text = gateway_config(
                     node, t, ls, keys, sock, self.udp_encap, self.stage_timing,
                     tun=f"ipsec{k}", table=220 + k,
-                    # host-to-host: the link is both sides, 1500 bytes; leave room for ESP
-                    mtu=OURS_TUN_MTU["transport" if host_to_host else "tunnel"],
                     mode=self.mode if host_to_host else "tunnel",
                 )  # fmt: skip
                 text = self.edit(key, text) if self.edit else text
@@ -236,6 +244,7 @@ class Ours:
                     private_file(conf, text)
                 self.configs[key] = conf
                 self.sockets[key] = sock
+                self._tuns[key] = (node, f"ipsec{k}")
                 # fresh keys, never used before: the one case for --init-state
                 self._procs[key] = tb.spawn(
                     node,
@@ -274,6 +283,13 @@ class Ours:
         self._procs.clear()
         self.sockets.clear()
         self._remote.clear()
+        self._tuns.clear()
+
+    def inner_mtu(self) -> int | None:
+        """The smallest MTU the running gateways' TUN devices offer their hosts (each
+        chose its own from its path and SAs: `mtu = "auto"`), read from the devices."""
+        got = [link_mtu(self._tb, node, tun) for node, tun in self._tuns.values()]
+        return min(got) if got else None
 
     def pids(self) -> list[int]:
         """This machine's ipsec-gw processes (on real hosts, none here)."""

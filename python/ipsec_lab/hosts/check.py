@@ -77,8 +77,6 @@ MODULES = {"esp4": "ESP over IPv4 (xfrm)", "esp6": "ESP over IPv6 (xfrm)", "ah4"
            "xfrm_ipcomp": "IPComp (xfrm)", "sch_netem": "delay/loss links"}  # fmt: skip
 # A clock further off than this is reported (one-way figures across hosts need better).
 CLOCK_WARN_S = 0.5
-# ESP's largest overhead on a 1500-byte inner packet (AES-CBC, HMAC-SHA-512, UDP encap).
-ESP_OVERHEAD = 100
 
 
 @dataclass
@@ -264,16 +262,18 @@ def _interfaces(s: Ssh, hosts: Hosts, node: str, topo_name: str) -> list[Row]:
             out.append(Row(node, f"{side} {i.interface}", "fail",
                            f"down: `ip link set {i.interface} up`"))  # fmt: skip
             continue
-        need = INNER_MTU + ESP_OVERHEAD if side != "inside" else INNER_MTU
-        status = "ok" if mtu >= need else "warn"
-        detail = f"up, MTU {mtu}"
-        if status == "warn":
+        status, detail = "ok", f"up, MTU {mtu}"
+        if side == "inside" and mtu < INNER_MTU:
+            status = "warn"
+            detail += f" (< {INNER_MTU}: the hosts' own packets are smaller than a real LAN's)"
+        elif side != "inside":
+            # what the tunnel over this link offers its hosts (ours' `mtu = "auto"`; the
+            # kernel's xfrm the same): the link's MTU less ESP's overhead
             esp = mtu_facts("line", "ours", "esp:aes128gcm16", mtu)["largest_whole_inner"]
             udp = mtu_facts("line", "ours-udp", "esp:aes128gcm16", mtu)["largest_whole_inner"]
-            detail += (f" (< {need}): the tunnel carries inner packets of up to {esp} B whole "
-                       f"(esp:aes128gcm16; {udp} B in UDP) — ours' TUN offers {INNER_MTU}, "
-                       "so a larger one leaves it as two fragments; a link `mtu` can "
-                       "raise it")  # fmt: skip
+            detail += (f": the tunnel's inner MTU will be {esp} B (esp:aes128gcm16; {udp} B "
+                       "in UDP), the link's less ESP's overhead — a larger inner packet is "
+                       "refused with ICMP (DF) or fragmented before it is sealed")  # fmt: skip
         if i.address:
             detail += f", {i.address}" + (" (present)" if i.present else " (the lab adds it)")
         out.append(Row(node, f"{side} {i.interface}", status, detail))

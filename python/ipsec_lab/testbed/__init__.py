@@ -75,10 +75,11 @@ class Topology:
         return out
 
 
-# The outer links carry a whole 1500-byte inner packet plus IPsec's overhead without
-# fragmenting it (1600 > 1500 + the largest ESP-in-UDP or AH+ESP overhead, ~110 B), so the
-# wire counters show IPsec's own overhead and the studies' 1500-byte datagrams go intact.
-OUTER_MTU = 1600
+# The gateways' link is a real link's 1500 bytes: the IPsec under test must fit its
+# packets to it (ours: `mtu = "auto"`, the path's less the SAs' overhead; the kernel's
+# xfrm does the same), as on the hosts users measure. A link's `mtu` key changes it (1600
+# lets a whole 1500-byte inner packet plus IPsec through, for a study that needs that).
+OUTER_MTU = 1500
 INNER_MTU = 1500
 
 
@@ -191,8 +192,7 @@ class Link:
     loss_pct: float = 0.0
     reorder_pct: float = 0.0
     duplicate_pct: float = 0.0
-    # the MTU of the shaped wire's ends (None: the topology's own — 1600 on the line's
-    # gateway link, so a 1500-byte inner packet plus IPsec goes whole; 1500 elsewhere)
+    # the MTU of the shaped wire's ends (None: the topology's own — 1500, a real link's)
     mtu: int | None = None
 
     @property

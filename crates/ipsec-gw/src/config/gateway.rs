@@ -49,6 +49,27 @@ pub(super) fn crypto_workers(cx: &Ctx<'_>, g: &RawGateway) -> Result<usize, Conf
     })
 }
 
+/// `mtu`: "auto" (the default: the path's less the SAs' overhead) or 576..9000 bytes.
+pub(super) fn mtu(cx: &Ctx<'_>, g: &RawGateway) -> Result<Mtu, ConfigError> {
+    Ok(match &g.mtu {
+        None => Mtu::Auto,
+        Some(RawCount::Word(w)) if w == "auto" => Mtu::Auto,
+        Some(RawCount::Number(n)) if (MIN_MTU as i64..=MAX_MTU as i64).contains(n) => {
+            Mtu::Fixed(*n as u16)
+        }
+        Some(other) => {
+            let got = match other {
+                RawCount::Number(n) => n.to_string(),
+                RawCount::Word(w) => format!("{w:?}"),
+            };
+            return Err(cx.err(
+                "gateway.mtu",
+                format!("{got} is not \"auto\" or a number of bytes from {MIN_MTU} to {MAX_MTU}"),
+            ));
+        }
+    })
+}
+
 /// `[gateway]`: its own checks; the outer addresses and the routes into the TUN device.
 pub(super) fn gateway(
     cx: &Ctx<'_>,
@@ -82,9 +103,6 @@ pub(super) fn gateway(
                 g.workers
             ),
         ));
-    }
-    if !(576..=9000).contains(&g.mtu) {
-        return Err(cx.err("gateway.mtu", format!("{} is outside 576..9000", g.mtu)));
     }
     let addr = |key: &str, s: &str| -> Result<IpAddr, ConfigError> {
         s.parse()

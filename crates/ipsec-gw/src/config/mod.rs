@@ -18,7 +18,7 @@ mod raw;
 mod sa;
 
 pub use gateway::{auto_crypto_workers, MAX_CRYPTO_WORKERS};
-use gateway::{crypto_workers, gateway};
+use gateway::{crypto_workers, gateway, mtu};
 use policy::{bundle, policy, unused_sas};
 use raw::*;
 pub use sa::same_key;
@@ -103,11 +103,27 @@ pub struct PolicySpec {
     pub action: PolicyAction,
 }
 
+/// The smallest and largest TUN MTU: IPv4's minimum datagram every host must take
+/// (RFC 791), and a jumbo frame (the data path's buffers are sized for it).
+pub const MIN_MTU: u16 = 576;
+pub const MAX_MTU: u16 = 9000;
+
+/// The TUN device's MTU (RFC 4301 §8): a number, or `Auto` — the path MTU to the peer
+/// less the largest overhead of the outbound SAs, so that no sealed packet is fragmented
+/// (the kernel then answers a larger DF packet with ICMP "fragmentation needed" / ICMPv6
+/// "packet too big", and fragments a larger non-DF IPv4 packet before it is sealed —
+/// RFC 4301 §8.1's pre-fragmentation). Found at start and again at each reload.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mtu {
+    Auto,
+    Fixed(u16),
+}
+
 #[derive(Clone, Debug)]
 pub struct Config {
     pub file: PathBuf,
     pub tun: String,
-    pub mtu: u16,
+    pub mtu: Mtu,
     /// 2: one worker thread per direction; 1: one thread for both.
     pub workers: u8,
     /// Threads that seal (outbound) or open (inbound) the packets of one batch together,
@@ -140,6 +156,54 @@ pub struct Config {
 impl Config {
     pub fn udp_peer(&self) -> SocketAddr {
         SocketAddr::new(self.remote, ipsec::constants::NAT_T_PORT)
+    }
+}
+
+impl Config {
+    /// The largest inner packet every outbound SA and bundle seals into at most `wire`
+    /// bytes (ESP in UDP if `udp_encap`), and the SA or bundle that sets it; `None`
+    /// without outbound SAs (nothing is sealed: the path's own MTU).
+    pub fn largest_inner(&self, wire: u16) -> Option<(usize, String)> {
+        let out = |name: &str| {
+            self.sas
+                .iter()
+                .find(|s| s.name == name && s.config.direction == Direction::Out)
+        };
+        let singles = self
+            .sas
+            .iter()
+            .filter(|s| s.config.direction == Direction::Out)
+            .map(|s| {
+                (
+                    s.config.largest_inner(wire.into(), self.udp_encap),
+                    format!("sa {}", s.name),
+                )
+            });
+        let bundles = self.bundles.iter().filter_map(|b| {
+            let esp = out(&b.esp)?;
+            let ah = b.ah.as_deref().and_then(out).map(|a| &a.config);
+            let n =
+                ipsec::sa::mtu::bundle_largest_inner(&esp.config, ah, wire.into(), self.udp_encap);
+            Some((n, format!("bundle {}", b.name)))
+        });
+        singles.chain(bundles).min_by_key(|(n, _)| *n)
+    }
+
+    /// The TUN MTU for a path MTU of `wire` bytes (`mtu = "auto"`), or why there is none.
+    pub fn auto_mtu(&self, wire: u16) -> Result<u16, String> {
+        let Some((n, who)) = self.largest_inner(wire) else {
+            return Ok(wire.clamp(MIN_MTU, MAX_MTU));
+        };
+        if n < usize::from(MIN_MTU) {
+            return Err(format!(
+                "{}: gateway.mtu: \"auto\": the path MTU to {} is {wire} bytes, which leaves \
+                 {n} for inner packets ({who}), under the {MIN_MTU} every IPv4 host must take; \
+                 raise the outer link's MTU or set `mtu` to a number",
+                self.file.display(),
+                self.remote
+            ));
+        }
+        Ok(n.min(usize::from(MAX_MTU)) as u16)
     }
 }
 
@@ -284,7 +348,7 @@ pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
     Ok(Config {
         file: path.to_path_buf(),
         tun: g.tun.clone(),
-        mtu: g.mtu,
+        mtu: mtu(&cx, g)?,
         workers: g.workers,
         crypto_workers,
         local,

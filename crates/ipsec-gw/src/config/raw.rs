@@ -33,8 +33,9 @@ pub(super) struct RawBundle {
 #[serde(deny_unknown_fields)]
 pub(super) struct RawGateway {
     pub(super) tun: String,
-    #[serde(default = "default_mtu")]
-    pub(super) mtu: u16,
+    /// "auto" (the default) or a number of bytes.
+    #[serde(default)]
+    pub(super) mtu: Option<RawCount>,
     pub(super) local: String,
     pub(super) remote: String,
     #[serde(default)]
@@ -85,10 +86,6 @@ pub(super) fn default_table() -> u32 {
 /// "LAB" in ASCII: the mark on the gateway's own outer packets.
 pub(super) fn default_fwmark() -> u32 {
     0x004c_4142
-}
-
-pub(super) fn default_mtu() -> u16 {
-    1400
 }
 
 #[derive(Deserialize)]

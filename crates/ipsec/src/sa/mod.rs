@@ -13,6 +13,7 @@ use esp::Recheck;
 
 pub mod ah;
 pub mod esp;
+pub mod mtu;
 use crate::replay::{ReplayWindow, DEFAULT_WINDOW};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
