@@ -5,6 +5,7 @@ namespaces and processes, also on failure."""
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import re
@@ -647,6 +648,7 @@ def test_host_to_host_protects_the_hosts_own_traffic(tmp_path: Path, mode: str) 
         gw = Ours(mode=mode)
         gw.start(tb, "esp:aes128gcm16")
         try:
+            tb_mtu = tb.run("hostA", ["ip", "-j", "link", "show", "dev", "ipsec0"])
             with capture(tb, "hostA", "eth0", "link") as pcap:
                 t = tcp(tb, seconds=2)
             a = settle(gw, "hostA")
@@ -656,10 +658,12 @@ def test_host_to_host_protects_the_hosts_own_traffic(tmp_path: Path, mode: str) 
     assert sa(a, "outbound", "out")["packets"] > 1000
     # no clear TCP between the hosts: every IPv4 packet is ESP
     assert count(pcap, "ip") > 1000 and count(pcap, "ip and not ip proto 50") == 0
-    # Full-size segments are 1400-byte inner packets (the TUN MTU). Tunnel: outer IPv4 20
-    # + ESP 8 + IV 8 + (1400 + 2 trailer, padded to 4) + ICV 16 = 1456. Transport keeps
-    # the packet's own header in front: 20 + 8 + 8 + (1380 + 2 -> 1384) + 16 = 1436.
-    full = 1456 if mode == "tunnel" else 1436  # the largest IPv4 total length on the link
+    # Full-size segments fill the 1500-byte link exactly (`mtu = "auto"`): tunnel mode's
+    # TUN offers 1446 — outer IPv4 20 + ESP 8 + IV 8 + (1446 + 2 trailer = 1448, a multiple
+    # of 4) + ICV 16 = 1500; transport keeps the packet's own header in front and offers
+    # 1466 — 20 + 8 + 8 + (1446 of payload + 2) + 16 = 1500. Nothing larger, no fragment.
+    full = 1500  # the largest IPv4 total length on the link
+    assert json.loads(tb_mtu)[0]["mtu"] == (1446 if mode == "tunnel" else 1466)
     assert count(pcap, f"ip[2:2] = {full}") > 0 and count(pcap, f"ip[2:2] > {full}") == 0
 
 
