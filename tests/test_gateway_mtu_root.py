@@ -12,50 +12,24 @@ import json
 import signal
 import sys
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
-from ipsec_lab.backends.ours import Ours, gateway_binary
+from ipsec_lab.backends.ours import Ours
 from ipsec_lab.model.overhead import largest_inner
 from ipsec_lab.model.transforms import Layout, parse_configuration
-from ipsec_lab.testbed import Link, topology
-from ipsec_lab.testbed.build import Testbed, leftovers, link_mtu
+from ipsec_lab.testbed import topology
+from ipsec_lab.testbed.build import Testbed, link_mtu
 from netutil import capture, count, transfer
+from test_gateway_traffic_root import root_and_tidy, tunnel  # the gateways' link: 1500 B
+
+__all__ = ["root_and_tidy"]  # an autouse fixture: no namespace or gateway left behind
 
 pytestmark = pytest.mark.root
 
 # an outer IPv4 packet that is a fragment: more fragments set, or an offset
 FRAGMENTS = "ip[6:2] & 0x3fff != 0"
-
-
-@pytest.fixture(autouse=True)
-def root_and_tidy() -> Iterator[None]:
-    if gateway_binary() is None:
-        pytest.fail("ipsec-gw is not built (make gateway)")
-    before = set(leftovers()[0])
-    yield
-    assert set(leftovers()[0]) <= before, "a namespace was left behind"
-
-
-@contextmanager
-def tunnel(
-    tmp_path: Path,
-    configuration: str,
-    udp_encap: bool = False,
-    wan_mtu: int = 1500,
-    edit: Callable[[str, str], str] | None = None,
-) -> Iterator[tuple[Testbed, Ours]]:
-    with Testbed(topology("line"), tmp_path / "run") as tb:
-        tb.shape(Link("real", mtu=wan_mtu))
-        gw = Ours(udp_encap=udp_encap, edit=edit)
-        gw.start(tb, configuration)
-        try:
-            yield tb, gw
-        finally:
-            gw.stop(tb)
 
 
 def whole(configuration: str, udp_encap: bool, wire: int) -> int:
@@ -94,7 +68,7 @@ CASES = [("esp:aes128gcm16", False), ("esp:aes128gcm16", True), ("esp:aes128-sha
 def test_a_df_packet_over_the_sas_mtu_gets_fragmentation_needed_with_that_mtu(
     tmp_path: Path, configuration: str, udp_encap: bool
 ) -> None:
-    with tunnel(tmp_path, configuration, udp_encap) as (tb, gw):
+    with tunnel(tmp_path, configuration, udp_encap=udp_encap) as (tb, gw):
         want = whole(configuration, udp_encap, 1500)
         assert link_mtu(tb, "gwA", "ipsec0") == want == gw.inner_mtu()
         assert link_mtu(tb, "gwB", "ipsec0") == want
@@ -120,7 +94,7 @@ def test_without_df_a_full_size_packet_is_fragmented_before_sealing_and_arrives_
         "s.bind(('10.2.0.2', 9)); s.settimeout(10); "
         "print(len(s.recvfrom(65535)[0]), flush=True)"
     )
-    with tunnel(tmp_path, configuration, udp_encap) as (tb, _):
+    with tunnel(tmp_path, configuration, udp_encap=udp_encap) as (tb, _):
         with capture(tb, "gwA", "wan", "outer") as pcap:
             rx = tb.spawn("server", [sys.executable, "-u", "-c", receiver], "receiver")
             time.sleep(0.5)
