@@ -107,6 +107,7 @@ pub struct PolicySpec {
 /// (RFC 791), and a jumbo frame (the data path's buffers are sized for it).
 pub const MIN_MTU: u16 = 576;
 pub const MAX_MTU: u16 = 9000;
+const IPV6_MIN_MTU: usize = 1280;
 
 /// The TUN device's MTU (RFC 4301 §8): a number, or `Auto` — the path MTU to the peer
 /// less the largest overhead of the outbound SAs, so that no sealed packet is fragmented
@@ -199,6 +200,17 @@ impl Config {
                 "{}: gateway.mtu: \"auto\": the path MTU to {} is {wire} bytes, which leaves \
                  {n} for inner packets ({who}), under the {MIN_MTU} every IPv4 host must take; \
                  raise the outer link's MTU or set `mtu` to a number",
+                self.file.display(),
+                self.remote
+            ));
+        }
+        // IPv6 needs 1280 on every link (RFC 8200 §5): under it Linux takes IPv6 off the
+        // device, and the IPv6 routes into it with it
+        if n < IPV6_MIN_MTU && self.routes.iter().any(|r| r.addr.is_ipv6()) {
+            return Err(format!(
+                "{}: gateway.mtu: \"auto\": the path MTU to {} is {wire} bytes, which leaves \
+                 {n} for inner packets ({who}), under the {IPV6_MIN_MTU} IPv6 needs for the \
+                 IPv6 routes; raise the outer link's MTU",
                 self.file.display(),
                 self.remote
             ));

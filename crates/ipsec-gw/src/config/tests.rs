@@ -593,4 +593,20 @@ fn auto_mtu_is_the_path_less_the_largest_outbound_overhead() {
         "{e}"
     );
     assert_eq!(c.auto_mtu(9216), Ok(9000));
+    // with an IPv6 route, under 1280 is refused; without one, 1000 is fine
+    assert_eq!(c.auto_mtu(1000), Ok(946));
+    let v6 = parse(
+        &with(
+            "routes = [\"10.2.0.0/24\"]",
+            "routes = [\"10.2.0.0/24\", \"2001:db8:2::/64\"]",
+        ),
+        Path::new("gw.toml"),
+    )
+    .unwrap();
+    assert_eq!(v6.auto_mtu(1336), Ok(1282));
+    let e = v6.auto_mtu(1335).unwrap_err();
+    assert!(
+        e.contains("leaves 1278") && e.contains("1280 IPv6 needs"),
+        "{e}"
+    );
 }
