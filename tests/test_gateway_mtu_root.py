@@ -151,6 +151,15 @@ def test_auto_follows_a_changed_outer_mtu_at_reload(tmp_path: Path) -> None:
         transfer(tb, ("client", ""), ("server", "10.2.0.2"), data, 30)
         # gwB's path did not change: its TUN keeps its MTU
         assert link_mtu(tb, "gwB", "ipsec0") == before
+        # a path too small for the SAs: the reload is refused, the running MTU stays
+        tb.run("gwA", ["ip", "link", "set", "dev", "wan", "mtu", "600"])
+        gw._procs["gwA"].send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and "leaves 546" not in log.read_text():
+            time.sleep(0.1)
+        assert "reload refused, the running config stays" in log.read_text()
+        assert "path MTU to 192.0.2.2 is 600 bytes, which leaves 546" in log.read_text()
+        assert link_mtu(tb, "gwA", "ipsec0") == after
 
 
 def test_a_path_too_small_for_the_sas_is_refused_at_start_leaving_nothing(tmp_path: Path) -> None:

@@ -242,7 +242,7 @@ fn run(cfg: config::Config, init_state: bool, mut signals: Signals) -> Result<()
     let eng_in = engine(Direction::In, (st_in, read_out))?;
     // The TUN device's MTU, before anything is made: a path that leaves too little room
     // is refused with nothing to undo.
-    let (tun_mtu, path) = tun_mtu(&cfg)?;
+    let (start_mtu, path) = tun_mtu(&cfg)?;
     // A TUN device of this name is another gateway's (a gateway's goes with it): refused
     // before this one's guard goes in beside that one's.
     if std::path::Path::new("/sys/class/net")
@@ -262,7 +262,7 @@ fn run(cfg: config::Config, init_state: bool, mut signals: Signals) -> Result<()
     guard::install(&cfg)?;
     let tun = tun_rs::DeviceBuilder::new()
         .name(&cfg.tun)
-        .mtu(tun_mtu)
+        .mtu(start_mtu)
         .offload(cfg.offload)
         .build_sync()
         .map_err(|e| format!("cannot create TUN device {}: {e}", cfg.tun))?;
@@ -347,7 +347,7 @@ fn run(cfg: config::Config, init_state: bool, mut signals: Signals) -> Result<()
     eprintln!(
         "ipsec-gw: up: TUN {} (MTU {}{}, offloads: TCP {}, UDP {}), {} -> {}{}, {} SAs, {} policies, {}",
         cfg.tun,
-        tun_mtu,
+        start_mtu,
         path_note(path),
         if tun.tcp_gso() { "on" } else { "off" },
         if tun.udp_gso() { "on" } else { "off" },
@@ -373,7 +373,7 @@ fn run(cfg: config::Config, init_state: bool, mut signals: Signals) -> Result<()
         }
     );
     let mut current = cfg;
-    let mut running_mtu = tun_mtu;
+    let mut running_mtu = start_mtu;
     for sig in signals.forever() {
         if sig != SIGHUP {
             eprintln!("ipsec-gw: stopping");
@@ -435,6 +435,28 @@ fn run(cfg: config::Config, init_state: bool, mut signals: Signals) -> Result<()
                 for w in &new.warnings {
                     eprintln!("ipsec-gw: warning: {w}");
                 }
+                // `auto` follows the path: the MTU the path and the new SAs give now. One
+                // that cannot be worked out refuses the reload (the new SAs might not fit
+                // the running MTU); a smaller one is set before the new engines take
+                // over, a larger one after — never a moment with packets too big.
+                let mtu = match new.mtu {
+                    config::Mtu::Auto => match tun_mtu(&new) {
+                        Ok((n, path)) => Some((n, path)),
+                        Err(e) => {
+                            shared.reloads_refused.fetch_add(1, Ordering::Relaxed);
+                            eprintln!("ipsec-gw: reload refused, the running config stays: {e}");
+                            continue;
+                        }
+                    },
+                    config::Mtu::Fixed(_) => None,
+                };
+                if let Some((n, path)) = mtu.filter(|(n, _)| *n < running_mtu) {
+                    if let Err(e) = set_tun_mtu(&new, &mut running_mtu, n, path) {
+                        shared.reloads_refused.fetch_add(1, Ordering::Relaxed);
+                        eprintln!("ipsec-gw: reload refused, the running config stays: {e}");
+                        continue;
+                    }
+                }
                 // The new guard before the new engines: a guard that cannot be
                 // installed refuses the reload, the running config and its guard stay
                 // (as a start that cannot install it is refused).
@@ -447,10 +469,10 @@ fn run(cfg: config::Config, init_state: bool, mut signals: Signals) -> Result<()
                 let new = Arc::new(new);
                 let _ = out_tx.send(new.clone());
                 let _ = in_tx.send(new.clone());
-                // `auto` follows the path: a changed outer MTU (or SAs of another
-                // overhead) gives the TUN device its new MTU
-                if new.mtu == config::Mtu::Auto {
-                    follow_path_mtu(&new, &mut running_mtu);
+                if let Some((n, path)) = mtu.filter(|(n, _)| *n > running_mtu) {
+                    if let Err(e) = set_tun_mtu(&new, &mut running_mtu, n, path) {
+                        eprintln!("ipsec-gw: warning: {e} (the smaller MTU is safe)");
+                    }
                 }
                 shared.reloads.fetch_add(1, Ordering::Relaxed);
                 eprintln!(
@@ -537,20 +559,15 @@ fn key_of_other_direction(
         })
 }
 
-/// Why a reload of `new` over `current` must be refused, if it must: the engines it
-/// would build fail (every rule the engine enforces), or an SA changes what it does
-/// while keeping its keys — the same keys under new parameters would restart or
-/// reinterpret its sequence numbers (RFC 4301 §4.4.2: a changed SA is a new SA, which
-/// needs new keys).
-/// The TUN device's MTU at start, and the path MTU it came from (`auto`).
+/// The TUN device's MTU (at start, and at a reload with `auto`), and the path MTU it came
+/// from (`auto`).
 fn tun_mtu(cfg: &config::Config) -> Result<(u16, Option<u16>), String> {
     match cfg.mtu {
         config::Mtu::Fixed(n) => Ok((n, None)),
         config::Mtu::Auto => {
             let path = sys::path_mtu(cfg.local, cfg.remote, cfg.fwmark).map_err(|e| {
                 format!(
-                    "{}: gateway.mtu: \"auto\": cannot learn the path MTU from {} to {}: {e}; \
-                     set `mtu` to a number",
+                    "{}: gateway.mtu: \"auto\": cannot learn the path MTU from {} to {}: {e}",
                     cfg.file.display(),
                     cfg.local,
                     cfg.remote
@@ -567,29 +584,31 @@ fn path_note(path: Option<u16>) -> String {
     })
 }
 
-/// At a reload with `mtu = "auto"`: the TUN device gets the MTU the path and the new SAs
-/// give now, if that changed (the gateway keeps CAP_NET_ADMIN for this and the guard).
-fn follow_path_mtu(cfg: &config::Config, running: &mut u16) {
-    match tun_mtu(cfg) {
-        Ok((n, path)) if n != *running => {
-            match guard::ip(&["link", "set", "dev", &cfg.tun, "mtu", &n.to_string()]) {
-                Ok(()) => {
-                    eprintln!(
-                        "ipsec-gw: TUN {} MTU {} -> {n}{}",
-                        cfg.tun,
-                        *running,
-                        path_note(path)
-                    );
-                    *running = n;
-                }
-                Err(e) => eprintln!("ipsec-gw: warning: TUN MTU stays {}: {e}", *running),
-            }
-        }
-        Ok(_) => {}
-        Err(e) => eprintln!("ipsec-gw: warning: TUN MTU stays {}: {e}", *running),
-    }
+/// Give the TUN device `n` bytes of MTU (the gateway keeps CAP_NET_ADMIN, ambient, for
+/// this and the guard); `running` follows it.
+fn set_tun_mtu(
+    cfg: &config::Config,
+    running: &mut u16,
+    n: u16,
+    path: Option<u16>,
+) -> Result<(), String> {
+    guard::ip(&["link", "set", "dev", &cfg.tun, "mtu", &n.to_string()])
+        .map_err(|e| format!("cannot set TUN {} MTU {n}: {e}", cfg.tun))?;
+    eprintln!(
+        "ipsec-gw: TUN {} MTU {} -> {n}{}",
+        cfg.tun,
+        *running,
+        path_note(path)
+    );
+    *running = n;
+    Ok(())
 }
 
+/// Why a reload of `new` over `current` must be refused, if it must: the engines it
+/// would build fail (every rule the engine enforces), or an SA changes what it does
+/// while keeping its keys — the same keys under new parameters would restart or
+/// reinterpret its sequence numbers (RFC 4301 §4.4.2: a changed SA is a new SA, which
+/// needs new keys).
 fn reload_problem(current: &config::Config, new: &config::Config) -> Option<String> {
     if let Err(e) = dataplane::DirEngine::check(new) {
         return Some(e.to_string());

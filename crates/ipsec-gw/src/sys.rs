@@ -669,5 +669,7 @@ pub fn path_mtu(local: IpAddr, remote: IpAddr, mark: u32) -> io::Result<u16> {
             &mut len,
         )
     })?;
-    u16::try_from(mtu).map_err(|_| io::Error::other(format!("path MTU {mtu} out of range")))
+    // loopback's 65536 does not fit a u16; the TUN's MTU is capped at 9000 anyway
+    u16::try_from(mtu.min(65535))
+        .map_err(|_| io::Error::other(format!("path MTU {mtu} out of range")))
 }

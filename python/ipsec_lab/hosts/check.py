@@ -269,8 +269,9 @@ def _interfaces(s: Ssh, hosts: Hosts, node: str, topo_name: str) -> list[Row]:
         elif side != "inside":
             # what the tunnel over this link offers its hosts (ours' `mtu = "auto"`; the
             # kernel's xfrm the same): the link's MTU less ESP's overhead
-            esp = mtu_facts("line", "ours", "esp:aes128gcm16", mtu)["largest_whole_inner"]
-            udp = mtu_facts("line", "ours-udp", "esp:aes128gcm16", mtu)["largest_whole_inner"]
+            # tunnel mode between gateways (line), transport host to host (pair, clients)
+            esp = mtu_facts(topo_name, "ours", "esp:aes128gcm16", mtu)["largest_whole_inner"]
+            udp = mtu_facts(topo_name, "ours-udp", "esp:aes128gcm16", mtu)["largest_whole_inner"]
             detail += (f": the tunnel's inner MTU will be {esp} B (esp:aes128gcm16; {udp} B "
                        "in UDP), the link's less ESP's overhead — a larger inner packet is "
                        "refused with ICMP (DF) or fragmented before it is sealed")  # fmt: skip

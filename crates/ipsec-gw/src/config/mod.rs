@@ -219,6 +219,20 @@ impl Config {
     }
 }
 
+/// A fixed MTU under IPv6's 1280 (RFC 8200 §5) cannot carry IPv6 routes: Linux takes
+/// IPv6 off such a device, and the routes into it would fail at start.
+fn fixed_mtu_fits_ipv6(cx: &Ctx<'_>, m: Mtu, routes: &[Prefix]) -> Result<Mtu, ConfigError> {
+    match m {
+        Mtu::Fixed(n) if usize::from(n) < IPV6_MIN_MTU && routes.iter().any(|r| r.addr.is_ipv6()) => {
+            Err(cx.err(
+                "gateway.mtu",
+                format!("{n} is under the {IPV6_MIN_MTU} bytes IPv6 needs (RFC 8200 §5), and `routes` has an IPv6 prefix"),
+            ))
+        }
+        _ => Ok(m),
+    }
+}
+
 struct Ctx<'a> {
     file: &'a Path,
 }
@@ -360,7 +374,7 @@ pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
     Ok(Config {
         file: path.to_path_buf(),
         tun: g.tun.clone(),
-        mtu: mtu(&cx, g)?,
+        mtu: fixed_mtu_fits_ipv6(&cx, mtu(&cx, g)?, &routes)?,
         workers: g.workers,
         crypto_workers,
         local,

@@ -545,6 +545,20 @@ fn mtu_is_auto_or_a_number_of_bytes_and_anything_else_names_the_key() {
         let c = parse(&with(tun, &format!("{tun}\n{line}")), Path::new("gw.toml")).unwrap();
         assert_eq!(c.mtu, want, "{line}");
     }
+    // a fixed MTU under 1280 with an IPv6 route: refused, naming why
+    let v6 = with(
+        "routes = [\"10.2.0.0/24\"]",
+        "mtu = 1200\nroutes = [\"2001:db8:2::/64\"]",
+    );
+    let e = err(&v6);
+    assert_eq!(e.key, "gateway.mtu");
+    assert!(e.message.contains("under the 1280 bytes IPv6 needs"), "{e}");
+    let ok = parse(
+        &v6.replace("mtu = 1200", "mtu = 1280"),
+        Path::new("gw.toml"),
+    )
+    .unwrap();
+    assert_eq!(ok.mtu, Mtu::Fixed(1280));
     for line in [
         "mtu = 575",
         "mtu = 9001",

@@ -3,7 +3,7 @@
 //! fragmented after encapsulation (RFC 4301 §8: PMTU and fragmentation; RFC 4303 §3.3.4
 //! notes that fragmenting ESP afterwards costs the receiver a reassembly).
 //!
-//! Exact, not a bound: ESP's padding makes `pad + trailer` a multiple of the cipher's
+//! Exact in tunnel mode, not a bound: ESP's padding makes `pad + trailer` a multiple of the cipher's
 //! alignment (RFC 4303 §2.4), so the largest fitting payload is found by rounding down
 //! what remains after the fixed parts to that alignment, less the 2-byte trailer — as
 //! Linux's `esp4_get_mtu` / `xfrm_state_mtu` do.
@@ -33,7 +33,8 @@ impl SaConfig {
     /// The largest inner IP packet (its whole length, header included) that this
     /// outbound SA turns into an IP packet of at most `wire` bytes; 0 if none fits.
     /// `udp_encap`: ESP in UDP (8 more bytes). In transport mode the inner header
-    /// stays in front (IPv4's 20 bytes or IPv6's 40, whichever fits less).
+    /// stays in front, and what fits depends on its length: the answer is the least over
+    /// every length an IPv4 or IPv6 header (with options or extension headers) can have.
     pub fn largest_inner(&self, wire: usize, udp_encap: bool) -> usize {
         let udp = if udp_encap { UDP_ENCAP_LEN } else { 0 };
         let s = &self.suite;
@@ -43,8 +44,13 @@ impl SaConfig {
                     self.outer_header_len() + udp + ESP_HEADER_LEN + s.iv_len() + s.icv_len();
                 esp_payload(wire, fixed, s.align()).unwrap_or(0)
             }
-            (Protocol::Esp, Mode::Transport) => [IPV4_HEADER_LEN, IPV6_HEADER_LEN]
-                .into_iter()
+            // The inner packet's own header stays in front, options and IPv6 extension
+            // headers with it (`locate`), and the padding aligns what follows it: every
+            // header length there can be (IPv4's 20-60 in steps of 4, IPv6's 40 and 8-byte
+            // extension headers) is tried, so the answer fits whatever the packet carries.
+            (Protocol::Esp, Mode::Transport) => (IPV4_HEADER_LEN..=60)
+                .step_by(4)
+                .chain((IPV6_HEADER_LEN..=IPV6_HEADER_LEN + 64).step_by(8))
                 .map(|h| {
                     let fixed = h + udp + ESP_HEADER_LEN + s.iv_len() + s.icv_len();
                     esp_payload(wire, fixed, s.align()).map_or(0, |p| h + p)
