@@ -15,7 +15,7 @@ from ipsec_lab.model.transforms import ConfigError, Layout, parse_configuration
 def facts(topology: str, backend: str, configuration: str, link_mtu: int | None,
           inner_mtu: int | None = None) -> dict[str, Any]:  # fmt: skip
     """`link_mtu`, `largest_whole_inner` and, where the tunnel is a device of its own
-    (ours: `inner_mtu`, read from its TUN devices), `inner_mtu` — for every row of a run.
+    (ours, whose backend reads it from its TUN devices), `inner_mtu` — for every row of a run.
     `link_mtu` None: unknown (a link the lab does not drive: an external DUT's)."""
     from ipsec_lab.model.overhead import largest_inner
 

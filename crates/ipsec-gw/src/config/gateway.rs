@@ -35,10 +35,7 @@ pub(super) fn crypto_workers(cx: &Ctx<'_>, g: &RawGateway) -> Result<usize, Conf
         Some(RawCount::Word(w)) if w == "auto" => auto_crypto_workers(),
         Some(RawCount::Number(n)) if (1..=MAX_CRYPTO_WORKERS as i64).contains(n) => *n as usize,
         Some(other) => {
-            let got = match other {
-                RawCount::Number(n) => n.to_string(),
-                RawCount::Word(w) => format!("{w:?}"),
-            };
+            let got = other.shown();
             return Err(cx.err(
                 "gateway.crypto_workers",
                 format!(
@@ -58,10 +55,7 @@ pub(super) fn mtu(cx: &Ctx<'_>, g: &RawGateway) -> Result<Mtu, ConfigError> {
             Mtu::Fixed(*n as u16)
         }
         Some(other) => {
-            let got = match other {
-                RawCount::Number(n) => n.to_string(),
-                RawCount::Word(w) => format!("{w:?}"),
-            };
+            let got = other.shown();
             return Err(cx.err(
                 "gateway.mtu",
                 format!("{got} is not \"auto\" or a number of bytes from {MIN_MTU} to {MAX_MTU}"),

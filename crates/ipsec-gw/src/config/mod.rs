@@ -206,7 +206,7 @@ impl Config {
         }
         // IPv6 needs 1280 on every link (RFC 8200 §5): under it Linux takes IPv6 off the
         // device, and the IPv6 routes into it with it
-        if n < IPV6_MIN_MTU && self.routes.iter().any(|r| r.addr.is_ipv6()) {
+        if n < IPV6_MIN_MTU && has_ipv6_route(&self.routes) {
             return Err(format!(
                 "{}: gateway.mtu: \"auto\": the path MTU to {} is {wire} bytes, which leaves \
                  {n} for inner packets ({who}), under the {IPV6_MIN_MTU} IPv6 needs for the \
@@ -219,11 +219,15 @@ impl Config {
     }
 }
 
+fn has_ipv6_route(routes: &[Prefix]) -> bool {
+    routes.iter().any(|r| r.addr.is_ipv6())
+}
+
 /// A fixed MTU under IPv6's 1280 (RFC 8200 §5) cannot carry IPv6 routes: Linux takes
 /// IPv6 off such a device, and the routes into it would fail at start.
 fn fixed_mtu_fits_ipv6(cx: &Ctx<'_>, m: Mtu, routes: &[Prefix]) -> Result<Mtu, ConfigError> {
     match m {
-        Mtu::Fixed(n) if usize::from(n) < IPV6_MIN_MTU && routes.iter().any(|r| r.addr.is_ipv6()) => {
+        Mtu::Fixed(n) if usize::from(n) < IPV6_MIN_MTU && has_ipv6_route(routes) => {
             Err(cx.err(
                 "gateway.mtu",
                 format!("{n} is under the {IPV6_MIN_MTU} bytes IPv6 needs (RFC 8200 §5), and `routes` has an IPv6 prefix"),

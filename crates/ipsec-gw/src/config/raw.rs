@@ -71,6 +71,16 @@ pub(super) enum RawCount {
     Word(String),
 }
 
+impl RawCount {
+    /// As an error quotes it: a number as written, a word in quotes.
+    pub(super) fn shown(&self) -> String {
+        match self {
+            RawCount::Number(n) => n.to_string(),
+            RawCount::Word(w) => format!("{w:?}"),
+        }
+    }
+}
+
 /// One worker per direction.
 pub(super) fn default_workers() -> u8 {
     2
