@@ -165,7 +165,7 @@ def test_cli_plan_overhead_advise_json(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["plan"], "one source of costs"),
+        (["plan"], "give a source of costs"),
         (["plan", "--bench", "ah:sha1"], "measures one ESP SA"),
         (["overhead", "--config", "esp:bogus"], "unknown ESP encryption"),
         (["overhead", "--transfer", "3 parsecs"], "not a size"),

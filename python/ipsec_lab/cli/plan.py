@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
+from dataclasses import dataclass
 from typing import Any
 
 from ipsec_lab.cli.args import (
@@ -22,9 +23,19 @@ from ipsec_lab.cli.args import (
     rate_mbps,
     whole,
 )
-from ipsec_lab.cli.output import console, fmt_mbps, make_table, print_json
+from ipsec_lab.cli.output import console, fmt_mbps, fmt_num, make_table, plural, print_json
 from ipsec_lab.model.plan import CycleCosts, Plan, cpu_mhz_here
-from ipsec_lab.model.throughput import Point, SyncModel, fit, parse_point
+from ipsec_lab.model.sizing import (
+    SIZING_SCENARIO,
+    CostPoint,
+    fit_costs,
+    mean_size,
+    measured_at,
+    one_size_bounds,
+    point_of,
+    sizes_of,
+)
+from ipsec_lab.model.throughput import FitError, Point, SyncModel, fit, parse_point
 from ipsec_lab.model.transforms import parse_configuration
 
 BENCH_SIZES = [64, 128, 256, 512, 1024, 1420]
@@ -44,9 +55,73 @@ def _bench_points(suite: str, budget_ms: int, trials: int, op: str) -> list[Poin
     return [Point(int(r["size"]), float(r["size"]) * 8e3 / float(r["ns_per_packet"])) for r in rows]
 
 
-def _campaign_effort(args: argparse.Namespace) -> tuple[float, str]:
-    """The median IPsec-process µs/kB of a lab campaign's runs of one configuration."""
-    from ipsec_lab import runner
+@dataclass
+class Source:
+    """One way of knowing the costs, planned at the asked size or mix."""
+
+    name: str  # how the verdict names it
+    costs: CycleCosts
+    bound: str  # what its figure is: measured, predicted, an upper bound on rate
+    detail: str
+    split: bool = True  # False: a total per packet at the mix, not per packet + per byte
+    bytes_only: bool = False  # a cost per byte of bulk TCP: none per packet was measured
+    other: CycleCosts | None = None  # the other end of what the data allow
+    se_cycles: float | None = None  # one standard error of the mix's cycles per packet
+    fit: dict[str, Any] | None = None
+
+    def plans(self, args: argparse.Namespace, mix: Mix) -> dict[str, Any]:
+        plan = Plan(self.costs, mix, args.target_mbps, args.max_load)
+        ends: list[Plan] = []
+        if self.other is not None:
+            ends = [Plan(self.other, mix, args.target_mbps, args.max_load)]
+        elif self.se_cycles:
+            for d in (-self.se_cycles, self.se_cycles):
+                c = self.costs
+                shifted = CycleCosts(
+                    max(c.cycles_per_packet + d, 0.0), c.cycles_per_byte, c.lalg, c.mhz
+                )
+                ends.append(Plan(shifted, mix, args.target_mbps, args.max_load))
+        rates = sorted([plan.per_core_mbps] + [e.per_core_mbps for e in ends])
+        doc: dict[str, Any] = {
+            "name": self.name,
+            "costs_are": self.bound,
+            "detail": self.detail,
+            "cycles_per_packet": self.costs.cycles_per_packet if self.split else None,
+            "cycles_per_byte": (
+                self.costs.cycles_per_byte if self.split or self.bytes_only else None
+            ),
+            "per_core_mbps": plan.per_core_mbps,
+            "cores": plan.cores,
+            "per_core_mbps_range": [rates[0], rates[-1]] if ends else None,
+            "cores_range": None,
+        }
+        if ends and plan.cores is not None:
+            cores = sorted([plan.cores] + [e.cores or 0 for e in ends])
+            doc["cores_range"] = [cores[0], cores[-1]]
+            if self.other is not None:  # a range, no one figure: plan for its worst end
+                doc["cores"] = cores[-1]
+        if self.other is not None:
+            doc["per_core_mbps"] = rates[0]
+        # cycles per packet at the mix: clock x bits per packet / Mbit/s of one core
+        per_packet = self.costs.mhz * 8 * mean_size(mix)
+        doc["cycles_per_packet_at_mix"] = per_packet / doc["per_core_mbps"]
+        doc["cycles_per_packet_at_mix_range"] = (
+            [per_packet / rates[-1], per_packet / rates[0]] if ends else None
+        )
+        doc["range_is"] = (
+            None if not ends else "what one size allows" if self.other else "one standard error"
+        )
+        if self.fit:
+            doc["fit"] = self.fit
+        return doc
+
+
+Mix = tuple[tuple[int, float], ...]
+
+
+def _campaign_points(args: argparse.Namespace) -> tuple[list[CostPoint], list[float], str]:
+    """The cost points of a campaign's one (backend, configuration), its bulk TCP efforts
+    (µs/kB, both gateways) and what they are."""
     from ipsec_lab.store import Store
 
     db = lab_dir(args) / "results.sqlite"
@@ -56,16 +131,18 @@ def _campaign_effort(args: argparse.Namespace) -> tuple[float, str]:
     try:
         if store.campaign(args.campaign) is None:
             raise UserError(f"--campaign {args.campaign}: no such campaign in {db}")
-        rows = runner.summarize(store.runs(args.campaign))
+        runs = [r for r in store.runs(args.campaign) if r["status"] == "done"]
     finally:
         store.close()
-    rows = [r for r in rows if r.get("ipsec_effort_median")]
     if args.backend:
-        rows = [r for r in rows if r["backend"] == args.backend]
+        runs = [r for r in runs if r["backend"] == args.backend]
     if args.configuration:
         want = parse_configuration(args.configuration).text
-        rows = [r for r in rows if parse_configuration(r["configuration"]).text == want]
-    pairs = sorted({(r["backend"], r["configuration"]) for r in rows})
+        runs = [r for r in runs if parse_configuration(r["configuration"]).text == want]
+    metered = [
+        (r, x) for r in runs for x in r["results"] if (x.get("ipsec_effort_us_per_kb") or 0) > 0
+    ]
+    pairs = sorted({(r["backend"], r["configuration"]) for r, _ in metered})
     if not pairs:
         raise UserError(
             f"--campaign {args.campaign}: no run with the IPsec processes' CPU measured"
@@ -77,21 +154,182 @@ def _campaign_effort(args: argparse.Namespace) -> tuple[float, str]:
             + ", ".join(f"{b} {c}" for b, c in pairs)
             + "; choose with --backend and --configuration"
         )
-    vals = [float(r["ipsec_effort_median"]) for r in rows]
+    points = [p for _, x in metered if (p := point_of(x)) is not None]
+    # bulk TCP: a row of neither a size nor a mix (nor latency, soak or an application's)
+    other = ("size", "mix", "load_pct", "held", "file_bytes")
+    tcp = [float(x["ipsec_effort_us_per_kb"]) for _, x in metered if not any(k in x for k in other)]
     b, c = pairs[0]
-    return statistics.median(vals), f"campaign {args.campaign}, {b} {c}, {len(vals)} measurements"
+    return points, tcp, f"campaign {args.campaign}, {b} {c}"
+
+
+def _campaign_sources(args: argparse.Namespace, mhz: float, mix: Mix) -> list[Source]:
+    points, tcp, what = _campaign_points(args)
+    if not points:
+        if not tcp:
+            raise UserError(
+                f"--campaign {args.campaign}: {what} measured no packet size the plan can "
+                f"use (latency and soak run at light load); run {SIZING_SCENARIO}"
+            )
+        if args.mix or args.size is not None:
+            raise UserError(
+                f"--campaign {args.campaign}: {what} measured bulk TCP only, which its "
+                "gateways handle in GSO batches of up to 64 KB rather than packets: it says "
+                "nothing of the cost per packet, so it cannot plan a --size or --mix. Run "
+                f"`sudo ipsec-lab run {SIZING_SCENARIO}` (a size sweep, a few minutes) and "
+                "plan from that campaign"
+            )
+        us_per_kb = statistics.median(tcp)
+        per_gw = us_per_kb / 2  # µs per kB of payload, both gateways: half is one's
+        detail = (
+            f"{what}, bulk TCP, {plural(len(tcp), 'measurement')}: {us_per_kb:.3g} µs/kB "
+            f"for both gateways' IPsec processes, {per_gw:.3g} per gateway (TUN and "
+            "socket costs included; the kernel's own forwarding is not)"
+        )
+        return [
+            Source(
+                "the gateways measured (bulk TCP)",
+                CycleCosts.flat(per_gw * mhz / 1024, 0.0, mhz),
+                "measured: the lab's gateways with bulk TCP (GSO batches), TUN, "
+                "sockets and all; not a per-packet figure",
+                detail,
+                split=False,
+                bytes_only=True,
+            )
+        ]
+    out: list[Source] = []
+    mean = mean_size(mix)
+    at = measured_at(points, mix)
+    if at:
+        us = statistics.median(p.us for p in at)
+        out.append(
+            Source(
+                "the gateways measured",
+                CycleCosts.flat(us * mhz / mean, 0.0, mhz),
+                "measured: the lab's gateways at this size or mix, TUN, sockets and all",
+                f"{what}: {us:.3g} µs of one gateway's IPsec CPU per packet at "
+                f"{'this mix' if len(mix) > 1 else f'{mix[0][0]} B'} "
+                f"({plural(len(at), 'measurement')})",
+                split=False,
+            )
+        )
+    sizes = sizes_of(points)
+    try:
+        f = fit_costs(points)
+    except FitError as e:
+        if len(sizes) != 1 or out:  # measured at the asked size: no range to add
+            if out:
+                return out
+            raise UserError(f"--campaign {args.campaign}: {e}") from None
+        one = statistics.median(p.us for p in points)
+        (pa, ba), (pb, bb) = one_size_bounds(one, sizes[0])
+        out.append(
+            Source(
+                "the model (one size: a range)",
+                CycleCosts.flat(ba * mhz, pa * mhz, mhz),
+                f"what one size allows: {what} measured only {sizes[0]:.0f} B, which cannot "
+                "separate per-packet from per-byte cost; from all per packet to all per byte "
+                f"(one answer: run {SIZING_SCENARIO})",
+                f"{what}: {one:.3g} µs per packet at {sizes[0]:.0f} B",
+                split=False,
+                other=CycleCosts.flat(bb * mhz, pb * mhz, mhz),
+            )
+        )
+        return out
+    a, b = f.us_per_packet, f.us_per_byte
+    se = f.us_se(mean)
+    warn = ""
+    if a < 0 or b < 0:
+        warn = (
+            f"; the fit's {'per-packet' if a < 0 else 'per-byte'} term came out below 0 "
+            "(the sizes' costs are not on a line: noisy or load-dependent), taken as 0"
+        )
+    fit_doc = f.to_json()
+    out.append(
+        Source(
+            "the model (t_fix + per byte, fitted)",
+            CycleCosts.flat(max(b, 0.0) * mhz, max(a, 0.0) * mhz, mhz),
+            "predicted: study 2's two terms fitted to the lab's gateways at "
+            + ", ".join(f"{s:.0f}" for s in sizes)
+            + " B",
+            f"{what}: {a:.3g} µs per packet + {b * 1024:.3g} µs per kB of packet, one gateway's "
+            f"IPsec CPU, least squares over {plural(len(points), 'measurement')}{warn}",
+            se_cycles=None if se is None else se * mhz,
+            fit=fit_doc,
+        )
+    )
+    return out
+
+
+def _model_source(args: argparse.Namespace, mhz: float, notes: list[str]) -> Source:
+    """The costs given as model parameters, points to fit, cycles, or the engine bench."""
+    if args.cycles_per_byte is not None:
+        return Source(
+            "the costs given",
+            CycleCosts.flat(args.cycles_per_byte, args.cycles_per_packet, mhz),
+            "as given",
+            "--cycles-per-byte/-packet",
+        )
+    fitted: dict[str, Any] | None = None
+    if args.bench:
+        suite = engine_suite(args.bench)
+        args.lalg = args.bench
+        pts = _bench_points(suite, args.budget_ms, args.trials, args.op)
+        notes.append(
+            f"measured here: engine {args.op} of {suite}, tunnel mode, one core, "
+            f"sizes {BENCH_SIZES} (the engine alone: no TUN, sockets or kernel)"
+        )
+    else:
+        pts = args.point or []
+    lalg = lalg_of(args)
+    if pts:
+        f = fit(pts, lalg, "sync", auto_exclude=False)
+        model = f.model
+        fitted = f.to_json()
+    else:
+        if args.r_alg_mbps is None:
+            raise UserError("--t-fix-ms needs --r-alg-mbps")
+        model = SyncModel(args.t_fix_ms, args.r_alg_mbps, lalg)
+    assert isinstance(model, SyncModel)
+    costs = CycleCosts.from_model(model, mhz)
+    if args.bench:
+        return Source(
+            "the engine alone", costs, ENGINE_ONLY, f"ipsec-lab bench of {args.bench}", fit=fitted
+        )
+    return Source(
+        "the model given", costs, "as given", "--point" if pts else "--t-fix-ms", fit=fitted
+    )
+
+
+def _describe(mix: Mix, text: str | None) -> str:
+    if len(mix) == 1:
+        return f"{mix[0][0]}-byte packets"
+    return f"{text or 'the mix'} (mean {mean_size(mix):.0f} B)"
+
+
+def _cores_text(p: dict[str, Any]) -> str:
+    lo_hi = p["cores_range"]
+    upper = p["costs_are"].startswith("upper bound")
+    if lo_hi and p["range_is"] == "what one size allows":
+        return f"{lo_hi[0]}-{plural(lo_hi[1], 'core')}"
+    core = f"{'at least ' if upper else ''}{plural(p['cores'], 'core')}"
+    if lo_hi and lo_hi[0] != lo_hi[1]:
+        return f"{core} ({lo_hi[0]}-{lo_hi[1]} within one standard error)"
+    return core
 
 
 def _plan(args: argparse.Namespace) -> int:
-    sources = sum(
-        x is not None and x != []
-        for x in (args.t_fix_ms, args.point, args.bench, args.cycles_per_byte, args.campaign)
-    )
-    if sources != 1:
+    given = [x is not None and x != [] for x in (args.t_fix_ms, args.point, args.cycles_per_byte)]
+    if sum(given) > 1:
+        raise UserError("give one of --t-fix-ms/--r-alg-mbps, --point and --cycles-per-byte")
+    if not any(given) and not args.bench and args.campaign is None:
         raise UserError(
-            "give one source of costs: --t-fix-ms/--r-alg-mbps, --point (to fit), "
-            "--bench CONFIG (measure the engine here), --campaign N (the lab's gateway "
-            "measurements) or --cycles-per-byte"
+            "give a source of costs: --campaign N (the lab's gateways measured), --bench "
+            "CONFIG (the engine alone, here), --t-fix-ms/--r-alg-mbps, --point (to fit) or "
+            "--cycles-per-byte; --campaign and --bench together show both side by side"
+        )
+    if args.bench and any(given):
+        raise UserError(
+            "--bench measures the costs: leave out --t-fix-ms, --point and --cycles-per-byte"
         )
     mhz = args.cpu_mhz or cpu_mhz_here()
     notes: list[str] = []
@@ -102,73 +340,101 @@ def _plan(args: argparse.Namespace) -> int:
             f"clock {mhz:.0f} MHz from /proc/cpuinfo (nominal; a VM or turbo may differ): "
             "cycles are time x this clock"
         )
-    fitted: dict[str, Any] | None = None
-    bound = "as given"
+    mix: Mix = args.mix[1] if args.mix else ((args.size or 1500, 1.0),)
+    sources: list[Source] = []
     if args.campaign is not None:
-        us_per_kb, what = _campaign_effort(args)
-        # µs per kB of payload, both gateways' IPsec processes: half is one gateway's
-        per_gw = us_per_kb / 2
-        costs = CycleCosts.flat(per_gw * mhz / 1024, 0.0, mhz)
-        bound = "measured: the lab's gateways, TUN, sockets and all"
-        notes.append(
-            f"measured in the lab: {what}: {us_per_kb:.3g} µs/kB for both gateways' IPsec "
-            f"processes, {per_gw:.3g} per gateway (TUN and socket costs included; the kernel's "
-            "own forwarding is not)"
-        )
-    elif args.cycles_per_byte is not None:
-        costs = CycleCosts.flat(args.cycles_per_byte, args.cycles_per_packet, mhz)
-    else:
-        if args.bench:
-            suite = engine_suite(args.bench)
-            args.lalg = args.bench
-            pts = _bench_points(suite, args.budget_ms, args.trials, args.op)
-            notes.append(
-                f"measured here: engine {args.op} of {suite}, tunnel mode, one core, "
-                f"sizes {BENCH_SIZES} (the engine alone: no TUN, sockets or kernel)"
-            )
-            bound = ENGINE_ONLY
-        else:
-            pts = args.point or []
-        lalg = lalg_of(args)
-        if pts:
-            f = fit(pts, lalg, "sync", auto_exclude=False)
-            model = f.model
-            fitted = f.to_json()
-        else:
-            if args.r_alg_mbps is None:
-                raise UserError("--t-fix-ms needs --r-alg-mbps")
-            model = SyncModel(args.t_fix_ms, args.r_alg_mbps, lalg)
-        assert isinstance(model, SyncModel)
-        costs = CycleCosts.from_model(model, mhz)
-    mix = args.mix[1] if args.mix else ((args.size, 1.0),)
+        sources += _campaign_sources(args, mhz, mix)
+    if any(given) or args.bench:
+        sources.append(_model_source(args, mhz, notes))
+    planned = [s.plans(args, mix) for s in sources]
+    # The binding figure: the least one core carries (the most cores). The engine alone is
+    # a bound, never the answer, while another source is there.
+    real = [i for i, p in enumerate(planned) if not p["costs_are"].startswith("upper bound")]
+    pick = min(real or range(len(planned)), key=lambda i: planned[i]["per_core_mbps"])
+    binding, bp = sources[pick], planned[pick]
+    costs = binding.costs
+    if binding.other is not None:  # a range: the table and cycles at its dearer end
+        dear = Plan(binding.other, mix, None, 1.0).per_core_mbps
+        costs = binding.other if dear < Plan(costs, mix, None, 1.0).per_core_mbps else costs
     plan = Plan(costs, mix, args.target_mbps, args.max_load)
     doc = plan.to_json()
-    doc["notes"] = notes
-    doc["costs_are"] = bound
-    if fitted:
-        doc["fit"] = fitted
+    doc.update(
+        per_core_mbps=bp["per_core_mbps"],
+        cores=bp["cores"],
+        cores_range=bp["cores_range"],
+        binding=binding.name,
+        sources=planned,
+        notes=notes,
+        costs_are=binding.bound,
+    )
+    doc.update(cycles_per_packet=bp["cycles_per_packet"], cycles_per_byte=bp["cycles_per_byte"])
+    if binding.fit:
+        doc["fit"] = binding.fit
     if args.json:
         print_json(doc)
         return 0
+    _show(args, mix, mhz, plan, doc, binding, planned)
+    return 0
+
+
+def _show(
+    args: argparse.Namespace,
+    mix: Mix,
+    mhz: float,
+    plan: Plan,
+    doc: dict[str, Any],
+    binding: Source,
+    planned: list[dict[str, Any]],
+) -> None:
     c = console()
-    c.print(
-        f"[bold]{doc['cycles_per_packet']:.0f} cycles per packet + "
-        f"{doc['cycles_per_byte']:.3g} cycles per byte of L_alg ({costs.lalg.spec})[/bold] "
-        f"at {mhz:.0f} MHz; {doc['cycles_per_inner_byte']:.3g} cycles per packet byte at "
-        f"mean size {doc['mean_size']:.0f} B (FreeS/WAN's figure: 140 for 3DES + HMAC)"
-    )
-    upper = bound.startswith("upper bound")
-    c.print(
-        f"one core: {'at most ' if upper else ''}{fmt_mbps(doc['per_core_mbps'])} Mbit/s; "
-        f"{'at least ' if upper else ''}{doc['mhz_per_mbps']:.3g} MHz per Mbit/s "
-        "(FreeS/WAN rule: 25)"
-    )
-    c.print(f"[dim]costs: {bound}[/dim]")
+    what = _describe(mix, args.mix[0] if args.mix else None)
+    if binding.name.endswith("(bulk TCP)"):
+        what = "bulk TCP as the campaign measured it"
+    bp = next(p for p in planned if p["name"] == binding.name)
+    upper = binding.bound.startswith("upper bound")
     if plan.target_mbps is not None:
         c.print(
-            f"[bold]{plan.target_mbps:g} Mbit/s needs {'at least ' if upper else ''}"
-            f"{plan.cores} core(s)[/bold] at "
-            f"{mhz:.0f} MHz, each at most {100 * plan.max_load:.0f} % busy"
+            f"[bold]{plan.target_mbps:g} Mbit/s of {what} needs {_cores_text(bp)}[/bold] at "
+            f"{mhz:.0f} MHz, each at most {100 * plan.max_load:.0f} % busy — "
+            f"{'binding' if len(planned) > 1 else 'from'}: {binding.name}"
+        )
+    if binding.split:
+        c.print(
+            f"{doc['cycles_per_packet']:.0f} cycles per packet + "
+            f"{doc['cycles_per_byte']:.3g} cycles per byte of L_alg ({binding.costs.lalg.spec}) "
+            f"at {mhz:.0f} MHz; {doc['cycles_per_inner_byte']:.3g} cycles per packet byte at "
+            f"mean size {doc['mean_size']:.0f} B (FreeS/WAN's figure: 140 for 3DES + HMAC)"
+        )
+    else:
+        crng = bp["cycles_per_packet_at_mix_range"]
+        cyc = (f"between {crng[0]:.0f} and {crng[1]:.0f}" if crng
+               else f"{bp['cycles_per_packet_at_mix']:.0f}")  # fmt: skip
+        c.print(f"{cyc} cycles per packet of {what} at {mhz:.0f} MHz ({binding.detail})")
+    rng = bp["per_core_mbps_range"]
+    c.print(
+        f"one core: {'at most ' if upper else ''}{fmt_mbps(bp['per_core_mbps'])} Mbit/s"
+        + (f" ({fmt_mbps(rng[0])}-{fmt_mbps(rng[1])})" if rng else "")
+        + f"; {'at least ' if upper else ''}{doc['mhz_per_mbps']:.3g} MHz per Mbit/s "
+        "(FreeS/WAN rule: 25)"
+    )
+    c.print(f"[dim]costs: {binding.bound}[/dim]")
+    if len(planned) > 1:
+        rows = [
+            [
+                p["name"] + (" (binds)" if p["name"] == binding.name else ""),
+                fmt_num(p["cycles_per_packet_at_mix"], ".0f"),
+                fmt_mbps(p["per_core_mbps"]),
+                "—" if p["cores"] is None else _cores_text(p),
+                p["costs_are"].split(":")[0].split(",")[0],
+            ]
+            for p in planned
+        ]
+        c.print(
+            make_table(
+                f"the sources side by side, at {what}",
+                ["source", "cycles/packet", "one core Mbit/s", "cores", "figure"],
+                rows,
+            )
         )
     rows = [
         [
@@ -189,43 +455,65 @@ def _plan(args: argparse.Namespace) -> int:
             caption="rule: 25 MHz per Mbit/s; FreeS/WAN 3DES: 140 cycles/byte (Pentium II)",
         )
     )
-    for n in notes:
+    for p in planned:
+        c.print(f"[dim]source: {p['name']}: {p['detail']}[/dim]")
+    for n in doc["notes"]:
         c.print(f"[dim]note: {n}[/dim]")
-    return 0
 
 
 def add_parser(sub: Any) -> None:
     p = sub.add_parser(
         "plan",
-        help="cycles per packet/byte, cores for a target rate, study 3's MHz table",
+        help="cores for a target rate at a size or mix, cycles per packet/byte, study 3's table",
         description=(
-            "Turn a configuration's costs into cycles per packet and per byte, the cores "
-            "needed for a target rate at a packet size or mix, and FreeS/WAN's 'minimum "
-            "gateway per link' table (study 3) regenerated beside its 25-MHz-per-Mbit/s "
-            "rule. Costs come from model parameters, measured points, the engine benchmark "
-            "run here (--bench), or cycles per byte."
+            "How many cores a gateway needs for a rate at a packet size or mix, from what "
+            "you have: a lab campaign of the gateways (--campaign: what they do; a size "
+            "sweep such as scenarios/sizing.toml separates the cost per packet from the "
+            "cost per byte, study 2's two terms), the engine benchmark run here (--bench: "
+            "the engine alone, an upper bound on rate), model parameters, measured points "
+            "or cycles per byte. Given more than one, they are shown side by side and the "
+            "first line names the one that binds. Also FreeS/WAN's 'minimum gateway per "
+            "link' table (study 3) regenerated beside its 25-MHz-per-Mbit/s rule."
         ),
-        epilog="examples:\n  ipsec-lab plan --bench esp:aes128gcm16 --target-mbps 10G\n"
-        "  ipsec-lab plan --cycles-per-byte 140 --cpu-mhz 450\n"
-        "  ipsec-lab plan --campaign 1 --backend ours --configuration esp:aes128gcm16",
+        epilog="examples:\n"
+        "  sudo ipsec-lab run scenarios/sizing.toml    # then, with its campaign number:\n"
+        "  ipsec-lab plan --campaign 1 --bench aes128gcm16 --target-mbps 10G --mix imix\n"
+        "  ipsec-lab plan --bench esp:aes128gcm16 --target-mbps 10G\n"
+        "  ipsec-lab plan --cycles-per-byte 140 --cpu-mhz 450",
     )
-    p.add_argument("--t-fix-ms", type=non_negative, metavar="MS")
-    p.add_argument("--r-alg-mbps", type=rate_mbps, metavar="RATE",
-                   help="securing rate R_alg, Mbit/s (or with k/M/G: 1G)")  # fmt: skip
-    p.add_argument("--point", action="append", type=arg_type(parse_point), metavar="SIZE:MBPS")
+    p.add_argument(
+        "--t-fix-ms",
+        type=non_negative,
+        metavar="MS",
+        help="the model's fixed time per packet t_fix, ms (with --r-alg-mbps)",
+    )
+    p.add_argument(
+        "--r-alg-mbps",
+        type=rate_mbps,
+        metavar="RATE",
+        help="securing rate R_alg, Mbit/s (or with k/M/G: 1G)",
+    )
+    p.add_argument(
+        "--point",
+        action="append",
+        type=arg_type(parse_point),
+        metavar="SIZE:MBPS",
+        help="a measured throughput at a size, e.g. 128:45.2; two or more are "
+        "fitted to t_fix and R_alg (repeat the flag)",
+    )
     p.add_argument("--lalg", default="ip", metavar="FORM", help="secured-length form (default: ip)")
     p.add_argument(
         "--bench",
         metavar="CONFIG",
         help="measure this ESP configuration with the engine benchmark here, e.g. "
-        "esp:aes128gcm16 (about 5 s)",
+        "esp:aes128gcm16 (about a second): the engine alone, an upper bound on rate",
     )
     p.add_argument(
         "--campaign",
         type=whole(1),
         metavar="N",
-        help="plan from a lab campaign's measurements: the IPsec processes' µs/kB of its "
-        "gateways (see `ipsec-lab results`); with --configuration when it has several",
+        help="plan from a lab campaign: its gateways' IPsec CPU per packet at each size it "
+        "measured (see `ipsec-lab results`); with --configuration when it has several",
     )
     p.add_argument("--configuration", metavar="CONFIG", help="with --campaign: which one")
     p.add_argument("--backend", default=None, metavar="B", help="with --campaign: which one")
@@ -233,15 +521,40 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--op", choices=["seal", "open"], default="seal", help="with --bench")
     p.add_argument("--budget-ms", type=whole(1), default=60, help="with --bench (default: 60)")
     p.add_argument("--trials", type=whole(1), default=5, help="with --bench (default: 5)")
-    p.add_argument("--cycles-per-byte", type=non_negative, metavar="C")
-    p.add_argument("--cycles-per-packet", type=non_negative, default=0.0, metavar="C")
+    p.add_argument(
+        "--cycles-per-byte",
+        type=non_negative,
+        metavar="C",
+        help="CPU cycles per byte of packet, as FreeS/WAN quoted them (140 for 3DES "
+        "+ HMAC on a Pentium II)",
+    )
+    p.add_argument(
+        "--cycles-per-packet",
+        type=non_negative,
+        default=0.0,
+        metavar="C",
+        help="with --cycles-per-byte: cycles per packet besides (default: 0)",
+    )
     p.add_argument("--cpu-mhz", type=positive, metavar="MHZ", help="default: this machine's")
     p.add_argument(
-        "--size", type=ip_size, default=1500, metavar="BYTES", help="packet size (default: 1500)"
+        "--size",
+        type=ip_size,
+        default=None,
+        metavar="BYTES",
+        help="inner IP packet size (default: 1500)",
     )
-    p.add_argument("--mix", type=arg_type(mix_arg), metavar="MIX", help="a mix instead of --size")
-    p.add_argument("--target-mbps", type=rate_mbps, metavar="RATE",
-                   help="rate to plan for, Mbit/s (or with k/M/G: 100M, 1G)")  # fmt: skip
+    p.add_argument(
+        "--mix",
+        type=arg_type(mix_arg),
+        metavar="MIX",
+        help="a mix instead of --size: imix (7:4:1 of 40, 576, 1500 B), SIZE:WEIGHT,... or @FILE",
+    )
+    p.add_argument(
+        "--target-mbps",
+        type=rate_mbps,
+        metavar="RATE",
+        help="rate to plan for, Mbit/s (or with k/M/G: 100M, 1G)",
+    )
     p.add_argument(
         "--max-load",
         type=core_share,
