@@ -35,7 +35,9 @@ def test_bench_json_shape() -> None:
         check=True,
     )
     doc = json.loads(out.stdout)
-    assert set(doc) == {"results", "environment"}
+    assert set(doc) == {"results", "environment", "repetitions", "other_cpu", "busy",
+                        "busy_threshold_cpus"}  # fmt: skip
+    assert doc["repetitions"] == 3 and isinstance(doc["busy"], bool)
     rows = doc["results"]
     assert [(r["suite"], r["mode"], r["op"], r["size"]) for r in rows] == [
         ("aes128gcm16", "tunnel", "seal", 64),
@@ -56,6 +58,8 @@ def test_bench_json_shape() -> None:
         assert r["ratio_to_raw"] == pytest.approx(r["raw_ns_per_packet"] / r["ns_per_packet"])
         assert r["mpps"] == pytest.approx(1e3 / r["ns_per_packet"])
         assert r["gbps"] == pytest.approx(r["size"] * 8 / r["ns_per_packet"])
+        assert r["ns_min"] <= r["ns_per_packet"] <= r["ns_max"] and r["repetitions"] == 3
+        assert r["ratio_is_noise"] == (r["ratio_to_raw"] > 1.0)
     assert "cpu" in doc["environment"] and "kernel" in doc["environment"]
 
 
@@ -143,3 +147,35 @@ def test_bench_config_stages_split_a_bundle() -> None:
     assert {"compress", "cipher", "mac", "iv", "header"} <= set(row["stages"])
     per_byte = row["stages"]["compress"] + row["stages"]["cipher"] + row["stages"]["mac"]
     assert row["per_byte_ns"] == pytest.approx(per_byte)
+
+
+def test_bench_on_a_busy_machine_says_so() -> None:
+    """A bounded busy loop of the test's own beside the benchmark: flagged BUSY, in the
+    JSON and the table."""
+    spin = subprocess.Popen([sys.executable, "-c", "import time\nt = time.monotonic() + 20\n"
+                             "while time.monotonic() < t: pass"])  # fmt: skip
+    try:
+        args = [sys.executable, "-m", "ipsec_lab.cli", "bench", "--suite", "aes128gcm16",
+                "--size", "64", "--op", "seal", "--budget-ms", "100", "--repeat", "2"]  # fmt: skip
+        doc = json.loads(subprocess.run([*args, "--json"], capture_output=True, text=True,
+                                        timeout=60, check=True).stdout)  # fmt: skip
+        assert doc["busy"] and doc["other_cpu"] > doc["busy_threshold_cpus"], doc
+        text = subprocess.run(args, capture_output=True, text=True, timeout=60, check=True)
+        assert "BUSY machine" in text.stdout and "rerun on a quiet machine" in text.stdout
+    finally:
+        spin.kill()
+        spin.wait()
+
+
+def test_repetitions_keep_the_median_and_the_spread_and_flag_ratio_noise() -> None:
+    from ipsec_lab import bench
+
+    reps = iter([[{"ns_per_packet": 300.0, "raw_ns_per_packet": 200.0}],
+                 [{"ns_per_packet": 100.0, "raw_ns_per_packet": 210.0}],
+                 [{"ns_per_packet": 200.0, "raw_ns_per_packet": 190.0}]])  # fmt: skip
+    (row,), _other = bench.repeated(lambda: next(reps), 3)
+    assert (row["ns_per_packet"], row["ns_min"], row["ns_max"]) == (200.0, 100.0, 300.0)
+    assert (row["raw_ns_per_packet"], row["raw_ns_min"], row["raw_ns_max"]) == (200, 190, 210)
+    derived = bench._spread(row, {"ratio_to_raw": 200.0 / 200.0})
+    assert derived["ratio_is_noise"] is False and derived["repetitions"] == 3
+    assert bench._spread(row, {"ratio_to_raw": 1.06})["ratio_is_noise"] is True

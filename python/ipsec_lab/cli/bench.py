@@ -9,7 +9,8 @@ import sys
 from typing import Any
 
 from ipsec_lab import _native
-from ipsec_lab.cli.args import positive_size, suite_arg
+from ipsec_lab.cli.args import positive_size, suite_arg, whole
+from ipsec_lab.cli.output import plural
 
 
 def _bench(args: argparse.Namespace) -> int:
@@ -28,14 +29,15 @@ def _bench(args: argparse.Namespace) -> int:
     estimate_s = cases * 2 * len(passes) * args.budget_ms / 1000
     try:
         results = []
+        others = []
         for timed in passes:
             if args.json or not sys.stderr.isatty():
-                results.append(
-                    bench.run(
-                        args.suite, args.size, args.mode, args.op, args.budget_ms, args.trials,
-                        stages=timed,
-                    )
+                rows, other = bench.run_repeated(
+                    args.suite, args.size, args.mode, args.op, args.budget_ms, args.trials,
+                    stages=timed, repeat=args.repeat,
                 )  # fmt: skip
+                results.append(rows)
+                others.append(other)
                 continue
             from rich.progress import Progress
 
@@ -46,12 +48,12 @@ def _bench(args: argparse.Namespace) -> int:
                 def tick(done: int, total: int, task: Any = task) -> None:
                     prog.update(task, completed=done, total=total)
 
-                results.append(
-                    bench.run(
-                        args.suite, args.size, args.mode, args.op, args.budget_ms, args.trials,
-                        tick, stages=timed,
-                    )
+                rows, other = bench.run_repeated(
+                    args.suite, args.size, args.mode, args.op, args.budget_ms, args.trials,
+                    tick, stages=timed, repeat=args.repeat,
                 )  # fmt: skip
+                results.append(rows)
+                others.append(other)
         if args.stages:
             rows = bench.with_stage_split(results[0], results[1], _native.stage_off_cost_ns())
         else:
@@ -60,14 +62,39 @@ def _bench(args: argparse.Namespace) -> int:
         print(f"ipsec-lab bench: {e}", file=sys.stderr)
         return 2
     env = environment.describe()
+    load = _load(max(others), args.repeat)
     if args.json:
-        json.dump({"results": rows, "environment": env}, sys.stdout, indent=1)
+        json.dump({"results": rows, **load, "environment": env}, sys.stdout, indent=1)
         print()
         return 0
-    _print_table(rows, env)
+    _print_table(rows, env, load)
     if args.stages:
         _print_stages(rows)
     return 0
+
+
+def _load(other: float, repeat: int) -> dict[str, Any]:
+    """What the JSON says of the machine while the benchmark ran."""
+    from ipsec_lab.meters import BUSY_CPUS
+
+    return {"repetitions": repeat, "other_cpu": other, "busy": other > BUSY_CPUS,
+            "busy_threshold_cpus": BUSY_CPUS}  # fmt: skip
+
+
+def _busy_line(load: dict[str, Any]) -> str | None:
+    if not load["busy"]:
+        return None
+    return (
+        f"[bold red]BUSY machine[/bold red]: other processes used {load['other_cpu']:.2f} "
+        f"CPUs while the benchmark ran (more than {load['busy_threshold_cpus']:g}): the "
+        "timings include their interference — rerun on a quiet machine"
+    )
+
+
+def _ns(r: dict[str, Any]) -> tuple[str, str]:
+    """The median and the repetitions' min-max of a row's ns per packet."""
+    spread = f"{r['ns_min']:.0f}-{r['ns_max']:.0f}" if "ns_min" in r else "—"
+    return f"{r['ns_per_packet']:.0f}", spread
 
 
 def _bench_configs(args: argparse.Namespace) -> int:
@@ -84,13 +111,18 @@ def _bench_configs(args: argparse.Namespace) -> int:
     env = environment.describe()
     try:
         if args.study1:
-            doc: dict[str, Any] = bench.study1(
-                args.budget_ms, args.trials, (args.size or [1420])[0]
-            )
+            from ipsec_lab.meters import OtherCpu
+
+            with OtherCpu() as o:
+                doc: dict[str, Any] = bench.study1(
+                    args.budget_ms, args.trials, (args.size or [1420])[0]
+                )
+            other = o.cpus
         else:
-            rows = bench.run_configs(
+            rows, other = bench.run_configs_repeated(
                 args.config, args.size or [1420], args.op or ["seal", "open"],
                 args.data or ["text"], args.budget_ms, args.trials, stages=args.stages,
+                repeat=args.repeat,
             )  # fmt: skip
             for r in rows:
                 if "stages" in r:
@@ -99,6 +131,7 @@ def _bench_configs(args: argparse.Namespace) -> int:
     except ValueError as e:
         print(f"ipsec-lab bench: {e}", file=sys.stderr)
         return 2
+    doc.update(_load(other, 1 if args.study1 else args.repeat))
     doc["environment"] = env
     if args.json:
         json.dump(doc, sys.stdout, indent=1)
@@ -124,18 +157,25 @@ def _bench_configs(args: argparse.Namespace) -> int:
                 f"{r['effort_vs_enc_sha1']:.2f}", f"{r['published_effort_vs_enc_sha1']:.2f}",
             )  # fmt: skip
     else:
-        t = Table(title="ipsec-lab configuration benchmark (one core, median of trials)")
-        for col in ["config", "data", "op", "size B", "ns/pkt", "Mbit/s", "µs/kB", "wire B"]:
+        t = Table(
+            title="ipsec-lab configuration benchmark (one core, median of "
+            f"{plural(args.repeat, 'repetition')})",
+            caption="min-max: ns per packet over the repetitions",
+        )
+        cols = ["config", "data", "op", "size B", "ns/pkt", "min-max", "Mbit/s", "µs/kB", "wire B"]
+        for col in cols:
             t.add_column(col, justify="left" if col in ("config", "data", "op") else "right")
         for r in doc["results"]:
             t.add_row(
-                r["config"], r["payload"], r["op"], str(r["size"]), f"{r['ns_per_packet']:.0f}",
+                r["config"], r["payload"], r["op"], str(r["size"]), *_ns(r),
                 f"{r['mbps']:.0f}", f"{r['us_per_kb']:.3f}", str(r["wire_len"]),
             )  # fmt: skip
     c = Console()
     c.print(t)
     if args.stages and not args.study1:
         _print_stages(doc["results"])
+    if line := _busy_line(doc):
+        c.print(line)
     c.print(
         f"[dim]{env['cpu']} · {env['cpus']} CPUs · Linux {env['kernel']} · git {env['git']}[/dim]"
     )
@@ -189,21 +229,27 @@ def _stage_order(label: str) -> int:
     return STAGES.index(label) if label in STAGES else len(STAGES)
 
 
-def _print_table(rows: list[dict[str, Any]], env: dict[str, Any]) -> None:
+def _print_table(rows: list[dict[str, Any]], env: dict[str, Any], load: dict[str, Any]) -> None:
     from rich.table import Table
 
     from ipsec_lab.tables import WholeConsole as Console
 
+    noise = any(r.get("ratio_is_noise") for r in rows)
     t = Table(
-        title="ipsec-lab engine benchmark (one core, median of trials)",
-        caption="ratio = raw aws-lc-rs crypto on the same bytes / ours, measured in this run",
-    )
+        title="ipsec-lab engine benchmark (one core, median of "
+        f"{plural(load['repetitions'], 'repetition')})",
+        caption="min-max: ns per packet over the repetitions; ratio = raw aws-lc-rs crypto on "
+        "the same bytes / ours, measured in this run"
+        + ("; noise: ours timed faster than the raw crypto of the same bytes, which it cannot "
+           "be — the two timings are within their noise" if noise else ""),
+    )  # fmt: skip
     for col in [
         "suite",
         "mode",
         "op",
         "size B",
         "ns/pkt",
+        "min-max",
         "Mpps",
         "Gbit/s",
         "µs/kB",
@@ -217,15 +263,18 @@ def _print_table(rows: list[dict[str, Any]], env: dict[str, Any]) -> None:
             r["mode"],
             r["op"],
             str(r["size"]),
-            f"{r['ns_per_packet']:.0f}",
+            *_ns(r),
             f"{r['mpps']:.2f}",
             f"{r['gbps']:.2f}",
             f"{r['us_per_kb']:.3f}",
             f"{r['raw_ns_per_packet']:.0f}",
-            f"{r['ratio_to_raw']:.2f}",
-        )
+            f"noise ({r['ratio_to_raw']:.2f})" if r.get("ratio_is_noise")
+            else f"{r['ratio_to_raw']:.2f}",
+        )  # fmt: skip
     c = Console()
     c.print(t)
+    if line := _busy_line(load):
+        c.print(line)
     c.print(
         f"[dim]{env['cpu']} · {env['cpus']} CPUs · Linux {env['kernel']} · git {env['git']}[/dim]"
     )
@@ -239,8 +288,11 @@ def add_parser(sub: Any) -> None:
             "Time the engine's ESP seal and open for each suite and IP packet size on one "
             "core, beside the raw aws-lc-rs cipher/AEAD + MAC cost of the same bytes "
             "measured in the same run. Reports ns/packet, Mpps, Gbit/s, CPU effort in µs "
-            "per kB (1024 B) and ratio_to_raw = raw ns / our ns (1.0 = no framing cost). "
-            "The default run takes about 30 s."
+            "per kB (1024 B) and ratio_to_raw = raw ns / our ns (1.0 = no framing cost; "
+            "above 1.0 is flagged as noise). Each case is measured --repeat times: the "
+            "median, with min-max. The CPU other processes use meanwhile is measured: over "
+            "a quarter of a CPU, the run is flagged BUSY (and `busy` in the JSON). The "
+            "default run takes about 25 s."
         ),
     )
     b.add_argument(
@@ -274,14 +326,22 @@ def add_parser(sub: Any) -> None:
     )
     b.add_argument(
         "--budget-ms",
-        type=int,
-        default=80,
+        type=whole(1),
+        default=30,
         metavar="MS",
-        help="time for each measurement, split over the trials (default: 80)",
+        help="time for each measurement in each repetition, split over the trials (default: 30)",
+    )
+    b.add_argument(
+        "--repeat",
+        type=whole(1),
+        default=3,
+        metavar="N",
+        help="repetitions of the whole benchmark, spread over time: the median and min-max "
+        "of each case (default: 3)",
     )
     b.add_argument(
         "--trials",
-        type=int,
+        type=whole(1),
         default=5,
         help="trials per measurement; the median is kept (default: 5)",
     )

@@ -48,10 +48,18 @@ ENGINE_ONLY = (
 )
 
 
-def _bench_points(suite: str, budget_ms: int, trials: int, op: str) -> list[Point]:
+def _bench_points(
+    suite: str, budget_ms: int, trials: int, op: str, notes: list[str]
+) -> list[Point]:
     from ipsec_lab import bench
+    from ipsec_lab.meters import BUSY_CPUS
 
-    rows = bench.run([suite], BENCH_SIZES, ["tunnel"], [op], budget_ms, trials)
+    rows, other = bench.run_repeated([suite], BENCH_SIZES, ["tunnel"], [op], budget_ms, trials)
+    if other > BUSY_CPUS:
+        notes.append(
+            f"BUSY machine: other processes used {other:.2f} CPUs while the engine was timed "
+            "(its figures include their interference: rerun on a quiet machine)"
+        )
     return [Point(int(r["size"]), float(r["size"]) * 8e3 / float(r["ns_per_packet"])) for r in rows]
 
 
@@ -273,7 +281,7 @@ def _model_source(args: argparse.Namespace, mhz: float, notes: list[str]) -> Sou
     if args.bench:
         suite = engine_suite(args.bench)
         args.lalg = args.bench
-        pts = _bench_points(suite, args.budget_ms, args.trials, args.op)
+        pts = _bench_points(suite, args.budget_ms, args.trials, args.op, notes)
         notes.append(
             f"measured here: engine {args.op} of {suite}, tunnel mode, one core, "
             f"sizes {BENCH_SIZES} (the engine alone: no TUN, sockets or kernel)"

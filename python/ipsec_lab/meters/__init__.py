@@ -306,3 +306,27 @@ def measure(
         row["wire_up_bytes"], row["wire_up_packets"] = w["tx_bytes"], w["tx_packets"]
         row["wire_down_bytes"], row["wire_down_packets"] = w["rx_bytes"], w["rx_packets"]
     return row
+
+
+class OtherCpu:
+    """CPUs' worth used by anything but this process while the block ran: what a
+    benchmark shares the machine with (`with OtherCpu() as o: ...; o.cpus`)."""
+
+    def __init__(self) -> None:
+        self.cpus = 0.0
+        self._me = psutil.Process()
+
+    def __enter__(self) -> OtherCpu:
+        self._t0, self._s0 = psutil.cpu_times(), self._me.cpu_times()
+        self._w0 = time.monotonic()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        wall = max(time.monotonic() - self._w0, 1e-6)
+        t1, s1 = psutil.cpu_times(), self._me.cpu_times()
+        ours = s1.user + s1.system - self._s0.user - self._s0.system
+        self.cpus = float(max(0.0, _busy(t1) - _busy(self._t0) - ours) / wall)
+
+    @property
+    def busy(self) -> bool:
+        return self.cpus > BUSY_CPUS
