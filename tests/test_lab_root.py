@@ -463,3 +463,35 @@ def test_a_udp_sink_scheduled_late_loses_nothing(tmp_path: Path) -> None:
             servers.close()
     assert row["sender_packets"] > 10000, row
     assert row["lost_packets"] == 0 and row["unarrived_packets"] == 0, row
+
+
+def test_an_imix_row_over_a_slower_link_says_its_loss(tmp_path: Path) -> None:
+    """40 Mbit/s of IMIX offered over a 10 Mbit/s link: the summary row says what was
+    offered, sent and delivered and the loss, in its note and its loss column — not only
+    the delivered rate; and it is the path's figure, not the generator's."""
+    data = _campaign(
+        tmp_path,
+        """
+topology = "line"
+backends = ["none"]
+warmup_s = 0
+links = ["ethernet-10"]
+[[workloads]]
+kind = "imix"
+rate_mbit = 40
+seconds = 2
+""",
+    )
+    (x,) = _results(data, "none", "none")
+    # 10 of 40 Mbit/s delivered; the link's queue drops big packets more than small ones,
+    # so of packets about 40 % are lost (a byte-counting shaper: 75 % of the bytes)
+    assert x["offered_mbps"] == 40 and x["mbps"] < 11 and x["loss_pct"] > 25, x
+    assert x["generator_bound"] is False
+    (row,) = [r for r in data["summary"] if r["measurement"] == "imix"]
+    assert row["loss_pct_median"] == pytest.approx(x["loss_pct"])
+    assert row["offered_mbps_median"] == 40 and row["sent_mbps_median"] > 25, row
+    assert "offered 40.0 Mbit/s" in row["note"] and f"loss {x['loss_pct']:.1f} %" in row["note"]
+    assert "generator-bound" not in row["note"]
+    from ipsec_lab import metrics
+
+    assert f"{x['loss_pct']:.1f} %" in metrics.cells(row)  # the summary's and report's column

@@ -383,3 +383,26 @@ def test_waiting_for_a_listener_fails_at_its_deadline_and_says_the_probe_was_slo
 
     with pytest.raises(LabError, match="no such namespace"):
         wait_listening(Broken(0, ""), "server", 5301, timeout=5)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "sent, loss, bound",
+    [(552.0, 0.0, True), (552.0, 45.0, False), (1990.0, 0.0, False), (552.0, 0.005, True)],
+)
+def test_a_fixed_rate_row_says_when_its_figure_is_the_generators(
+    sent: float, loss: float, bound: bool
+) -> None:
+    """Issue 45's case: IMIX at 2,000 Mbit/s offered, the generator managed 552 and the
+    path lost none of it: that row is the generator's; a lossy one is the path's."""
+    from ipsec_lab import runner
+    from ipsec_lab.traffic.udp import bounded
+
+    got = sent * (1 - loss / 100)
+    row = bounded({"offered_mbps": 2000.0, "sent_mbps": sent, "loss_pct": loss, "mbps": got,
+                   "generator": "trafgen", "label": "imix"})  # fmt: skip
+    assert row["generator_bound"] is bound
+    run = {"backend": "none", "configuration": "none", "link": "unshaped", "flow": "c-s",
+           "workload": "imix", "status": "done", "reason": None, "results": [row]}  # fmt: skip
+    (s,) = runner.summarize([run])
+    assert s["note"].startswith("generator-bound" if bound else "offered 2000 Mbit/s")
+    assert f"sent {sent:.0f} Mbit/s" in s["note"] and s["loss_pct_median"] == loss

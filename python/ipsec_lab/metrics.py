@@ -125,7 +125,15 @@ METRICS: tuple[Metric, ...] = (
            summary={"median": "ipsec_effort_median"},
            value=_field("ipsec_effort_us_per_kb", zero_is_none=True)),
     Metric("cpu_load", "share", "busy share of all CPUs over the measurement"),
-    Metric("loss_pct", "%", "packets lost (UDP and RFC 2544 workloads)"),
+    Metric("loss_pct", "%", "packets lost (UDP and RFC 2544 workloads)",
+           summary={"median": "loss_pct_median"}),
+    Metric("offered_mbps", "Mbit/s", "fixed-rate UDP and IMIX: the rate asked of the generator",
+           summary={"median": "offered_mbps_median"}, number=rate),
+    Metric("sent_mbps", "Mbit/s", "fixed-rate UDP and IMIX: the rate the generator sent",
+           summary={"median": "sent_mbps_median"}, number=rate),
+    Metric("generator_bound", "",
+           "the generator sent less than asked and the path lost none of it: the figure is "
+           "the generator's, the path's own rate is above"),
     *(Metric(f"wire_{way}_{what}", unit,
              f"{what} on the flow's outer link, {'source → sink' if way == 'up' else 'back'}",
              summary=_keys(f"wire_{way}_{what}", "median"))
@@ -246,9 +254,10 @@ COLUMNS: tuple[Column, ...] = (
     Column("rate / time", _main),
     Column("min-max", _range),
     Column("CV", lambda r: pct(r.get("mbps_cv"), 100)),
-    Column("x none", _vs),
+    Column("rate x none", _vs),
+    Column("loss", lambda r: pct(r.get("loss_pct_median"))),
     Column("effort µs/kB", lambda r: num(r["effort_median"])),
-    Column("x none", lambda r: num(r["effort_vs_none"], ".2f")),
+    Column("effort x none", lambda r: num(r["effort_vs_none"], ".2f")),
     Column("IPsec µs/kB", lambda r: num(r["ipsec_effort_median"])),
     Column("wire %", lambda r: pct(r.get("wire_pct_of_payload"))),
     Column("retrans", lambda r: num(r.get("retransmits_median"), ".0f")),
@@ -256,7 +265,8 @@ COLUMNS: tuple[Column, ...] = (
 )
 SUMMARY_CAPTION = (
     "rate: Mbit/s of payload, or transfer time for HTTP/SMTP; CV: over repetitions; "
-    "x none: ratio to no IPsec; effort: machine-wide CPU µs per kB of payload; IPsec "
+    "x none: ratio to no IPsec; loss: packets lost (UDP), median; effort: machine-wide "
+    "CPU µs per kB of payload; IPsec "
     "µs/kB: the IPsec processes' alone; wire %: wire bytes (both ways) per payload byte; "
     "RTT: latency probes, median / 99th percentile"
 )

@@ -11,13 +11,30 @@ from ipsec_lab.traffic import Metered, Row
 from ipsec_lab.traffic.generator import for_workload, noted
 from ipsec_lab.traffic.iperf import SIMPLE_IMIX
 
+# A fixed-rate trial is the generator's when it sent under this share of the rate asked
+# and the path lost (all but) none of it.
+SENT_SHORT = 0.95
+LOSS_NONE_PCT = 0.01
+
+
+def bounded(row: Row) -> Row:
+    """Say whether a fixed-rate row's figure is the generator's (`generator_bound`)."""
+    offered, sent = row.get("offered_mbps"), row.get("sent_mbps")
+    if offered and sent is not None:
+        row["generator_bound"] = bool(
+            sent < SENT_SHORT * offered and (row.get("loss_pct") or 0.0) <= LOSS_NONE_PCT
+        )
+    return row
+
 
 def udp(tb: Testbed, flow: Flow, w: Workload, metered: Metered, warmup_s: float) -> list[Row]:
     gen = for_workload(tb, flow, w)
     try:
         if warmup_s > 0:
             gen.trial(w.size, w.rate_mbit, max(warmup_s, 1))
-        return [metered(w.name, lambda: noted(gen.trial(w.size, w.rate_mbit, w.seconds), gen))]
+        return [
+            metered(w.name, lambda: bounded(noted(gen.trial(w.size, w.rate_mbit, w.seconds), gen)))
+        ]
     finally:
         gen.close()
 
@@ -32,7 +49,7 @@ def imix(tb: Testbed, flow: Flow, w: Workload, metered: Metered, warmup_s: float
         row = gen.mix(SIMPLE_IMIX, w.rate_mbit, w.seconds)
         small = row.get("mix_sizes", [s for s, _ in SIMPLE_IMIX])
         row["mix"] = "simple IMIX 7:4:1 of " + "/".join(map(str, small)) + " B"
-        return noted(row, gen)
+        return bounded(noted(row, gen))
 
     try:
         return [metered(w.name, run)]
