@@ -134,6 +134,12 @@ def test_bench_config_errors() -> None:
         capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert p.returncode == 2 and "give ESP" in p.stderr and "Traceback" not in p.stderr
+    p = subprocess.run(
+        [sys.executable, "-m", "ipsec_lab.cli", "bench", "--config", "aes-128-gcm"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert p.returncode == 2 and "(did you mean aes128gcm16?)" in p.stderr
+    assert p.stderr.count("aes-128-gcm") == 1  # named once, not twice
 
 
 def test_bench_config_stages_split_a_bundle() -> None:

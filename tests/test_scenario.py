@@ -79,7 +79,19 @@ def test_scenario_rates_and_sizes_take_the_cli_grammar() -> None:
         ("backends = ['libreswan']", "backends", "unknown backend"),
         ("configurations = ['esp:aes999']", "configurations", "aes999"),
         ("configurations = ['@nostudy']", "configurations", "@ferrante2005"),
-        ("speed = 3", "speed", "unknown key"),
+        ("colour = 3", "colour", "unknown key (known"),  # nothing near: no guess
+        ("repetitons = 2", "repetitons", "unknown key — did you mean repetitions?"),
+        (
+            "[[workloads]]\nkind = 'tcp'\nsecnods = 3",
+            "workloads[0].secnods",
+            "did you mean seconds?",
+        ),
+        ("[[links]]\nname = 'x'\nrat_mbit = 3", "links[0].rat_mbit", "did you mean rate_mbit?"),
+        (
+            "configurations = ['aes-128-gcm']",
+            "configurations",
+            "configurations: 'aes-128-gcm': unknown ESP encryption 'aes' (did you mean",
+        ),
         ("repetitions = 0", "repetitions", "outside"),
         ("repetitions = 1.5", "repetitions", "whole number"),
         ("links = ['ethernet-1000']", "links[0].preset", "unknown preset"),

@@ -203,10 +203,14 @@ class _Reader:
         return ScenarioError(self.source, key, message)
 
     def unknown(self, table: dict[str, Any], allowed: set[str], where: str) -> None:
+        import difflib
+
         for k in table:
             if k not in allowed:
                 near = ", ".join(sorted(allowed))
-                raise self.fail(f"{where}{k}", f"unknown key (known: {near})")
+                close = difflib.get_close_matches(k, sorted(allowed), n=1, cutoff=0.7)
+                hint = f" — did you mean {close[0]}?" if close else ""
+                raise self.fail(f"{where}{k}", f"unknown key{hint} (known: {near})")
 
     def rate(
         self, table: dict[str, Any], key: str, where: str, default: Any, lo: float, hi: float
@@ -446,7 +450,9 @@ def _configurations(r: _Reader, names: list[str]) -> tuple[str, ...]:
         try:
             cfg = parse_configuration(name)
         except ValueError as e:
-            raise r.fail("configurations", f"{name!r}: {e}") from None
+            said = str(e)  # the parser's message names the text already, or not
+            raise r.fail("configurations", said if said.startswith(repr(name)) else
+                         f"{name!r}: {said}") from None  # fmt: skip
         out.append(cfg.text)  # one spelling: a bare suite becomes esp:SUITE
     return tuple(dict.fromkeys(out))
 

@@ -108,6 +108,14 @@ def _bench_configs(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    from ipsec_lab.model.transforms import ConfigError, parse_configuration
+
+    for text in args.config or []:
+        try:
+            parse_configuration(text)  # the words the lab uses, with a did-you-mean
+        except ConfigError as e:
+            print(f"ipsec-lab bench: --config {e}", file=sys.stderr)
+            return 2
     env = environment.describe()
     try:
         if args.study1:
