@@ -92,6 +92,7 @@ def test_help_fits_80_columns_and_its_examples_run(command: list[str]) -> None:
     assert rc == 0, out
     wide = [line for line in out.splitlines() if len(line) > 80]
     assert not wide, wide
+    assert "%%" not in out  # a description is not %-formatted: "%%" would print as such
     for ex in _examples(out):
         cli.build_parser().parse_args(shlex.split(ex)[1:])  # exits (fails) if it does not
     if command == ["run"]:

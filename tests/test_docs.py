@@ -76,3 +76,28 @@ def test_every_test_the_threat_model_cites_exists() -> None:
                 missing.append(f"{last}::{name}")
     assert missing == []
     assert cited >= 30, cited
+
+
+def test_each_scenarios_stated_time_is_the_time_check_estimates() -> None:
+    """A scenario's header (and the README's first experiment) says "about N minutes":
+    N must be the estimate `ipsec-lab check` gives, to the minute (rounded either way).
+    The VM's scenario is timed under TCG emulation, which the estimate does not model."""
+    import math
+
+    from ipsec_lab import preflight, scenario
+
+    root = Path(__file__).resolve().parents[1]
+    said = {}
+    for f in sorted((root / "scenarios").glob("*.toml")):
+        head = "".join(line for line in f.read_text().splitlines(True) if line.startswith("#"))
+        m = re.search(r"about (\d+) minutes(?! under TCG)", head, re.I)
+        if m:
+            said[f.name] = (f, int(m.group(1)))
+    readme = (root / "README.md").read_text()
+    m = re.search(r"about\s+(\d+) minutes on 2 cores", readme)
+    assert m, "the README's first experiment says how long it takes"
+    said["README (ours.toml)"] = (root / "scenarios" / "ours.toml", int(m.group(1)))
+    assert len(said) >= 5
+    for name, (f, minutes) in said.items():
+        est = preflight.forecast(scenario.load(f))["estimated_s"] / 60
+        assert math.floor(est) <= minutes <= math.ceil(est), (name, minutes, est)

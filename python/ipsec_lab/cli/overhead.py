@@ -107,7 +107,7 @@ def add_parser(sub: Any) -> None:
             "Bytes on the wire for each configuration and inner IP packet size (outer IP "
             "header, UDP encapsulation, ESP/AH/IPComp headers, IV, padding, ICV), and with "
             "--transfer study 4's view of a whole TCP transfer: packets and bytes in both "
-            "directions and the %% increase over no IPsec."
+            "directions and the % increase over no IPsec."
         ),
         epilog="example:\n  ipsec-lab overhead --config esp:3des-md5 --transfer 1KB "
         "--transfer 10MB",
