@@ -110,8 +110,8 @@ def test_a_file_must_map_every_node_and_only_an_external_dut_goes_undriven() -> 
                        r"host \(only an external DUT may be\)"):  # fmt: skip
         h.for_topology(topology("line"), backend_external=True)
     undriven_gw = parse(LINE.replace('ssh = "gw-b"\n', ""), "h.toml")
-    with pytest.raises(HostsError, match=r"gwB\.ssh: missing"):
-        undriven_gw.for_topology(topology("line"))
+    with pytest.raises(HostsError, match=r'gwB\.ssh: missing.*backends = \["external"\]'):
+        undriven_gw.for_topology(topology("line"))  # says what the file is for
     # an external DUT: it needs the addresses it has, the lab cannot add them
     no_addr = parse(LINE.replace('ssh = "gw-b"\n', "").replace(', address = "198.18.0.2/24"', ""),
                     "h.toml")  # fmt: skip
@@ -353,3 +353,37 @@ def test_log_names_a_host_lists_never_name_a_path_outside_the_run_directory(
     notes: list[str] = []
     fetch_logs(Hostile(), "/var/lib/ipsec-lab/abc123-gwA", to, notes.append)  # type: ignore[arg-type]
     assert len(notes) == len(names) - 1 and all("refused a log name" in n for n in notes)
+
+
+@pytest.mark.parametrize(
+    "target, placeholder",
+    [("root@203.0.113.10", True), ("lab@192.0.2.7", True), ("198.51.100.1", True),
+     ("root@[2001:db8::5]", True), ("root@203.0.113.10:2222", True), ("root@10.0.0.1", False),
+     ("gw-a", False), ("lab@gw-a.example.net", False), ("root@[2001:470::1]", False)],
+)  # fmt: skip
+def test_a_documentation_address_is_a_placeholder_and_fails_at_once(
+    target: str, placeholder: bool
+) -> None:
+    """The shipped examples' 203.0.113.x: `hosts check` says they are placeholders at
+    once, rather than "cannot connect" after a timeout."""
+    from ipsec_lab.hosts.ssh import Ssh, SshError
+    from ipsec_lab.hosts.ssh import placeholder as why
+
+    assert (why(target) is not None) is placeholder
+    if placeholder:
+        s = Ssh(target, "client")
+        try:
+            with pytest.raises(SshError, match=r"documentation address.*a placeholder"):
+                s.connect()
+        finally:
+            s.close()
+
+
+def test_hosts_check_of_the_shipped_example_says_placeholders_once() -> None:
+    from conftest import cli
+
+    p = cli("hosts", "check", "examples/hosts/line.toml", check=False)
+    assert p.returncode == 1
+    assert p.stdout.count("a placeholder") == 4 and "cannot connect" not in p.stdout
+    assert "a placeholder" not in p.stderr  # the table has the detail; the verdict names hosts
+    assert "not ready: 4 problems (client, gwA, gwB, server" in p.stderr

@@ -7,6 +7,8 @@ import json
 import sys
 from typing import Any
 
+from ipsec_lab.cli.output import plural
+
 
 def _check(args: argparse.Namespace) -> int:
     from ipsec_lab import hosts as hostsfile
@@ -53,12 +55,12 @@ def _check(args: argparse.Namespace) -> int:
             t.add_row(r.host, r.check, r.status, r.detail)
         Console().print(t)
         warned = sum(r.status == "warn" for r in rows)
-        if failed:
-            print(f"not ready: {len(failed)} problem(s):", file=sys.stderr)
-            for r in failed:
-                print(f"  {r.host}: {r.check}: {r.detail}", file=sys.stderr)
+        if failed:  # the table has each one's detail: name them, not say it twice
+            hosts_ = ", ".join(dict.fromkeys(r.host for r in failed))
+            print(f"not ready: {plural(len(failed), 'problem')} ({hosts_}; the fail rows above)",
+                  file=sys.stderr)  # fmt: skip
         else:
-            print(f"ready ({warned} warning(s))" if warned else "ready")
+            print(f"ready ({plural(warned, 'warning')})" if warned else "ready")
     return 1 if failed else 0
 
 

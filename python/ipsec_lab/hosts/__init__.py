@@ -108,7 +108,10 @@ class Hosts:
                     raise HostsError(self.source, f"{node}.{side}",
                                      "missing: which interface plays this end")  # fmt: skip
             if h.ssh is None and not (backend_external and node in topo.ipsec_nodes):
-                why = "" if node in topo.ipsec_nodes else " (only an external DUT may be)"
+                why = (" (only an external DUT may be)" if node not in topo.ipsec_nodes else
+                       ": the lab configures the scenario's IPsec on it. A gateway the lab "
+                       "does not configure (no ssh, as here) is backend external: run a "
+                       'scenario with backends = ["external"]')  # fmt: skip
                 raise HostsError(self.source, f"{node}.ssh", f"missing: the lab drives "
                                  f"this host{why}")  # fmt: skip
             for side in sides_of(topo, node) if h.ssh is None else ():

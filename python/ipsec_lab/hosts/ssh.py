@@ -36,6 +36,31 @@ SSH_FAILED = 255
 CONNECT_TIMEOUT_S = 10
 
 
+# Addresses kept for documentation (RFC 5737, RFC 3849): the shipped examples' placeholders.
+DOCUMENTATION_NETS = ("192.0.2.0/24", "198.51.100.0/24", "203.0.113.0/24", "2001:db8::/32")
+
+
+def placeholder(target: str) -> str | None:
+    """Why an ssh target is a placeholder, not a machine (None: it may be one)."""
+    import ipaddress
+
+    host = target.rpartition("@")[2]
+    if host.startswith("["):
+        host = host[1:].partition("]")[0]
+    elif host.count(":") == 1:
+        host = host.partition(":")[0]
+    try:
+        addr = ipaddress.ip_address(host)
+    except ValueError:
+        return None  # a name or an ssh_config alias
+    for net in DOCUMENTATION_NETS:
+        if addr in ipaddress.ip_network(net):
+            return (f"{host} is a documentation address ({net}, RFC 5737/3849): a "
+                    "placeholder, as in the shipped examples — put the machine's name or "
+                    "address in a copy of the file")  # fmt: skip
+    return None
+
+
 class SshError(LabError):
     """A host could not be reached or a command on it failed; the message names the host."""
 
@@ -102,6 +127,8 @@ class Ssh:
     def connect(self) -> str:
         """Open the master connection and learn who we are; the user name. Raises
         SshError naming the host if it cannot be reached or gives no root."""
+        if why := placeholder(self.dest):  # fails at once, not after a connect timeout
+            raise SshError(f"{self.who}: {why}")
         r = self.run("id -un && id -u", root=False, timeout=CONNECT_TIMEOUT_S + 20, check=False)
         if r.returncode != 0:
             raise SshError(f"{self.who}: cannot connect: {_last(r.stderr)}")
