@@ -652,6 +652,7 @@ def test_report_of_a_users_own_campaign_draws_every_plot_in_chromium(tmp_path: P
     attrs = dict(re.findall(r'data-([a-z-]+)="([^"]*)"', body.group(0)))
     assert attrs["plots-total"] == attrs["plots-ok"] == str(n)
     assert attrs["errors"] == "0"
+    assert attrs["page-wider"] == "false"  # the wide summary table scrolls in its own box
     _every_measured_bar_shows_and_every_hint_parses(lab, first, html)
 
 

@@ -29,6 +29,26 @@ def _label(r: dict[str, Any]) -> str:
     return b if r["backend"] == "none" else f"{b} {r['configuration']}"
 
 
+def footnoted(rows: list[list[Any]]) -> tuple[list[list[Any]], list[str]]:
+    """Rows whose last cell (the note, parts joined by "; ") is replaced by the numbers of
+    its parts, and the distinct parts in order: a note shared by many rows (BUSY) is
+    written once under the table instead of making each row tall."""
+    notes: list[str] = []
+    out = []
+    for row in rows:
+        text = str(row[-1] or "")
+        if text.startswith(("FAILED: ", "skipped: ")):
+            out.append(row)  # the reason is the row's content
+            continue
+        refs = []
+        for part in (x.strip() for x in text.split("; ") if x.strip()):
+            if part not in notes:
+                notes.append(part)
+            refs.append(f"[{notes.index(part) + 1}]")
+        out.append([*row[:-1], " ".join(refs)])
+    return out, notes
+
+
 def analyse(
     cid: int, name: str, runs: list[dict[str, Any]], scenario_path: str = "",
     lab_dir: Path | None = None,
@@ -53,13 +73,16 @@ def analyse(
                          "FAILED: " + why if r.get("failed") else "skipped: " + why])  # fmt: skip
             continue
         rows.append([*head, r["n"], *metrics.cells(r), r.get("note", "")])
+    rows, notes = footnoted(rows)
     an.tables.append(Table(
         f"Campaign {cid}: {c['done']} runs done, {c['failed']} failed, {c['skipped']} skipped",
         ["backend", "configuration", "link", "flow", "measurement", "n",
          *(col.header for col in metrics.COLUMNS), "note"],
         rows,
         note=metrics.SUMMARY_CAPTION + "; a BUSY note: other processes used the CPU just "
-        "before those runs, so their CPU figures include that work",
+        "before those runs, so their CPU figures include that work"
+        + (". Notes: " + " ".join(f"[{i}] {n}." for i, n in enumerate(notes, 1)) if notes
+           else ""),
     ))  # fmt: skip
     for r in runs:
         if r["status"] == "failed":
@@ -97,9 +120,9 @@ def analyse(
                 "bars", f"{what}, {meas}: backends and configurations per link", "link",
                 unit + (" — log scale" if log else ""),
                 links, vals, logy=log, errors=errs if key == "mbps" else {},
-                note=f"campaign {cid}" + ("; log scale: each gridline 10x the one below" if log
-                                          else "") + "; a missing bar: not measured (see the "
-                "table)",
+                note=f"campaign {cid}"
+                + ("; log scale: each labelled gridline 10x the one below" if log else "")
+                + "; a missing bar: not measured (see the table)",
             ))  # fmt: skip
         wire: dict[str, list[float | None]] = {
             s: [next((r["wire_pct_of_payload"] for r in of

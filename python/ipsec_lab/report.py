@@ -47,6 +47,7 @@ th { background: #eef; } td.num { text-align: right; }
 .ok { color: #075; font-weight: 600; } .chg { color: #b40; font-weight: 600; }
 .weak { color: #a70; font-weight: 600; } .fail { color: #b00; }
 .na { color: #777; } .note { color: #555; font-size: .88em; }
+.wide { overflow-x: auto; max-width: 100%; }
 figure.plot { margin: 1em 0; } figure.plot svg { max-width: 100%; height: auto; }
 figcaption { font-size: .88em; color: #444; }
 code, pre { background: #f4f4f8; padding: .1em .3em; }
@@ -71,6 +72,9 @@ window.addEventListener('load', () => {
   document.body.dataset.plotsTotal = String(figs.length);
   document.body.dataset.plotsOk = String(ok);
   document.body.dataset.errors = String(window.__errors.length);
+  // the page itself never scrolls sideways: a wide table scrolls in its own box
+  const page = document.documentElement;
+  document.body.dataset.pageWider = String(page.scrollWidth > page.clientWidth + 1);
 });
 """
 
@@ -130,7 +134,7 @@ def _figure(p: Plot) -> tuple[Any, dict[str, list[Any]]]:
         ax.axhline(level, color="#444", linestyle=("--", ":", "-.")[i % 3], linewidth=1,
                    label=label)  # fmt: skip
     if p.logy:
-        ax.set_yscale("log")
+        _decades(ax, p)
     ax.set_title(p.title, fontsize=10)
     ax.set_xlabel(p.xlabel)
     ax.set_ylabel(p.ylabel)
@@ -143,6 +147,39 @@ def _figure(p: Plot) -> tuple[Any, dict[str, list[Any]]]:
         else:
             ax.legend(fontsize=8, ncols=2 if n > 4 else 1, framealpha=0.9)
     return fig, drawn
+
+
+def _decades(ax: Any, p: Plot) -> None:
+    """A log axis of whole decades, labelled at each power of 10 only — so that "each
+    gridline 10x the one below" is what is drawn. A smallest value near its decade's floor
+    gets a decade below it, so its bar does not read as none."""
+    from matplotlib.ticker import LogLocator, NullFormatter
+
+    ys = [float(v) for vs in p.series.values() for v in vs if v is not None and v > 0]
+    ys += [float(y) for _, line in p.lines.items() for y in line[1] if y and y > 0]
+    ys += [float(y) for _, pts in p.points.items() for y in pts[1] if y and y > 0]
+    ys += [float(v) for v in p.hlines.values() if v > 0]
+    ax.set_yscale("log")
+    ax.yaxis.set_major_locator(LogLocator(base=10, numticks=30))
+    ax.yaxis.set_minor_formatter(NullFormatter())
+    if ys:
+        lo, hi = math.floor(math.log10(min(ys))), math.ceil(math.log10(max(ys)))
+        if min(ys) < 2 * 10**lo:
+            lo -= 1
+        ax.set_ylim(10.0**lo, 10.0 ** max(hi, lo + 1))
+
+
+def log_ticks(p: Plot) -> list[tuple[float, str]]:
+    """The labelled gridlines of a log plot as drawn: (value, label)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    fig, _ = _figure(p)
+    FigureCanvasAgg(fig).draw()  # type: ignore[no-untyped-call]
+    ax = fig.axes[0]
+    lo, hi = ax.get_ylim()
+    out = [(float(t.get_position()[1]), t.get_text()) for t in ax.get_yticklabels()]
+    out += [(float(t.get_position()[1]), t.get_text()) for t in ax.get_yticklabels(minor=True)]
+    return sorted((v, t) for v, t in out if t and lo <= v <= hi)
 
 
 def _cell(v: Any) -> str:
@@ -159,8 +196,8 @@ def _table(t: Table) -> str:
     body = "".join("<tr>" + "".join(_cell(v) for v in r) + "</tr>" for r in t.rows)
     note = f'<p class="note">{html.escape(t.note)}</p>' if t.note else ""
     empty = '<p class="na">(no rows: nothing measured)</p>' if not t.rows else ""
-    return (f"<h3>{html.escape(t.title)}</h3><table><tr>{head}</tr>{body}</table>"
-            f"{empty}{note}")  # fmt: skip
+    return (f'<h3>{html.escape(t.title)}</h3><div class="wide"><table><tr>{head}</tr>{body}'
+            f"</table></div>{empty}{note}")  # fmt: skip
 
 
 def reading(analyses: list[Analysis]) -> list[str]:
