@@ -101,6 +101,8 @@ class Metric:
 
     def aggregate(self, xs: list[Row], into: Row) -> None:
         """Set this metric's summary keys in `into` from the repetitions `xs`."""
+        if not self.summary:
+            return  # recorded, not summarised (and not always a number: wire_counted)
         vals = [v for v in (self.read(x) for x in xs) if v is not None]
         for stat, key in self.summary.items():
             into[key] = _AGGREGATE[stat](vals) if vals else None
@@ -138,6 +140,9 @@ METRICS: tuple[Metric, ...] = (
              f"{what} on the flow's outer link, {'source → sink' if way == 'up' else 'back'}",
              summary=_keys(f"wire_{way}_{what}", "median"))
       for way in ("up", "down") for what, unit in (("bytes", "B"), ("packets", "packets"))),
+    Metric("wire_counted", "",
+           "how the wire was counted where its counters saw GSO buffers (over the link's "
+           "frame): as the segments they leave as (TCP, an estimate), or only marked"),
     Metric("wire_pct_of_payload", "%", "wire bytes (both ways) per payload byte",
            summary={"median": "wire_pct_of_payload"}, csv=False, value=_wire_pct),
     Metric("retransmits", "segments", "TCP retransmissions (iperf3's count)",

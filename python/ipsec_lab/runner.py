@@ -299,6 +299,7 @@ class Campaign:
             row["busy"] = busy > meters.BUSY_CPUS
             row.update(self.placement.record())
             row.update(mtu)
+            meters.count_segments(row, outer)  # a GSO buffer counted as its segments
             return row
 
         timed = Meters(metered, backend.plane_clock, self._procs(tb, backend))
@@ -482,6 +483,8 @@ def summarize(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
             why = next(str(x.get("shared_why")) for x in xs if x.get("dut_shared_cores"))
             notes.insert(0, f"SHARED CORES in {shared} of {len(xs)} runs: the IPsec under "
                          f"test could run on the traffic's CPUs ({why})")  # fmt: skip
+        if counted := next((str(x["wire_counted"]) for x in xs if x.get("wire_counted")), ""):
+            notes.append(f"wire counted as {counted}")
         if fragmenting := backends_mtu.fragmenting_note(xs):
             notes.insert(0, fragmenting)
         gens = sorted({str(x["generator"]) for x in xs if x.get("generator")})

@@ -21,6 +21,7 @@ What each CPU figure includes (all namespaces share one kernel):
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -330,3 +331,34 @@ class OtherCpu:
     @property
     def busy(self) -> bool:
         return self.cpus > BUSY_CPUS
+
+
+ETHERNET = 14  # the L2 header a veth's byte counters include
+TCP_IPV4 = 52  # IPv4 (20) + TCP (20) + timestamps (12), Linux's default per segment
+
+
+def count_segments(row: dict[str, Any], mtu: int | None) -> None:
+    """Count a TCP row's wire as the segments it leaves as. A veth's counters see a GSO
+    buffer (up to 64 KB) as one packet with one set of headers, where a real link carries
+    a segment of at most the MTU each with its own: plain forwarding's wire bytes then
+    read lower than an IPsec's counted per packet. A direction whose mean packet is over
+    the link's frame is split at the MSS (`mtu` - 52): `wire_*_bytes` and `_packets` as
+    segments (an estimate), the counters' own under `wire_*_gso_bytes`/`_packets`, and
+    `wire_counted` says so. A non-TCP row over the frame is only marked."""
+    if not mtu:
+        return
+    tcp = "data" in row or "retransmits" in row
+    for way in ("up", "down"):
+        b, n = row.get(f"wire_{way}_bytes"), row.get(f"wire_{way}_packets")
+        if not b or not n or b / n <= mtu + ETHERNET:
+            continue
+        row[f"wire_{way}_gso_bytes"], row[f"wire_{way}_gso_packets"] = b, n
+        if not tcp:
+            row["wire_counted"] = "GSO buffers: headers once per buffer, not per segment"
+            continue
+        payload = b / n - ETHERNET - TCP_IPV4  # a buffer's mean TCP payload
+        segs = math.ceil(payload / (mtu - TCP_IPV4))
+        row[f"wire_{way}_bytes"] = int(b + n * (segs - 1) * (ETHERNET + TCP_IPV4))
+        row[f"wire_{way}_packets"] = n * segs
+        row["wire_counted"] = (f"segments: GSO buffers split at the {mtu}-B link's MSS, "
+                               "headers on each (an estimate)")  # fmt: skip
