@@ -124,3 +124,8 @@ def size_bytes(text: str | int | float, positive: bool = False) -> int:
     if positive and v < 1:
         raise UnitError(f"{s!r}: the size must be at least 1 byte")
     return int(v)
+
+
+def plural(n: int, word: str, many: str | None = None) -> str:
+    """`1 core`, `6 cores`: a count with its noun agreeing."""
+    return f"{n} {word if n == 1 else (many or word + 's')}"

@@ -10,7 +10,7 @@ from typing import Any
 
 from ipsec_lab import _native
 from ipsec_lab.cli.args import positive_size, suite_arg, whole
-from ipsec_lab.cli.output import plural
+from ipsec_lab.units import plural
 
 
 def _bench(args: argparse.Namespace) -> int:

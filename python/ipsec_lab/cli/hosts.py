@@ -7,7 +7,7 @@ import json
 import sys
 from typing import Any
 
-from ipsec_lab.cli.output import plural
+from ipsec_lab.units import plural
 
 
 def _check(args: argparse.Namespace) -> int:

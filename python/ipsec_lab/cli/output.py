@@ -218,8 +218,3 @@ def print_failures(runs: list[dict[str, Any]]) -> None:
         if r["status"] == "failed":
             print(f"\nFAILED: {r['backend']} {r['configuration']} | {r['link']} | "
                   f"{r['workload']} {r['flow']} #{r['repetition']}\n{r['reason']}")  # fmt: skip
-
-
-def plural(n: int, word: str, many: str | None = None) -> str:
-    """`1 core`, `6 cores`: a count with its noun agreeing."""
-    return f"{n} {word if n == 1 else (many or word + 's')}"

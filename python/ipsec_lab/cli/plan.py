@@ -23,7 +23,7 @@ from ipsec_lab.cli.args import (
     rate_mbps,
     whole,
 )
-from ipsec_lab.cli.output import console, fmt_mbps, fmt_num, make_table, plural, print_json
+from ipsec_lab.cli.output import console, fmt_mbps, fmt_num, make_table, print_json
 from ipsec_lab.model.plan import CycleCosts, Plan, cpu_mhz_here
 from ipsec_lab.model.sizing import (
     SIZING_SCENARIO,
@@ -37,6 +37,7 @@ from ipsec_lab.model.sizing import (
 )
 from ipsec_lab.model.throughput import FitError, Point, SyncModel, fit, parse_point
 from ipsec_lab.model.transforms import parse_configuration
+from ipsec_lab.units import plural
 
 BENCH_SIZES = [64, 128, 256, 512, 1024, 1420]
 

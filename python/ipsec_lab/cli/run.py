@@ -11,6 +11,7 @@ from typing import Any
 
 from ipsec_lab.cli.args import LAB_HELP, add_vm_arguments, in_vm, lab_dir
 from ipsec_lab.cli.output import counts_line, print_failures, print_summary, run_with_progress
+from ipsec_lab.units import plural
 
 QUICK_SOAK_MINUTES = 1.0  # `run --quick`: a soak's length
 
@@ -183,7 +184,7 @@ def _print_forecast(sc: Any, args: argparse.Namespace, hosts: Any = None) -> int
 
     c = Console()
     print(f"scenario {sc.source}: {sc.name!r} — topology {sc.topology}, "
-          f"{sc.repetitions} repetition(s) of each run")  # fmt: skip
+          f"{plural(sc.repetitions, 'repetition')} of each run")  # fmt: skip
     for b, r in doc["backends"].items():
         if r["runs_as"] != b or r["why"]:
             print(f"  backend {b} → {r['runs_as']} ({r['why']})")

@@ -13,6 +13,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ipsec_lab.units import plural
+
 ETH_VLAN = (0x8100, 0x88A8, 0x9100)
 ETH_IPV4, ETH_IPV6 = 0x0800, 0x86DD
 # Link-layer header types (tcpdump.org/linktypes): header length before the IP packet,
@@ -118,5 +120,5 @@ def size_histogram(path: str | Path) -> CaptureSummary:
         else:
             out.sizes[size] += 1
     if not out.sizes:
-        raise CaptureError(f"{path}: no IPv4 or IPv6 packets in {out.frames} frame(s)")
+        raise CaptureError(f"{path}: no IPv4 or IPv6 packets in {plural(out.frames, 'frame')}")
     return out

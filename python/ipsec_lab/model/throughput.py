@@ -24,6 +24,7 @@ import numpy as np
 
 from ipsec_lab import units
 from ipsec_lab.model.transforms import SecuredLength
+from ipsec_lab.units import plural
 
 MS_PER_BYTE_PER_MBPS = 0.008  # 8 bit/byte / 1e6 bit/Mbit * 1e3 ms/s
 
@@ -391,7 +392,7 @@ def fit(
                 break
     if len(kept) < _min_points(mode) and len(kept) < len(points):
         raise FitError(
-            f"only {len(kept)} point(s) left after leaving out link-limited ones; "
+            f"only {plural(len(kept), 'point')} left after leaving out link-limited ones; "
             f"a {mode} fit needs {_min_points(mode)}"
         )
     model, method, unc = fit_model(kept, lalg, mode)

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Protocol
 
 from ipsec_lab.testbed import Topology
+from ipsec_lab.units import plural
 
 MODES = ("auto", "off")
 
@@ -133,7 +134,9 @@ def choose(mode: str, gateway_cpus: Sequence[int] = (), cpus: Sequence[int] | No
         p = Placement("auto", have[:n], have[n:], why=f"{len(have)} CPUs")
         if quota and quota > len(p.dut):
             # pinned, the IPsec could not use the quota it was given
-            why = f"[gateway] cpu_quota {quota:g} is more than its {len(p.dut)} CPU(s) placed"
+            why = (
+                f"[gateway] cpu_quota {quota:g} is more than its {plural(len(p.dut), 'CPU')} placed"
+            )
             return Placement("off", why=why)
     if trafgen and 0 not in p.traffic:
         return Placement(p.mode, p.traffic, p.dut, p.why,
