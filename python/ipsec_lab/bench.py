@@ -114,22 +114,10 @@ def run(
     trials: int,
     progress: Any = None,
     stages: bool = False,
-) -> list[dict[str, Any]]:
-    return run_repeated(suites, sizes, modes, ops, budget_ms, trials, progress, stages)[0]
-
-
-def run_repeated(
-    suites: list[str] | None,
-    sizes: list[int] | None,
-    modes: list[str] | None,
-    ops: list[str] | None,
-    budget_ms: int,
-    trials: int,
-    progress: Any = None,
-    stages: bool = False,
     repeat: int = 1,
 ) -> tuple[list[dict[str, Any]], float]:
-    """`run` `repeat` times: rows with their spread, and the CPUs other processes used."""
+    """The engine benchmark, `repeat` times: its rows (each case's median repetition, with
+    the spread) and the CPUs' worth other processes used meanwhile."""
     rep = [0]
 
     def tick(done: int, total: int) -> None:
@@ -181,20 +169,6 @@ def run_configs(
     trials: int,
     progress: Any = None,
     stages: bool = False,
-) -> list[dict[str, Any]]:
-    return run_configs_repeated(configs, sizes, ops, payloads, budget_ms, trials, progress,
-                                stages)[0]  # fmt: skip
-
-
-def run_configs_repeated(
-    configs: list[str],
-    sizes: list[int],
-    ops: list[str],
-    payloads: list[str],
-    budget_ms: int,
-    trials: int,
-    progress: Any = None,
-    stages: bool = False,
     repeat: int = 1,
 ) -> tuple[list[dict[str, Any]], float]:
     def once() -> list[dict[str, Any]]:
@@ -223,7 +197,7 @@ def study1(budget_ms: int, trials: int, size: int = 1420, progress: Any = None) 
     rows = []
     runs = [(label, cfg, payload) for label, cfg, payload in F.CONFIGURATIONS if cfg]
     for i, (label, cfg, payload) in enumerate(runs):
-        (r,) = run_configs([cfg], [size], ["seal"], [payload], budget_ms, trials)
+        (r,), _other = run_configs([cfg], [size], ["seal"], [payload], budget_ms, trials)
         rows.append({"name": label, **r})
         if progress:
             progress(i + 1, len(runs))

@@ -92,7 +92,7 @@ def _advise_costs(
             size = max(28, min(size, 9000))
             from ipsec_lab import bench
 
-            row = bench.run([suite], [size], ["tunnel"], ["seal"], 60, 5)[0]
+            row = bench.run([suite], [size], ["tunnel"], ["seal"], 60, 5)[0][0]
             esp = float(row["us_per_kb"])
             parts.append(f"ESP {suite} seal by the engine benchmark at {size} B")
         base = ipc.Costs(fwd, esp, comp, "measured here: " + "; ".join(parts))

@@ -32,7 +32,7 @@ def _bench(args: argparse.Namespace) -> int:
         others = []
         for timed in passes:
             if args.json or not sys.stderr.isatty():
-                rows, other = bench.run_repeated(
+                rows, other = bench.run(
                     args.suite, args.size, args.mode, args.op, args.budget_ms, args.trials,
                     stages=timed, repeat=args.repeat,
                 )  # fmt: skip
@@ -48,7 +48,7 @@ def _bench(args: argparse.Namespace) -> int:
                 def tick(done: int, total: int, task: Any = task) -> None:
                     prog.update(task, completed=done, total=total)
 
-                rows, other = bench.run_repeated(
+                rows, other = bench.run(
                     args.suite, args.size, args.mode, args.op, args.budget_ms, args.trials,
                     tick, stages=timed, repeat=args.repeat,
                 )  # fmt: skip
@@ -127,7 +127,7 @@ def _bench_configs(args: argparse.Namespace) -> int:
                 )
             other = o.cpus
         else:
-            rows, other = bench.run_configs_repeated(
+            rows, other = bench.run_configs(
                 args.config, args.size or [1420], args.op or ["seal", "open"],
                 args.data or ["text"], args.budget_ms, args.trials, stages=args.stages,
                 repeat=args.repeat,

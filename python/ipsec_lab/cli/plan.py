@@ -55,7 +55,7 @@ def _bench_points(
     from ipsec_lab import bench
     from ipsec_lab.meters import BUSY_CPUS
 
-    rows, other = bench.run_repeated([suite], BENCH_SIZES, ["tunnel"], [op], budget_ms, trials)
+    rows, other = bench.run([suite], BENCH_SIZES, ["tunnel"], [op], budget_ms, trials)
     if other > BUSY_CPUS:
         notes.append(
             f"BUSY machine: other processes used {other:.2f} CPUs while the engine was timed "
