@@ -1,5 +1,5 @@
 //! The engine: SPD, SAD and SAs together — the outbound and inbound paths of
-//! architecture.md, I/O-free.
+//! docs/architecture.md, I/O-free.
 //!
 //! outbound: SPD lookup → SA → ESP or AH seal (→ outer header)
 //! inbound:  parse outer + SPI → SAD lookup (SPI, destination, ESP or AH) → replay
