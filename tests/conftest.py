@@ -7,6 +7,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -27,7 +29,38 @@ def cli(
                           text=True, timeout=timeout, check=check, env=e)  # fmt: skip
 
 
+# Root modules whose fixtures span the module (one campaign, one VM boot): they check
+# what they leave once, at the module's end.
+MODULE_TIDY = {"test_reproduce_root", "test_vm_root"}
+
+
 @pytest.fixture(autouse=True)
 def _root_tests_run_as_root(request: pytest.FixtureRequest) -> None:
-    if request.node.get_closest_marker("root") and os.geteuid() != 0:
+    if not request.node.get_closest_marker("root"):
+        return
+    if os.geteuid() != 0:
         pytest.fail("a root test (namespaces, TUN, xfrm): run it as root, as CI does")
+    if request.module.__name__ not in MODULE_TIDY:
+        request.getfixturevalue("no_leftovers")
+
+
+@pytest.fixture
+def no_leftovers(tmp_path: Path) -> Iterator[None]:
+    """Nothing a root test made outlives it: no lab namespace or cgroup it added, no
+    process started with a path of its own (every root test has it, by the fixture
+    above)."""
+    import psutil
+
+    from ipsec_lab.testbed.build import leftovers
+
+    before = set(leftovers()[0])
+    yield
+    names, groups = leftovers()
+    assert set(names) <= before, f"namespaces left: {set(names) - before}"
+    assert not groups, f"cgroups left: {groups}"
+    mine = [
+        p.info["pid"]
+        for p in psutil.process_iter(["pid", "cmdline"])
+        if any(str(tmp_path) in a for a in (p.info["cmdline"] or []))
+    ]
+    assert not mine, f"processes of this test left: {mine}"

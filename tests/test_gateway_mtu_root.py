@@ -22,9 +22,9 @@ from ipsec_lab.model.transforms import Layout, parse_configuration
 from ipsec_lab.testbed import topology
 from ipsec_lab.testbed.build import Testbed, link_mtu
 from netutil import capture, count, transfer
-from test_gateway_traffic_root import root_and_tidy, tunnel  # the gateways' link: 1500 B
+from test_gateway_traffic_root import gateway_built, tunnel  # the gateways' link: 1500 B
 
-__all__ = ["root_and_tidy"]  # an autouse fixture: no namespace or gateway left behind
+__all__ = ["gateway_built"]  # an autouse fixture: the gateway is built
 
 pytestmark = pytest.mark.root
 

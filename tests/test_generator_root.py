@@ -10,7 +10,6 @@ import signal
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,19 +19,12 @@ from conftest import cli
 from ipsec_lab.backends.ours import Ours
 from ipsec_lab.scenario import Workload
 from ipsec_lab.testbed import topology
-from ipsec_lab.testbed.build import Testbed, leftovers
+from ipsec_lab.testbed.build import Testbed
 from ipsec_lab.testbed.placement import choose
 from ipsec_lab.traffic import Meters, soak
 from ipsec_lab.traffic.generator import ETHERNET, NFT_TABLE, Trafgen
 
 pytestmark = pytest.mark.root
-
-
-@pytest.fixture(autouse=True)
-def tidy() -> Iterator[None]:
-    before = set(leftovers()[0])
-    yield
-    assert set(leftovers()[0]) <= before, "a namespace was left behind"
 
 
 def _plain(label: str, fn: Any) -> dict[str, Any]:

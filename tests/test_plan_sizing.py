@@ -30,7 +30,7 @@ def _effort(us_one_gateway: float, size: int) -> float:
 
 def _campaign(lab: Path, sizes: dict[int, float], tcp: bool = False) -> int:
     """A campaign of ours esp:aes128gcm16 with rfc2544 rows at `sizes` (size: µs per packet,
-    one gateway), two repetitions each."""
+    a gateway's: the two's mean), two repetitions each."""
     store = Store(lab / "results.sqlite")
     cid = store.new_campaign("sizing", "sizing.toml", 'backends = ["ours"]\n', {})
     for rep in (1, 2):
@@ -95,7 +95,7 @@ def test_points_of_rows_by_workload() -> None:
 
 def test_a_two_size_campaign_plans_imix_from_both_terms(tmp_path: Path) -> None:
     lab = tmp_path / "lab"
-    # one gateway: 10 µs per packet at 128 B, 20 at 1128: 0.01 µs per byte, 8.72 per packet
+    # a gateway: 10 µs per packet at 128 B, 20 at 1128: 0.01 µs per byte, 8.72 per packet
     cid = _campaign(lab, {128: 10.0, 1128: 20.0})
     doc = json.loads(_cli("plan", "--campaign", str(cid), "--lab", str(lab), "--cpu-mhz", "1000",
                           "--target-mbps", "1G", "--max-load", "1", "--mix", "imix",
@@ -155,3 +155,46 @@ def test_campaign_and_engine_side_by_side_name_the_binding_one(tmp_path: Path) -
     assert "binding: the model (t_fix + per byte, fitted)" in first, first
     assert "the engine alone" in p.stdout and "sources side by side" in p.stdout
     assert "core(s)" not in p.stdout and "measurement(s)" not in p.stdout
+
+
+def test_a_fit_below_zero_plans_without_a_crash_and_says_so(tmp_path: Path) -> None:
+    """Noisy points whose per-byte term fits below 0 (taken as 0): the standard-error
+    band's low end would cost nothing — it is left open, not divided by."""
+    lab = tmp_path / "lab"
+    store = Store(lab / "results.sqlite")
+    cid = store.new_campaign("noisy", "n.toml", "", {})
+    for rep, (size, us) in enumerate(((64, 0.01), (64, 10.0), (1400, 0.01)), 1):
+        row = {"size": size, "mbps": 1.0, "payload_bytes": 1e5,
+               "ipsec_effort_us_per_kb": _effort(us, size)}  # fmt: skip
+        store.record(cid, RunKey("ours", "esp:aes128gcm16", "unshaped", "sizes", "c-s", rep),
+                     "done", 0.0, results=[(f"sizes-{size}", row)])  # fmt: skip
+    store.close()
+    p = _cli("plan", "--campaign", str(cid), "--lab", str(lab), "--cpu-mhz", "1000",
+             "--size", "1500", "--target-mbps", "1G", "--json")  # fmt: skip
+    doc = json.loads(p.stdout)
+    assert doc["cores"] >= 1 and "below 0" in doc["sources"][0]["detail"]
+    assert "extrapolated: 1500-1500 B asked, 64-1400 B measured" in doc["sources"][0]["detail"]
+
+
+def test_imix_rows_alone_give_a_range_and_the_mix_they_measured(tmp_path: Path) -> None:
+    """Two IMIX repetitions whose delivered means differ a little (loss) are one size: the
+    mix itself is planned from them as measured, any other size as a range."""
+    lab = tmp_path / "lab"
+    store = Store(lab / "results.sqlite")
+    cid = store.new_campaign("imix", "i.toml", "", {})
+    for rep, lost in ((1, 0), (2, 12)):
+        got = 1200 - lost
+        row = {"mix": "simple IMIX 7:4:1 of 40/576/1500 B", "sent_packets": 1200,
+               "lost_packets": lost, "payload_bytes": got * (IMIX_MEAN - 28 + rep),
+               "ipsec_effort_us_per_kb": 30.0, "mbps": 10.0}  # fmt: skip
+        store.record(cid, RunKey("ours", "esp:aes128gcm16", "unshaped", "imix", "c-s", rep),
+                     "done", 0.0, results=[("imix", row)])  # fmt: skip
+    store.close()
+    at = json.loads(_cli("plan", "--campaign", str(cid), "--lab", str(lab), "--cpu-mhz",
+                         "1000", "--mix", "imix", "--json").stdout)  # fmt: skip
+    assert at["binding"] == "the gateways measured" and at["cores_range"] is None
+    other = json.loads(_cli("plan", "--campaign", str(cid), "--lab", str(lab), "--cpu-mhz",
+                            "1000", "--size", "1400", "--target-mbps", "1G",
+                            "--json").stdout)  # fmt: skip
+    lo, hi = other["cores_range"]
+    assert other["binding"].endswith("a range)") and lo < hi

@@ -488,7 +488,9 @@ def summarize(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if fragmenting := backends_mtu.fragmenting_note(xs):
             notes.insert(0, fragmenting)
         gens = sorted({str(x["generator"]) for x in xs if x.get("generator")})
-        if (offered := row.get("offered_mbps_median")) is not None:
+        if (offered := row.get("offered_mbps_median")) is not None and row.get(
+            "sent_mbps_median"
+        ) is not None:
             # a fixed rate: what was asked, sent, delivered and lost, whoever bounded it
             show = metrics.BY_KEY["mbps"].show
             notes.insert(0, f"offered {show(offered)}, sent {show(row['sent_mbps_median'])}, "

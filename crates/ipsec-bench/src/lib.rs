@@ -7,6 +7,7 @@
 //! Timing: each measurement runs `trials` trials of about `budget / trials` and keeps the
 //! median ns per packet, so one noisy slice of a shared machine does not set the figure.
 //! Single thread; this crate holds the clock so the core stays I/O-free.
+#![forbid(unsafe_code)]
 
 pub mod configs;
 

@@ -22,13 +22,12 @@
 
 use ipsec::wire::ip::{v4, v6, IPV4_DF};
 use ipsec::wire::l4::{tcp, udp};
+use ipsec::MAX_PACKET;
 use tun_rs::{
     checksum, checksum_no_fold, VirtioNetHdr, VIRTIO_NET_HDR_GSO_TCPV4, VIRTIO_NET_HDR_GSO_TCPV6,
     VIRTIO_NET_HDR_GSO_UDP_L4, VIRTIO_NET_HDR_LEN,
 };
 
-/// The largest IP packet (IPv4 total length / what the TUN device takes in one write).
-const MAX_IP: usize = 65_535;
 const IPV4_HEADER_LEN: usize = 20;
 const IPV6_HEADER_LEN: usize = 40;
 /// UDP GSO cuts at most this many datagrams from one packet (UDP_MAX_SEGMENTS before
@@ -102,7 +101,7 @@ impl Coalescer {
         Coalescer {
             bufs: (0..slots)
                 .map(|_| {
-                    let mut b = crate::sys::resident(VIRTIO_NET_HDR_LEN + MAX_IP);
+                    let mut b = crate::sys::resident(VIRTIO_NET_HDR_LEN + MAX_PACKET);
                     b.clear();
                     b
                 })
@@ -126,7 +125,7 @@ impl Coalescer {
     /// of its own. The caller flushes when full.
     pub fn push(&mut self, pkt: &[u8]) {
         debug_assert!(!self.is_full());
-        let parsed = if self.vnet && pkt.len() <= MAX_IP {
+        let parsed = if self.vnet && pkt.len() <= MAX_PACKET {
             parse(pkt, self.udp)
         } else {
             Parsed::Other
@@ -171,7 +170,7 @@ impl Coalescer {
         let fits = s.ack == first.ack
             && s.l4h == first.l4h
             && s.payload <= it.gso_size
-            && head.len() + s.payload <= MAX_IP
+            && head.len() + s.payload <= MAX_PACKET
             && if s.conn.proto == TCP {
                 s.seq == it.next_seq && tcp_options(pkt, s) == tcp_options(head, &first)
             } else {
@@ -191,7 +190,7 @@ impl Coalescer {
         }
         // PSH ends a joined packet; so does a shorter segment (only the last may be) and
         // a full buffer.
-        if s.psh || s.payload < it.gso_size || buf.len() - vnet + it.gso_size > MAX_IP {
+        if s.psh || s.payload < it.gso_size || buf.len() - vnet + it.gso_size > MAX_PACKET {
             it.open = false;
         }
         true
@@ -781,7 +780,9 @@ mod tests {
             .collect();
         let out = run(&mut Coalescer::new(8, true, true), &pkts);
         assert_eq!(out.len(), 2);
-        assert!(out.iter().all(|o| o.len() - VIRTIO_NET_HDR_LEN <= MAX_IP));
+        assert!(out
+            .iter()
+            .all(|o| o.len() - VIRTIO_NET_HDR_LEN <= MAX_PACKET));
         let got: Vec<Vec<u8>> = out.iter().flat_map(|o| cut(o, false).1).collect();
         assert_eq!(got, pkts);
     }

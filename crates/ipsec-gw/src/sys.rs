@@ -5,19 +5,17 @@
 //! buffer pages. Each `unsafe` block says why it is sound; everything here is a safe API
 //! whose raw pointers never outlive the call that uses them, or point into buffers the
 //! same value owns.
+#![deny(clippy::undocumented_unsafe_blocks)]
 
 use std::io;
 use std::net::IpAddr;
 use std::os::fd::RawFd;
 
 use ipsec::HEADROOM;
-use ipsec::TAILROOM;
+use ipsec::{MAX_PACKET, TAILROOM};
 use socket2::SockAddr;
 
 use crate::stats::Io;
-
-/// The largest IP packet (RFC 791 total length, RFC 8200 payload length).
-const MAX_PACKET: usize = 65_535;
 
 /// A zeroed buffer of `len` bytes whose pages are already resident (each written once):
 /// the gateway's memory at start is what it keeps, rather than growing as traffic first
@@ -89,7 +87,7 @@ pub fn udp_option(fd: RawFd, opt: libc::c_int, set: bool) -> bool {
 /// UDP GSO limits: segments per send (the kernel's UDP_MAX_SEGMENTS is 64 before Linux
 /// 6.1, 128 after) and UDP payload bytes per send (an IP packet's 65,535 less headers).
 const GSO_MAX_SEGMENTS: usize = 64;
-const GSO_MAX_BYTES: usize = 65_535 - 40 - 8;
+const GSO_MAX_BYTES: usize = MAX_PACKET - 40 - 8;
 
 /// One sendmmsg(2) message: `n` consecutive iovecs from `first`, to `addr`. With UDP GSO
 /// several ESP packets of `seg` bytes (the last may be shorter) go as one message the
@@ -309,9 +307,11 @@ impl RecvBatch {
             bufs: (0..RECV_BATCH)
                 .map(|_| resident(HEADROOM + MAX_PACKET + TAILROOM))
                 .collect(),
-            // SAFETY: zeroed sockaddr_storage / iovec / mmsghdr are valid values.
+            // SAFETY: all-zero bytes are a valid sockaddr_storage (plain integers).
             addrs: vec![unsafe { std::mem::zeroed() }; RECV_BATCH],
+            // SAFETY: a zeroed iovec is a null pointer and length 0, a valid value.
             iovs: vec![unsafe { std::mem::zeroed() }; RECV_BATCH],
+            // SAFETY: a zeroed mmsghdr holds null pointers and zero lengths, a valid value.
             hdrs: vec![unsafe { std::mem::zeroed() }; RECV_BATCH],
             ctrl: vec![[0; 4]; RECV_BATCH],
         }
@@ -670,6 +670,6 @@ pub fn path_mtu(local: IpAddr, remote: IpAddr, mark: u32) -> io::Result<u16> {
         )
     })?;
     // loopback's 65536 does not fit a u16; the TUN's MTU is capped at 9000 anyway
-    u16::try_from(mtu.min(65535))
+    u16::try_from(mtu.min(libc::c_int::from(u16::MAX)))
         .map_err(|_| io::Error::other(format!("path MTU {mtu} out of range")))
 }

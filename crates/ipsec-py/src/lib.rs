@@ -1,4 +1,5 @@
 //! PyO3 glue only: `ipsec_lab._native`. Logic lives in the `ipsec` and `ipsec-bench` crates.
+#![deny(unsafe_code)] // PyO3's macros allow their own; nothing here writes any
 
 mod bench;
 mod bundle;

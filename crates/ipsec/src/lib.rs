@@ -30,7 +30,7 @@ pub mod stage;
 pub mod wire;
 
 pub use buf::PacketBuf;
-pub use constants::{HEADROOM, TAILROOM};
+pub use constants::{HEADROOM, MAX_PACKET, TAILROOM};
 pub use crypto::job::CryptoJob;
 pub use crypto::{Encryption, Integrity, Suite, SuiteError};
 pub use drop::{DropCounters, DropReason};

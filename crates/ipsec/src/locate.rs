@@ -2,6 +2,8 @@
 //! packet it wraps, where transport mode inserts its header, where an ESP or AH header
 //! sits, and rewriting an IP header's protocol and lengths around one.
 
+use std::net::IpAddr;
+
 use crate::constants::{proto, IPV4_HEADER_LEN, IPV6_HEADER_LEN};
 use crate::drop::DropReason;
 use crate::wire::ip::{ipv6_split, IpPacket, Ipv4Header, Ipv6Header, IPV4_DF};
@@ -35,8 +37,10 @@ impl TunnelInner {
     }
 }
 
-pub(crate) fn outer_header_len(t: &crate::sa::TunnelEndpoints) -> usize {
-    if t.dst.is_ipv4() {
+/// The length of the outer IP header a tunnel to `dst` puts in front (no options or
+/// extension headers).
+pub(crate) fn outer_header_len(dst: IpAddr) -> usize {
+    if dst.is_ipv4() {
         IPV4_HEADER_LEN
     } else {
         IPV6_HEADER_LEN

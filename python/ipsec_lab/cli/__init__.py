@@ -20,7 +20,7 @@ from ipsec_lab.cli import (
     results,
     run,
 )
-from ipsec_lab.cli.args import USER_ERRORS, UserError
+from ipsec_lab.cli.args import CALL_ERRORS
 from ipsec_lab.cli.output import Parser
 
 # In the order `ipsec-lab --help` lists them.
@@ -75,7 +75,7 @@ def _call(args: argparse.Namespace) -> int:
         rc = args.func(args)
     except BrokenPipeError:
         raise  # the reader went away (`| head`): main ends quietly, not a user error
-    except (UserError, *USER_ERRORS) as e:
+    except CALL_ERRORS as e:
         print(f"{prog}: {e}", file=sys.stderr)
         return 2
     return rc

@@ -37,8 +37,11 @@ def _sample(args: argparse.Namespace) -> tuple[ipc.Compressibility, list[bytes]]
             raise UserError(f"--data {path}: is a directory; give a file of the data to send")
         if not path.exists():
             raise UserError(f"--data {path}: no such file")
-        with open(path, "rb") as f:  # a device or a FIFO too (/dev/stdin)
-            data = f.read(args.max_bytes)
+        try:
+            with open(path, "rb") as f:  # a device or a FIFO too (/dev/stdin)
+                data = f.read(args.max_bytes)
+        except OSError as e:
+            raise UserError(f"--data {path}: {e.strerror or e}") from None
         if not data:
             raise UserError(f"--data {path}: empty (no bytes to compress)")
         packets = ipc.packetize(data, args.packet_size)

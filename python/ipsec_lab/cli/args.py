@@ -11,6 +11,7 @@ from typing import Any
 
 from ipsec_lab import units
 from ipsec_lab.model import pcap as cap
+from ipsec_lab.model.ipcomp import AdviceError
 from ipsec_lab.model.throughput import FitError, parse_mix
 from ipsec_lab.model.transforms import (
     ConfigError,
@@ -20,14 +21,23 @@ from ipsec_lab.model.transforms import (
     parse_lalg,
 )
 
-USER_ERRORS = (FitError, ConfigError, cap.CaptureError, ValueError, OSError)
-
-
 DEFAULT_SIZES = [64, 128, 256, 512, 1024, 1280, 1420]
 
 
 class UserError(Exception):
     """Bad input found after argument parsing; printed as one line, exit 2."""
+
+
+# The lab's own errors for bad input: a command prints one line and exits 2. A bare
+# ValueError or OSError is not among them: that is a bug or a missing program, and shows
+# as one (a traceback, status 1), not as the user's mistake.
+USER_ERRORS: tuple[type[Exception], ...] = (
+    FitError, ConfigError, cap.CaptureError, units.UnitError, AdviceError,
+)  # fmt: skip
+# What a value's parser may raise (argparse shows it as the option's error).
+PARSE_ERRORS: tuple[type[Exception], ...] = (*USER_ERRORS, ValueError)
+# What a command with `user_errors` prints as one line and status 2.
+CALL_ERRORS: tuple[type[Exception], ...] = (UserError, *USER_ERRORS)
 
 
 def arg_type(fn: Any) -> Any:
@@ -36,7 +46,7 @@ def arg_type(fn: Any) -> Any:
     def wrapped(text: str) -> Any:
         try:
             return fn(text)
-        except USER_ERRORS as e:
+        except PARSE_ERRORS as e:  # a value that does not convert
             raise argparse.ArgumentTypeError(str(e)) from None
 
     wrapped.__name__ = getattr(fn, "__name__", "value")

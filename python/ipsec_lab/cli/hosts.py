@@ -55,10 +55,15 @@ def _check(args: argparse.Namespace) -> int:
             t.add_row(r.host, r.check, r.status, r.detail)
         Console().print(t)
         warned = sum(r.status == "warn" for r in rows)
-        if failed:  # the table has each one's detail: name them, not say it twice
+        if failed and sys.stdout.isatty() and sys.stderr.isatty():
+            # one screen: the table above has each problem's detail; say it once
             hosts_ = ", ".join(dict.fromkeys(r.host for r in failed))
             print(f"not ready: {plural(len(failed), 'problem')} ({hosts_}; the fail rows above)",
                   file=sys.stderr)  # fmt: skip
+        elif failed:  # stderr apart from the table (a pipe, a log): each problem in full
+            print(f"not ready: {plural(len(failed), 'problem')}:", file=sys.stderr)
+            for r in failed:
+                print(f"  {r.host}: {r.check}: {r.detail}", file=sys.stderr)
         else:
             print(f"ready ({plural(warned, 'warning')})" if warned else "ready")
     return 1 if failed else 0

@@ -39,6 +39,10 @@ DEFAULT_LEVEL = 6  # zlib's default level
 ETHERNET_HEADER = 14  # what tc and a capture count per frame on Ethernet/veth
 
 
+class AdviceError(ValueError):
+    """Input the IPComp advisor cannot use, saying what is wrong."""
+
+
 def deflate_raw(data: bytes, wbits: int = DEFAULT_WBITS, level: int = DEFAULT_LEVEL) -> bytes:
     """Raw DEFLATE (no zlib header), as RFC 2394 §2 puts it in an IPComp payload."""
     # zlib cannot write a raw stream with an 8-bit window; it uses 9 bits instead.
@@ -104,7 +108,7 @@ def measure(
 ) -> Compressibility:
     """Compress each packet on its own (IPComp is stateless per datagram, RFC 3173 §2.2)."""
     if not 8 <= wbits <= 15:
-        raise ValueError(f"window bits {wbits}: DEFLATE allows 8 to 15")
+        raise AdviceError(f"window bits {wbits}: DEFLATE allows 8 to 15")
     r = Compressibility(min_size=min_size, source=source)
     for p in packets:
         r.sizes.append(len(p))
@@ -120,7 +124,7 @@ def measure(
             r.incompressible += 1
             r.out.append(None)
     if not r.sizes:
-        raise ValueError("the sample holds no packets")
+        raise AdviceError("the sample holds no packets")
     return r
 
 
@@ -155,7 +159,7 @@ def packetize(data: bytes, packet_size: int = 1500) -> list[bytes]:
     """Cut a byte stream into IPv4/TCP packets of ``packet_size`` bytes (the last shorter),
     as a bulk transfer would put it on the inner side of a gateway."""
     if packet_size < 41:
-        raise ValueError(f"packet size {packet_size}: needs room for 40 header bytes + data")
+        raise AdviceError(f"packet size {packet_size}: needs room for 40 header bytes + data")
     mss = packet_size - 40
     out = []
     for off in range(0, len(data), mss):
@@ -304,10 +308,10 @@ def advise(
 ) -> Advice:
     """Throughput with no IPsec, with ESP, and with IPComp + ESP, and what limits each."""
     if link_mbps <= 0:
-        raise ValueError("link rate must be positive")
+        raise AdviceError("link rate must be positive")
     esp_cfg = parse_configuration(esp)
     if esp_cfg.ipcomp or esp_cfg.esp is None:
-        raise ValueError(f"{esp!r}: give the ESP layer alone, e.g. esp:aes128-sha1")
+        raise AdviceError(f"{esp!r}: give the ESP layer alone, e.g. esp:aes128-sha1")
     both = Configuration(f"ipcomp+{esp}", True, esp_cfg.esp, esp_cfg.ah)
     lay = layout or Layout()
     n_in = sample.bytes_in

@@ -25,10 +25,11 @@ MIN_SPREAD = 2.0  # the largest size at least this many times the smallest
 
 @dataclass(frozen=True)
 class CostPoint:
-    """One measurement: one gateway's IPsec CPU per packet at a (mean) inner packet size."""
+    """One measurement: a gateway's IPsec CPU per packet (the mean of the two gateways')
+    at a (mean) inner packet size."""
 
     size: float  # inner IP packet bytes (a mix: its mean)
-    us: float  # µs of CPU per packet, one gateway
+    us: float  # µs of CPU per packet, a gateway's: the mean of the two
     what: str  # the measurement's label
     mix: tuple[tuple[int, float], ...] | None = None  # the mix, where it was one
 
@@ -103,8 +104,18 @@ class CostFit:
         }
 
 
+SAME_SIZE = 0.05  # sizes within 5 % are one size (an IMIX's delivered mean moves with loss)
+
+
 def sizes_of(points: Sequence[CostPoint]) -> list[float]:
-    return sorted({round(p.size, 1) for p in points})
+    """The distinct sizes measured, each a group of sizes within `SAME_SIZE` (its median)."""
+    groups: list[list[float]] = []
+    for x in sorted(p.size for p in points):
+        if groups and x <= groups[-1][0] * (1 + SAME_SIZE):
+            groups[-1].append(x)
+        else:
+            groups.append([x])
+    return [g[len(g) // 2] for g in groups]
 
 
 def fit_costs(points: Sequence[CostPoint]) -> CostFit:
@@ -146,7 +157,7 @@ def same_mix(
 ) -> bool:
     """Whether two mixes are the same (weights normalised; sizes within `slack` bytes:
     iperf3 sends IMIX's 40-byte packets as 44)."""
-    xa, xb = sorted(a), sorted(b)
+    xa, xb = sorted((s, w) for s, w in a if w > 0), sorted((s, w) for s, w in b if w > 0)
     if len(xa) != len(xb):
         return False
     ta, tb = sum(w for _, w in xa), sum(w for _, w in xb)
@@ -158,6 +169,7 @@ def same_mix(
 
 def measured_at(points: Sequence[CostPoint], mix: Sequence[tuple[int, float]]) -> list[CostPoint]:
     """The points measured at exactly the asked size or mix."""
+    mix = [(s, w) for s, w in mix if w > 0]
     if len(mix) == 1:
         return [p for p in points if p.mix is None and round(p.size) == mix[0][0]]
     return [p for p in points if p.mix is not None and same_mix(p.mix, mix)]

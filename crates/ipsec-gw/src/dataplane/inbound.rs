@@ -12,10 +12,11 @@ use tun_rs::SyncDevice;
 use super::crew::{Crew, JobSlot};
 use super::outside::Outside;
 use super::sas::DirEngine;
-use super::{open, BATCH, MAX_PACKET};
+use super::{open, BATCH};
 use crate::gro::Coalescer;
 use crate::stats::Io;
 use crate::sys::{self, resident, RecvBatch, RECV_BATCH};
+use ipsec::MAX_PACKET;
 
 /// Opened packets wait here to be written to the TUN device together: with offloads,
 /// a flow's segments are joined (GRO, [`Coalescer`]) into fewer, larger writes.

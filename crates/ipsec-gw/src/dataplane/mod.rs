@@ -48,7 +48,6 @@ use outbound::OutboundPath;
 pub use outside::Outside;
 pub use sas::{BuildError, DirEngine};
 
-const MAX_PACKET: usize = 65_535;
 const POLL_MS: i32 = 200;
 /// Packets handled per wakeup before the worker looks at its stop flag and reloads.
 const BATCH: usize = 64;

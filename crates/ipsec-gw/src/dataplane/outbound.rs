@@ -9,9 +9,10 @@ use tun_rs::SyncDevice;
 use super::crew::{Crew, JobSlot};
 use super::outside::{Outside, SendBatch};
 use super::sas::DirEngine;
-use super::{seal, BATCH, MAX_PACKET};
+use super::{seal, BATCH};
 use crate::stats::Io;
 use crate::sys::resident;
+use ipsec::MAX_PACKET;
 
 /// TUN → SPD → seal → outside: the outbound direction's buffers and counters, kept for
 /// the worker's life. The TUN device is non-blocking: each wakeup drains it and the worker

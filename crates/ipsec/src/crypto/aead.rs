@@ -2,6 +2,7 @@
 //! Poly1305 (RFC 4106 §5, RFC 7634 §2.1) and GMAC (RFC 4543 §3.3).
 
 use aws_lc_rs::aead::Nonce;
+use zeroize::Zeroizing;
 
 use crate::drop::DropReason;
 
@@ -52,4 +53,11 @@ pub(super) fn with_gmac_aad<R>(
     buf[esp..esp + 4].copy_from_slice(&spi);
     buf[esp - 4..esp].copy_from_slice(&saved);
     Ok(r)
+}
+
+/// An AEAD's key material split into the key and the 4-byte salt after it (RFC 4106 §8.1,
+/// RFC 4543 §8, RFC 7634 §4: KEYMAT = key ‖ salt).
+pub(super) fn split_salt(key: &[u8]) -> (&[u8], Zeroizing<[u8; 4]>) {
+    let (k, s) = key.split_at(key.len() - 4);
+    (k, Zeroizing::new(s.try_into().unwrap()))
 }

@@ -6,7 +6,7 @@ use aws_lc_rs::aead::{LessSafeKey, UnboundKey};
 use aws_lc_rs::hmac as awshmac;
 use zeroize::Zeroizing;
 
-use super::state::split_salt;
+use super::aead::split_salt;
 use super::{Integrity, MacPrimitive};
 use crate::drop::DropReason;
 

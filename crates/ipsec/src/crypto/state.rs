@@ -14,7 +14,7 @@ use crate::constants::ESP_HEADER_LEN;
 use crate::drop::DropReason;
 use crate::stage::{Stage, StageTimes};
 
-use super::aead::{aead_aad, nonce, with_gmac_aad};
+use super::aead::{aead_aad, nonce, split_salt, with_gmac_aad};
 use super::cbc::LegacyBlock;
 pub use super::cbc::{CbcIvs, IV_BATCH};
 pub use super::mac::Icv;
@@ -85,11 +85,6 @@ fn check_len(
         });
     }
     Ok(())
-}
-
-pub(super) fn split_salt(key: &[u8]) -> (&[u8], Zeroizing<[u8; 4]>) {
-    let (k, s) = key.split_at(key.len() - 4);
-    (k, Zeroizing::new(s.try_into().unwrap()))
 }
 
 impl CipherState {

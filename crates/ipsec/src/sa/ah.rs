@@ -152,7 +152,7 @@ impl Sa {
         let t = self.tunnel.ok_or(DropReason::NoSa)?;
         let inner = TunnelInner::parse(pkt.data())?;
         let v4 = t.dst.is_ipv4();
-        let (outer_len, ah_len) = (outer_header_len(&t), self.ah_len(v4));
+        let (outer_len, ah_len) = (outer_header_len(t.dst), self.ah_len(v4));
         let head = pkt.head();
         if head < outer_len + ah_len {
             return Err(DropReason::NoRoom);

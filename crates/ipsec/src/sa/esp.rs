@@ -242,7 +242,7 @@ impl Sa {
             df,
             len: inner_len,
         } = payload;
-        let outer_len = outer_header_len(&t);
+        let outer_len = outer_header_len(t.dst);
         let head = pkt.head();
         let front = outer_len + self.esp_head_len();
         if head < front || pkt.tailroom() + (pkt.len() - inner_len) < self.esp_tail_len(inner_len) {
