@@ -87,7 +87,9 @@ seconds = 4
     # checks that it sees a busy CPU)
     for x in plain + esp:
         assert 0 <= x["soaker_cpu_used"] <= len(x["soaker_per_cpu"])
-        assert x["soaker_effort_us_per_kb"] >= 0
+        # its effort is the CPU it saw used over the run per kB of payload
+        used_us = x["soaker_cpu_used"] * x["soaker_wall_s"] * 1e6
+        assert x["soaker_effort_us_per_kb"] == pytest.approx(used_us / (x["payload_bytes"] / 1024))
     per_byte = [x["wire_up_bytes"] / x["payload_bytes"] for x in (plain[0], esp[0])]
     assert per_byte[1] > per_byte[0] > 1.0
     # the outer link carried only ESP in UDP (each data packet one outer packet)

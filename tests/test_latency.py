@@ -81,7 +81,9 @@ def test_irtt_s_own_json_becomes_a_row(tmp_path: Path) -> None:
     # irtt's own median of the same round trips, in ns (it averages the middle two)
     assert row["rtt_p50_us"] == pytest.approx(data["stats"]["rtt"]["median"] / 1e3, rel=0.2)
     assert row["one_way_up_p50_us"] > 0 and row["one_way_down_p50_us"] > 0
-    assert row["jitter_us"] >= 0
+    # the mean change between successive probes is irtt's own IPDV mean (RFC 5481)
+    assert row["jitter_us"] == pytest.approx(data["stats"]["ipdv_round_trip"]["mean"] / 1e3,
+                                             rel=0.01)  # fmt: skip
     two = latency.probes_row(data, same_clock=False)
     assert "one_way_up_p50_us" not in two and "not kept" in two["one_way_clock"]
 
