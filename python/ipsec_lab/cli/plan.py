@@ -87,8 +87,9 @@ def _model_source(args: argparse.Namespace, mhz: float, notes: list[str]) -> Sou
     costs = CycleCosts.from_model(model, mhz)
     if args.bench:
         return Source(
-            "the engine alone", costs, ENGINE_ONLY, f"ipsec-lab bench of {args.bench}", fit=fitted
-        )
+            "the engine alone", costs, ENGINE_ONLY, f"ipsec-lab bench of {args.bench}",
+            fit=fitted, upper_bound=True,
+        )  # fmt: skip
     return Source(
         "the model given", costs, "as given", "--point" if pts else "--t-fix-ms", fit=fitted
     )
@@ -102,7 +103,7 @@ def _describe(mix: Mix, text: str | None) -> str:
 
 def _cores_text(p: dict[str, Any]) -> str:
     lo_hi = p["cores_range"]
-    upper = p["costs_are"].startswith("upper bound")
+    upper = p["upper_bound"]
     if lo_hi and p["range_is"] == "what the sizes allow":
         if lo_hi[0] == lo_hi[1]:
             return plural(lo_hi[1], "core")
@@ -145,22 +146,18 @@ def _plan(args: argparse.Namespace) -> int:
     planned = [s.plans(args, mix) for s in sources]
     # The binding figure: the least one core carries (the most cores). The engine alone is
     # a bound, never the answer, while another source is there.
-    real = [i for i, p in enumerate(planned) if not p["costs_are"].startswith("upper bound")]
+    real = [i for i, p in enumerate(planned) if not p["upper_bound"]]
     pick = min(real or range(len(planned)), key=lambda i: planned[i]["per_core_mbps"])
     binding, bp = sources[pick], planned[pick]
     for p in planned:
-        if p["costs_are"].startswith("upper bound") and p["per_core_mbps"] < bp["per_core_mbps"]:
+        if p["upper_bound"] and p["per_core_mbps"] < bp["per_core_mbps"]:
             notes.append(
                 f"the engine alone measured here ({fmt_mbps(p['per_core_mbps'])} Mbit/s a core) "
                 f"is slower than {binding.name} ({fmt_mbps(bp['per_core_mbps'])}): it should "
                 "be faster — other machines or clocks (the campaign's cycles are counted at "
                 "this machine's clock), or a busy benchmark"
             )
-    costs = binding.costs
-    if binding.other is not None:  # a range: the table and cycles at its dearer end
-        dear = Plan(binding.other, mix, None, 1.0).per_core_mbps
-        costs = binding.other if dear < Plan(costs, mix, None, 1.0).per_core_mbps else costs
-    plan = Plan(costs, mix, args.target_mbps, args.max_load)
+    plan = Plan(binding.costs, mix, args.target_mbps, args.max_load)  # a range: its dear end
     doc = plan.to_json()
     doc.update(
         per_core_mbps=bp["per_core_mbps"],
@@ -195,7 +192,7 @@ def _show(
     if binding.name.endswith("(bulk TCP)"):
         what = "bulk TCP as the campaign measured it"
     bp = next(p for p in planned if p["name"] == binding.name)
-    upper = binding.bound.startswith("upper bound")
+    upper = binding.upper_bound
     if plan.target_mbps is not None:
         c.print(
             f"[bold]{plan.target_mbps:g} Mbit/s of {what} needs {_cores_text(bp)}[/bold] at "

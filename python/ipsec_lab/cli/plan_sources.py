@@ -37,9 +37,10 @@ class Source:
     detail: str
     split: bool = True  # False: a total per packet at the mix, not per packet + per byte
     bytes_only: bool = False  # a cost per byte of bulk TCP: none per packet was measured
-    other: CycleCosts | None = None  # the other end of what the data allow
+    other: CycleCosts | None = None  # the cheap end of what the data allow (costs: the dear)
     se_cycles: float | None = None  # one standard error of the mix's cycles per packet
     fit: dict[str, Any] | None = None
+    upper_bound: bool = False  # the engine alone: a bound on rate, never the answer
 
     def plans(self, args: argparse.Namespace, mix: Mix) -> dict[str, Any]:
         plan = Plan(self.costs, mix, args.target_mbps, args.max_load)
@@ -58,6 +59,7 @@ class Source:
         doc: dict[str, Any] = {
             "name": self.name,
             "costs_are": self.bound,
+            "upper_bound": self.upper_bound,
             "detail": self.detail,
             "cycles_per_packet": self.costs.cycles_per_packet if self.split else None,
             "cycles_per_byte": (
@@ -201,18 +203,19 @@ def campaign_sources(args: argparse.Namespace, mhz: float, mix: Mix) -> list[Sou
             said.append(f"{near:.3g} µs per packet at {size:.0f} B")
             for pk, by in one_size_bounds(near, size):
                 ends.append(CycleCosts.flat(by * mhz, pk * mhz, mhz))
+        # planned at the dear end (the least a core carries); the cheap end is the other
         ends.sort(key=lambda c: Plan(c, mix, None, 1.0).per_core_mbps)
         shown = ", ".join(f"{x:.0f}" for x in sizes)
         out.append(
             Source(
                 "the model (sizes measured: a range)",
-                ends[-1],
+                ends[0],
                 f"what the sizes allow: {what} measured {shown} B, which cannot separate "
                 "per-packet from per-byte cost; from all per packet to all per byte "
                 f"(one answer: run {SIZING_SCENARIO})",
                 f"{what}: " + ", ".join(said),
                 split=False,
-                other=ends[0],
+                other=ends[-1],
             )
         )
         return out
