@@ -3,14 +3,16 @@ backend that dies fails its run instead of being measured, and key files are pri
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 from pathlib import Path
 
 import pytest
 
 from conftest import cli
-from ipsec_lab import runner, scenario
+from ipsec_lab import runner, scenario, workloads
 from ipsec_lab.testbed import topology
+from ipsec_lab.traffic.workload import Context
 
 
 def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -86,13 +88,14 @@ def test_a_run_whose_gateway_died_is_failed_not_measured(
     gw._procs = {"gwA": subprocess.Popen(["sleep", "30"]), "gwB": subprocess.Popen(["sleep", "30"])}
     ran: list[str] = []
 
-    def workload(tb: object, flow: object, w: object, metered: object, warmup: float) -> list:
-        ran.append(w.kind)  # type: ignore[attr-defined]
+    def workload(ctx: Context) -> list:
+        ran.append(ctx.workload.kind)
         gw._procs["gwB"].kill()  # the gateway dies while traffic flows
         gw._procs["gwB"].wait()
         return [{"label": "tcp", "mbps": 95.0}]
 
-    monkeypatch.setitem(runner.WORKLOADS, "tcp", workload)
+    tcp = dataclasses.replace(workloads.BY_KIND["tcp"], run=workload)
+    monkeypatch.setitem(workloads.BY_KIND, "tcp", tcp)
     first, second = [p for p in c.plan if p.workload.kind == "tcp"][:2]
     try:
         c._one(_Testbed(), gw, first, "ipsec-gw test")  # type: ignore[arg-type]

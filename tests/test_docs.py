@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ipsec_lab import backends, metrics
+from ipsec_lab import backends, metrics, workloads
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -24,7 +24,11 @@ def _table(page: str, name: str) -> str:
 
 @pytest.mark.parametrize(
     "page, name, make",
-    [("lab.md", "metrics", metrics.markdown), ("backends.md", "backends", backends.markdown)],
+    [
+        ("lab.md", "metrics", metrics.markdown),
+        ("backends.md", "backends", backends.markdown),
+        ("scenarios.md", "workloads", workloads.markdown),
+    ],
 )
 def test_generated_tables_are_current(page: str, name: str, make: object) -> None:
     want = make()  # type: ignore[operator]
@@ -35,6 +39,8 @@ def test_every_metric_and_backend_is_on_its_page() -> None:
     lab, bk = _table("lab.md", "metrics"), _table("backends.md", "backends")
     assert all(f"| `{m.key}` |" in lab for m in metrics.METRICS)
     assert all(f"| `{n}` |" in bk for n in backends.NAMES)
+    wl = _table("scenarios.md", "workloads")
+    assert all(f"| `{k}` |" in wl for k in workloads.KINDS)
 
 
 def test_links_between_pages_lead_somewhere() -> None:

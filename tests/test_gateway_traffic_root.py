@@ -21,11 +21,11 @@ from typing import Any
 import pytest
 
 from ipsec_lab.backends.ours import Ours, gateway_binary, stats
-from ipsec_lab.scenario import Workload
 from ipsec_lab.testbed import Link, topology
 from ipsec_lab.testbed.build import Testbed
 from ipsec_lab.traffic import iperf
 from ipsec_lab.traffic.udp import udp as udp_workload
+from ipsec_lab.traffic.workload import Workload
 from netutil import capture, count, holds, transfer
 
 pytestmark = pytest.mark.root

@@ -17,12 +17,12 @@ import pytest
 
 from conftest import cli
 from ipsec_lab.backends.ours import Ours
-from ipsec_lab.scenario import Workload
 from ipsec_lab.testbed import topology
 from ipsec_lab.testbed.build import Testbed
 from ipsec_lab.testbed.placement import choose
 from ipsec_lab.traffic import Meters, soak
 from ipsec_lab.traffic.generator import ETHERNET, NFT_TABLE, Trafgen
+from ipsec_lab.traffic.workload import Workload
 
 pytestmark = pytest.mark.root
 

@@ -76,3 +76,69 @@ def test_every_registered_backend_is_built_by_name_and_accepted_by_scenarios() -
     assert backends.IPSEC_NAMES == tuple(n for n in backends.NAMES if n != "none")
     with pytest.raises(ValueError, match="unknown backend 'nope' \\(known: none, "):
         backends.make("nope")
+
+
+# --- workloads: one registry, read by the scenario, the runner, check and hosts check ----
+
+
+def test_every_workload_kind_is_listed_once_and_reads_only_keys_a_workload_has() -> None:
+    import dataclasses
+
+    from ipsec_lab import workloads
+    from ipsec_lab.traffic.workload import Workload
+
+    fields = {f.name for f in dataclasses.fields(Workload)}
+    assert len(workloads.KINDS) == len(set(workloads.KINDS)) == len(workloads.REGISTRY)
+    assert scenario.WORKLOAD_KINDS == workloads.KINDS
+    for k in workloads.REGISTRY:
+        assert k.keys <= fields, (k.name, k.keys - fields)
+        # a minimal workload of each kind parses (a scenario can name every kind)
+        sc = scenario.parse(f'name = "x"\n[[workloads]]\nkind = "{k.name}"\n', "t.toml")
+        assert sc.workloads[0].kind == k.name
+
+
+@pytest.mark.parametrize("key", ["rate_mbit", "sizes", "files", "minutes", "background"])
+def test_a_key_another_kind_reads_is_refused_naming_the_kinds_that_use_it(key: str) -> None:
+    from ipsec_lab import workloads
+
+    takers = [k.name for k in workloads.REGISTRY if key in k.keys]
+    lacking = next(k for k in workloads.REGISTRY if key not in k.keys)
+    text = f'name = "x"\n[[workloads]]\nkind = "{lacking.name}"\n{key} = 1\n'
+    with pytest.raises(scenario.ScenarioError) as e:
+        scenario.parse(text, "t.toml")
+    said = str(e.value)
+    assert said.startswith(f"t.toml: workloads[0].{key}: only ")
+    assert all(t in said for t in takers) and f"{lacking.said()} takes" in said, said
+
+
+def test_check_estimates_each_run_by_its_kind(tmp_path: object) -> None:
+    """`check`'s time for a run is its kind's traffic plus the warm-up and the run's own
+    overhead: a new kind's estimate is its own."""
+    from ipsec_lab import preflight, workloads
+    from ipsec_lab.testbed import LINK_PRESETS
+
+    link = LINK_PRESETS["ethernet-100"]
+    sc = scenario.parse('name = "x"\n[[workloads]]\nkind = "tcp"\nbytes = "100M"\n', "t.toml")
+    w = sc.workloads[0]
+    got = preflight.run_seconds(w, link, 1.0)
+    assert got == pytest.approx(100 * 2**20 * 8 / 100e6 + 1.0 + preflight.RUN_OVERHEAD_S)
+    soak = scenario.parse('name = "x"\n[[workloads]]\nkind = "soak"\nminutes = 2\n', "t.toml")
+    assert workloads.of(soak.workloads[0]).seconds(soak.workloads[0], 100) == 125
+
+
+def test_hosts_check_asks_each_workload_kind_for_its_tools() -> None:
+    from ipsec_lab.hosts import check
+
+    sc = scenario.parse(
+        'name = "x"\n[[workloads]]\nkind = "http"\n[[workloads]]\nkind = "tcp"\ndata = "text"\n'
+        '[[workloads]]\nkind = "latency"\nbackground = "tcp"\n',
+        "t.toml",
+    )
+    client = check.needed_tools("client", "line", ("ours",), sc.workloads)
+    assert {"nginx", "curl", "python3", "irtt", "iperf3"} <= set(client)
+    assert "nginx" not in check.needed_tools("gwA", "line", ("ours",), sc.workloads)
+    # bulk TCP behind the probes: no UDP generator, so trafgen is not looked for
+    assert check.optional_tools("client", "line", client, sc.workloads) == []
+    udp = scenario.parse('name = "x"\n[[workloads]]\nkind = "udp"\n', "t.toml").workloads
+    assert "trafgen" in check.optional_tools("client", "line", [], udp)
+    assert check.optional_tools("server", "line", [], udp) == ["nft"]

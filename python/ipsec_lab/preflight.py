@@ -10,18 +10,18 @@ reported as unknown rather than guessed.
 
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
-from ipsec_lab import backends
+from ipsec_lab import backends, workloads
 from ipsec_lab.backends import Unsupported
-from ipsec_lab.scenario import Scenario, Workload
+from ipsec_lab.scenario import Scenario
 from ipsec_lab.store import RunKey
 from ipsec_lab.testbed import Flow, Link, topology
 from ipsec_lab.testbed.build import LabError, netem_available
 from ipsec_lab.testbed.placement import Placement, placement_of
+from ipsec_lab.traffic.workload import Workload
 
 if TYPE_CHECKING:
     from ipsec_lab.hosts import Hosts
@@ -131,24 +131,7 @@ def backend_skip(name: str, configuration: str, hosts: Hosts | None = None) -> s
 
 def run_seconds(w: Workload, link: Link, warmup_s: float) -> float:
     """About how long one run of `w` on `link` takes (traffic, warm-up and set-up)."""
-    rate = link.rate_mbit or 1000.0
-    if w.kind == "tcp":
-        traffic = w.bytes * 8 / rate / 1e6 if w.bytes else w.seconds
-    elif w.kind in ("udp", "imix"):
-        traffic = w.seconds
-    elif w.kind == "rfc2544":
-        per = 0.0
-        for size in w.all_sizes:
-            steps = math.ceil(math.log2(max(w.max_rate_for(size) / w.resolution_for(size), 2)))
-            per += w.trial_s * (min(w.max_trials, steps + 1) + w.overload_trials)
-        traffic = per
-    elif w.kind == "latency":  # each load's probes (+ lead and wait), a search maybe
-        per = w.seconds + 2.5
-        traffic = per * (1 if w.background == "tcp" else len(w.loads))
-    elif w.kind == "soak":
-        traffic = w.minutes * 60 + 5
-    else:  # http, smtp: every file once, and a warm-up fetch
-        traffic = sum(n * 8 / rate / 1e6 + 0.5 for n in w.files) + 0.5
+    traffic = workloads.of(w).seconds(w, link.rate_mbit or 1000.0)
     return traffic + warmup_s + RUN_OVERHEAD_S
 
 
@@ -193,16 +176,13 @@ def plan(sc: Scenario) -> list[Planned]:
     return out
 
 
-UDP_KINDS = ("udp", "imix", "rfc2544", "latency", "soak")
-
-
 def generators(sc: Scenario, hosts: Hosts | None = None) -> dict[str, str]:
     """Per workload that sends UDP, the generator it will run with here and why."""
     import shutil
 
     out: dict[str, str] = {}
     for w in sc.workloads:
-        if w.kind not in UDP_KINDS or (w.kind == "latency" and w.background == "tcp"):
+        if not workloads.of(w).generated(w):
             continue
         if w.generator == "iperf3":
             out[w.name] = "iperf3 (asked for)"

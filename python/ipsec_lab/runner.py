@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ipsec_lab import backends, environment, meters, metrics, scenario
+from ipsec_lab import backends, environment, meters, metrics, scenario, workloads
 from ipsec_lab.backends import Unsupported
 from ipsec_lab.backends import mtu as backends_mtu
 from ipsec_lab.meters.soaker import Soaker
@@ -42,7 +42,8 @@ from ipsec_lab.testbed.build import (
     require_root,
     require_tools,
 )
-from ipsec_lab.traffic import Meters, Row, apps, iperf, latency, rfc2544, soak, udp
+from ipsec_lab.traffic import Meters, Row, soak
+from ipsec_lab.traffic.workload import Context, Lookup
 
 if TYPE_CHECKING:
     from ipsec_lab.hosts import Hosts
@@ -62,14 +63,6 @@ def same_scenario(text: str, sc: Scenario) -> bool:
 
 def _slug(s: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", s)
-
-
-WORKLOADS: dict[str, Callable[..., list[Row]]] = {
-    "tcp": iperf.tcp,
-    "udp": udp.udp,
-    "imix": udp.imix,
-    "rfc2544": rfc2544.rfc2544,
-}
 
 
 @dataclass
@@ -303,31 +296,18 @@ class Campaign:
             return row
 
         timed = Meters(metered, backend.plane_clock, self._procs(tb, backend))
-        w = p.workload
+        kind = workloads.of(p.workload)
+        ctx = Context(tb, flow, p.workload, timed, self.sc.warmup_s, self.sc.seed + k.repetition,
+                      lambda field: self._searched(k, field), self.soak_minutes)  # fmt: skip
         try:
-            if w.kind in ("http", "smtp"):
-                fn = apps.http if w.kind == "http" else apps.smtp
-                rows = fn(tb, flow, w, timed, self.sc.seed + k.repetition)
-            elif w.kind == "latency":
-                rows = latency.latency(tb, flow, w, timed, self.sc.warmup_s,
-                                       pdr=self._searched(k, "pdr_mbps"))  # fmt: skip
-            elif w.kind == "soak":
-                rows = soak.soak(tb, flow, w, timed, self.sc.warmup_s,
-                                 ndr=self._searched(k, "ndr_mbps"),
-                                 minutes=self.soak_minutes)  # fmt: skip
-            else:
-                # UDP goes without DF (a per-namespace default, set only for UDP workloads):
-                # a datagram larger than a tunnel's inner MTU is then fragmented by the
-                # gateway, as a DF-less datagram is in the field, instead of being refused
-                # at the sender after an ICMP "fragmentation needed".
-                udp = w.kind != "tcp"
-                if udp:
-                    tb.sysctl(flow.source, "net.ipv4.ip_no_pmtu_disc", "1")
-                try:
-                    rows = WORKLOADS[w.kind](tb, flow, w, timed, self.sc.warmup_s)
-                finally:
-                    if udp:
-                        tb.sysctl(flow.source, "net.ipv4.ip_no_pmtu_disc", "0")
+            # UDP without DF (a per-namespace default, set only while such a kind runs)
+            if kind.without_df:
+                tb.sysctl(flow.source, "net.ipv4.ip_no_pmtu_disc", "1")
+            try:
+                rows = kind.run(ctx)
+            finally:
+                if kind.without_df:
+                    tb.sysctl(flow.source, "net.ipv4.ip_no_pmtu_disc", "0")
             dead = backend.died()
             if dead:  # whatever got through did not go through the IPsec under test
                 raise LabError(f"{k.backend} went down during the run: {dead}")
@@ -357,7 +337,7 @@ class Campaign:
 
         return read
 
-    def _searched(self, k: RunKey, field: str) -> latency.PdrLookup:
+    def _searched(self, k: RunKey, field: str) -> Lookup:
         """What this campaign's RFC 2544 searches found (`field`: pdr_mbps or ndr_mbps)
         for the run's backend, configuration, link and flow at a packet size (the median
         over its rfc2544 runs), for a latency workload's loads or a soak's rate; None

@@ -35,13 +35,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ipsec_lab import backends, units
+from ipsec_lab import backends, units, workloads
 from ipsec_lab.testbed import LINK_PRESETS, Link
 from ipsec_lab.testbed.placement import MODES as PLACEMENTS
+from ipsec_lab.traffic.workload import Workload
 
 TOPOLOGIES = ("pair", "line", "clients")
 BACKENDS = backends.NAMES  # the registry's (ipsec_lab.backends.REGISTRY)
-WORKLOAD_KINDS = ("tcp", "udp", "rfc2544", "imix", "http", "smtp", "latency", "soak")
+WORKLOAD_KINDS = workloads.KINDS  # the registry's (ipsec_lab.workloads.REGISTRY)
 LATENCY_BACKGROUNDS = ("udp", "tcp")
 GENERATORS = ("auto", "trafgen", "iperf3")  # traffic.generator's
 TCP_DATA = ("iperf", "text", "random")
@@ -54,80 +55,6 @@ class ScenarioError(ValueError):
         super().__init__(f"{source}: {key}: {message}")
         self.source = source
         self.key = key
-
-
-@dataclass(frozen=True)
-class Workload:
-    """What traffic a run sends. Sizes are bytes of the inner IP packet."""
-
-    kind: str
-    seconds: float = 5.0  # tcp/udp/imix duration; rfc2544 trial length is trial_s
-    bytes: int | None = None  # tcp: send this many bytes instead of for `seconds`
-    streams: int = 1
-    size: int = 1420  # udp / rfc2544
-    rate_mbit: float = 100.0  # udp / imix offered rate
-    trial_s: float = 2.0  # rfc2544
-    loss_tolerance_pct: float = 0.0
-    resolution_mbit: float = 1.0
-    max_rate_mbit: float = 1000.0
-    max_trials: int = 20
-    # rfc2544: after the search, this many trials at 1.25 x its loss-free rate measure the
-    # forwarding rate at overload (RFC 2285's MFR) on their own (0: from the search's)
-    overload_trials: int = 0
-    # rfc2544: several sizes in one run instead of `size` — each searched in turn, then
-    # their overload trials interleaved in rounds (see rfc2544.overload_rounds); the
-    # ceiling and resolution are those of the largest size, scaled to the same packet
-    # rate for the smaller ones
-    sizes: tuple[int, ...] = ()
-    files: tuple[int, ...] = (1024, 10 * 1024, 1024 * 1024, 10 * 1024 * 1024)  # http/smtp
-    label: str = ""
-    # tcp: "iperf" (iperf3's own random payload), or a plain sender of "text" (English
-    # prose: DEFLATE shrinks it by about half, as study 1's compressible data) or "random"
-    # (urandom: incompressible); the two are sent alike, so only the bytes differ.
-    data: str = "iperf"
-    # udp / imix / rfc2544: the UDP generator — "auto" (trafgen where it can go, else
-    # iperf3), "trafgen" or "iperf3" (the scenario's `generator` unless the workload's)
-    generator: str = "auto"
-    flows: int = 1  # trafgen: UDP flows (source ports) the packets go round
-    # latency: the background at these % of the PDR (udp), or bulk TCP (tcp); the probes
-    # every `probe_interval_ms`, `probe_bytes` long (0: irtt's smallest, its header)
-    loads: tuple[float, ...] = (0.0, 10.0, 50.0, 90.0)
-    background: str = "udp"
-    probe_interval_ms: float = 1.0
-    probe_bytes: int = 0
-    # soak: `minutes` at `load_pct` of the NDR (None: at `rate_mbit`), read every
-    # `interval_s`; loss judged against `loss_tolerance_pct` in every interval
-    minutes: float = 30.0
-    load_pct: float | None = 50.0
-    interval_s: float = 10.0
-
-    @property
-    def name(self) -> str:
-        if self.label:
-            return self.label
-        if self.kind == "tcp":
-            extra = f"{self.bytes}B" if self.bytes else f"{self.seconds:g}s"
-            data = "" if self.data == "iperf" else f"-{self.data}"
-            return f"tcp-{self.streams}x-{extra}{data}"
-        if self.kind in ("udp", "rfc2544"):
-            return f"{self.kind}-{'-'.join(map(str, self.all_sizes))}"
-        return self.kind
-
-    @property
-    def all_sizes(self) -> tuple[int, ...]:
-        return self.sizes or (self.size,)
-
-    def size_label(self, size: int) -> str:
-        """The label of one size's row in a several-size rfc2544 workload."""
-        return f"{self.label or self.kind}-{size}"
-
-    def max_rate_for(self, size: int) -> float:
-        """The search's ceiling for `size`: `max_rate_mbit` at the largest size, the
-        same packet rate at a smaller one."""
-        return self.max_rate_mbit * size / max(self.all_sizes)
-
-    def resolution_for(self, size: int) -> float:
-        return self.resolution_mbit * size / max(self.all_sizes)
 
 
 @dataclass(frozen=True)
@@ -168,31 +95,9 @@ _LINK_KEYS = {
     "name", "preset", "rate_mbit", "delay_ms", "jitter_ms", "loss_pct", "reorder_pct",
     "duplicate_pct", "mtu",
 }  # fmt: skip
-# The keys each kind of workload reads (besides `kind` and `label`): any other is refused,
-# never accepted and ignored.
-KIND_KEYS: dict[str, frozenset[str]] = {
-    "tcp": frozenset({"seconds", "bytes", "streams", "data"}),
-    "udp": frozenset({"seconds", "size", "rate_mbit", "generator", "flows"}),
-    "imix": frozenset({"seconds", "rate_mbit", "generator", "flows"}),
-    "rfc2544": frozenset({
-        "size", "sizes", "trial_s", "loss_tolerance_pct", "resolution_mbit", "max_rate_mbit",
-        "max_trials", "overload_trials", "generator", "flows",
-    }),
-    "http": frozenset({"files"}),
-    "smtp": frozenset({"files"}),
-    "latency": frozenset({
-        "seconds", "size", "loads", "background", "probe_interval_ms", "probe_bytes",
-        "generator", "flows", "trial_s", "max_rate_mbit", "resolution_mbit", "max_trials",
-    }),
-    "soak": frozenset({
-        "minutes", "load_pct", "rate_mbit", "interval_s", "size", "loss_tolerance_pct",
-        "probe_interval_ms", "probe_bytes", "generator", "flows", "trial_s", "max_rate_mbit",
-        "resolution_mbit", "max_trials",
-    }),
-}  # fmt: skip
-_A = {"tcp": "a", "udp": "a", "rfc2544": "an", "imix": "an", "http": "an", "smtp": "an",
-      "latency": "a", "soak": "a"}  # fmt: skip
-_WORKLOAD_KEYS = {"kind", "label"}.union(*KIND_KEYS.values())
+# Each kind of workload reads its own keys (ipsec_lab.workloads' registry) besides `kind`
+# and `label`: any other is refused, never accepted and ignored.
+_WORKLOAD_KEYS = {"kind", "label"} | workloads.KEYS
 
 
 class _Reader:
@@ -343,13 +248,15 @@ def _workload(r: _Reader, t: Any, where: str, generator: str = "auto",
     kind = t.get("kind")
     if kind not in WORKLOAD_KINDS:
         raise r.fail(f"{where}kind", f"must be one of {', '.join(WORKLOAD_KINDS)}, not {kind!r}")
+    own = workloads.BY_KIND[kind]
     for k in t:
-        if k not in KIND_KEYS[kind] and k not in ("kind", "label"):
-            takers = " or ".join(x for x, keys in KIND_KEYS.items() if k in keys)
+        if k not in own.keys and k not in ("kind", "label"):
+            takers = [x for x in workloads.REGISTRY if k in x.keys]
+            names = " or ".join(x.name for x in takers)
             raise r.fail(
                 f"{where}{k}",
-                f"only {_A[takers.split()[0]]} {takers} workload uses {k}; "
-                f"{_A[kind]} {kind} workload takes {', '.join(sorted(KIND_KEYS[kind]))}",
+                f"only {takers[0].article} {names} workload uses {k}; "
+                f"{own.said()} takes {', '.join(sorted(own.keys))}",
             )
     d = Workload(kind)
     n = r.number
@@ -359,7 +266,7 @@ def _workload(r: _Reader, t: Any, where: str, generator: str = "auto",
             raise r.fail(f"{where}files", "must be a non-empty list of sizes")
         files = tuple(_size(r, f, f"{where}files") for f in t["files"])
     sizes: tuple[int, ...] = ()
-    if "sizes" in t:  # an rfc2544 workload's (KIND_KEYS)
+    if "sizes" in t:  # an rfc2544 workload's
         if "size" in t:
             raise r.fail(f"{where}sizes", "give `size` or `sizes`, not both")
         v = t["sizes"]

@@ -71,8 +71,8 @@ def test_latency_percentiles_land_on_a_known_delay(tmp_path: Path) -> None:
     """netem delays the gateways' link 10 ms each way: every probe's RTT is at least
     20 ms and its one-way delay each way at least 10 ms, at no load and beside trafgen's
     background at half of a 10 Mbit/s PDR (the kernel here has netem; the host's not)."""
-    from ipsec_lab.scenario import Workload
     from ipsec_lab.traffic import latency
+    from ipsec_lab.traffic.workload import Workload
 
     with Testbed(topology("line"), tmp_path / "run") as tb:
         tb.shape(Link("delayed", delay_ms=10))

@@ -5,9 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ipsec_lab.units import plural
+
+if TYPE_CHECKING:
+    from ipsec_lab.traffic.workload import Workload
 
 
 def _check(args: argparse.Namespace) -> int:
@@ -19,18 +22,11 @@ def _check(args: argparse.Namespace) -> int:
     try:
         hosts = hostsfile.load(args.file)
         backends: tuple[str, ...] = ()
-        workloads: tuple[str, ...] = ()
+        workloads: tuple[Workload, ...] = ()
         topo = hosts.topology
         if args.scenario:
             sc = scenario.load(args.scenario)
-            backends, workloads, topo = (
-                sc.backends,
-                tuple(
-                    "tcp-data" if w.kind == "tcp" and w.data != "iperf" else w.kind
-                    for w in sc.workloads
-                ),
-                sc.topology,
-            )
+            backends, workloads, topo = sc.backends, sc.workloads, sc.topology
         name = topo or check._guess(hosts)
         hosts.for_topology(topology(name), backend_external="external" in backends
                            or not args.scenario)  # fmt: skip

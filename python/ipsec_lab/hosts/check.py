@@ -15,12 +15,14 @@ import json
 import time
 from dataclasses import asdict, dataclass
 
+from ipsec_lab import workloads as kinds
 from ipsec_lab.backends.mtu import facts as mtu_facts
 from ipsec_lab.hosts import Hosts, sides_of
 from ipsec_lab.hosts.readings import ssh_interface
 from ipsec_lab.hosts.ssh import Ssh, SshError, each
 from ipsec_lab.hosts.workdir import guard, refusals
 from ipsec_lab.testbed import INNER_MTU, TOPOLOGIES, topology
+from ipsec_lab.traffic.workload import Workload
 
 # What each tool is for, how its version shows, and the Debian package with it.
 TOOLS: dict[str, tuple[str, str, str]] = {
@@ -67,12 +69,7 @@ BACKEND_TOOLS = {
     "strongswan": _CHARON, "strongswan-kernel": _CHARON, "strongswan-libipsec": _CHARON,
     "ours": ("nft",), "ours-udp": ("nft",), "xfrm-udp": ("python3",),
 }  # fmt: skip
-# per workload (`tcp-data`: TCP of the lab's own bytes, text or random, sent by python3)
-WORKLOAD_TOOLS = {"http": ("nginx", "curl"), "smtp": ("curl", "python3", "aiosmtpd"),
-                  "tcp-data": ("python3",), "latency": ("irtt",), "soak": ("irtt",)}  # fmt: skip
-# Workloads whose UDP trafgen sends (from the source) and nft counts (at the sink), where
-# the topology lets it (`line`: the sources do no IPsec of their own).
-GENERATED = ("udp", "imix", "rfc2544", "latency", "soak")
+# (each workload's own tools, at the traffic's ends: its kind's in ipsec_lab.workloads)
 MODULES = {"esp4": "ESP over IPv4 (xfrm)", "esp6": "ESP over IPv6 (xfrm)", "ah4": "AH (xfrm)",
            "xfrm_ipcomp": "IPComp (xfrm)", "sch_netem": "delay/loss links"}  # fmt: skip
 # A clock further off than this is reported (one-way figures across hosts need better).
@@ -88,14 +85,14 @@ class Row:
 
 
 def needed_tools(node: str, topo_name: str, backends: tuple[str, ...] = (),
-                 workloads: tuple[str, ...] = ()) -> list[str]:  # fmt: skip
+                 workloads: tuple[Workload, ...] = ()) -> list[str]:  # fmt: skip
     topo = topology(topo_name)
     need = list(BASE_TOOLS)
     flows = {f.source for f in topo.flows} | {f.sink for f in topo.flows}
     if node in flows:
         need += TRAFFIC_TOOLS
         for w in workloads:
-            need += WORKLOAD_TOOLS.get(w, ())
+            need += kinds.of(w).tools(w)
 
     if node in topo.ipsec_nodes or any(node in (w.a, w.b) for w in topo.wires if w.shaped):
         need += GATEWAY_TOOLS
@@ -105,11 +102,13 @@ def needed_tools(node: str, topo_name: str, backends: tuple[str, ...] = (),
 
 
 def optional_tools(node: str, topo_name: str, required: list[str],
-                   workloads: tuple[str, ...] = ()) -> list[str]:  # fmt: skip
+                   workloads: tuple[Workload, ...] = ()) -> list[str]:  # fmt: skip
     """Tools the lab does without on `node` (OPTIONAL), for the workloads given: trafgen
     on a UDP source and nft on its sink where trafgen can drive the topology."""
     topo = topology(topo_name)
-    if topo_name != "line" or not any(w in GENERATED for w in workloads):
+    # trafgen sends a generated workload's UDP (from the source) and nft counts it (at
+    # the sink) where the topology lets it (`line`: the sources do no IPsec of their own)
+    if topo_name != "line" or not any(kinds.of(w).generated(w) for w in workloads):
         return []
     want = (["trafgen", "ping"] if node in {f.source for f in topo.flows} else []) + (
         ["nft"] if node in {f.sink for f in topo.flows} else [])  # fmt: skip
@@ -117,7 +116,7 @@ def optional_tools(node: str, topo_name: str, required: list[str],
 
 
 def check_host(hosts: Hosts, node: str, topo_name: str, backends: tuple[str, ...],
-               workloads: tuple[str, ...]) -> list[Row]:  # fmt: skip
+               workloads: tuple[Workload, ...]) -> list[Row]:  # fmt: skip
     h = hosts.hosts[node]
     out: list[Row] = []
     if h.ssh is None:
@@ -324,7 +323,7 @@ def _last_line(text: str) -> str:
 
 
 def run_checks(hosts: Hosts, topo_name: str | None = None, backends: tuple[str, ...] = (),
-               workloads: tuple[str, ...] = ()) -> list[Row]:  # fmt: skip
+               workloads: tuple[Workload, ...] = ()) -> list[Row]:  # fmt: skip
     """Every host's checks, the hosts in parallel, in the file's order."""
     name = topo_name or hosts.topology or _guess(hosts)
     by: dict[str, list[Row]] = {}

@@ -17,10 +17,10 @@ import statistics
 from collections.abc import Callable
 from pathlib import Path
 
-from ipsec_lab.scenario import Workload
 from ipsec_lab.testbed import Flow
 from ipsec_lab.testbed.build import LabError, Testbed
 from ipsec_lab.traffic import Metered, Row, wait_listening
+from ipsec_lab.traffic.workload import Kind, Workload
 
 SMALL_REPEATS = 7
 HTTP_PORT = 8080
@@ -157,3 +157,28 @@ def smtp(tb: Testbed, flow: Flow, w: Workload, metered: Metered, seed: int) -> l
         return [metered(f"{w.name}-{_size_label(n)}", functools.partial(send, n)) for n in w.files]
     finally:
         tb.stop(p)
+
+
+def _seconds(w: Workload, rate_mbit: float) -> float:
+    """Every file once, and a warm-up fetch."""
+    return sum(n * 8 / rate_mbit / 1e6 + 0.5 for n in w.files) + 0.5
+
+
+HTTP = Kind(
+    "http",
+    "files of each of `files`' sizes fetched by curl from nginx",
+    frozenset({"files"}),
+    lambda c: http(c.tb, c.flow, c.workload, c.meters, c.seed),
+    _seconds,
+    tools=lambda w: ("nginx", "curl"),
+    article="an",
+)
+SMTP = Kind(
+    "smtp",
+    "mails of each of `files`' sizes sent by curl to aiosmtpd",
+    frozenset({"files"}),
+    lambda c: smtp(c.tb, c.flow, c.workload, c.meters, c.seed),
+    _seconds,
+    tools=lambda w: ("curl", "python3", "aiosmtpd"),
+    article="an",
+)

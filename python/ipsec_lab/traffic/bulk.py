@@ -16,10 +16,10 @@ import json
 import subprocess
 from pathlib import Path
 
-from ipsec_lab.scenario import Workload
 from ipsec_lab.testbed import Flow
 from ipsec_lab.testbed.build import LabError, Testbed
 from ipsec_lab.traffic import Metered, Row, wait_listening
+from ipsec_lab.traffic.workload import Workload
 
 PORT = 5301
 LICENSES = Path("/usr/share/common-licenses")

@@ -52,11 +52,11 @@ import shutil
 import time
 from typing import Any, Protocol
 
-from ipsec_lab.scenario import Workload
 from ipsec_lab.testbed import Flow
 from ipsec_lab.testbed.build import STOCK_QDISCS, LabError, Testbed, root_qdisc
 from ipsec_lab.traffic import IPV4_UDP, Row
 from ipsec_lab.traffic.iperf import IperfGenerator
+from ipsec_lab.traffic.workload import Workload
 
 # The sink's counter: an nftables table of the lab's in the sink node.
 NFT_TABLE = "ipsec_lab_sink"

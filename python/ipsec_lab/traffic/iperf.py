@@ -6,10 +6,10 @@ import json
 import subprocess
 from typing import Any
 
-from ipsec_lab.scenario import Workload
 from ipsec_lab.testbed import Flow
 from ipsec_lab.testbed.build import LabError, Testbed
 from ipsec_lab.traffic import IPV4_UDP, Metered, Row, wait_listening
+from ipsec_lab.traffic.workload import Context, Kind, Workload
 
 PORT = 5201
 # Simple IMIX: 7 : 4 : 1 packets of 40, 576 and 1500 bytes (IP packet sizes).
@@ -192,3 +192,23 @@ class IperfGenerator:
 
     def close(self) -> None:
         self.srv.close()
+
+
+def _tcp_run(c: Context) -> list[Row]:
+    return tcp(c.tb, c.flow, c.workload, c.meters, c.warmup_s)
+
+
+def _tcp_seconds(w: Workload, rate_mbit: float) -> float:
+    return w.bytes * 8 / rate_mbit / 1e6 if w.bytes else w.seconds
+
+
+TCP = Kind(
+    "tcp",
+    "bulk TCP for `seconds` or `bytes`: iperf3's own bytes, or the lab's sender of "
+    "compressible text or random bytes (`data`)",
+    frozenset({"seconds", "bytes", "streams", "data"}),
+    _tcp_run,
+    _tcp_seconds,
+    # the lab's own bytes are sent and received by python3 (iperf3 sends its own)
+    tools=lambda w: ("python3",) if w.data != "iperf" else (),
+)

@@ -28,12 +28,12 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ipsec_lab.scenario import Workload
 from ipsec_lab.testbed import Flow
 from ipsec_lab.testbed.build import LabError, Testbed
 from ipsec_lab.traffic import Metered, Row, rfc2544, wait_listening
 from ipsec_lab.traffic.generator import Generator, for_workload, noted
 from ipsec_lab.traffic.iperf import PORT, Servers
+from ipsec_lab.traffic.workload import Kind, Lookup, Workload
 
 IRTT_PORT = 2112
 PERCENTILES = (50.0, 90.0, 99.0, 99.9)
@@ -50,7 +50,7 @@ WAIT_S = 1.0
 PlaneClock = Callable[[], dict[str, tuple[int, int]]]
 # Where a workload finds the PDR already measured: (size) -> (Mbit/s, where it came from),
 # or None when the campaign has none for this configuration and link.
-PdrLookup = Callable[[int], tuple[float, str] | None]
+PdrLookup = Lookup  # (Mbit/s, where from) of a PDR at a size
 
 
 # --- percentiles and the histogram ------------------------------------------------------
@@ -318,3 +318,24 @@ def _under_tcp(tb: Testbed, flow: Flow, w: Workload, probe: Probe, same: bool) -
     row.update(background_mbps=back["mbps"], payload_bytes=back["payload_bytes"],
                seconds=back["seconds"], mbps=back["mbps"])  # fmt: skip
     return row
+
+
+def _seconds(w: Workload, rate_mbit: float) -> float:
+    """Each load's probes (with their lead and wait)."""
+    return (w.seconds + 2.5) * (1 if w.background == "tcp" else len(w.loads))
+
+
+KEYS = frozenset({
+    "seconds", "size", "loads", "background", "probe_interval_ms", "probe_bytes", "generator",
+    "flows",
+}) | rfc2544.SEARCH_KEYS  # fmt: skip
+LATENCY = Kind(
+    "latency",
+    "irtt's probes (RTT, one-way delay, IPDV) beside UDP at `loads` % of the PDR, or "
+    "beside bulk TCP each way (`background`)",
+    KEYS,
+    lambda c: latency(c.tb, c.flow, c.workload, c.meters, c.warmup_s, c.searched("pdr_mbps")),
+    _seconds,
+    tools=lambda w: ("irtt",),
+    generated=lambda w: w.background == "udp",
+)

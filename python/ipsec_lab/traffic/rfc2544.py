@@ -13,11 +13,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ipsec_lab.scenario import Workload
 from ipsec_lab.testbed import Flow
 from ipsec_lab.testbed.build import LabError, Testbed
 from ipsec_lab.traffic import Metered, Meters, Row
 from ipsec_lab.traffic.generator import SHORT_OF_RATE, Generator, for_workload, noted
+from ipsec_lab.traffic.workload import Kind, Workload
 
 
 @dataclass
@@ -410,3 +410,34 @@ def rfc2544(tb: Testbed, flow: Flow, w: Workload, metered: Metered, warmup_s: fl
         return rows
     finally:
         gen.close()
+
+
+def _seconds(w: Workload, rate_mbit: float) -> float:
+    """Each size's search (a binary search from the ceiling down to the resolution) and
+    its overload trials."""
+    import math
+
+    total = 0.0
+    for size in w.all_sizes:
+        steps = math.ceil(math.log2(max(w.max_rate_for(size) / w.resolution_for(size), 2)))
+        total += w.trial_s * (min(w.max_trials, steps + 1) + w.overload_trials)
+    return total
+
+
+KEYS = frozenset({
+    "size", "sizes", "trial_s", "loss_tolerance_pct", "resolution_mbit", "max_rate_mbit",
+    "max_trials", "overload_trials", "generator", "flows",
+})  # fmt: skip
+# the keys of a search for a PDR or NDR that a latency or soak workload runs first
+SEARCH_KEYS = frozenset({"trial_s", "max_rate_mbit", "resolution_mbit", "max_trials"})
+RFC2544 = Kind(
+    "rfc2544",
+    "RFC 2544's search for the loss-free rate (NDR) and the PDR at one or more `sizes`, "
+    "then the forwarding rate at overload (`overload_trials`)",
+    KEYS,
+    lambda c: rfc2544(c.tb, c.flow, c.workload, c.meters, c.warmup_s),
+    _seconds,
+    generated=lambda w: True,
+    without_df=True,
+    article="an",
+)

@@ -20,7 +20,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ipsec_lab.scenario import Workload
 from ipsec_lab.testbed import Flow
 from ipsec_lab.testbed.build import LabError, Testbed
 from ipsec_lab.traffic import Metered, Meters, Row, rfc2544
@@ -32,6 +31,7 @@ from ipsec_lab.traffic.latency import (
     probes_row,
     same_clock,
 )
+from ipsec_lab.traffic.workload import Context, Kind, Lookup, Workload
 
 IN_FLIGHT_S = 0.02  # traffic in flight across an interval's edge: not counted as loss
 PROBE_SHARE = 0.7  # of each interval the probes run (their last replies awaited after)
@@ -39,7 +39,7 @@ STREAM_MARGIN_S = 2.0  # the stream runs this much past the last interval's edge
 HOUR_S = 3600.0
 
 # Where a workload finds the NDR already measured: (size) -> (Mbit/s, where from) or None.
-NdrLookup = Callable[[int], tuple[float, str] | None]
+NdrLookup = Lookup  # (Mbit/s, where from) of an NDR at a size
 # The IPsec processes' (CPU s, resident bytes) so far, summed over every node (None: the
 # backend runs none the lab can read).
 Procs = Callable[[], tuple[float, int] | None]
@@ -247,3 +247,24 @@ def _trials(gen: Generator, tb: Testbed, w: Workload, probe: Probe, procs: Procs
         series.append(x)
         q0 = q1
     return series
+
+
+def _run(c: Context) -> list[Row]:
+    return soak(c.tb, c.flow, c.workload, c.meters, c.warmup_s, c.searched("ndr_mbps"),
+                c.soak_minutes)  # fmt: skip
+
+
+KEYS = frozenset({
+    "minutes", "load_pct", "rate_mbit", "interval_s", "size", "loss_tolerance_pct",
+    "probe_interval_ms", "probe_bytes", "generator", "flows",
+}) | rfc2544.SEARCH_KEYS  # fmt: skip
+SOAK = Kind(
+    "soak",
+    "`minutes` at `load_pct` of the NDR (or `rate_mbit`), every interval's loss, delay "
+    "and the IPsec processes' CPU and memory",
+    KEYS,
+    _run,
+    lambda w, rate_mbit: w.minutes * 60 + 5,
+    tools=lambda w: ("irtt",),
+    generated=lambda w: True,
+)

@@ -4,12 +4,12 @@ else iperf3)."""
 
 from __future__ import annotations
 
-from ipsec_lab.scenario import Workload
 from ipsec_lab.testbed import Flow
 from ipsec_lab.testbed.build import Testbed
 from ipsec_lab.traffic import Metered, Row
 from ipsec_lab.traffic.generator import for_workload, noted
 from ipsec_lab.traffic.iperf import SIMPLE_IMIX
+from ipsec_lab.traffic.workload import Kind, Workload
 
 # A fixed-rate trial is the generator's when it sent under this share of the rate asked
 # and the path lost (all but) none of it.
@@ -55,3 +55,31 @@ def imix(tb: Testbed, flow: Flow, w: Workload, metered: Metered, warmup_s: float
         return [metered(w.name, run)]
     finally:
         gen.close()
+
+
+GENERATED_KEYS = frozenset({"generator", "flows"})  # every generated UDP kind's
+
+
+def _seconds(w: Workload, rate_mbit: float) -> float:
+    return w.seconds
+
+
+UDP = Kind(
+    "udp",
+    "fixed-size UDP at `rate_mbit` for `seconds` (trafgen or iperf3)",
+    frozenset({"seconds", "size", "rate_mbit"}) | GENERATED_KEYS,
+    lambda c: udp(c.tb, c.flow, c.workload, c.meters, c.warmup_s),
+    _seconds,
+    generated=lambda w: True,
+    without_df=True,
+)
+IMIX = Kind(
+    "imix",
+    "simple IMIX (7 : 4 : 1 packets of 40, 576 and 1500 bytes) at `rate_mbit`",
+    frozenset({"seconds", "rate_mbit"}) | GENERATED_KEYS,
+    lambda c: imix(c.tb, c.flow, c.workload, c.meters, c.warmup_s),
+    _seconds,
+    generated=lambda w: True,
+    without_df=True,
+    article="an",
+)
