@@ -138,7 +138,7 @@ def test_external_runs_on_real_hosts_only_and_none_on_both() -> None:
     assert by["external"].hosts and not by["external"].namespaces
     assert by["none"].hosts and by["none"].namespaces
     ext = backends.make("external")
-    ext.use_hosts(load(EXAMPLES / "hosts" / "external.toml"))  # type: ignore[attr-defined]
+    ext.use_hosts(load(EXAMPLES / "hosts" / "external.toml"))
     assert ext.version().startswith("external DUT: model the appliance's model")
 
 

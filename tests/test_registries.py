@@ -142,3 +142,79 @@ def test_hosts_check_asks_each_workload_kind_for_its_tools() -> None:
     udp = scenario.parse('name = "x"\n[[workloads]]\nkind = "udp"\n', "t.toml").workloads
     assert "trafgen" in check.optional_tools("client", "line", [], udp)
     assert check.optional_tools("server", "line", [], udp) == ["nft"]
+
+
+# --- backends: what the lab must know of each before it starts, in its entry ------------
+
+
+def test_every_backend_entry_builds_its_backend_here_and_for_hosts() -> None:
+    """Each entry's class builds the backend named (no module looked up by string), and
+    each that runs on real hosts takes them (`use_hosts` is the protocol's, not probed)."""
+    from pathlib import Path
+
+    from ipsec_lab.hosts import load
+
+    hosts = load(Path(__file__).resolve().parents[1] / "examples" / "hosts" / "line.toml")
+    for e in backends.REGISTRY:
+        b = backends.make(e.name)
+        assert type(b) is e.cls and e.module in type(b).__module__
+        assert e.start_s > 0
+        if e.hosts:
+            backends.make(e.name, hosts=hosts)
+    # the user ipsec-gw runs as is ours' and nobody else's; the tools charon needs are
+    # strongSwan's three entries'
+    assert {e.name for e in backends.REGISTRY if e.user} == {"ours", "ours-udp"}
+    charon = {e.name for e in backends.REGISTRY if "/usr/lib/ipsec/charon" in e.tools}
+    assert charon == {"strongswan", "strongswan-kernel", "strongswan-libipsec"}
+
+
+def test_a_backend_resolves_by_its_entry_and_a_slower_variant_is_said(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import dataclasses
+    from pathlib import Path
+
+    from ipsec_lab import preflight
+    from ipsec_lab.hosts import load
+
+    for e in backends.REGISTRY:
+        if e.resolve is None:
+            assert backends.resolve(e.name) == (e.name, "")
+    hosts = load(Path(__file__).resolve().parents[1] / "examples" / "hosts" / "line.toml")
+    name, why = backends.resolve("strongswan", hosts)
+    assert name == "strongswan" and "libipsec" in why  # decided at start, on the hosts
+    assert [e.name for e in backends.REGISTRY if e.slower] == ["strongswan-libipsec"]
+    # asked for by name, the variant is what was asked: nothing to warn about
+    assert preflight.slower_warnings(["strongswan-libipsec", "ours"]) == []
+    # resolved to it (a kernel without ESP): said, with the entry's why and its words
+    to_user_space = dataclasses.replace(
+        backends.BY_NAME["strongswan"], resolve=lambda h: ("strongswan-libipsec", "no ESP")
+    )
+    monkeypatch.setitem(backends.BY_NAME, "strongswan", to_user_space)
+    (said,) = preflight.slower_warnings(["strongswan", "ours"])
+    assert said.startswith("strongswan runs as strongswan-libipsec here (no ESP): ")
+    assert said.endswith(backends.BY_NAME["strongswan-libipsec"].slower)
+
+
+def test_check_estimates_a_backends_start_from_its_entry(monkeypatch: pytest.MonkeyPatch) -> None:
+    import dataclasses
+
+    from ipsec_lab import preflight
+
+    sc = scenario.parse(
+        'name = "x"\nbackends = ["none", "ours"]\n[[workloads]]\nkind = "tcp"\n', "t.toml"
+    )
+    before = preflight.forecast(sc)["estimated_s"]
+    slow = dataclasses.replace(backends.BY_NAME["none"], start_s=100.5)
+    monkeypatch.setitem(backends.BY_NAME, "none", slow)
+    assert preflight.forecast(sc)["estimated_s"] == before + 100
+
+
+def test_hosts_check_asks_each_backend_entry_for_its_tools() -> None:
+    from ipsec_lab.hosts import check
+
+    gw = check.needed_tools("gwA", "line", ("ours", "xfrm-udp", "strongswan-kernel"))
+    assert {"nft", "python3", "swanctl", "/usr/lib/ipsec/charon", "tc"} <= set(gw)
+    assert "nft" not in check.needed_tools("gwA", "line", ("xfrm",))
+    # the traffic's ends run no IPsec: no backend's tools there
+    assert "swanctl" not in check.needed_tools("client", "line", ("strongswan",))

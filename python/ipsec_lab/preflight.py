@@ -27,18 +27,11 @@ if TYPE_CHECKING:
     from ipsec_lab.hosts import Hosts
 
 # Seconds a campaign spends besides traffic, set from one run of scenarios/quick.toml on a
-# 2-core machine (118 s for 18 runs; estimated 134 s, 1.14 x): a
-# link's testbed built and torn down, and a backend brought up and down once per
-# configuration (charon negotiates IKE; ipsec-gw starts two daemons).
+# 2-core machine (118 s for 18 runs; estimated 134 s, 1.14 x): a link's testbed built and
+# torn down, and a backend brought up and down once per configuration (its registry
+# entry's `start_s`: charon negotiates IKE; ipsec-gw starts two daemons).
 TESTBED_S = 2.0
-START_S = {"none": 0.5, "ours": 1.5, "ours-udp": 1.5, "xfrm": 1.0, "xfrm-udp": 1.0}
-STRONGSWAN_START_S = 3.0
 RUN_OVERHEAD_S = 0.5  # per run: the idle-CPU sample, servers started, results read
-
-SLOWER = {
-    "strongswan-libipsec": "strongSwan's user-space ESP (kernel-libipsec on a TUN device), "
-    "not the kernel's: slower, and a different thing to measure; `--vm` runs the kernel's",
-}
 
 
 def is_root() -> bool:
@@ -47,19 +40,8 @@ def is_root() -> bool:
 
 def resolve_backend(name: str, hosts: Hosts | None = None) -> tuple[str, str]:
     """The backend `name` will run as here (or on `hosts`), and why (empty when it is
-    itself)."""
-    if name != "strongswan":
-        return name, ""
-    if hosts is not None:
-        return name, "kernel xfrm if the gateways' kernels have ESP, else libipsec (at start)"
-    if not is_root():
-        return name, "kernel xfrm if this kernel has ESP, else libipsec (probing needs root)"
-    from ipsec_lab.backends.xfrm import kernel_has
-
-    ok, said = kernel_has("esp")
-    if ok:
-        return "strongswan-kernel", "this kernel has ESP in xfrm"
-    return "strongswan-libipsec", f"this kernel has no ESP in xfrm ({said or 'refused'})"
+    itself): its registry entry's say."""
+    return backends.resolve(name, hosts)
 
 
 def slower_warnings(names: tuple[str, ...] | list[str], hosts: Hosts | None = None) -> list[str]:
@@ -67,8 +49,9 @@ def slower_warnings(names: tuple[str, ...] | list[str], hosts: Hosts | None = No
     out = []
     for b in names:
         name, why = resolve_backend(b, hosts)
-        if name in SLOWER and name != b:
-            out.append(f"{b} runs as {name} here ({why}): {SLOWER[name]}")
+        slower = backends.BY_NAME[name].slower
+        if slower and name != b:
+            out.append(f"{b} runs as {name} here ({why}): {slower}")
     return out
 
 
@@ -216,16 +199,16 @@ def forecast(sc: Scenario, hosts: Hosts | None = None) -> dict[str, Any]:
                 status, why = "skip", where
             elif link_why[k.link]:
                 status, why = "skip", link_why[k.link] or ""
-            elif hosts is None and not root and (
-                p.link.needs_netem or k.backend in ("xfrm", "xfrm-udp")
-                or name.startswith("strongswan")
-            ):  # fmt: skip
+            elif (
+                hosts is None
+                and not root
+                and (p.link.needs_netem or backends.BY_NAME[name].probes_kernel)
+            ):
                 status, why = "unknown", "probing this kernel needs root: run check as root"
             else:
                 why = backend_skip(k.backend, k.configuration, hosts) or ""
                 status = "skip" if why else "run"
-            start = STRONGSWAN_START_S if k.backend.startswith("strongswan") else 1.0
-            start = START_S.get(k.backend, start)
+            start = backends.BY_NAME[k.backend].start_s
             g = Group(k.link, k.backend, name, k.configuration, 0, start, status, why)
             groups[(k.link, k.backend, k.configuration)] = g
         g.runs += 1

@@ -10,139 +10,101 @@ is then recorded as skipped with that reason, not silently dropped.
 
 from __future__ import annotations
 
-import importlib
-import os
-import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
+
+from ipsec_lab.backends import external, none, ours, strongswan, xfrm
+from ipsec_lab.backends.base import (
+    Backend,
+    Processless,
+    Unsupported,
+    exited,
+    private_dir,
+    private_file,
+)
 
 if TYPE_CHECKING:
-    from ipsec_lab.testbed.build import Testbed
+    from ipsec_lab.hosts import Hosts
 
-
-class Unsupported(Exception):
-    """This backend cannot run this configuration here (the message says why)."""
-
-
-class Backend(Protocol):
-    name: str
-
-    def check(self, configuration: str) -> None:
-        """Raise `Unsupported` if the configuration cannot run (cheap; no testbed)."""
-
-    def start(self, tb: Testbed, configuration: str) -> None:
-        """Bring the IPsec up in the testbed's IPsec nodes; traffic flows when it returns."""
-
-    def stop(self, tb: Testbed) -> None:
-        """Take it down (the testbed stays)."""
-
-    def pids(self) -> list[int]:
-        """The processes doing the IPsec work (for per-process CPU), if any."""
-
-    def plane_clock(self) -> dict[str, tuple[int, int]]:
-        """Per IPsec node whose own process seals and opens the packets (ESP in user
-        space) and counts them: (CPU ns that process has run, packets it has sealed or
-        opened), both so far; empty where there is none (the kernel's ESP, whose work
-        is softirq time; an IKE daemon; a data plane that does not count)."""
-
-    def died(self) -> str | None:
-        """Why the IPsec is no longer whole (a process of it exited), or None. A run
-        through a dead gateway is no measurement of IPsec: the lab's gateways keep plain
-        routes (backend `none`'s path), so its traffic may even have gone in clear."""
-
-    def version(self) -> str: ...
-
-
-def exited(procs: dict[str, subprocess.Popen[bytes]], what: str) -> str | None:
-    """`died()` for backends made of processes: which of `procs` exited, with status."""
-    gone = [f"{what} {k} exited (status {p.returncode})" for k, p in procs.items()
-            if p.poll() is not None]  # fmt: skip
-    return "; ".join(gone) or None
-
-
-class Processless:
-    """For backends that start no processes of their own (or none yet): `start` only
-    checks, `stop` and `pids` have nothing to do."""
-
-    def check(self, configuration: str) -> None:
-        return None
-
-    def start(self, tb: Testbed, configuration: str) -> None:
-        self.check(configuration)
-
-    def stop(self, tb: Testbed) -> None:
-        return None
-
-    def pids(self) -> list[int]:
-        return []
-
-    def plane_clock(self) -> dict[str, tuple[int, int]]:
-        return {}
-
-    def died(self) -> str | None:
-        return None
-
-
-def private_file(path: Path, text: str) -> None:
-    """Write `text` (it holds keys) to a file that is 0600 from its first byte — never
-    world-readable in between, as a write then a chmod would leave it — and never through
-    a symlink put in its place."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-    with os.fdopen(fd, "w") as f:
-        os.fchmod(f.fileno(), 0o600)  # a file that existed keeps its mode otherwise
-        f.write(text)
-
-
-def private_dir(path: Path) -> Path:
-    """A directory only its owner (root) may list or enter, made 0700 from the start."""
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
-    path.chmod(0o700)
-    return path
+__all__ = ["Backend", "Processless", "Unsupported", "exited", "private_dir", "private_file"]
 
 
 @dataclass(frozen=True)
 class Entry:
-    """One backend of the registry: its name, where its class lives and how it is built."""
+    """One backend of the registry: its name, its class and how it is built, and what the
+    lab must know of it before it starts (what it needs, how long it takes to come up,
+    where it can run)."""
 
     name: str
-    module: str  # under ipsec_lab.backends
-    cls: str
+    cls: type  # its class (a `Backend`), in its module here
     what: str  # one line for --help and the docs
     kwargs: tuple[tuple[str, Any], ...] = ()
     stage_timing: bool = False  # takes ours' per-stage counters
     # Where it runs: on the namespace testbed, on real hosts (`--hosts`), or both.
     namespaces: bool = True
     hosts: bool = False
+    # programs it needs on each IPsec node, besides the gateway's (`hosts check`)
+    tools: tuple[str, ...] = ()
+    # the unprivileged user its processes run as, which a host must have
+    user: str | None = None
+    # seconds it takes to come up and go down once (`check`'s estimate)
+    start_s: float = 1.0
+    # its ESP is the kernel's xfrm: the hosts need the ESP/AH/IPComp modules
+    kernel_esp: bool = False
+    # whether it can run a configuration depends on this kernel (ESP, AH, IPComp in
+    # xfrm): `check` without root, which cannot probe, says "unknown"
+    probes_kernel: bool = False
+    # a backend that is one of several variants here: which it runs as (on `hosts`, or
+    # this machine) and why (`strongswan` -> `strongswan-kernel` or `-libipsec`)
+    resolve: Callable[[Hosts | None], tuple[str, str]] | None = None
+    # said whenever another backend resolves to this one: why it is not what was asked
+    slower: str = ""
 
     @property
     def ipsec(self) -> bool:
         """Whether it runs IPsec at all (`none` is the baseline)."""
         return self.name != "none"
 
+    @property
+    def module(self) -> str:
+        """Its module's name under ipsec_lab.backends (`ours`)."""
+        return self.cls.__module__.rpartition(".")[2]
 
-# Every backend, once: scenario validation, the CLI's choices and help, and the docs
-# derive from this list. A new backend is its module and one line here.
+
+def _strongswan(name: str, what: str, data_plane: str, **more: Any) -> Entry:
+    """One of strongSwan's three entries: charon, its tools and IKE's start, on either
+    testbed; which ESP it drives (`data_plane`) is the difference."""
+    return Entry(name, strongswan.StrongSwan, what, (("data_plane", data_plane),), hosts=True,
+                 tools=("swanctl", "/usr/lib/ipsec/charon", "unshare"), start_s=3.0,
+                 probes_kernel=True, **more)  # fmt: skip
+
+
+# Every backend, once: scenario validation, the CLI's choices and help, `check`, `hosts
+# check` and the docs derive from this list. A new backend is its module and one line here.
 REGISTRY: tuple[Entry, ...] = (
-    Entry("none", "none", "NoIpsec", "plain forwarding, the baseline every ratio is taken against",
-          hosts=True),
-    Entry("strongswan", "strongswan", "StrongSwan",
-          "charon negotiating IKEv2 (PSK): strongswan-kernel where the kernel has ESP, "
-          "else strongswan-libipsec",
-          (("data_plane", "auto"),), hosts=True),
-    Entry("strongswan-kernel", "strongswan", "StrongSwan",
-          "charon with its SAs in the kernel's xfrm", (("data_plane", "kernel"),), hosts=True),
-    Entry("strongswan-libipsec", "strongswan", "StrongSwan",
-          "charon with kernel-libipsec, strongSwan's own user-space ESP on a TUN device",
-          (("data_plane", "libipsec"),), hosts=True),
-    Entry("xfrm", "xfrm", "Xfrm", "the Linux kernel's IPsec, keyed by hand", hosts=True),
-    Entry("xfrm-udp", "xfrm", "Xfrm", "the same with ESP in UDP, RFC 3948",
-          (("udp_encap", True),), hosts=True),
-    Entry("ours", "ours", "Ours", "this project's gateway, ipsec-gw", stage_timing=True,
-          hosts=True),
-    Entry("ours-udp", "ours", "Ours", "ipsec-gw with ESP in UDP, RFC 3948, and UDP GSO/GRO",
-          (("udp_encap", True),), stage_timing=True, hosts=True),
-    Entry("external", "external", "External",
+    Entry("none", none.NoIpsec,
+          "plain forwarding, the baseline every ratio is taken against",
+          hosts=True, start_s=0.5),
+    _strongswan("strongswan",
+                "charon negotiating IKEv2 (PSK): strongswan-kernel where the kernel has ESP, "
+                "else strongswan-libipsec", "auto", resolve=strongswan.resolve),
+    _strongswan("strongswan-kernel", "charon with its SAs in the kernel's xfrm", "kernel",
+                kernel_esp=True),
+    _strongswan("strongswan-libipsec",
+                "charon with kernel-libipsec, strongSwan's own user-space ESP on a TUN device",
+                "libipsec", slower=strongswan.LIBIPSEC_SLOWER),
+    Entry("xfrm", xfrm.Xfrm, "the Linux kernel's IPsec, keyed by hand", hosts=True,
+          kernel_esp=True, probes_kernel=True),
+    Entry("xfrm-udp", xfrm.Xfrm, "the same with ESP in UDP, RFC 3948",
+          (("udp_encap", True),), hosts=True, kernel_esp=True, probes_kernel=True,
+          tools=("python3",)),  # the socket that holds ESP in UDP's port
+    Entry("ours", ours.Ours, "this project's gateway, ipsec-gw", stage_timing=True,
+          hosts=True, tools=("nft",), user=ours.GATEWAY_USER, start_s=1.5),
+    Entry("ours-udp", ours.Ours, "ipsec-gw with ESP in UDP, RFC 3948, and UDP GSO/GRO",
+          (("udp_encap", True),), stage_timing=True, hosts=True, tools=("nft",),
+          user=ours.GATEWAY_USER, start_s=1.5),
+    Entry("external", external.External,
           "a gateway pair the lab does not configure (an appliance, a cloud VPN): it drives "
           "and meters the traffic ends only; real hosts only (--hosts)",
           namespaces=False, hosts=True),
@@ -157,20 +119,25 @@ def described(names: tuple[str, ...] = NAMES) -> str:
     return "; ".join(f"{n}: {BY_NAME[n].what}" for n in names)
 
 
-def make(name: str, stage_timing: bool = False, hosts: Any = None) -> Backend:
+def resolve(name: str, hosts: Hosts | None = None) -> tuple[str, str]:
+    """The backend `name` will run as here (or on `hosts`), and why (empty when it is
+    itself)."""
+    e = BY_NAME[name]
+    return e.resolve(hosts) if e.resolve else (name, "")
+
+
+def make(name: str, stage_timing: bool = False, hosts: Hosts | None = None) -> Backend:
     """The backend `name`; `stage_timing` switches on ours' per-stage counters (the
     others have none: the lab then records no per-stage split for them). `hosts`: the
-    real hosts (a `hosts.Hosts`) it will run on — its checks then probe them, not this
-    machine."""
+    real hosts it will run on — its checks then probe them, not this machine."""
     e = BY_NAME.get(name)
     if e is None:
         raise ValueError(f"unknown backend {name!r} (known: {', '.join(NAMES)})")
-    cls = getattr(importlib.import_module(f"ipsec_lab.backends.{e.module}"), e.cls)
     kwargs = dict(e.kwargs)
     if e.stage_timing:
         kwargs["stage_timing"] = stage_timing
-    backend: Backend = cls(**kwargs)
-    if hosts is not None and hasattr(backend, "use_hosts"):
+    backend: Backend = e.cls(**kwargs)
+    if hosts is not None and e.hosts:
         backend.use_hosts(hosts)
     return backend
 

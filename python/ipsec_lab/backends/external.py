@@ -5,7 +5,12 @@ this backend's version. Only on a testbed of real hosts (`--hosts`)."""
 
 from __future__ import annotations
 
-from ipsec_lab.backends import Processless
+from typing import TYPE_CHECKING
+
+from ipsec_lab.backends.base import Processless
+
+if TYPE_CHECKING:
+    from ipsec_lab.hosts import Hosts
 
 
 class External(Processless):
@@ -14,9 +19,9 @@ class External(Processless):
     def __init__(self) -> None:
         self.dut: dict[str, str] = {}
 
-    def use_hosts(self, hosts: object) -> None:
+    def use_hosts(self, hosts: Hosts) -> None:
         """The hosts file's description of the DUT (its `[dut]` table)."""
-        self.dut = dict(getattr(hosts, "dut", {}) or {})
+        self.dut = dict(hosts.dut or {})
 
     def version(self) -> str:
         if not self.dut:

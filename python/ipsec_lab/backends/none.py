@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import platform
 
-from ipsec_lab.backends import Processless
+from ipsec_lab.backends.base import Processless
 
 
 class NoIpsec(Processless):

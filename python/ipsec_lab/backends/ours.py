@@ -12,9 +12,10 @@ import signal
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ipsec_lab.backends import Unsupported, exited, private_dir, private_file, sa_plan
+from ipsec_lab.backends import sa_plan
+from ipsec_lab.backends.base import Unsupported, exited, private_dir, private_file
 from ipsec_lab.backends.sa_plan import IPCOMP_CPI, SPI, Keys, Layer, Layers, fresh_keys
 from ipsec_lab.meters import process_cpu_ns
 from ipsec_lab.testbed import Tunnel
@@ -26,6 +27,9 @@ from ipsec_lab.testbed.build import (
     wait_for_path,
     wait_for_text,
 )
+
+if TYPE_CHECKING:
+    from ipsec_lab.hosts import Hosts
 
 # A fixed TUN MTU for the tests that need one (interop in the VM, over 1600-byte links);
 # the lab's own gateways take `mtu = "auto"`: the path's MTU less the SAs' overhead.
@@ -189,6 +193,10 @@ class Ours:
         # gateway key -> (node, its TUN device)
         self._tuns: dict[str, tuple[str, str]] = {}
         self._tb: Any = None
+
+    def use_hosts(self, hosts: Hosts) -> None:
+        """Nothing to note: on real hosts the testbed itself says where and how each
+        gateway runs (`HostsTestbed.program`, its preset binary)."""
 
     def check(self, configuration: str) -> None:
         if layers(configuration, self.name).ah and self.udp_encap:

@@ -12,7 +12,7 @@ import secrets
 from dataclasses import dataclass
 
 from ipsec_lab.algorithms import CIPHERS, INTEGRITIES
-from ipsec_lab.backends import Unsupported
+from ipsec_lab.backends.base import Unsupported
 from ipsec_lab.model.transforms import parse_configuration
 
 

@@ -32,7 +32,7 @@ import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ipsec_lab.backends import Unsupported, exited, private_dir, private_file
+from ipsec_lab.backends.base import Unsupported, exited, private_dir, private_file
 from ipsec_lab.model.transforms import parse_configuration
 from ipsec_lab.testbed import Tunnel
 from ipsec_lab.testbed.build import LabError, Testbed, require_tools, tail, wait_for_path
@@ -199,6 +199,36 @@ def _swanctl_conf(
   }}"""
         )
     return "connections {\n" + "\n".join(conns) + "\n}\nsecrets {\n" + "\n".join(secrets_) + "\n}\n"
+
+
+# said wherever `strongswan` resolves to its user-space ESP
+LIBIPSEC_SLOWER = (
+    "strongSwan's user-space ESP (kernel-libipsec on a TUN device), not the kernel's: "
+    "slower, and a different thing to measure; `--vm` runs the kernel's"
+)
+
+
+def resolve(hosts: Hosts | None = None) -> tuple[str, str]:
+    """What `strongswan` (the data plane chosen where it runs) runs as here or on `hosts`,
+    and why."""
+    import os
+
+    if hosts is not None:
+        return (
+            "strongswan",
+            "kernel xfrm if the gateways' kernels have ESP, else libipsec (at start)",
+        )
+    if os.geteuid() != 0:
+        return (
+            "strongswan",
+            "kernel xfrm if this kernel has ESP, else libipsec (probing needs root)",
+        )
+    from ipsec_lab.backends.xfrm import kernel_has
+
+    ok, said = kernel_has("esp")
+    if ok:
+        return "strongswan-kernel", "this kernel has ESP in xfrm"
+    return "strongswan-libipsec", f"this kernel has no ESP in xfrm ({said or 'refused'})"
 
 
 class StrongSwan:

@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ipsec_lab.algorithms import CIPHERS, INTEGRITIES
-from ipsec_lab.backends import Processless, Unsupported, exited, private_dir, private_file
+from ipsec_lab.backends.base import Processless, Unsupported, exited, private_dir, private_file
 from ipsec_lab.backends.sa_plan import IPCOMP_CPI, SPI, Layer, Layers, fresh_keys, layers
 from ipsec_lab.testbed import Tunnel
 from ipsec_lab.testbed.build import LabError, Testbed, probe, tail, wait_for_text

@@ -15,6 +15,7 @@ import json
 import time
 from dataclasses import asdict, dataclass
 
+from ipsec_lab import backends as registry
 from ipsec_lab import workloads as kinds
 from ipsec_lab.backends.mtu import facts as mtu_facts
 from ipsec_lab.hosts import Hosts, sides_of
@@ -64,11 +65,7 @@ OPTIONAL = {
 BASE_TOOLS = ("ip", "sysctl", "ss")
 TRAFFIC_TOOLS = ("iperf3",)
 GATEWAY_TOOLS = ("tc", "ethtool")
-_CHARON = ("swanctl", "/usr/lib/ipsec/charon", "unshare")
-BACKEND_TOOLS = {
-    "strongswan": _CHARON, "strongswan-kernel": _CHARON, "strongswan-libipsec": _CHARON,
-    "ours": ("nft",), "ours-udp": ("nft",), "xfrm-udp": ("python3",),
-}  # fmt: skip
+# (each backend's own tools, on the IPsec nodes: its entry's in ipsec_lab.backends)
 # (each workload's own tools, at the traffic's ends: its kind's in ipsec_lab.workloads)
 MODULES = {"esp4": "ESP over IPv4 (xfrm)", "esp6": "ESP over IPv6 (xfrm)", "ah4": "AH (xfrm)",
            "xfrm_ipcomp": "IPComp (xfrm)", "sch_netem": "delay/loss links"}  # fmt: skip
@@ -97,7 +94,7 @@ def needed_tools(node: str, topo_name: str, backends: tuple[str, ...] = (),
     if node in topo.ipsec_nodes or any(node in (w.a, w.b) for w in topo.wires if w.shaped):
         need += GATEWAY_TOOLS
         for b in backends:
-            need += BACKEND_TOOLS.get(b, ())
+            need += registry.BY_NAME[b].tools
     return list(dict.fromkeys(need))
 
 
@@ -133,8 +130,9 @@ def check_host(hosts: Hosts, node: str, topo_name: str, backends: tuple[str, ...
         out += _tools(s, node, need)
         out += _tools(s, node, optional_tools(node, topo_name, need, workloads), optional=True)
         out += _modules(s, node, backends)
-        if node in topology(topo_name).ipsec_nodes and any(b.startswith("ours") for b in backends):
-            out += _ours(s, node, h.ipsec_gw)
+        users = {u for b in backends if (u := registry.BY_NAME[b].user)}
+        if node in topology(topo_name).ipsec_nodes and users:
+            out += _ours(s, node, h.ipsec_gw, sorted(users))
         if node in topology(topo_name).ipsec_nodes and any(
             b.startswith("strongswan") for b in backends
         ):
@@ -168,20 +166,18 @@ def _tools(s: Ssh, node: str, tools: list[str], optional: bool = False) -> list[
     return out
 
 
-def _ours(s: Ssh, node: str, preset: str | None) -> list[Row]:
+def _ours(s: Ssh, node: str, preset: str | None, users: list[str]) -> list[Row]:
     """What ipsec-gw needs of a host: its user, a TUN device, a binary it can run."""
     import platform
 
-    from ipsec_lab.backends.ours import GATEWAY_USER
-
     out = []
-    who = f"user {GATEWAY_USER}"
-    r = s.run(["id", "-u", GATEWAY_USER], check=False, timeout=20)
-    if r.returncode == 0:
-        out.append(Row(node, who, "ok", f"uid {r.stdout.strip()}"))
-    else:
-        out.append(Row(node, who, "fail", "missing (ipsec-gw gives up root for it): "
-                       f"useradd --system --no-create-home {GATEWAY_USER}"))  # fmt: skip
+    for user in users:
+        r = s.run(["id", "-u", user], check=False, timeout=20)
+        if r.returncode == 0:
+            out.append(Row(node, f"user {user}", "ok", f"uid {r.stdout.strip()}"))
+        else:
+            out.append(Row(node, f"user {user}", "fail", "missing (ipsec-gw gives up root "
+                           f"for it): useradd --system --no-create-home {user}"))  # fmt: skip
     r = s.run(["test", "-c", "/dev/net/tun"], check=False, timeout=20)
     ok = r.returncode == 0
     out.append(Row(node, "/dev/net/tun", "ok" if ok else "fail",
@@ -223,7 +219,7 @@ def _strongswan(s: Ssh, node: str, backends: tuple[str, ...]) -> list[Row]:
 
 
 def _modules(s: Ssh, node: str, backends: tuple[str, ...]) -> list[Row]:
-    kernel = any(b.startswith(("xfrm", "strongswan-kernel")) for b in backends)
+    kernel = any(registry.BY_NAME[b].kernel_esp for b in backends)
     out = []
     for m, what in MODULES.items():
         line = (f"test -d /sys/module/{m} && echo loaded || "
