@@ -58,6 +58,8 @@ bytes = "10M"
 class _Testbed:
     """What Campaign._one asks of a testbed, and no namespaces."""
 
+    remote = False
+
     topo = topology("line")
 
     def log_mark(self) -> dict[str, int]:

@@ -35,13 +35,9 @@ from ipsec_lab.preflight import (
 from ipsec_lab.scenario import Scenario
 from ipsec_lab.store import RunKey, Store, group_results
 from ipsec_lab.testbed import Link, Topology, topology
-from ipsec_lab.testbed.build import (
-    LabError,
-    Testbed,
-    link_mtu,
-    require_root,
-    require_tools,
-)
+from ipsec_lab.testbed.build import LabError, link_mtu, require_root, require_tools
+from ipsec_lab.testbed.build import Testbed as Namespaces
+from ipsec_lab.testbed.interface import Testbed, on_hosts
 from ipsec_lab.traffic import Meters, Row, soak
 from ipsec_lab.traffic.workload import Context, Lookup
 
@@ -205,9 +201,10 @@ class Campaign:
                 self.warnings.append(reason)
 
     def _testbed(self, topo: Topology, rundir: Path, runs: list[Planned]) -> Any:
+        # (Any: either testbed is a context manager yielding itself, a `Testbed`)
         """The testbed the runs go on: namespaces of this machine, or the real hosts."""
         if self.hosts is None:
-            return Testbed(topo, rundir, self.sc.gateway.cpu_quota, self.sc.gateway.cpus,
+            return Namespaces(topo, rundir, self.sc.gateway.cpu_quota, self.sc.gateway.cpus,
                            placement=self.placement)  # fmt: skip
         from ipsec_lab.hosts.testbed import HostsTestbed
 
@@ -278,10 +275,10 @@ class Campaign:
         def metered(label: str, fn: Callable[[], Row]) -> Row:
             s0 = stages() if stages else None
             hosts = None
-            if self.hosts is not None:
-                on = getattr(backend, "host_pids", None)
-                procs = (lambda: tb.host_procs(on())) if on else None  # type: ignore[attr-defined]
-                hosts = meters.HostMeters(tb.host_cpu, tb.topo.ipsec_nodes, procs)
+            if on_hosts(tb):
+                on = tb
+                hosts = meters.HostMeters(tb.host_cpu, tb.topo.ipsec_nodes,
+                                          lambda: on.host_procs(backend.host_pids()))  # fmt: skip
             row = meters.measure(fn, tb.counters, backend.pids, flow.wire_end, self.soaker,
                                  hosts)  # fmt: skip
             if stages and s0 is not None:
@@ -322,11 +319,8 @@ class Campaign:
         on real hosts read there — or None when the backend runs none."""
 
         def read() -> tuple[float, int] | None:
-            if self.hosts is not None:
-                on = getattr(backend, "host_pids", None)
-                if on is None:
-                    return None
-                got = tb.host_procs(on())  # type: ignore[attr-defined]
+            if on_hosts(tb):
+                got = tb.host_procs(backend.host_pids())
                 if not got:
                     return None
                 return sum(c for c, _ in got.values()), sum(r for _, r in got.values())

@@ -119,7 +119,7 @@ def inside(argv: Sequence[str], env: dict[str, str]) -> str:
     (a stock kernel's 212992 B makes `iperf3 -w` refuse; the cap is global, not a
     namespace's, and the VM is thrown away after), then `argv` with `env`, from the
     current directory."""
-    from ipsec_lab.traffic.iperf import UDP_SOCKET_BUFFER_BYTES as buf
+    from ipsec_lab.testbed.interface import UDP_SOCKET_BUFFER_BYTES as buf
 
     mods = " ".join(MODULES)
     envs = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(env.items()))

@@ -6,13 +6,13 @@ process-made backend's `died`). The registry of backends is the package's
 from __future__ import annotations
 
 import os
-import subprocess
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from ipsec_lab.hosts import Hosts
-    from ipsec_lab.testbed.build import Testbed
+    from ipsec_lab.testbed.interface import Process, Testbed
 
 
 class Unsupported(Exception):
@@ -37,6 +37,10 @@ class Backend(Protocol):
     def pids(self) -> list[int]:
         """The processes doing the IPsec work (for per-process CPU), if any."""
 
+    def host_pids(self) -> dict[str, list[int]]:
+        """On real hosts: node -> the PIDs there of the processes doing its IPsec work
+        (none: the kernel's, or no process the lab can point at)."""
+
     def plane_clock(self) -> dict[str, tuple[int, int]]:
         """Per IPsec node whose own process seals and opens the packets (ESP in user
         space) and counts them: (CPU ns that process has run, packets it has sealed or
@@ -51,7 +55,7 @@ class Backend(Protocol):
     def version(self) -> str: ...
 
 
-def exited(procs: dict[str, subprocess.Popen[bytes]], what: str) -> str | None:
+def exited(procs: Mapping[str, Process], what: str) -> str | None:
     """`died()` for backends made of processes: which of `procs` exited, with status."""
     gone = [f"{what} {k} exited (status {p.returncode})" for k, p in procs.items()
             if p.poll() is not None]  # fmt: skip
@@ -76,6 +80,9 @@ class Processless:
 
     def pids(self) -> list[int]:
         return []
+
+    def host_pids(self) -> dict[str, list[int]]:
+        return {}
 
     def plane_clock(self) -> dict[str, tuple[int, int]]:
         return {}

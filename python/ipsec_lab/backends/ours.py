@@ -18,15 +18,9 @@ from ipsec_lab.backends import sa_plan
 from ipsec_lab.backends.base import Unsupported, exited, private_dir, private_file
 from ipsec_lab.backends.sa_plan import IPCOMP_CPI, SPI, Keys, Layer, Layers, fresh_keys
 from ipsec_lab.meters import process_cpu_ns
-from ipsec_lab.testbed import Tunnel
-from ipsec_lab.testbed.build import (
-    LabError,
-    Testbed,
-    link_mtu,
-    tail,
-    wait_for_path,
-    wait_for_text,
-)
+from ipsec_lab.testbed import Tunnel, build
+from ipsec_lab.testbed.build import LabError, link_mtu, tail, wait_for_path, wait_for_text
+from ipsec_lab.testbed.interface import OnHosts, Process, Testbed, on_hosts
 
 if TYPE_CHECKING:
     from ipsec_lab.hosts import Hosts
@@ -61,7 +55,7 @@ def layers(configuration: str, backend: str = "ours") -> Layers:
 GATEWAY_USER = "ipsec-gw"
 
 
-def gateway_socket_dir(tb: Testbed) -> Path:
+def gateway_socket_dir(tb: build.Testbed) -> Path:
     """Where the gateways' stats sockets go: a directory of the testbed's socket
     directory that the gateway's user owns, group root, 0770 — the gateway binds its
     socket there while still uid 0 (with no capability to override file modes) and
@@ -186,13 +180,14 @@ class Ours:
         self.stage_timing = stage_timing
         self.edit = edit
         self.configs: dict[str, Path] = {}
-        self._procs: dict[str, subprocess.Popen[bytes]] = {}
+        self._procs: dict[str, Process] = {}
         self.sockets: dict[str, Path] = {}
         # gateways on real hosts: key -> (node, the binary's path there)
         self._remote: dict[str, tuple[str, str]] = {}
         # gateway key -> (node, its TUN device)
         self._tuns: dict[str, tuple[str, str]] = {}
-        self._tb: Any = None
+        self._tb: Testbed | None = None
+        self._on: OnHosts | None = None  # the testbed, when it is of real hosts
 
     def use_hosts(self, hosts: Hosts) -> None:
         """Nothing to note: on real hosts the testbed itself says where and how each
@@ -211,17 +206,17 @@ class Ours:
         """One ipsec-gw per tunnel end: a node in several tunnels (the clients topology's
         server) runs one per tunnel, each with its own TUN device, routing table and outer
         address. Processes, configs and sockets are keyed by node, or `node-tN` then.
-        On real hosts (a testbed with `put`) its binary, configs and sockets go to each
-        host's run directory, and its guard is released when it stops."""
+        On real hosts its binary, configs and sockets go to each host's run directory,
+        and its guard is released when it stops."""
         self.check(configuration)
         ls = layers(configuration, self.name)
         binary = self._binary()
         assert binary is not None
-        remote = hasattr(tb, "put")
         self._tb = tb
-        if not remote:
+        self._on = on = tb if on_hosts(tb) else None
+        if on is None:
             d = private_dir(tb.rundir / "ipsec-gw")
-            socks = gateway_socket_dir(tb)
+            socks = gateway_socket_dir(build.of_namespaces(tb, "ipsec-gw's stats socket"))
         ends = [(n, t) for t in tb.topo.tunnels for n in (t.left, t.right)]
         for i, t in enumerate(tb.topo.tunnels):
             keys = fresh_keys(ls)
@@ -230,10 +225,9 @@ class Ours:
                 mine = [x for n, x in ends if n == node]
                 k = mine.index(t)
                 key = node if len(mine) == 1 else f"{node}-t{i}"
-                if remote:
-                    preset = tb.hosts.hosts[node].ipsec_gw  # type: ignore[attr-defined]
-                    gw = tb.program(node, binary, "ipsec-gw", preset)  # type: ignore[attr-defined]
-                    sock = Path(tb.owned_dir(node, "gw", GATEWAY_USER)) / f"gw-{key}.sock"  # type: ignore[attr-defined]
+                if on is not None:
+                    gw = on.program(node, binary, "ipsec-gw", on.ipsec_gw(node))
+                    sock = Path(on.owned_dir(node, "gw", GATEWAY_USER)) / f"gw-{key}.sock"
                 else:
                     gw, sock = str(binary), socks / f"gw-{key}.sock"
                 text = gateway_config(
@@ -242,10 +236,10 @@ class Ours:
                     mode=self.mode if host_to_host else "tunnel",
                 )  # fmt: skip
                 text = self.edit(key, text) if self.edit else text
-                if remote:
-                    conf = Path(tb.put(node, f"ipsec-gw/{key}.toml", text))  # type: ignore[attr-defined]
+                if on is not None:
+                    conf = Path(on.put(node, f"ipsec-gw/{key}.toml", text))
                     release = [gw, "--config", str(conf), "--release"]
-                    tb.record(node, f"ipsec-gw {key}'s guard", shlex.join(release))  # type: ignore[attr-defined]
+                    on.record(node, f"ipsec-gw {key}'s guard", shlex.join(release))
                     self._remote[key] = (node, gw)
                 else:
                     conf = d / f"{key}.toml"
@@ -262,10 +256,10 @@ class Ours:
                     ipsec=True,
                 )
         for key, sock in self.sockets.items():
-            if remote:
+            if on is not None:
                 node, _ = self._remote[key]
-                up = tb.wait_path(node, str(sock), self._procs[key], 10)  # type: ignore[attr-defined]
-                why = tb.log_tail(node, f"ipsec-gw-{key}")  # type: ignore[attr-defined]
+                up = on.wait_path(node, str(sock), self._procs[key], 10)
+                why = on.log_tail(node, f"ipsec-gw-{key}")
             else:
                 up = wait_for_path(sock, self._procs[key], timeout=10)
                 why = tail(tb.rundir / f"ipsec-gw-{key}.log")
@@ -277,7 +271,8 @@ class Ours:
         if key not in self._remote:
             return stats(self.sockets[key])
         node, gw = self._remote[key]
-        out = self._tb.run(node, [gw, "stats", "--socket", str(self.sockets[key]), "--json"],
+        assert self._on is not None
+        out = self._on.run(node, [gw, "stats", "--socket", str(self.sockets[key]), "--json"],
                            timeout=15)  # fmt: skip
         data: dict[str, Any] = json.loads(out)
         return data
@@ -296,7 +291,8 @@ class Ours:
     def inner_mtu(self) -> int | None:
         """The smallest MTU the running gateways' TUN devices offer their hosts (each
         chose its own from its path and SAs: `mtu = "auto"`), read from the devices."""
-        got = [link_mtu(self._tb, node, tun) for node, tun in self._tuns.values()]
+        tb = self._tb
+        got = [link_mtu(tb, node, tun) for node, tun in self._tuns.values() if tb]
         return min(got) if got else None
 
     def pids(self) -> list[int]:
@@ -326,8 +322,8 @@ class Ours:
             except (KeyError, LabError, OSError, subprocess.TimeoutExpired, ValueError):
                 return {}
             n = sum(int(sa["packets"]) for d in ("outbound", "inbound") for sa in st[d]["sas"])
-            if key in self._remote:
-                ns = self._tb.cpu_ns(self._remote[key][0], p.pid)
+            if self._on is not None and key in self._remote:
+                ns = self._on.cpu_ns(self._remote[key][0], p.pid)
             else:
                 ns = process_cpu_ns([p.pid])
             out[key] = (ns, n)
@@ -349,12 +345,15 @@ class Ours:
         return out
 
     def process(self, node: str) -> subprocess.Popen[bytes]:
-        return self._procs[node]
+        """Gateway `node`'s process on this machine (namespaces only)."""
+        p = self._procs[node]
+        assert isinstance(p, subprocess.Popen), "a gateway on a real host"
+        return p
 
     def restart(self, tb: Testbed, key: str, sig: int = signal.SIGTERM) -> subprocess.Popen[bytes]:
         """Stop one gateway with `sig` (SIGKILL: a crash, no cleanup), start it again with
         the same config, and wait until it is up again (its log says so)."""
-        p = self._procs[key]
+        p = self.process(key)
         p.send_signal(sig)
         p.wait(10)
         binary = self._binary()
@@ -369,7 +368,7 @@ class Ours:
         log = tb.rundir / f"{name}.log"
         if not wait_for_text(log, "ipsec-gw: up", q, 10):
             raise LabError(f"ipsec-gw {key} did not start again:\n{tail(log)}")
-        return q
+        return self.process(key)
 
     def version(self) -> str:
         binary = self._binary()

@@ -34,8 +34,9 @@ from typing import TYPE_CHECKING, Any
 
 from ipsec_lab.backends.base import Unsupported, exited, private_dir, private_file
 from ipsec_lab.model.transforms import parse_configuration
-from ipsec_lab.testbed import Tunnel
-from ipsec_lab.testbed.build import LabError, Testbed, require_tools, tail, wait_for_path
+from ipsec_lab.testbed import Tunnel, build
+from ipsec_lab.testbed.build import LabError, require_tools, tail, wait_for_path
+from ipsec_lab.testbed.interface import OnHosts, Process, Testbed, on_hosts
 
 if TYPE_CHECKING:
     from ipsec_lab.hosts import Hosts
@@ -236,7 +237,7 @@ class StrongSwan:
 
     def __init__(self, data_plane: str = "auto") -> None:
         """`data_plane`: kernel, libipsec, or auto (the kernel where it has ESP)."""
-        self._procs: dict[str, subprocess.Popen[bytes]] = {}
+        self._procs: dict[str, Process] = {}
         self.data_plane = data_plane
         self.name = {"kernel": "strongswan-kernel", "libipsec": "strongswan-libipsec"}.get(
             data_plane, "strongswan"
@@ -291,7 +292,7 @@ class StrongSwan:
         return tb.rundir / "strongswan" / node / "charon.log"
 
     def _swanctl(self, tb: Testbed, node: str, *args: str, timeout: float = 30) -> str:
-        if node in self._remote:
+        if on_hosts(tb) and node in self._remote:
             conf, vici, _ = self._remote[node]
             try:
                 return tb.run(node, ["env", f"STRONGSWAN_CONF={conf}", "swanctl", *args,
@@ -302,7 +303,8 @@ class StrongSwan:
                 raise LabError(f"strongswan on {node}: swanctl {' '.join(args)} failed: "
                                f"{str(e)[-1500:]}{logs}") from None  # fmt: skip
         d = tb.rundir / "strongswan" / node
-        argv = ["swanctl", *args, "--uri", f"unix://{tb.sockets / (node + '.vici')}"]
+        socks = build.of_namespaces(tb, "charon's VICI socket").sockets
+        argv = ["swanctl", *args, "--uri", f"unix://{socks / (node + '.vici')}"]
         p = subprocess.run(
             argv,
             capture_output=True,
@@ -323,11 +325,11 @@ class StrongSwan:
         return p.stdout
 
     @staticmethod
-    def _remote_log(tb: Any, node: str) -> str:
+    def _remote_log(tb: OnHosts, node: str) -> str:
         text: str = tb.log_tail(node, f"charon-{node}-ike") or tb.log_tail(node, f"charon-{node}")
         return text
 
-    def _start_on_host(self, tb: Any, node: str, mine: list[Tunnel], esp: str | None,
+    def _start_on_host(self, tb: OnHosts, node: str, mine: list[Tunnel], esp: str | None,
                        ah: str | None, ipcomp: bool, kernel: bool, psk: str) -> None:  # fmt: skip
         """charon on real host `node`: its files in the run's directory there, the xfrm
         it will install guarded (kernel plane), then started as in a namespace."""
@@ -349,7 +351,7 @@ class StrongSwan:
             env={"STRONGSWAN_CONF": conf},
         )  # fmt: skip
 
-    def _guard_xfrm(self, tb: Any, node: str, mine: list[Tunnel]) -> None:
+    def _guard_xfrm(self, tb: OnHosts, node: str, mine: list[Tunnel]) -> None:
         """Before charon puts SAs into a host's kernel: refuse a host that already has a
         policy between the lab's networks, and write to its ledger the deletes of every
         policy and SA charon may leave between the lab's addresses."""
@@ -385,10 +387,10 @@ class StrongSwan:
 
     def start(self, tb: Testbed, configuration: str) -> None:
         self.check(configuration)
-        remote = hasattr(tb, "put")
         self._tb = tb
+        on = tb if on_hosts(tb) else None
         topo = tb.topo
-        if remote and self.data_plane == "auto":
+        if on is not None and self.data_plane == "auto":
             self._hosts_esp = self._host_has_esp(tb, list(topo.ipsec_nodes))
         kernel = self.kernel
         if kernel:
@@ -397,15 +399,15 @@ class StrongSwan:
             esp, ah, ipcomp = esp_proposal(configuration), None, False
         psk = secrets.token_hex(32)  # fresh per run; written only to the run's own files
         for node in topo.ipsec_nodes:
-            if remote:
+            if on is not None:
                 mine = [t for t in topo.tunnels if node in (t.left, t.right)]
-                self._start_on_host(tb, node, mine, esp, ah, ipcomp, kernel, psk)
+                self._start_on_host(on, node, mine, esp, ah, ipcomp, kernel, psk)
                 continue
             d = private_dir(tb.rundir / "strongswan" / node)
             for sub in SWANCTL_DIRS:
                 (d / sub).mkdir(exist_ok=True)  # swanctl --load-all looks for these
             conf = d / "strongswan.conf"
-            vici = tb.sockets / f"{node}.vici"
+            vici = build.of_namespaces(tb, "charon's VICI socket").sockets / f"{node}.vici"
             conf.write_text(_charon_conf(vici, d / "charon.log", kernel))
             mine = [t for t in topo.tunnels if node in (t.left, t.right)]
             private_file(
@@ -422,13 +424,13 @@ class StrongSwan:
                 limited=node in topo.limited_nodes, ipsec=True,
             )  # fmt: skip
         for node in topo.ipsec_nodes:
-            if remote:
+            if on is not None:
                 _, rvici, _ = self._remote[node]
-                if not tb.wait_path(node, rvici, self._procs[node], 15):  # type: ignore[attr-defined]
+                if not on.wait_path(node, rvici, self._procs[node], 15):
                     raise LabError(f"strongswan: charon on {node} did not start (no VICI "
-                                   f"socket {rvici}):\n{self._remote_log(tb, node)}")  # fmt: skip
+                                   f"socket {rvici}):\n{self._remote_log(on, node)}")  # fmt: skip
                 continue
-            vici = tb.sockets / f"{node}.vici"
+            vici = build.of_namespaces(tb, "charon's VICI socket").sockets / f"{node}.vici"
             if not wait_for_path(vici, self._procs[node], timeout=15):
                 raise LabError(
                     f"strongswan: charon on {node} did not start (no VICI socket {vici}):\n"
@@ -436,7 +438,7 @@ class StrongSwan:
                     f"{tail(self._log(tb, node))}"
                 )
         for node in topo.ipsec_nodes:
-            if remote:
+            if on is not None:
                 sw = self._remote[node][0].replace("strongswan.conf", "swanctl.conf")
             else:
                 sw = str(tb.rundir / "strongswan" / node / "swanctl.conf")

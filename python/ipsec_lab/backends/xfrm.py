@@ -37,18 +37,18 @@ from __future__ import annotations
 import functools
 import platform
 import shlex
-import subprocess
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ipsec_lab.algorithms import CIPHERS, INTEGRITIES
 from ipsec_lab.backends.base import Processless, Unsupported, exited, private_dir, private_file
 from ipsec_lab.backends.sa_plan import IPCOMP_CPI, SPI, Layer, Layers, fresh_keys, layers
 from ipsec_lab.testbed import Tunnel
-from ipsec_lab.testbed.build import LabError, Testbed, probe, tail, wait_for_text
+from ipsec_lab.testbed.build import LabError, probe, tail, wait_for_text
+from ipsec_lab.testbed.interface import OnHosts, Process, Testbed, on_hosts
 
 if TYPE_CHECKING:
     from ipsec_lab.hosts import Hosts
@@ -299,16 +299,16 @@ signal.pause()
 """
 
 
-def encap_socket(tb: Testbed, node: str, addr: str) -> subprocess.Popen[bytes]:
+def encap_socket(tb: Testbed, node: str, addr: str) -> Process:
     """Hold a UDP_ENCAP_ESPINUDP socket on `addr`:4500 in `node` (stopped by tb.stop);
     on a real host with the host's own python3."""
     name = f"encap-{node}-{addr.replace(':', '_')}"
-    remote = hasattr(tb, "log_tail")
-    python = "python3" if remote else sys.executable
+    on = tb if on_hosts(tb) else None
+    python = "python3" if on else sys.executable
     p = tb.spawn(node, [python, "-I", "-c", _ENCAP_SOCKET, addr], name)
-    if remote:
+    if on is not None:
         deadline = time.monotonic() + 30  # the host's python3 may start from a cold disk
-        while "encap socket ready" not in (said := tb.log_tail(node, name)):  # type: ignore[attr-defined]
+        while "encap socket ready" not in (said := on.log_tail(node, name)):
             if p.poll() is not None or time.monotonic() > deadline:
                 raise LabError(f"no ESP-in-UDP socket on {node}: {said.strip()[-500:]}")
             time.sleep(0.1)
@@ -327,7 +327,7 @@ class Xfrm(Processless):
         self.nodes: list[str] = []
         self.udp_encap = udp_encap
         self.name = "xfrm-udp" if udp_encap else "xfrm"
-        self.holders: dict[str, subprocess.Popen[bytes]] = {}  # node-address -> holder
+        self.holders: dict[str, Process] = {}  # node-address -> holder
         self.on_hosts = False  # real hosts: their kernels, not this one, are probed
         self._undo: dict[str, list[str]] = {}  # real hosts: node -> deletes of what it added
         self._kernel = ""
@@ -358,7 +358,7 @@ class Xfrm(Processless):
         self.check(configuration)
         ls = layers(configuration, self.name)
         d = private_dir(tb.rundir / "xfrm")
-        remote = hasattr(tb, "put")
+        on = tb if on_hosts(tb) else None
         for i, t in enumerate(tb.topo.tunnels):
             keys = Keys.fresh(ls)
             for node in (t.left, t.right):
@@ -367,8 +367,8 @@ class Xfrm(Processless):
                 )
                 batch = d / f"{node}-t{i}.ip"
                 private_file(batch, "\n".join(lines) + "\n")
-                if remote:
-                    self._install_on_host(tb, node, f"t{i}", lines)
+                if on is not None:
+                    self._install_on_host(on, node, f"t{i}", lines)
                 else:
                     tb.run(node, ["ip", "-batch", str(batch)])
                 if node not in self.nodes:
@@ -378,7 +378,7 @@ class Xfrm(Processless):
                     key = f"{node}-{_plain(outer)}"
                     self.holders[key] = encap_socket(tb, node, _plain(outer))
 
-    def _install_on_host(self, tb: Any, node: str, name: str, lines: list[str]) -> None:
+    def _install_on_host(self, tb: OnHosts, node: str, name: str, lines: list[str]) -> None:
         """Install `lines` on real host `node`: refused if the host already has one of
         these states or policies (never replaced: it is not the lab's), each delete in
         the host's ledger before the add, the batch pushed 0600 and run there."""

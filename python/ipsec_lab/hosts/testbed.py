@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ipsec_lab.hosts import Hosts, place, readings
 from ipsec_lab.hosts.ledger import LOG_NAME, fetch_logs, read_ledger
@@ -40,7 +40,7 @@ from ipsec_lab.hosts.workdir import LEDGER, Guard, UnsafeError, guard
 from ipsec_lab.testbed import Link, Topology
 from ipsec_lab.testbed import build as namespaces
 from ipsec_lab.testbed.build import STOCK_QDISCS, LabError, link_counters, root_qdisc, shape_ends
-from ipsec_lab.traffic.iperf import UDP_SOCKET_BUFFER_BYTES
+from ipsec_lab.testbed.interface import UDP_SOCKET_BUFFER_BYTES, OnHosts
 
 
 class HostProcess:
@@ -64,6 +64,7 @@ class HostProcess:
 
 
 class HostsTestbed:
+    remote = True  # real hosts (testbed.interface.OnHosts)
     """A topology placed on the hosts of a hosts file. Use as a context manager."""
 
     __test__ = False
@@ -289,6 +290,9 @@ class HostsTestbed:
     def log_tail(self, node: str, name: str, lines: int = 15) -> str:
         log = f"{self.workdir(node)}/{name}.log"
         return self.run(node, ["tail", "-n", str(lines), log], check=False)
+
+    def ipsec_gw(self, node: str) -> str | None:
+        return self.hosts.hosts[node].ipsec_gw
 
     def cpu_ns(self, node: str, pid: int) -> int:
         """Nanoseconds process `pid` on `node` has run (its /proc/PID/schedstat)."""
@@ -588,3 +592,7 @@ def _kill_line(pid: int, start: str) -> str:
     same = same_process(pid, start)
     return (f"if {same}; then kill -TERM {pid}; for i in $(seq 30); do {same} || break; "
             f"sleep 0.1; done; {same} && kill -KILL {pid}; fi; true")  # fmt: skip
+
+
+if TYPE_CHECKING:  # mypy holds this testbed to what every testbed, and one of hosts, keeps
+    _KEEPS: type[OnHosts] = HostsTestbed

@@ -21,9 +21,10 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any
 
-from ipsec_lab.testbed import Link, Topology
+from ipsec_lab.testbed import Link, Topology, interface
+from ipsec_lab.testbed.interface import Process
 from ipsec_lab.testbed.placement import Placement, steer
 
 NS_PREFIX = "ipl-"
@@ -49,18 +50,11 @@ def require_root() -> None:
 
 # Which Debian package gives each program the lab runs (for "missing tool" errors).
 PACKAGES = {
-    "ip": "iproute2",
-    "tc": "iproute2",
-    "ethtool": "ethtool",
-    "iperf3": "iperf3",
-    "nginx": "nginx-light",
-    "curl": "curl",
-    "swanctl": "strongswan-swanctl",
-    "/usr/lib/ipsec/charon": "strongswan-charon",
-    "unshare": "util-linux",
-    "taskset": "util-linux",
-    "tshark": "tshark",
-}
+    "ip": "iproute2", "tc": "iproute2", "ethtool": "ethtool", "iperf3": "iperf3",
+    "nginx": "nginx-light", "curl": "curl", "swanctl": "strongswan-swanctl",
+    "/usr/lib/ipsec/charon": "strongswan-charon", "unshare": "util-linux",
+    "taskset": "util-linux", "tshark": "tshark",
+}  # fmt: skip
 
 
 def require_tools(*tools: str) -> None:
@@ -115,6 +109,13 @@ class CpuLimit:
                 time.sleep(0.1)  # processes still leaving
 
 
+def of_namespaces(tb: interface.Testbed, what: str) -> Testbed:
+    """`tb` as the namespace testbed it is, for what only this machine has (`what`)."""
+    if not isinstance(tb, Testbed):
+        raise LabError(f"{what} needs a testbed of this machine's namespaces")
+    return tb
+
+
 class Testbed:
     """A topology built in namespaces. Use as a context manager:
 
@@ -125,6 +126,7 @@ class Testbed:
     """
 
     __test__ = False  # not a pytest test class, whatever its name
+    remote = False  # namespaces of this machine (testbed.interface.Testbed)
 
     def __init__(
         self,
@@ -427,12 +429,7 @@ class Testbed:
             self._sockets = None
 
 
-class _Runs(Protocol):
-    def run(self, node: str, argv: Sequence[str], timeout: float = 60, check: bool = True,
-            limited: bool = False) -> str: ...  # fmt: skip
-
-
-def shape_ends(tb: _Runs, link: Link, ends: Sequence[tuple[str, str]]) -> None:
+def shape_ends(tb: interface.Testbed, link: Link, ends: Sequence[tuple[str, str]]) -> None:
     """`Testbed.shape` on the given (node, interface) ends of any testbed that runs
     commands in its nodes (namespaces here, real hosts in `hosts.testbed`)."""
     for node, ifname in ends:
@@ -475,12 +472,12 @@ def shape_ends(tb: _Runs, link: Link, ends: Sequence[tuple[str, str]]) -> None:
 STOCK_QDISCS = ("noqueue", "pfifo_fast", "fq_codel", "mq", "fq", "pfifo", "none")
 
 
-def link_mtu(tb: _Runs, node: str, ifname: str) -> int:
+def link_mtu(tb: interface.Testbed, node: str, ifname: str) -> int:
     """The MTU of `ifname` on `node` now."""
     return int(json.loads(tb.run(node, ["ip", "-j", "link", "show", "dev", ifname]))[0]["mtu"])
 
 
-def root_qdisc(tb: _Runs, node: str, ifname: str) -> str:
+def root_qdisc(tb: interface.Testbed, node: str, ifname: str) -> str:
     """The kind of `ifname`'s root qdisc on `node` (`none` when tc shows none)."""
     text = tb.run(node, ["tc", "-j", "qdisc", "show", "dev", ifname, "root"], check=False)
     try:
@@ -538,7 +535,7 @@ def netem_available() -> tuple[bool, str]:
     )
 
 
-def _wait_until(ready: Callable[[], bool], proc: subprocess.Popen[bytes], timeout: float) -> bool:
+def _wait_until(ready: Callable[[], bool], proc: Process, timeout: float) -> bool:
     """Poll `ready` every 50 ms until it holds; False if `proc` exits or `timeout` seconds
     pass first."""
     deadline = time.monotonic() + timeout
@@ -549,13 +546,13 @@ def _wait_until(ready: Callable[[], bool], proc: subprocess.Popen[bytes], timeou
     return True
 
 
-def wait_for_path(path: Path, proc: subprocess.Popen[bytes], timeout: float) -> bool:
+def wait_for_path(path: Path, proc: Process, timeout: float) -> bool:
     """Wait until `path` exists (a daemon's socket: it is up); False if `proc` exits or
     `timeout` seconds pass first."""
     return _wait_until(path.exists, proc, timeout)
 
 
-def wait_for_text(log: Path, text: str, proc: subprocess.Popen[bytes], timeout: float) -> bool:
+def wait_for_text(log: Path, text: str, proc: Process, timeout: float) -> bool:
     """Wait until `proc`'s log says `text` (it is ready); False if it exits or `timeout`
     seconds pass first."""
     want = text.encode()
@@ -596,3 +593,7 @@ def clean() -> list[str]:
                 time.sleep(0.1)
         done.append(f"cgroup {g}")
     return done
+
+
+if TYPE_CHECKING:  # mypy holds this testbed to the interface every testbed keeps
+    _KEEPS: type[interface.Testbed] = Testbed

@@ -13,7 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ipsec_lab.testbed.build import LabError, Testbed
+from ipsec_lab.testbed.build import LabError
+from ipsec_lab.testbed.interface import Testbed
 
 Row = dict[str, Any]
 # metered(label, fn): runs fn() inside the meters and returns its row with them added.

@@ -17,7 +17,8 @@ import subprocess
 from pathlib import Path
 
 from ipsec_lab.testbed import Flow
-from ipsec_lab.testbed.build import LabError, Testbed
+from ipsec_lab.testbed.build import LabError
+from ipsec_lab.testbed.interface import Testbed
 from ipsec_lab.traffic import Metered, Row, wait_listening
 from ipsec_lab.traffic.workload import Workload
 

@@ -53,7 +53,8 @@ import time
 from typing import Any, Protocol
 
 from ipsec_lab.testbed import Flow
-from ipsec_lab.testbed.build import STOCK_QDISCS, LabError, Testbed, root_qdisc
+from ipsec_lab.testbed.build import STOCK_QDISCS, LabError, root_qdisc
+from ipsec_lab.testbed.interface import Testbed, on_hosts
 from ipsec_lab.traffic import IPV4_UDP, Row
 from ipsec_lab.traffic.iperf import IperfGenerator
 from ipsec_lab.traffic.workload import Workload
@@ -283,9 +284,8 @@ class Trafgen:
 
     def _add_counter(self) -> None:
         t, sink = NFT_TABLE, self.flow.sink
-        record = getattr(self.tb, "record", None)
-        if record:  # a real host: the ledger first
-            record(sink, f"nftables table inet {t}", shlex.join(["nft", "delete", "table",
+        if on_hosts(self.tb):  # a real host: the ledger first
+            self.tb.record(sink, f"nftables table inet {t}", shlex.join(["nft", "delete", "table",
                                                                 "inet", t]))  # fmt: skip
         self.tb.run(sink, [
             "nft", f"add table inet {t}; add counter inet {t} received; "
@@ -347,11 +347,10 @@ class Trafgen:
                 raise LabError(f"{src}: {dev} has its own root qdisc ({kind}): trafgen's "
                                "pacing needs the kernel's default there, which the lab can "
                                "put back")  # fmt: skip
-            record = getattr(self.tb, "record", None)
-            if record:
+            if on_hosts(self.tb):
                 # the device's name is the host's (its routing table's): quoted, as
                 # every ledger line's values are (Linux allows `;` and `$(…)` in one)
-                record(src, f"trafgen's pacing qdisc on {dev}",
+                self.tb.record(src, f"trafgen's pacing qdisc on {dev}",
                        shlex.join(["tc", "qdisc", "del", "dev", dev, "root"]))  # fmt: skip
             self._paced = True
             quantum = str(self.mtu + ETHERNET)

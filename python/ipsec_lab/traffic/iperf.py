@@ -7,7 +7,8 @@ import subprocess
 from typing import Any
 
 from ipsec_lab.testbed import Flow
-from ipsec_lab.testbed.build import LabError, Testbed
+from ipsec_lab.testbed.build import LabError
+from ipsec_lab.testbed.interface import UDP_SOCKET_BUFFER_BYTES, Testbed
 from ipsec_lab.traffic import IPV4_UDP, Metered, Row, wait_listening
 from ipsec_lab.traffic.workload import Context, Kind, Workload
 
@@ -17,14 +18,6 @@ SIMPLE_IMIX = ((40, 7), (576, 4), (1500, 1))
 # iperf3 needs 16 bytes of UDP payload for its own header (64-bit counters): a "40-byte"
 # IMIX packet is therefore sent as 44 bytes (16 + 28); the rows say so.
 IPERF_MIN_UDP_PAYLOAD = 16
-# UDP socket buffers (`iperf3 -w`, which the server applies to its receiving socket too).
-# The traffic programs are the instrument, not what is measured: the kernel's default
-# 212992 B holds ~90 datagrams of 1000 B, 15 ms at 50 Mbit/s, so a sink scheduled late on a
-# shared machine dropped datagrams the gateways had delivered (iperf3 loss with the sink's
-# UdpRcvbufErrors rising and no drop anywhere else), and a loss-free-rate search read that
-# as the gateway's limit. 4 MiB waits out ~0.5 s at that rate. The kernel caps it at
-# net.core.rmem_max / wmem_max (4 MiB on this machine; 212992 on a stock kernel).
-UDP_SOCKET_BUFFER_BYTES = 4 << 20
 UDP_SOCKET_BUFFER = f"{UDP_SOCKET_BUFFER_BYTES >> 20}M"
 
 

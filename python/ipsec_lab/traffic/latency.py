@@ -29,7 +29,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ipsec_lab.testbed import Flow
-from ipsec_lab.testbed.build import LabError, Testbed
+from ipsec_lab.testbed.build import LabError
+from ipsec_lab.testbed.interface import Testbed
 from ipsec_lab.traffic import Metered, Row, rfc2544, wait_listening
 from ipsec_lab.traffic.generator import Generator, for_workload, noted
 from ipsec_lab.traffic.iperf import PORT, Servers

@@ -14,7 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ipsec_lab.testbed import Flow
-from ipsec_lab.testbed.build import LabError, Testbed
+from ipsec_lab.testbed.build import LabError
+from ipsec_lab.testbed.interface import Testbed
 from ipsec_lab.traffic import Metered, Meters, Row
 from ipsec_lab.traffic.generator import SHORT_OF_RATE, Generator, for_workload, noted
 from ipsec_lab.traffic.workload import Kind, Workload

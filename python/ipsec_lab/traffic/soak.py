@@ -21,7 +21,8 @@ from collections.abc import Callable
 from typing import Any
 
 from ipsec_lab.testbed import Flow
-from ipsec_lab.testbed.build import LabError, Testbed
+from ipsec_lab.testbed.build import LabError
+from ipsec_lab.testbed.interface import Testbed
 from ipsec_lab.traffic import Metered, Meters, Row, rfc2544
 from ipsec_lab.traffic.generator import Generator, Trafgen, delivered, for_workload, noted
 from ipsec_lab.traffic.latency import (

@@ -5,7 +5,7 @@ else iperf3)."""
 from __future__ import annotations
 
 from ipsec_lab.testbed import Flow
-from ipsec_lab.testbed.build import Testbed
+from ipsec_lab.testbed.interface import Testbed
 from ipsec_lab.traffic import Metered, Row
 from ipsec_lab.traffic.generator import for_workload, noted
 from ipsec_lab.traffic.iperf import SIMPLE_IMIX

@@ -19,7 +19,7 @@ from ipsec_lab.traffic import Meters, Row
 
 if TYPE_CHECKING:
     from ipsec_lab.testbed import Flow
-    from ipsec_lab.testbed.build import Testbed
+    from ipsec_lab.testbed.interface import Testbed
 
 # A rate this campaign's searches found at a packet size: (Mbit/s, where it came from),
 # or None where none searched that size.
