@@ -26,8 +26,10 @@ export PATH := $(HOME)/.cargo/bin:$(PATH)
 
 LAB ?= lab
 
+# --if-changed: after `make test`, whose reproduction test ran this very command into the
+# same lab with this same build, the campaigns are reused and the report written again.
 run: native gateway
-	$(VENV)/bin/ipsec-lab reproduce all --quick --lab $(LAB)
+	$(VENV)/bin/ipsec-lab reproduce all --quick --lab $(LAB) --if-changed
 
 # The host's root tests measure rates and CPU: they run with nothing beside them. The
 # micro-VM's (tests/test_vm_root.py: about 19 minutes under TCG, using some 1.2 of this
@@ -95,7 +97,8 @@ cargo-test: rust
 # --durations: the slowest tests, so CI's log says where its time goes. `pytest`: every
 # test but the micro-VM's; `pytest-vm`: those (`make test` runs both).
 pytest: native gateway
-	$(VENV)/bin/pytest -q --durations=25 --ignore=tests/test_vm_root.py
+	IPSEC_LAB_REPRODUCE_LAB=$(abspath $(LAB)) \
+	  $(VENV)/bin/pytest -q --durations=25 --ignore=tests/test_vm_root.py
 
 pytest-vm: native gateway
 	$(VENV)/bin/pytest -q --durations=5 tests/test_vm_root.py

@@ -37,12 +37,15 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict[s
     # The main job's own command (`make run`), run as a newcomer would: from a working
     # directory of its own with a *relative* lab directory (a relative path once reached
     # nginx, which resolved it against its prefix: study 4 failed from a fresh clone).
-    cwd = tmp_path_factory.mktemp("reproduce")
-    d = cwd / "lab"
+    # Under `make test`, into `make run`'s own lab ($IPSEC_LAB_REPRODUCE_LAB): the main job
+    # after it (`--if-changed`) then finds this build's campaigns and measures nothing twice.
+    shared = os.environ.get("IPSEC_LAB_REPRODUCE_LAB")
+    d = Path(shared) if shared else tmp_path_factory.mktemp("reproduce") / "lab"
+    d.parent.mkdir(parents=True, exist_ok=True)
     p = subprocess.run(
-        [sys.executable, "-m", "ipsec_lab.cli", "reproduce", "all", "--quick", "--lab", "lab",
+        [sys.executable, "-m", "ipsec_lab.cli", "reproduce", "all", "--quick", "--lab", d.name,
          "--json"],
-        capture_output=True, text=True, timeout=900, cwd=cwd,
+        capture_output=True, text=True, timeout=900, cwd=d.parent,
     )  # fmt: skip
     assert p.returncode == 0, p.stderr[-4000:]
     out: dict[str, Any] = json.loads(p.stdout)

@@ -444,6 +444,50 @@ def test_resume_keeps_finished_campaigns_and_runs_only_the_rest(tmp_path: Path) 
     assert len(ran) == 2 and fresh.campaigns != first.campaigns
 
 
+def test_if_changed_reuses_only_what_this_build_measured_on_this_machine(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`reproduce --if-changed` (`make run` after `make test`): a finished campaign of the
+    same scenario is kept only if this very build made it on this machine; another build,
+    kernel or CPU measures again. (Runs faked: the bookkeeping, not a testbed.)"""
+    from ipsec_lab import runner
+
+    ran: list[int] = []
+
+    def fake(c: Any) -> None:
+        ran.append(c.id)
+        c.store.set_status(c.id, "finished")
+
+    def must_not_run(c: Any) -> None:
+        raise AssertionError(f"campaign {c.id} ran again")
+
+    first = reproduce.run_study("freeswan", tmp_path, True, ("ours",), False, fake)
+    same = reproduce.run_study("freeswan", tmp_path, True, ("ours",), False, must_not_run,
+                               if_changed=True)  # fmt: skip
+    assert same.reused == ["cycles"] and same.campaigns == first.campaigns
+    here = runner.here()
+    for key, other in (("build", "0" * 16), ("kernel", "9.9.9"), ("cpu", "another CPU")):
+        monkeypatch.setattr(runner, "here", lambda k=key, v=other: {**here, k: v})
+        again = reproduce.run_study("freeswan", tmp_path, True, ("ours",), False, fake,
+                                    if_changed=True)  # fmt: skip
+        assert again.reused == [] and again.campaigns != first.campaigns, key
+        monkeypatch.undo()
+    assert len(ran) == 4
+
+
+def test_the_build_id_changes_with_any_byte_of_what_measures(tmp_path: Path) -> None:
+    from ipsec_lab import environment
+
+    gw = tmp_path / "ipsec-gw"
+    gw.write_bytes(b"\x7fELF one build")
+    one = environment.build_id(gw)
+    assert one == environment.build_id(gw) and len(one) == 16
+    other = tmp_path / "other"
+    other.write_bytes(b"\x7fELF one build!")
+    assert environment.build_id(other) != one
+    assert environment.build_id() not in (one, environment.build_id(other))
+
+
 def test_study4_compares_per_transfer_when_small_files_were_sent_several_times() -> None:
     runs = _study4_runs(slow_time=2.0)
     for r in runs:

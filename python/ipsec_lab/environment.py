@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import platform
 import subprocess
@@ -49,6 +50,34 @@ def git_revision() -> str | None:
     except (OSError, subprocess.TimeoutExpired):
         return None
     return out.stdout.strip() or None
+
+
+@functools.cache
+def build_id(*programs: Path) -> str:
+    """What measured, byte for byte: SHA-256 (its first 16 hex digits) of every file of the
+    lab's package — its Python and the engine it loads — and of `programs` (ipsec-gw's
+    binary). Two campaigns with one build id ran the same code."""
+    import hashlib
+
+    package = Path(__file__).resolve().parent
+    files = sorted(p for p in package.rglob("*") if p.is_file()
+                   and p.suffix in (".py", ".so") and "__pycache__" not in p.parts)  # fmt: skip
+    h = hashlib.sha256()
+    for p in [*files, *programs]:
+        h.update(str(p.relative_to(package) if p.is_relative_to(package) else p.name).encode())
+        h.update(p.read_bytes())
+    return h.hexdigest()[:16]
+
+
+# What must be equal for two campaigns to be measurements of the same thing in the same
+# place (`same_place`): the build, and the machine as `describe` says it.
+SAME_PLACE = ("build", "cpu", "cpus", "machine", "kernel", "vm")
+
+
+def same_place(env: dict[str, object], now: dict[str, object]) -> bool:
+    """Whether a campaign's stored environment `env` is this build on this machine
+    (`now`: `describe()` with the build id)."""
+    return all(env.get(k) == now.get(k) for k in SAME_PLACE) and now.get("build") is not None
 
 
 def describe() -> dict[str, object]:

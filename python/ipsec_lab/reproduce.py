@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ipsec_lab import scenario, studies
+from ipsec_lab import environment, runner, scenario, studies
 from ipsec_lab.runner import Campaign
 from ipsec_lab.store import Store
 
@@ -66,26 +66,35 @@ def run_study(
     run_campaign: Callable[[Campaign], None],
     on_start: Callable[[str, str, Campaign], None] = lambda s, r, c: None,
     hosts: dict[str, Hosts] | None = None,
+    if_changed: bool = False,
 ) -> StudyRun:
     """Run study `name`'s campaigns in order. `run_campaign` runs one (the CLI wraps it in
     a progress display); a campaign that fails raises and leaves the finished ones.
+    `if_changed`: a campaign of the same scenario that this very build finished on this
+    machine is used as it is (`make run` after `make test` measures nothing twice).
     `hosts` (topology -> hosts file): run on real hosts; a campaign whose topology has
     no hosts file is skipped, saying so."""
     mod = studies.module(name)
     out = StudyRun(name)
     t0 = time.monotonic()
     done: Done = {}
+    now = runner.here() if if_changed else {}
+
+    def here(env: dict[str, Any]) -> bool:
+        return environment.same_place(env, now)
+
     for role in mod.roles(quick, backends):
         text = mod.scenario(role, quick, backends, done)
         if isinstance(text, studies.Skip):
             out.skipped[role] = text.reason
             continue
-        if resume:
+        if resume or if_changed:
             # --resume: a campaign of this very scenario that already finished is used
-            # as it is; only unfinished or new ones run.
+            # as it is; only unfinished or new ones run. --if-changed: only one this
+            # build finished here.
             store = Store(lab / "results.sqlite")
             try:
-                finished = store.finished_with(text)
+                finished = store.finished_with(text, where=None if resume else here)
                 if finished is not None:
                     out.campaigns[role] = finished
                     out.reused.append(role)

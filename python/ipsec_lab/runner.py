@@ -57,6 +57,13 @@ def same_scenario(text: str, sc: Scenario) -> bool:
     )
 
 
+def here() -> dict[str, Any]:
+    """This machine and build as a campaign records them (`environment.describe` and the
+    build id: the lab's code, its engine and the ipsec-gw it runs)."""
+    gw = backends.ours.gateway_binary()
+    return {**environment.describe(), "build": environment.build_id(*([gw] if gw else []))}
+
+
 def _slug(s: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", s)
 
@@ -102,7 +109,7 @@ class Campaign:
         self.on_progress = on_progress or (lambda p: None)
         existing = self.store.resumable(sc.text, lambda t: same_scenario(t, sc)) if resume else None
         if existing is None:
-            self.id = self.store.new_campaign(sc.name, sc.source, sc.text, environment.describe())
+            self.id = self.store.new_campaign(sc.name, sc.source, sc.text, here())
         else:
             self.id = existing
         self.plan = plan(sc)

@@ -120,19 +120,27 @@ class Store:
         differ), if any."""
         return self._newest(text, False, same)
 
-    def finished_with(self, text: str, same: Callable[[str], bool] | None = None) -> int | None:
-        """The newest finished campaign of this scenario (as `resumable` matches), if any."""
-        return self._newest(text, True, same)
+    def finished_with(
+        self,
+        text: str,
+        same: Callable[[str], bool] | None = None,
+        where: Callable[[dict[str, Any]], bool] | None = None,
+    ) -> int | None:
+        """The newest finished campaign of this scenario (as `resumable` matches), if any;
+        with `where`, the newest whose stored environment it accepts."""
+        return self._newest(text, True, same, where)
 
-    def _newest(self, text: str, finished: bool, same: Callable[[str], bool] | None) -> int | None:
+    def _newest(self, text: str, finished: bool, same: Callable[[str], bool] | None,
+                where: Callable[[dict[str, Any]], bool] | None = None) -> int | None:  # fmt: skip
         rows = self.db.execute(
-            "SELECT id, scenario_text FROM campaigns WHERE (status = 'finished') = ?"
+            "SELECT id, scenario_text, environment FROM campaigns WHERE (status = 'finished') = ?"
             " ORDER BY id DESC",
             (finished,),
         ).fetchall()
         for row in rows:
             if row["scenario_text"] == text or (same and same(row["scenario_text"])):
-                return int(row["id"])
+                if where is None or where(json.loads(row["environment"] or "{}")):
+                    return int(row["id"])
         return None
 
     def add_environment(self, campaign: int, more: dict[str, Any]) -> None:

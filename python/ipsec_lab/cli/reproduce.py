@@ -92,7 +92,15 @@ def _reproduce(args: argparse.Namespace) -> int:
         try:
             results.append(
                 reproduce.run_study(
-                    name, lab, args.quick, backends, args.resume, run, announce, hosts
+                    name,
+                    lab,
+                    args.quick,
+                    backends,
+                    args.resume,
+                    run,
+                    announce,
+                    hosts,
+                    args.if_changed,
                 )
             )
         except KeyboardInterrupt as e:
@@ -187,6 +195,13 @@ def add_parser(sub: Any) -> None:
         "--resume",
         action="store_true",
         help="keep finished campaigns, continue unfinished ones, run the rest",
+    )
+    r.add_argument(
+        "--if-changed",
+        action="store_true",
+        help="measure only what this build has not measured here: a campaign of the same "
+        "scenario that this very build (the lab's code, its engine and ipsec-gw, byte for "
+        "byte) finished on this machine is used as it is (`make run` passes it)",
     )
     r.add_argument("--out", metavar="DIR", help="where the report goes (default LAB/report)")
     r.add_argument("--no-report", action="store_true", help="only run; write no report")
