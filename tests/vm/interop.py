@@ -40,7 +40,7 @@ from ipsec_lab.testbed import Flow, Topology, Tunnel, Wire, pair
 from ipsec_lab.testbed.build import Testbed, wait_for_path
 
 sys.path.insert(0, str(Path(__file__).parents[1]))
-from netutil import capture, transfer
+from netutil import capture, ip_packets, transfer
 
 MARKER = b"IPSEC-LAB-PLANTED-MARKER-0123456789-"
 CLIENT, SERVER = ("client", "10.1.0.2"), ("server", "10.2.0.2")
@@ -243,19 +243,6 @@ def counters(sock: Path) -> dict[str, Any]:
     return stats(sock)
 
 
-def outer_packets(pcap: Path) -> list[tuple[str, str, int, bytes]]:
-    """(source, destination, protocol, payload) of every IPv4 or IPv6 packet captured."""
-    from scapy.all import IP, IPv6, rdpcap
-
-    out = []
-    for p in rdpcap(str(pcap)):
-        if IP in p:
-            out.append((p[IP].src, p[IP].dst, p[IP].proto, bytes(p[IP].payload)))
-        elif IPv6 in p:
-            out.append((p[IPv6].src, p[IPv6].dst, p[IPv6].nh, bytes(p[IPv6].payload)))
-    return out
-
-
 def sequence_numbers(pkts: list[tuple[str, str, int, bytes]], src: str) -> list[int]:
     """The ESP or AH sequence numbers (the low 32 bits on the wire) `src` sent."""
     at = {50: 4, 17: 12, 51: 8}  # ESP; ESP after a UDP header; AH (RFC 4302 §2)
@@ -308,7 +295,7 @@ def test_ours_and_the_kernel_interoperate(
             transfer(tb, src, dst, data)  # ours seals, the kernel opens
             transfer(tb, dst, src, data)  # the kernel seals, ours opens
         st = counters(sock)
-    pkts = outer_packets(pcap)
+    pkts = ip_packets(pcap)
     outer = 17 if case.udp_encap else 51 if case.configuration.startswith("ah:") else 50
     assert {(s, d) for s, d, _, _ in pkts} == {
         (t.left_outer, t.right_outer),
