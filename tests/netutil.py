@@ -7,12 +7,27 @@ import hashlib
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TypeVar
 
 from ipsec_lab.testbed.build import Testbed, tail, wait_for_text
 from ipsec_lab.traffic import iperf
+
+T = TypeVar("T")
+
+
+def poll_until(what: str, ready: Callable[[], T], timeout: float = 10, every: float = 0.05) -> T:
+    """Wait for an event, not for a time: `ready()` again and again until it returns
+    something true (its value is returned), failing after `timeout` seconds with `what`
+    (the event awaited) and what `ready()` said last."""
+    deadline = time.monotonic() + timeout
+    while not (got := ready()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"waited {timeout:g} s for {what}; last: {got!r}")
+        time.sleep(every)
+    return got
 
 
 def transfer(
@@ -126,9 +141,11 @@ def ip_packets(pcap: Path) -> list[tuple[str, str, int, bytes]]:
         caplen, length = struct.unpack(order + "II", data[at + 8 : at + 16])
         frame = data[at + 16 : at + 16 + caplen]
         at += 16 + caplen
-        assert caplen == length, f"{pcap}: a packet cut at {caplen} of {length} bytes"
+        assert caplen == length == len(frame), f"{pcap}: a packet cut short"
         ethertype = struct.unpack(">H", frame[header - 2 : header])[0]
         ip = frame[header:]
+        while ethertype in (0x8100, 0x88A8) and len(ip) >= 4:  # 802.1Q / 802.1ad tags
+            ethertype, ip = struct.unpack(">H", ip[2:4])[0], ip[4:]
         if ethertype == 0x0800 and len(ip) >= 20:
             ihl, total = (ip[0] & 0x0F) * 4, struct.unpack(">H", ip[2:4])[0]
             src, dst = ipaddress.IPv4Address(ip[12:16]), ipaddress.IPv4Address(ip[16:20])

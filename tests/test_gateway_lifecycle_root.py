@@ -19,6 +19,7 @@ from ipsec_lab.backends.ours import gateway_binary
 from netutil import capture
 from test_gateway_traffic_root import (
     blast,
+    hup,
     hup_then_restart,
     replay_esp,
     sa,
@@ -95,8 +96,7 @@ def test_an_sa_past_its_hard_lifetime_stays_expired_across_reload_and_restart(
     with tunnel(tmp_path, edit=hard_limit) as (tb, gw):
         with capture(tb, "gwA", "wan", "wan") as pcap:
             blast(tb, 150)
-            os.kill(gw.process("gwA").pid, signal.SIGHUP)
-            time.sleep(0.5)
+            hup(gw, "gwA")
             blast(tb, 50)
             after_reload = settle(gw, "gwA")
             gw.restart(tb, "gwA")
@@ -144,11 +144,9 @@ def test_every_config_rule_is_refused_alike_by_check_start_and_reload(tmp_path: 
             assert start.returncode == 2 and key in start.stderr, (key, start.stderr)
             assert "panicked" not in check.stderr + start.stderr
             # reload: refused, and the running config still carries traffic
-            before = settle(gw, "gwA")["reloads_refused"]
             conf.write_text(_with(good, old, new))
-            os.kill(gw.process("gwA").pid, signal.SIGHUP)
-            time.sleep(0.4)
-            assert settle(gw, "gwA")["reloads_refused"] == before + 1, key
+            before, after = hup(gw, "gwA")
+            assert after["reloads_refused"] == before["reloads_refused"] + 1, key
             assert gw.process("gwA").poll() is None, f"{key}: the gateway died on reload"
         conf.write_text(good)
         assert tcp(tb, seconds=1)["mbps"] > 10
@@ -160,9 +158,7 @@ def test_a_reload_that_changes_an_sa_but_keeps_its_keys_is_refused(tmp_path: Pat
         good = conf.read_text()
         conf.write_text(_with(good, 'name = "out"\ndirection = "out"\nspi = 4097',
                               'name = "out"\ndirection = "out"\nspi = 4098'))  # fmt: skip
-        os.kill(gw.process("gwA").pid, signal.SIGHUP)
-        time.sleep(0.4)
-        st = settle(gw, "gwA")
+        _, st = hup(gw, "gwA")
         log = (tb.rundir / "ipsec-gw-gwA.log").read_text()
     assert st["reloads_refused"] == 1 and st["reloads"] == 0
     assert "keeps a key of sa" in log
@@ -293,9 +289,7 @@ def test_the_gateway_runs_unprivileged_with_net_admin_and_net_raw_only(tmp_path:
         pid = gw.process("gwA").pid
         tasks = list(Path(f"/proc/{pid}/task").iterdir())
         status = {t.name: (t / "status").read_text() for t in tasks}
-        os.kill(pid, signal.SIGHUP)
-        time.sleep(0.5)
-        st = settle(gw, "gwA")
+        _, st = hup(gw, "gwA")
         assert st["reloads"] == 1 and gw.process("gwA").poll() is None
         assert tcp(tb, seconds=1)["mbps"] > 10
         sock = gw.sockets["gwA"]

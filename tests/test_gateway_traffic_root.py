@@ -26,7 +26,7 @@ from ipsec_lab.testbed.build import Testbed
 from ipsec_lab.traffic import iperf
 from ipsec_lab.traffic.udp import udp as udp_workload
 from ipsec_lab.traffic.workload import Workload
-from netutil import capture, count, holds, transfer
+from netutil import capture, count, holds, poll_until, transfer
 
 pytestmark = pytest.mark.root
 
@@ -130,11 +130,24 @@ def settle(gw: Ours, node: str) -> dict[str, Any]:
     return stats(gw.sockets[node])
 
 
+def hup(gw: Ours, node: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """SIGHUP `node`'s gateway and wait until it has handled it — taken the new config
+    or refused it (one of its two counters moved) —: its counters before and after."""
+
+    def handled(st: dict[str, Any]) -> int:
+        return int(st["reloads"]) + int(st["reloads_refused"])
+
+    before = stats(gw.sockets[node])
+    os.kill(gw.process(node).pid, signal.SIGHUP)
+    after = poll_until(f"{node} to handle its SIGHUP", lambda: (
+        st if handled(st := stats(gw.sockets[node])) > handled(before) else None))  # fmt: skip
+    return before, after
+
+
 def hup_then_restart(tb: Testbed, gw: Ours, node: str, n: int) -> tuple[dict[str, Any], ...]:
     """SIGHUP `node`'s gateway, send `n` datagrams, then restart it and send `n` more: its
     counters after each. The reload must not have stopped it."""
-    os.kill(gw.process(node).pid, signal.SIGHUP)
-    time.sleep(0.5)
+    hup(gw, node)
     blast(tb, n)
     after_reload = settle(gw, node)
     assert gw.process(node).poll() is None, "the reload killed the gateway"

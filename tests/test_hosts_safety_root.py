@@ -265,6 +265,7 @@ def test_a_hostile_interface_name_in_the_ledger_runs_nothing(tmp_path: Path) -> 
 
         class Host:  # the ledger and commands of a real host, in the namespace
             rundir = tmp_path
+            remote = True  # a testbed of real hosts (testbed.interface.on_hosts)
 
             def run(self, node: str, argv: list[str], timeout: float = 60,
                     check: bool = True) -> str:  # fmt: skip

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from scapy.all import AH, ESP, IP, UDP, CookedLinux, Ether, IPv6, Raw, rdpcap, wrpcap
+from scapy.all import AH, ESP, IP, UDP, CookedLinux, Dot1Q, Ether, IPv6, Raw, rdpcap, wrpcap
 
 from netutil import ip_packets
 
@@ -26,10 +26,12 @@ def _frames(link: str) -> list:
     ]
     if link == "ethernet":
         return [Ether(**MACS) / p for p in inner] + [Ether(**MACS, type=0x0806) / Raw(b"arp")]
+    if link == "vlan":
+        return [Ether(**MACS) / Dot1Q(vlan=7) / p for p in inner]
     return [CookedLinux(proto=0x0800 if IP in p else 0x86DD) / p for p in inner]
 
 
-@pytest.mark.parametrize("link", ["ethernet", "cooked"])
+@pytest.mark.parametrize("link", ["ethernet", "vlan", "cooked"])
 def test_ip_packets_reads_what_scapy_reads(tmp_path: Path, link: str) -> None:
     pcap = tmp_path / "c.pcap"
     wrpcap(str(pcap), _frames(link))
@@ -43,3 +45,11 @@ def test_ip_packets_reads_what_scapy_reads(tmp_path: Path, link: str) -> None:
     got = ip_packets(pcap)
     assert got == want and len(got) == 6
     assert got[2][3] == b"ah"  # the Ethernet padding is not payload
+
+
+def test_a_capture_cut_short_is_refused(tmp_path: Path) -> None:
+    pcap = tmp_path / "c.pcap"
+    wrpcap(str(pcap), _frames("ethernet"))
+    pcap.write_bytes(pcap.read_bytes()[:-5])
+    with pytest.raises(AssertionError, match="cut short"):
+        ip_packets(pcap)

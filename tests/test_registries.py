@@ -218,3 +218,31 @@ def test_hosts_check_asks_each_backend_entry_for_its_tools() -> None:
     assert "nft" not in check.needed_tools("gwA", "line", ("xfrm",))
     # the traffic's ends run no IPsec: no backend's tools there
     assert "swanctl" not in check.needed_tools("client", "line", ("strongswan",))
+
+
+def test_a_namespace_testbed_is_told_from_one_of_hosts_by_the_interface(tmp_path: object) -> None:
+    """The namespaces of one machine read one clock and share its programs; a testbed of
+    real hosts does neither (a check by the concrete class named in the traffic code
+    once compared against the interface's Protocol, and no testbed ever matched)."""
+    from pathlib import Path
+
+    from ipsec_lab.testbed import topology
+    from ipsec_lab.testbed.build import Testbed
+    from ipsec_lab.testbed.interface import on_hosts
+    from ipsec_lab.traffic import generator, latency
+
+    tb = Testbed(topology("line"), Path(str(tmp_path)))
+    assert not on_hosts(tb) and latency.same_clock(tb)
+    asked: list[str] = []
+
+    class Hosts(Testbed):
+        remote = True
+
+        def run(self, node: str, argv: object, **kw: object) -> str:  # type: ignore[override]
+            asked.append(node)
+            return ""
+
+    far = Hosts(topology("line"), Path(str(tmp_path)))
+    assert on_hosts(far) and not latency.same_clock(far)
+    assert generator._has(tb, "client", "sh") and asked == []  # this machine's own
+    assert not generator._has(far, "client", "sh") and asked == ["client"]  # asked there

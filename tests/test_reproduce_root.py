@@ -40,7 +40,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict[s
     # Under `make test`, into `make run`'s own lab ($IPSEC_LAB_REPRODUCE_LAB): the main job
     # after it (`--if-changed`) then finds this build's campaigns and measures nothing twice.
     shared = os.environ.get("IPSEC_LAB_REPRODUCE_LAB")
-    d = Path(shared) if shared else tmp_path_factory.mktemp("reproduce") / "lab"
+    d = Path(shared).resolve() if shared else tmp_path_factory.mktemp("reproduce") / "lab"
     d.parent.mkdir(parents=True, exist_ok=True)
     p = subprocess.run(
         [sys.executable, "-m", "ipsec_lab.cli", "reproduce", "all", "--quick", "--lab", d.name,
@@ -97,8 +97,11 @@ def test_every_campaign_finished_with_no_failed_run(lab: tuple[Path, dict[str, A
     assert out["lab"] == str(d)  # the relative --lab, made absolute
     store = Store(d / "results.sqlite")
     try:
-        camps = store.campaigns()
-        assert len(camps) == sum(len(s["campaigns"]) for s in out["studies"])
+        # this run's campaigns (make run's lab may hold earlier ones), every one measured
+        mine = {i for s in out["studies"] for i in s["campaigns"].values()}
+        assert all(s["reused"] == [] for s in out["studies"]), out["studies"]
+        camps = [c for c in store.campaigns() if c["id"] in mine]
+        assert len(camps) == len(mine) == sum(len(s["campaigns"]) for s in out["studies"])
         for c in camps:
             assert c["status"] == "finished" and c["n_failed"] == 0, dict(c)
             # every planned run has an outcome stored (done, or skipped with the reason)

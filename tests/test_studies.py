@@ -810,3 +810,30 @@ def test_few_repetitions_widen_the_noise_interval() -> None:
     tight = ratio_noise([20.0, 20.1, 19.9], [10.0, 10.05, 9.95], lambda x: ratio_verdict(x, pub))
     assert tight == ""
     assert "cannot be judged" in ratio_noise([1.0], [2.0], lambda x: "holds")
+
+
+def test_a_campaign_resumed_under_another_build_is_no_builds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Runs of two builds in one campaign: `--if-changed` must never take it for either."""
+    import json
+
+    from ipsec_lab import runner, scenario
+    from ipsec_lab.store import Store
+
+    sc = scenario.parse('name = "x"\n[[workloads]]\nkind = "tcp"\n', "t.toml")
+    first = runner.Campaign(sc, tmp_path)
+    here = runner.here()
+    monkeypatch.setattr(runner, "here", lambda: {**here, "build": "f" * 16})
+    again = runner.Campaign(sc, tmp_path, resume=True)
+    assert again.id == first.id
+    env = json.loads(Store(tmp_path / "results.sqlite").campaign(first.id)["environment"])
+    assert env["build"].startswith("mixed (") and here["build"] in env["build"]
+
+
+def test_if_changed_is_refused_with_hosts_and_with_resume(tmp_path: Path) -> None:
+    hosts = Path(__file__).resolve().parents[1] / "examples" / "hosts" / "pair.toml"
+    p = _cli("reproduce", "all", "--if-changed", "--hosts", str(hosts), "--lab", str(tmp_path))
+    assert p.returncode == 2 and "--if-changed" in p.stderr and "--resume" in p.stderr
+    p = _cli("reproduce", "all", "--if-changed", "--resume", "--lab", str(tmp_path))
+    assert p.returncode == 2 and "not allowed with argument" in p.stderr

@@ -64,8 +64,12 @@ def build_id(*programs: Path) -> str:
                    and p.suffix in (".py", ".so") and "__pycache__" not in p.parts)  # fmt: skip
     h = hashlib.sha256()
     for p in [*files, *programs]:
-        h.update(str(p.relative_to(package) if p.is_relative_to(package) else p.name).encode())
-        h.update(p.read_bytes())
+        name = str(p.relative_to(package) if p.is_relative_to(package) else p).encode()
+        # a program that is not there (a stale $IPSEC_GW) is its name: no campaign that
+        # runs it will finish, and one that does not (`none`) is not refused for it
+        data = p.read_bytes() if p.is_file() else b""
+        for part in (name, data):  # each part with its length: no two splits alike
+            h.update(len(part).to_bytes(8, "big") + part)
     return h.hexdigest()[:16]
 
 

@@ -13,6 +13,7 @@ only the failed runs.
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 import time
 from collections.abc import Callable, Iterator
@@ -112,6 +113,12 @@ class Campaign:
             self.id = self.store.new_campaign(sc.name, sc.source, sc.text, here())
         else:
             self.id = existing
+            # runs of two builds in one campaign: no build id is true of it (and
+            # `reproduce --if-changed` never takes it for this build's)
+            camp = self.store.campaign(existing)
+            was = json.loads(camp["environment"] or "{}").get("build") if camp else None
+            if was != here()["build"]:
+                self.store.add_environment(self.id, {"build": f"mixed ({was} and more)"})
         self.plan = plan(sc)
         # Which CPUs the traffic and the IPsec under test run on (recorded in every row)
         self.placement = campaign_placement(sc, hosts)

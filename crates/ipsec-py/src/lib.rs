@@ -23,7 +23,7 @@ pyo3::create_exception!(
 pub(crate) fn drop_err(d: DropReason) -> PyErr {
     DropError::new_err((
         d.label(),
-        format!("packet dropped: {} ({})", d.label(), d.class()),
+        format!("packet dropped: {} ({})", d.label(), d.class().label()),
     ))
 }
 

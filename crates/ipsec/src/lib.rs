@@ -33,7 +33,7 @@ pub use buf::PacketBuf;
 pub use constants::{HEADROOM, MAX_PACKET, TAILROOM};
 pub use crypto::job::CryptoJob;
 pub use crypto::{Encryption, Integrity, Suite, SuiteError};
-pub use drop::{DropCounters, DropReason};
+pub use drop::{DropCounters, DropReason, Fault};
 pub use engine::{Bundle, Engine, Inbound, InboundStart, Outbound};
 pub use ipcomp::{Compressed, IpcompConfig, IpcompCounters, IpcompSa};
 pub use replay::ReplayWindow;

@@ -54,6 +54,10 @@ def _reproduce(args: argparse.Namespace) -> int:
         print(f"ipsec-lab reproduce: {backends}", file=sys.stderr)
         return 2
     hosts = None
+    if args.hosts and args.if_changed:
+        print("ipsec-lab reproduce: --if-changed compares this machine's build, not the "
+              "hosts' programs: with --hosts, use --resume", file=sys.stderr)  # fmt: skip
+        return 2
     if args.hosts:
         from ipsec_lab import hosts as hostsfile
 
@@ -191,17 +195,19 @@ def add_parser(sub: Any) -> None:
                    help="run on real hosts (docs/hosts.md): a hosts file per topology the "
                    "studies use (pair: study 1, line: 2 and 3, clients: 4), each with its "
                    "`topology`; repeat it; studies with none are skipped")  # fmt: skip
-    r.add_argument(
+    again = r.add_mutually_exclusive_group()
+    again.add_argument(
         "--resume",
         action="store_true",
         help="keep finished campaigns, continue unfinished ones, run the rest",
     )
-    r.add_argument(
+    again.add_argument(
         "--if-changed",
         action="store_true",
         help="measure only what this build has not measured here: a campaign of the same "
         "scenario that this very build (the lab's code, its engine and ipsec-gw, byte for "
-        "byte) finished on this machine is used as it is (`make run` passes it)",
+        "byte) finished on this machine is used as it is (`make run` passes it); not with "
+        "--hosts, whose programs it cannot see",
     )
     r.add_argument("--out", metavar="DIR", help="where the report goes (default LAB/report)")
     r.add_argument("--no-report", action="store_true", help="only run; write no report")

@@ -64,8 +64,9 @@ class HostProcess:
 
 
 class HostsTestbed:
-    remote = True  # real hosts (testbed.interface.OnHosts)
     """A topology placed on the hosts of a hosts file. Use as a context manager."""
+
+    remote = True  # real hosts (testbed.interface.OnHosts)
 
     __test__ = False
 

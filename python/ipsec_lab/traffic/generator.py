@@ -113,7 +113,7 @@ class Generator(Protocol):
 
 def _has(tb: Testbed, node: str, tool: str) -> bool:
     """Whether `tool` is there for programs in `node` (a real host: asked over SSH)."""
-    if type(tb) is Testbed:  # the namespaces share this machine's programs
+    if not on_hosts(tb):  # the namespaces share this machine's programs
         return shutil.which(tool) is not None
     out = tb.run(node, ["sh", "-c", f"command -v {shlex.quote(tool)} || true"], timeout=15)
     return bool(out.strip())

@@ -30,7 +30,7 @@ from typing import Any
 
 from ipsec_lab.testbed import Flow
 from ipsec_lab.testbed.build import LabError
-from ipsec_lab.testbed.interface import Testbed
+from ipsec_lab.testbed.interface import Testbed, on_hosts
 from ipsec_lab.traffic import Metered, Row, rfc2544, wait_listening
 from ipsec_lab.traffic.generator import Generator, for_workload, noted
 from ipsec_lab.traffic.iperf import PORT, Servers
@@ -227,7 +227,7 @@ def _pdr(gen: Generator, w: Workload, lookup: PdrLookup | None) -> tuple[float, 
 
 def same_clock(tb: Testbed) -> bool:
     """Whether a flow's two ends read one clock (the namespaces of one machine)."""
-    return type(tb) is Testbed
+    return not on_hosts(tb)
 
 
 def latency(tb: Testbed, flow: Flow, w: Workload, metered: Metered, warmup_s: float,

@@ -54,10 +54,6 @@ def _never(w: Workload) -> bool:
     return False
 
 
-def _always(w: Workload) -> bool:
-    return True
-
-
 @dataclass(frozen=True)
 class Kind:
     """One kind of workload, as the registry lists it."""
