@@ -158,15 +158,18 @@ mod tests {
 
     #[test]
     fn every_reason_has_one_label_and_whose_fault_it_is() {
-        let labels: std::collections::HashSet<_> = DropReason::ALL.iter().map(|d| d.label()).collect();
+        let labels: std::collections::HashSet<_> =
+            DropReason::ALL.iter().map(|d| d.label()).collect();
         assert_eq!(labels.len(), DropReason::COUNT);
         // "should not fail" is nobody's input: a bug, not the caller's misuse
         assert_eq!(DropReason::CryptoError.class(), Fault::Internal);
         assert_eq!(DropReason::NoRoom.class(), Fault::Caller);
         assert_eq!(DropReason::Replay.class(), Fault::Peer);
         assert_eq!(DropReason::NoSa.class(), Fault::Policy);
-        let internal: Vec<_> =
-            DropReason::ALL.iter().filter(|d| d.class() == Fault::Internal).collect();
+        let internal: Vec<_> = DropReason::ALL
+            .iter()
+            .filter(|d| d.class() == Fault::Internal)
+            .collect();
         assert_eq!(internal, [&DropReason::CryptoError]);
     }
 }
