@@ -132,16 +132,18 @@ def settle(gw: Ours, node: str) -> dict[str, Any]:
 
 def hup(gw: Ours, node: str) -> tuple[dict[str, Any], dict[str, Any]]:
     """SIGHUP `node`'s gateway and wait until it has handled it — taken the new config
-    or refused it (one of its two counters moved) —: its counters before and after."""
+    or refused it (one of its two counters moved) —: its counters before, and after
+    its workers published them again."""
 
     def handled(st: dict[str, Any]) -> int:
         return int(st["reloads"]) + int(st["reloads_refused"])
 
     before = stats(gw.sockets[node])
     os.kill(gw.process(node).pid, signal.SIGHUP)
-    after = poll_until(f"{node} to handle its SIGHUP", lambda: (
-        st if handled(st := stats(gw.sockets[node])) > handled(before) else None))  # fmt: skip
-    return before, after
+    poll_until(f"{node} to handle its SIGHUP",
+               lambda: handled(stats(gw.sockets[node])) > handled(before))  # fmt: skip
+    # the SAs' tables as the workers publish them next (every 100 ms) after the reload
+    return before, settle(gw, node)
 
 
 def hup_then_restart(tb: Testbed, gw: Ours, node: str, n: int) -> tuple[dict[str, Any], ...]:
