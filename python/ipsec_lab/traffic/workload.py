@@ -6,7 +6,10 @@ estimate and `hosts check` read it from there.
 
 A kind's `run` has one signature, `run(ctx) -> rows`: `Context` carries everything a
 run may use — the testbed, the flow, the workload, the meters, the warm-up, the run's
-seed and the rates this campaign's RFC 2544 searches found.
+seed and the rates this campaign's RFC 2544 searches found. Each row comes from
+`ctx.meters(label, measure)`, and what `measure()` returns must say at least the bytes
+of payload it carried (`payload_bytes`: the meters' effort is CPU per kB of it) and its
+rate (`mbps`); anything else it measured goes beside them (docs/lab.md's metrics).
 """
 
 from __future__ import annotations
