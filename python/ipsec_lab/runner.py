@@ -215,8 +215,8 @@ class Campaign:
                 self.warnings.append(reason)
 
     def _testbed(self, topo: Topology, rundir: Path, runs: list[Planned]) -> Any:
-        # (Any: either testbed is a context manager yielding itself, a `Testbed`)
-        """The testbed the runs go on: namespaces of this machine, or the real hosts."""
+        """The testbed the runs go on: namespaces of this machine, or the real hosts
+        (either a context manager that yields itself, a `testbed.interface.Testbed`)."""
         if self.hosts is None:
             return Namespaces(topo, rundir, self.sc.gateway.cpu_quota, self.sc.gateway.cpus,
                            placement=self.placement)  # fmt: skip
