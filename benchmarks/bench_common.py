@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from ipsec_lab import environment
-from ipsec_lab.scenario import Workload
 from ipsec_lab.testbed import topology
 from ipsec_lab.testbed.build import Testbed
 from ipsec_lab.traffic import iperf, udp
+from ipsec_lab.traffic.workload import Workload
 
 
 @contextmanager

@@ -25,7 +25,7 @@ from bench_common import emit, mbps, tunnel
 
 from ipsec_lab.backends import make
 from ipsec_lab.backends.ours import Ours
-from ipsec_lab.scenario import Workload
+from ipsec_lab.traffic.workload import Workload
 
 GIB = 1 << 30
 

@@ -22,9 +22,9 @@ from typing import Any
 from bench_common import emit, tunnel
 
 from ipsec_lab import backends, meters
-from ipsec_lab.scenario import Workload
 from ipsec_lab.traffic import rfc2544
 from ipsec_lab.traffic.generator import Trafgen
+from ipsec_lab.traffic.workload import Workload
 
 
 def _ndr(tb: Any, backend: Any, generator: str, args: argparse.Namespace) -> dict[str, Any]:

@@ -27,7 +27,7 @@ from bench_common import emit, mbps, tunnel
 
 from ipsec_lab.backends.none import NoIpsec
 from ipsec_lab.backends.ours import Ours
-from ipsec_lab.scenario import Workload
+from ipsec_lab.traffic.workload import Workload
 
 ROOT = Path(__file__).resolve().parents[1]
 CEILING = ROOT / "target/io-ceiling/release/ipsec-gw"

@@ -21,7 +21,7 @@ import sys
 from bench_common import emit, mbps, tunnel
 
 from ipsec_lab.backends.ours import Ours
-from ipsec_lab.scenario import Workload
+from ipsec_lab.traffic.workload import Workload
 
 
 def main() -> int:
