@@ -157,12 +157,15 @@ def test_study2_fits_a_model_with_positive_terms(lab: tuple[Path, dict[str, Any]
     ns = {(r["configuration"], x["size"]): x["plane_ns_per_packet"] for r, x in rows}
     for cfg in ("esp:aes128", "esp:3des"):
         assert mfr[(cfg, 128)] and mfr[(cfg, 1280)], mfr
-        # A 1280-byte packet costs the gateways more CPU than a 128-byte one, by their own
-        # clocks (3DES ~6.5 x; AES-128 only 6-18 %: its per-packet term dominates). The
-        # delivered rates say the same for 3DES, but AES-128's packets/s at the two sizes
-        # differ by less than one quick trial's spread (seen: 0.99, 1.07, 1.12, 1.15 x;
-        # the gateways' clocks, in the same runs: 1.08, 1.06, 1.17, 1.19 x)
-        assert ns[(cfg, 1280)] > ns[(cfg, 128)] > 0, ns
+        assert ns[(cfg, 1280)] > 0 and ns[(cfg, 128)] > 0, ns
+    # By the gateways' own clocks, a 1280-byte 3DES packet costs more CPU than a 128-byte
+    # one (~6.5 x: its per-byte term dominates). AES-128's per-packet term dominates: its
+    # 1280 B / 128 B cost is 0.97-1.19 x (seen; 0.97 in a CI run), within one quick trial's
+    # spread, so its sign is no property a run can show — that each byte costs it far less
+    # than 3DES's, against 3DES in the same run, is.
+    assert ns[("esp:3des", 1280)] > ns[("esp:3des", 128)], ns
+    aes = ns[("esp:aes128", 1280)] / ns[("esp:aes128", 128)]
+    assert aes < 0.5 * ns[("esp:3des", 1280)] / ns[("esp:3des", 128)], ns
     assert mfr[("esp:3des", 1280)] / 1280 < mfr[("esp:3des", 128)] / 128  # packets/s falls
     # ...and bit/s grows: 7-8 x with AES-128; 3DES's costs so much per byte that its
     # 1280 B capacity is only ~15 % above its 128 B one, about one quick trial's noise
