@@ -10,8 +10,9 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
+from ipsec_lab.backends.ours import stats
 from ipsec_lab.testbed.build import Testbed, tail, wait_for_text
 from ipsec_lab.traffic import iperf
 
@@ -28,6 +29,42 @@ def poll_until(what: str, ready: Callable[[], T], timeout: float = 10, every: fl
             raise AssertionError(f"waited {timeout:g} s for {what}; last: {got!r}")
         time.sleep(every)
     return got
+
+
+def fresh_stats(sock: Path) -> dict[str, Any]:
+    """ipsec-gw's counters (at its stats socket `sock`) once they hold everything it
+    handled before this call: each direction's worker has published twice since (the
+    first publication's snapshot may predate the call; the second's cannot). Workers
+    publish every 100 ms."""
+    first = stats(sock)
+
+    def fresh() -> dict[str, Any] | None:
+        st = stats(sock)
+        done = all(st[d]["published"] >= first[d]["published"] + 2 for d in DIRECTIONS)
+        return st if done else None
+
+    return poll_until("the gateway's workers to publish their counters twice", fresh)
+
+
+DIRECTIONS = ("outbound", "inbound")
+
+
+def running(comm: str, arg: str = "") -> list[int]:
+    """PIDs of the processes named `comm` (whichever namespace they run in) whose
+    arguments include `arg` (any, when empty)."""
+    found = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            if (d / "comm").read_text().strip() != comm:
+                continue
+            argv = (d / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue  # gone meanwhile
+        if not arg or arg.encode() in argv:
+            found.append(int(d.name))
+    return found
 
 
 def transfer(
@@ -83,17 +120,22 @@ OUTER_FILTER = "ip or (ip6 and not icmp6 and not ip6 proto 0)"
 
 
 @contextmanager
-def capture(tb: Testbed, node: str, iface: str, name: str) -> Iterator[Path]:
-    """tcpdump on `node`'s `iface` while the block runs; yields the pcap's path."""
+def capture(
+    tb: Testbed, node: str, iface: str, name: str, bpf: str = OUTER_FILTER
+) -> Iterator[Path]:
+    """tcpdump on `node`'s `iface` (what `bpf` passes: by default the outer link's IP
+    traffic) while the block runs; yields the pcap's path."""
     pcap = tb.rundir / f"{name}.pcap"
     argv = ["tcpdump", "-i", iface, "-U", "--immediate-mode", "-B", "32768", "-n", "-w", str(pcap)]
-    p = tb.spawn(node, [*argv, OUTER_FILTER], name)
+    p = tb.spawn(node, [*argv, bpf], name)
     log = tb.rundir / f"{name}.log"
     assert wait_for_text(log, "listening on", p, 20), tail(log)
     try:
         yield pcap
     finally:
-        time.sleep(0.3)  # what is in flight reaches the file
+        # What the kernel handed tcpdump's socket reaches the file (-U: at once); no
+        # event says tcpdump has read its ring, so this one wait stays a time.
+        time.sleep(0.3)
         tb.stop(p)
 
 

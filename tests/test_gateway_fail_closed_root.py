@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from ipsec_lab.backends.ours import Ours, gateway_binary
-from netutil import capture
+from ipsec_lab.backends.ours import Ours, gateway_binary, stats
+from netutil import capture, poll_until
 from test_gateway_traffic_root import blast, hup, hup_then_restart, sa, settle, tunnel
 
 pytestmark = pytest.mark.root
@@ -71,14 +71,12 @@ def test_a_key_never_numbers_an_iv_twice_across_spi_change_restart_and_reload(
     with tunnel(tmp_path) as (tb, gw):
         a, b = gw.configs["gwA"].read_text(), gw.configs["gwB"].read_text()
         with capture(tb, "gwA", "wan", "wan") as pcap:
-            blast(tb, 20)
-            time.sleep(0.3)
+            blast(tb, 20, through=gw)
             gw.configs["gwA"].write_text(_set_spi(a, "out", 0x3003))
             gw.configs["gwB"].write_text(_set_spi(b, "in", 0x3003))
             gw.restart(tb, "gwA")
             gw.restart(tb, "gwB")
-            blast(tb, 20)
-            time.sleep(0.3)
+            blast(tb, 20, through=gw)
             received = sa(settle(gw, "gwB"), "inbound", "in")["packets"]
             # reload 1: the outbound SA and its policy gone; reload 2: its key is back
             # under SPI 0x5005
@@ -87,8 +85,7 @@ def test_a_key_never_numbers_an_iv_twice_across_spi_change_restart_and_reload(
             _reload(gw, "gwA", gone)
             blast(tb, 5)  # no policy now: discarded, nothing on the wire
             _reload(gw, "gwA", _set_spi(a2, "out", 0x5005))
-            blast(tb, 20)
-            time.sleep(0.3)
+            blast(tb, 20, through=gw)
         log = (tb.rundir / "ipsec-gw-gwA.log").read_text()
     seen = _esp(pcap, "192.0.2.1")
     spis = [s for s, _, _ in seen]
@@ -157,8 +154,7 @@ def test_an_expired_sas_traffic_is_dropped_never_carried_by_the_next_sa(tmp_path
     reload and starts again."""
     with tunnel(tmp_path, edit=_expiring_then_null) as (tb, gw):
         with capture(tb, "gwA", "wan", "wan") as pcap:
-            blast(tb, 10)
-            time.sleep(0.3)
+            blast(tb, 10, through=gw)
             assert sa(settle(gw, "gwA"), "outbound", "out")["state"] == "expired"
             after_reload, after_restart = hup_then_restart(tb, gw, "gwA", 10)
     assert after_reload["reloads"] == 1
@@ -196,21 +192,33 @@ def test_clear_packets_from_outside_for_the_protected_subnet_are_dropped_running
     with tunnel(tmp_path) as (tb, gw):
         with capture(tb, "gwB", "lan", "lan") as pcap:
             _spoof(tb, 20, b"SPOOFED-RUNNING")
-            time.sleep(0.3)
+            sock = gw.sockets["gwB"]
+            poll_until("gwB's guard to drop the 20 clear packets",
+                       lambda: stats(sock)["clear_dropped"]["inbound"] >= 20)  # fmt: skip
             st = settle(gw, "gwB")
             p = gw.process("gwB")
             p.send_signal(signal.SIGKILL)
             p.wait(10)
             _spoof(tb, 20, b"SPOOFED-DOWN")
-            time.sleep(0.3)
-            counted = tb.run("gwB", ["nft", "list", "table", "inet", "ipsec_gw_220"])
+
+            def all_dropped() -> str:
+                t = tb.run("gwB", ["nft", "list", "table", "inet", "ipsec_gw_220"])
+                return t if _clear_inbound(t) >= 40 else ""
+
+            # the 20 sent while it was down are dropped too: the table outlives the gateway
+            counted = poll_until("gwB's table to drop 40 clear packets in all", all_dropped)
     assert st["clear_dropped"]["inbound"] >= 20, st["clear_dropped"]
     from scapy.all import UDP, rdpcap
 
     delivered = [p for p in rdpcap(str(pcap)) if UDP in p and p[UDP].sport == 4444]
     assert delivered == [], f"{len(delivered)} spoofed clear packets reached the server"
-    m = re.findall(r"counter packets (\d+) bytes \d+ drop comment \"clear_inbound\"", counted)
-    assert sum(int(x) for x in m) >= 40, counted
+    assert _clear_inbound(counted) >= 40, counted
+
+
+def _clear_inbound(table: str) -> int:
+    """The packets the guard's table (`nft list table`) dropped as clear inbound."""
+    m = re.findall(r"counter packets (\d+) bytes \d+ drop comment \"clear_inbound\"", table)
+    return sum(int(x) for x in m)
 
 
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["kill", "stop"])
@@ -284,8 +292,7 @@ def test_a_bad_or_shared_state_is_refused_and_one_damaged_slot_survived_safely(
             f.write_bytes(data if f != newer else data[: len(data) - 5])
         with capture(tb, "gwA", "wan", "wan") as pcap:
             gw.restart(tb, "gwA")  # one slot cut: survives
-            blast(tb, 10)
-            time.sleep(0.3)
+            blast(tb, 10, through=gw)
         log = (tb.rundir / "ipsec-gw-gwA.log").read_text()
     assert "a newer write may be lost" in log
     numbers = [n for s, n, _ in _esp(pcap, "192.0.2.1") if s == 0x1001]

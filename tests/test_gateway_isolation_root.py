@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from ipsec_lab.backends.ours import Ours, gateway_binary
-from netutil import capture, count
+from ipsec_lab.backends.ours import Ours, gateway_binary, stats
+from netutil import capture, count, poll_until
 from test_gateway_fail_closed_root import _reload, _spoof
 from test_gateway_traffic_root import blast, hup, replay_esp, sa, settle, tunnel
 
@@ -139,9 +139,12 @@ def test_a_second_gateway_on_the_same_table_is_refused_and_the_first_guard_stand
         assert p.returncode == 1, p.stderr
         assert "another ipsec-gw runs on routing table 220" in p.stderr, p.stderr
         assert "ipsec9" not in tb.run("gwB", ["ip", "-o", "link"])
+        sock = gw.sockets["gwB"]
+        before = stats(sock)["clear_dropped"]["inbound"]
         with capture(tb, "gwB", "lan", "lan") as pcap:
             _spoof(tb, 3, b"SPOOFED-SECOND")
-            time.sleep(0.3)
+            poll_until("gwB's guard to drop the 3 clear packets",
+                       lambda: stats(sock)["clear_dropped"]["inbound"] >= before + 3)  # fmt: skip
         assert gw.process("gwB").poll() is None
     assert count(pcap, "udp and src port 4444") == 0, "a spoofed clear packet got through"
 
@@ -232,7 +235,10 @@ def test_no_packet_accepted_before_a_crash_is_accepted_after_it(tmp_path: Path) 
     restart refuses all of it."""
     with tunnel(tmp_path) as (tb, gw):
         blast(tb, 10)  # every neighbour on the way resolved (an unresolved one holds 3)
-        time.sleep(0.5)
+        for node, addr in (("client", "10.1.0.1"), ("gwA", "192.0.2.2"), ("gwB", "10.2.0.2")):
+            neigh = ["ip", "neigh", "show", addr]
+            poll_until(f"{node} to resolve {addr}",
+                       lambda n=node, c=neigh: "lladdr" in tb.run(n, c))  # fmt: skip
         with capture(tb, "gwA", "wan", "wan") as pcap, _received(tb, "server") as first:
             blast(tb, 200)
             time.sleep(0.05)

@@ -10,13 +10,12 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
 from ipsec_lab.backends.ours import gateway_binary
-from netutil import capture
+from netutil import capture, poll_until
 from test_gateway_traffic_root import (
     blast,
     hup,
@@ -53,11 +52,9 @@ def test_a_restart_with_the_same_keys_never_repeats_a_sequence_number(
     the first 20's numbers (GCM nonces) and gwB dropped them all as replays."""
     with tunnel(tmp_path) as (tb, gw):
         with capture(tb, "gwA", "wan", "wan") as pcap:
-            blast(tb, 20)
-            time.sleep(0.3)
+            blast(tb, 20, through=gw)
             gw.restart(tb, "gwA", sig)
-            blast(tb, 20)
-            time.sleep(0.3)
+            blast(tb, 20, through=gw)
         b = settle(gw, "gwB")
         log = (tb.rundir / "ipsec-gw-gwA.log").read_text()
     seen = _esp_numbers(pcap, "192.0.2.1")
@@ -75,7 +72,9 @@ def test_a_restarted_receiver_refuses_what_it_accepted_before(tmp_path: Path) ->
     with tunnel(tmp_path) as (tb, gw):
         with capture(tb, "gwA", "wan", "wan") as pcap:
             blast(tb, 50)
-            time.sleep(0.5)  # > the 100 ms in which gwB writes its highest number
+            # gwB has accepted them all (it writes its highest number ahead of that)
+            poll_until("gwB to accept the 50 datagrams",
+                       lambda: sa(settle(gw, "gwB"), "inbound", "in")["packets"] >= 50)  # fmt: skip
         gw.restart(tb, "gwB")
         sent = replay_esp(tb, pcap)
         b = settle(gw, "gwB")

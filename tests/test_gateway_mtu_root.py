@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import signal
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -20,8 +19,8 @@ from ipsec_lab.backends.ours import Ours
 from ipsec_lab.model.overhead import largest_inner
 from ipsec_lab.model.transforms import Layout, parse_configuration
 from ipsec_lab.testbed import topology
-from ipsec_lab.testbed.build import Testbed, link_mtu
-from netutil import capture, count, transfer
+from ipsec_lab.testbed.build import Testbed, link_mtu, wait_for_text
+from netutil import capture, count, poll_until, transfer
 from test_gateway_traffic_root import gateway_built, tunnel  # the gateways' link: 1500 B
 
 __all__ = ["gateway_built"]  # an autouse fixture: the gateway is built
@@ -91,19 +90,19 @@ def test_without_df_a_full_size_packet_is_fragmented_before_sealing_and_arrives_
     no IP fragment; the datagram arrives at the server whole (1472 bytes of payload)."""
     receiver = (
         "import socket, sys; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); "
-        "s.bind(('10.2.0.2', 9)); s.settimeout(10); "
+        "s.bind(('10.2.0.2', 9)); s.settimeout(10); print('bound', flush=True); "
         "print(len(s.recvfrom(65535)[0]), flush=True)"
     )
     with tunnel(tmp_path, configuration, udp_encap=udp_encap) as (tb, _):
         with capture(tb, "gwA", "wan", "outer") as pcap:
             rx = tb.spawn("server", [sys.executable, "-u", "-c", receiver], "receiver")
-            time.sleep(0.5)
+            assert wait_for_text(tb.rundir / "receiver.log", "bound", rx, 10)
             assert probe(tb, 1500, df=False) == {}  # no ICMP error: the receiver has it
             rx.wait(15)
             data = tb.rundir / "data.bin"
             data.write_bytes(bytes(range(256)) * 4096)
             transfer(tb, ("client", ""), ("server", "10.2.0.2"), data, 30)
-        assert (tb.rundir / "receiver.log").read_text().split() == ["1472"]
+        assert (tb.rundir / "receiver.log").read_text().split() == ["bound", "1472"]
     # the transfer's packets are there: 1 MiB is some 750 ESP packets; in UDP, sent with
     # GSO, tcpdump on the veth sees each send of up to 64 KiB once (UDP GSO cuts it into
     # whole datagrams of the segment size, never IP fragments)
@@ -140,9 +139,8 @@ def test_auto_follows_a_changed_outer_mtu_at_reload(tmp_path: Path) -> None:
         gw._procs["gwA"].send_signal(signal.SIGHUP)
         after = whole("esp:aes128gcm16", False, 1400)
         log = tb.rundir / "ipsec-gw-gwA.log"
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline and f"MTU {before} -> {after}" not in log.read_text():
-            time.sleep(0.1)
+        poll_until("gwA to take the path's MTU",
+                   lambda: f"MTU {before} -> {after}" in log.read_text(), timeout=20)  # fmt: skip
         assert f"TUN ipsec0 MTU {before} -> {after} = path MTU 1400" in log.read_text()
         assert link_mtu(tb, "gwA", "ipsec0") == after
         # the gateway still carries traffic, now in smaller packets
@@ -154,9 +152,7 @@ def test_auto_follows_a_changed_outer_mtu_at_reload(tmp_path: Path) -> None:
         # a path too small for the SAs: the reload is refused, the running MTU stays
         tb.run("gwA", ["ip", "link", "set", "dev", "wan", "mtu", "600"])
         gw._procs["gwA"].send_signal(signal.SIGHUP)
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline and "leaves 546" not in log.read_text():
-            time.sleep(0.1)
+        poll_until("gwA to refuse the reload", lambda: "leaves 546" in log.read_text(), timeout=20)
         assert "reload refused, the running config stays" in log.read_text()
         assert "path MTU to 192.0.2.2 is 600 bytes, which leaves 546" in log.read_text()
         assert link_mtu(tb, "gwA", "ipsec0") == after

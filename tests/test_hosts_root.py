@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from netutil import poll_until, running
 from sshlab import SshLab
 
 pytestmark = pytest.mark.root
@@ -302,7 +303,7 @@ def test_a_host_that_drops_mid_campaign_fails_its_run_and_the_others_are_restore
                             stderr=subprocess.PIPE, text=True)  # fmt: skip
     try:
         _wait_done(db, 1, proc)
-        time.sleep(1.0)  # the second run under way
+        poll_until("the second run's traffic", lambda: running("iperf3", "-c"), timeout=60)
         lab.kill_sshd("server")
         out, err = proc.communicate(timeout=240)
     finally:
@@ -345,7 +346,7 @@ def test_ctrl_c_restores_every_host_and_keeps_finished_runs(lab: SshLab, tmp_pat
                             preexec_fn=_ctrl_c_as_a_terminal)  # fmt: skip
     try:
         _wait_done(db, 1, proc)
-        time.sleep(1.0)
+        poll_until("the second run's traffic", lambda: running("iperf3", "-c"), timeout=60)
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=120)
     finally:

@@ -7,13 +7,13 @@ import json
 import random
 import shutil
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
 from ipsec_lab import scenario
 from ipsec_lab.traffic import latency
+from netutil import poll_until
 
 
 def test_nearest_rank_percentiles() -> None:
@@ -61,7 +61,9 @@ def test_irtt_s_own_json_becomes_a_row(tmp_path: Path) -> None:
     srv = subprocess.Popen(["irtt", "server", "-b", "127.0.0.1:21121", "-i", "0", "-d", "0"],
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
     try:
-        time.sleep(0.3)
+        # bound: 127.0.0.1:21121 in the kernel's UDP table (hex, address little-endian)
+        poll_until("irtt's server to bind",
+                   lambda: "0100007F:5281 " in Path("/proc/net/udp").read_text())  # fmt: skip
         p = subprocess.run(["irtt", "client", "-i", "2ms", "-d", "1s", "-Q", "-o", "-",
                             "--wait=500ms", "127.0.0.1:21121"],
                            capture_output=True, text=True, timeout=30)  # fmt: skip

@@ -16,7 +16,6 @@ import hashlib
 import re
 import struct
 import sys
-import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
@@ -34,13 +33,12 @@ from ipsec_lab.backends.ours import (
     gateway_config,
     gateway_socket_dir,
     layers,
-    stats,
 )
 from ipsec_lab.testbed import Flow, Topology, Tunnel, Wire, pair
 from ipsec_lab.testbed.build import Testbed, wait_for_path
 
 sys.path.insert(0, str(Path(__file__).parents[1]))
-from netutil import capture, ip_packets, transfer
+from netutil import capture, fresh_stats, ip_packets, transfer
 
 MARKER = b"IPSEC-LAB-PLANTED-MARKER-0123456789-"
 CLIENT, SERVER = ("client", "10.1.0.2"), ("server", "10.2.0.2")
@@ -239,8 +237,8 @@ def ours_and_xfrm(tb: Testbed, case: Case) -> Iterator[tuple[Testbed, Path]]:
 
 
 def counters(sock: Path) -> dict[str, Any]:
-    time.sleep(0.3)  # the workers publish every 100 ms
-    return stats(sock)
+    """Its counters once they hold everything handled before this call."""
+    return fresh_stats(sock)
 
 
 def sequence_numbers(pkts: list[tuple[str, str, int, bytes]], src: str) -> list[int]:

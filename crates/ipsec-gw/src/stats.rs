@@ -75,6 +75,10 @@ pub struct DirStats {
     /// Drops before an SA was known (no SA, unknown SPI, malformed, policy).
     pub drops: BTreeMap<&'static str, u64>,
     pub io: Io,
+    /// How many times this direction's worker has published its counters (about every
+    /// 100 ms, and once as it stops): a reader that sees it move twice knows the counters
+    /// include everything handled before its first look.
+    pub published: u64,
 }
 
 /// Shared between the workers (writers) and the stats endpoint (reader).

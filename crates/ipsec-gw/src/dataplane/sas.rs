@@ -606,12 +606,14 @@ impl DirEngine {
     }
 
     pub(super) fn publish(&self, io: &Io, shared: &Shared) {
-        let snap = self.snapshot(io);
+        let mut snap = self.snapshot(io);
         let slot = match self.direction {
             Direction::Out => &shared.outbound,
             Direction::In => &shared.inbound,
         };
-        *slot.lock().expect("stats lock") = snap;
+        let mut slot = slot.lock().expect("stats lock");
+        snap.published = slot.published + 1;
+        *slot = snap;
     }
 }
 
