@@ -18,6 +18,7 @@ use crate::constants::{proto, IPCOMP_HEADER_LEN, MAX_PACKET};
 use crate::drop::{DropCounters, DropReason};
 use crate::locate::{ipsec_location, rewrite_ip_header, TransportSplit};
 use crate::stage::{Stage, StageTimes};
+use crate::wire::ipcomp::{IpcompHeader, IpcompRepr};
 
 /// Linux's default: payloads under 90 bytes are not worth compressing
 /// (net/xfrm/xfrm_algo.c, the deflate threshold).
@@ -169,14 +170,16 @@ impl IpcompSa {
             self.counters.bytes_out += len as u64;
             return Ok(Compressed::Incompressible);
         }
-        // RFC 3173 §2.2: next header, flags (0), CPI.
-        buf[at] = next_header;
-        buf[at + 1] = 0;
-        buf[at + 2..at + 4].copy_from_slice(&self.cfg.cpi.to_be_bytes());
-        buf[at + IPCOMP_HEADER_LEN..at + IPCOMP_HEADER_LEN + out]
-            .copy_from_slice(&self.scratch[..out]);
+        // RFC 3173 §2.2: next header, flags (0), CPI, then the compressed data.
+        let header = IpcompRepr {
+            next_header,
+            cpi: self.cfg.cpi,
+        };
+        let n = header.buffer_len(out);
+        let mut h = IpcompHeader::new_unchecked(&mut buf[at..at + n]);
+        header.emit(&mut h);
+        h.payload_mut().copy_from_slice(&self.scratch[..out]);
         self.stages.stop(Stage::Copy, t);
-        let n = IPCOMP_HEADER_LEN + out;
         self.counters.compressed += 1;
         self.counters.bytes_out += n as u64;
         Ok(Compressed::Yes(n))
@@ -205,25 +208,20 @@ impl IpcompSa {
     ) -> Result<(usize, u8), DropReason> {
         let end = at.checked_add(len).filter(|e| *e <= buf.len());
         let end = end.ok_or(DropReason::Truncated)?;
-        if len < IPCOMP_HEADER_LEN {
-            return Err(DropReason::Truncated);
-        }
-        let cpi = u16::from_be_bytes([buf[at + 2], buf[at + 3]]);
+        let h = IpcompHeader::new_checked(&buf[at..end])?;
+        let IpcompRepr { next_header, cpi } = IpcompRepr::parse(&h)?;
         if cpi != self.cfg.cpi {
             return Err(DropReason::UnknownSpi);
         }
-        let next_header = buf[at];
         if next_header == proto::IPCOMP {
             // RFC 3173 §3.5: IPComp is never applied twice.
             return Err(DropReason::BadNextHeader);
         }
         let t = self.stages.start();
         self.inflate.reset(false);
-        let st = self.inflate.decompress(
-            &buf[at + IPCOMP_HEADER_LEN..end],
-            &mut self.scratch,
-            InflateFlush::Finish,
-        );
+        let st = self
+            .inflate
+            .decompress(h.payload(), &mut self.scratch, InflateFlush::Finish);
         let out = self.inflate.total_out() as usize;
         let t = self.stages.stop(Stage::Decompress, t);
         match st {
@@ -306,6 +304,44 @@ mod tests {
         let mut room = buf[..n].to_vec();
         room.resize(4096, 0);
         assert_eq!(d.decompress_payload(&mut room, 0, n), Ok((1400, 4)));
+    }
+
+    /// A payload Python's zlib (another DEFLATE implementation) compressed as Linux does,
+    /// raw DEFLATE with an 11-bit window at level 6:
+    /// `zlib.compressobj(6, zlib.DEFLATED, -11)` over `b"ipsec-lab " * 20`, behind an
+    /// IPComp header with the well-known DEFLATE CPI (RFC 3173 §2.2, §3.3) and next
+    /// header UDP. It opens to the 200 bytes, and our own compression of the same bytes
+    /// opens to them too.
+    #[test]
+    fn zlibs_deflate_behind_an_ipcomp_header_opens() {
+        const ZLIB: [u8; 15] = [
+            0xcb, 0x2c, 0x28, 0x4e, 0x4d, 0xd6, 0xcd, 0x49, 0x4c, 0x52, 0xc8, 0x1c, 0xd2, 0x2c,
+            0x00,
+        ];
+        let plain = b"ipsec-lab ".repeat(20);
+        let mut buf = [&[0x11, 0x00, 0x00, 0x02][..], &ZLIB].concat();
+        let n = buf.len();
+        buf.resize(512, 0xa5);
+        let mut d = IpcompSa::new(IpcompConfig::new(CPI_DEFLATE)).unwrap();
+        assert_eq!(d.decompress_payload(&mut buf, 0, n), Ok((200, 17)));
+        assert_eq!(buf[..200], plain[..]);
+
+        let mut ours = plain.clone();
+        ours.resize(512, 0xa5);
+        let mut c = IpcompSa::new(IpcompConfig::new(CPI_DEFLATE)).unwrap();
+        let Ok(Compressed::Yes(m)) = c.compress_payload(&mut ours, 0, 200, 17) else {
+            panic!("200 repeated bytes compress");
+        };
+        assert_eq!(ours[..4], [0x11, 0x00, 0x00, 0x02], "our IPComp header");
+        assert_eq!(d.decompress_payload(&mut ours, 0, m), Ok((200, 17)));
+        assert_eq!(ours[..200], plain[..]);
+        // a CPI not the association's is not ours to open
+        let mut other = [&[0x11, 0x00, 0x30, 0x00][..], &ZLIB].concat();
+        other.resize(512, 0);
+        assert_eq!(
+            d.decompress_payload(&mut other, 0, n),
+            Err(DropReason::UnknownSpi)
+        );
     }
 
     /// Regression: incompressible payloads, over and over through one association, as the
