@@ -109,10 +109,7 @@ impl Layers<'_> {
         };
         let inner = &pkt.raw()[head..head + n];
         let ok = IpPacket::parse(inner)
-            .map(|p| {
-                let version = if matches!(p, IpPacket::V4(_)) { 4 } else { 6 };
-                p.packet_len() == n && version == want
-            })
+            .map(|p| p.packet_len() == n && p.version() == want)
             .unwrap_or(false);
         if !ok {
             c.counters.drops.count(DropReason::MalformedInner);

@@ -458,6 +458,13 @@ impl<'a> IpPacket<'a> {
             None => Err(DropReason::Truncated),
         }
     }
+    /// The IP version: 4 or 6.
+    pub fn version(&self) -> u8 {
+        match self {
+            IpPacket::V4(_) => 4,
+            IpPacket::V6(_) => 6,
+        }
+    }
     /// Length the header says the packet has (≤ the buffer).
     pub fn packet_len(&self) -> usize {
         match self {
