@@ -54,23 +54,53 @@ impl IpcompConfig {
         }
     }
 
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), IpcompConfigError> {
         if !(self.cpi == CPI_DEFLATE || (256..=61439).contains(&self.cpi)) {
-            return Err(format!(
-                "CPI {} is reserved (RFC 3173 §3.3): use 2 (DEFLATE) or 256 to 61439",
-                self.cpi
-            ));
+            return Err(IpcompConfigError::ReservedCpi(self.cpi));
         }
         if !(9..=15).contains(&self.window_bits) {
-            return Err(format!(
-                "DEFLATE window of {} bits: compress with 9 to 15",
-                self.window_bits
-            ));
+            return Err(IpcompConfigError::WindowBits(self.window_bits));
         }
         if !(1..=9).contains(&self.level) {
-            return Err(format!("DEFLATE level {}: 1 to 9", self.level));
+            return Err(IpcompConfigError::Level(self.level));
         }
         Ok(())
+    }
+}
+
+/// Why an [`IpcompConfig`] is refused: the configuration's (the caller's) mistake.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum IpcompConfigError {
+    /// A CPI neither DEFLATE's well-known 2 nor a negotiable 256–61439 (RFC 3173 §3.3).
+    ReservedCpi(u16),
+    /// A compression window zlib cannot write: 9 to 15 bits.
+    WindowBits(u8),
+    /// A DEFLATE level outside 1 to 9.
+    Level(i32),
+}
+
+impl core::fmt::Display for IpcompConfigError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            IpcompConfigError::ReservedCpi(cpi) => write!(
+                f,
+                "CPI {cpi} is reserved (RFC 3173 §3.3): use 2 (DEFLATE) or 256 to 61439"
+            ),
+            IpcompConfigError::WindowBits(b) => {
+                write!(f, "DEFLATE window of {b} bits: compress with 9 to 15")
+            }
+            IpcompConfigError::Level(l) => write!(f, "DEFLATE level {l}: 1 to 9"),
+        }
+    }
+}
+
+impl std::error::Error for IpcompConfigError {}
+
+/// The message, for callers that collect messages (the gateway's config checks).
+impl From<IpcompConfigError> for String {
+    fn from(e: IpcompConfigError) -> String {
+        e.to_string()
     }
 }
 
@@ -120,7 +150,7 @@ impl core::fmt::Debug for IpcompSa {
 }
 
 impl IpcompSa {
-    pub fn new(cfg: IpcompConfig) -> Result<Self, String> {
+    pub fn new(cfg: IpcompConfig) -> Result<Self, IpcompConfigError> {
         cfg.check()?;
         Ok(IpcompSa {
             cfg,
@@ -283,6 +313,38 @@ impl IpcompSa {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_refused_configuration_says_which_field_and_why() {
+        let cfg = |cpi, window_bits, level| IpcompConfig {
+            window_bits,
+            level,
+            ..IpcompConfig::new(cpi)
+        };
+        for (c, want, message) in [
+            (
+                cfg(255, 11, 6),
+                IpcompConfigError::ReservedCpi(255),
+                "CPI 255 is reserved (RFC 3173 §3.3): use 2 (DEFLATE) or 256 to 61439",
+            ),
+            (
+                cfg(2, 8, 6),
+                IpcompConfigError::WindowBits(8),
+                "DEFLATE window of 8 bits: compress with 9 to 15",
+            ),
+            (
+                cfg(61439, 15, 10),
+                IpcompConfigError::Level(10),
+                "DEFLATE level 10: 1 to 9",
+            ),
+        ] {
+            assert_eq!(c.check(), Err(want));
+            assert_eq!(IpcompSa::new(c).err(), Some(want));
+            assert_eq!(want.to_string(), message);
+            assert_eq!(String::from(want), message);
+        }
+        assert_eq!(cfg(2, 9, 1).check(), Ok(()));
+    }
 
     /// A peer's compressed payload that inflates past the room the caller gave is the
     /// peer's doing: `decompressed_too_big`, counted — never `no_room` (a caller fault).
