@@ -28,7 +28,7 @@ use crate::locate::{
     ipsec_location, outer_header_len, rewrite_ip_header, TransportSplit, TunnelInner,
 };
 use crate::stage::Stage;
-use crate::wire::ah::AhHeader;
+use crate::wire::ah::{AhHeader, AhRepr};
 use crate::wire::ip::{ext, opt, v4, v6, IpPacket, Ipv4Header, IPV4_DF};
 
 /// Longest IP header region (IPv6 with extension headers) AH covers here: it is zeroed
@@ -171,13 +171,13 @@ impl Sa {
         };
         let raw = pkt.raw();
         self.emit_outer(&mut raw[outer_at..ah_at], &meta)?;
-        AhHeader::emit(
-            &mut raw[ah_at..head],
-            inner.next_header,
-            ah_len,
-            self.spi,
-            seq as u32,
-        );
+        let ah = AhRepr {
+            next_header: inner.next_header,
+            header_len: ah_len,
+            spi: self.spi,
+            seq: seq as u32,
+        };
+        ah.emit(&mut AhHeader::new_unchecked(&mut raw[ah_at..head]));
         self.ah_write_iv(&mut raw[ah_at..head], seq);
         self.stages.stop(Stage::Header, t);
         let end = head + inner.len;
@@ -228,13 +228,15 @@ impl Sa {
         let t = self.stages.start();
         raw.copy_within(head..head + sp.hdr_len, new_head);
         let t = self.stages.stop(Stage::Copy, t);
-        AhHeader::emit(
+        let ah = AhRepr {
+            next_header: sp.next_header,
+            header_len: ah_len,
+            spi: self.spi,
+            seq: seq as u32,
+        };
+        ah.emit(&mut AhHeader::new_unchecked(
             &mut raw[ah_at..ah_at + ah_len],
-            sp.next_header,
-            ah_len,
-            self.spi,
-            seq as u32,
-        );
+        ));
         self.ah_write_iv(&mut raw[ah_at..ah_at + ah_len], seq);
         let ip = &mut raw[new_head..ah_at];
         if let Some(id) = new_id {
