@@ -57,7 +57,7 @@ impl PyBundle {
             let e = esp.borrow(py);
             let a = ah.as_ref().map(|a| a.borrow(py));
             ipsec::bundle::check(&e.sa, a.as_ref().map(|a| &a.sa))
-                .map_err(PyValueError::new_err)?;
+                .map_err(|e| PyValueError::new_err(e.to_string()))?;
         }
         Ok(PyBundle { esp, ah, ipcomp })
     }

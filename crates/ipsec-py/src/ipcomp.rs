@@ -26,7 +26,7 @@ impl PyIpcomp {
             level,
         };
         Ok(PyIpcomp {
-            sa: IpcompSa::new(cfg).map_err(PyValueError::new_err)?,
+            sa: IpcompSa::new(cfg).map_err(|e| PyValueError::new_err(e.to_string()))?,
         })
     }
 

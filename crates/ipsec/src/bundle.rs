@@ -16,7 +16,7 @@ use crate::crypto::state::IvSource;
 use crate::drop::DropReason;
 use crate::ipcomp::{Compressed, IpcompSa};
 use crate::locate::TunnelInner;
-use crate::sa::{Mode, Protocol, Sa};
+use crate::sa::{BundleError, Mode, Protocol, Sa};
 use crate::wire::ip::{IpPacket, PacketInfo};
 
 /// The layers of one bundle, borrowed for one packet.
@@ -27,19 +27,19 @@ pub struct Layers<'a> {
 }
 
 /// Why a set of SAs cannot form a bundle.
-pub fn check(esp: &Sa, ah: Option<&Sa>) -> Result<(), String> {
+pub fn check(esp: &Sa, ah: Option<&Sa>) -> Result<(), BundleError> {
     if esp.protocol() != Protocol::Esp {
-        return Err(format!("bundle: SPI {:#x} is not an ESP SA", esp.spi()));
+        return Err(BundleError::NotEsp(esp.spi()));
     }
     if esp.mode() != Mode::Tunnel {
-        return Err("bundle: the ESP SA must be tunnel mode (it builds the outer header)".into());
+        return Err(BundleError::EspNotTunnel);
     }
     if let Some(ah) = ah {
         if ah.protocol() != Protocol::Ah {
-            return Err(format!("bundle: SPI {:#x} is not an AH SA", ah.spi()));
+            return Err(BundleError::NotAh(ah.spi()));
         }
         if ah.direction() != esp.direction() {
-            return Err("bundle: the AH and ESP SAs must have the same direction".into());
+            return Err(BundleError::DirectionsDiffer);
         }
     }
     Ok(())
@@ -109,10 +109,7 @@ impl Layers<'_> {
         };
         let inner = &pkt.raw()[head..head + n];
         let ok = IpPacket::parse(inner)
-            .map(|p| {
-                let version = if matches!(p, IpPacket::V4(_)) { 4 } else { 6 };
-                p.packet_len() == n && version == want
-            })
+            .map(|p| p.packet_len() == n && p.version() == want)
             .unwrap_or(false);
         if !ok {
             c.counters.drops.count(DropReason::MalformedInner);

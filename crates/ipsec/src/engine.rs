@@ -17,7 +17,7 @@ use crate::crypto::state::IvSource;
 use crate::drop::{DropCounters, DropReason};
 use crate::ipcomp::{IpcompConfig, IpcompSa};
 use crate::locate::ipsec_location;
-use crate::sa::{Direction, Sa, SaConfig, SaError};
+use crate::sa::{BundleError, Direction, Sa, SaConfig, SaError};
 use crate::sad::{SaId, Sad, SadKey};
 use crate::spd::{Action, Spd};
 use crate::stage::{Clock, Stage};
@@ -159,21 +159,21 @@ impl Engine {
     pub fn add_bundle(&mut self, b: Bundle) -> Result<usize, SaError> {
         let esp = self
             .sa(b.esp)
-            .ok_or(SaError::Bundle("no such ESP SA".into()))?;
+            .ok_or(SaError::Bundle(BundleError::NoSuchEsp))?;
         let ah = match b.ah {
-            Some(id) => Some(self.sa(id).ok_or(SaError::Bundle("no such AH SA".into()))?),
+            Some(id) => Some(self.sa(id).ok_or(SaError::Bundle(BundleError::NoSuchAh))?),
             None => None,
         };
         bundle::check(esp, ah).map_err(SaError::Bundle)?;
         if b.ipcomp.is_some_and(|i| i >= self.ipcomps.len()) {
-            return Err(SaError::Bundle("no such IPComp association".into()));
+            return Err(SaError::Bundle(BundleError::NoSuchIpcomp));
         }
         if self
             .bundles
             .iter()
             .any(|x| x.esp == b.esp || (b.ah.is_some() && x.ah == b.ah))
         {
-            return Err(SaError::Bundle("an SA can be in one bundle only".into()));
+            return Err(SaError::Bundle(BundleError::SaInAnotherBundle));
         }
         self.bundles.push(b);
         Ok(self.bundles.len() - 1)

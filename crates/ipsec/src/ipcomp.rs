@@ -18,6 +18,7 @@ use crate::constants::{proto, IPCOMP_HEADER_LEN, MAX_PACKET};
 use crate::drop::{DropCounters, DropReason};
 use crate::locate::{ipsec_location, rewrite_ip_header, TransportSplit};
 use crate::stage::{Stage, StageTimes};
+use crate::wire::ipcomp::{IpcompHeader, IpcompRepr};
 
 /// Linux's default: payloads under 90 bytes are not worth compressing
 /// (net/xfrm/xfrm_algo.c, the deflate threshold).
@@ -53,23 +54,53 @@ impl IpcompConfig {
         }
     }
 
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), IpcompConfigError> {
         if !(self.cpi == CPI_DEFLATE || (256..=61439).contains(&self.cpi)) {
-            return Err(format!(
-                "CPI {} is reserved (RFC 3173 §3.3): use 2 (DEFLATE) or 256 to 61439",
-                self.cpi
-            ));
+            return Err(IpcompConfigError::ReservedCpi(self.cpi));
         }
         if !(9..=15).contains(&self.window_bits) {
-            return Err(format!(
-                "DEFLATE window of {} bits: compress with 9 to 15",
-                self.window_bits
-            ));
+            return Err(IpcompConfigError::WindowBits(self.window_bits));
         }
         if !(1..=9).contains(&self.level) {
-            return Err(format!("DEFLATE level {}: 1 to 9", self.level));
+            return Err(IpcompConfigError::Level(self.level));
         }
         Ok(())
+    }
+}
+
+/// Why an [`IpcompConfig`] is refused: the configuration's (the caller's) mistake.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum IpcompConfigError {
+    /// A CPI neither DEFLATE's well-known 2 nor a negotiable 256–61439 (RFC 3173 §3.3).
+    ReservedCpi(u16),
+    /// A compression window zlib cannot write: 9 to 15 bits.
+    WindowBits(u8),
+    /// A DEFLATE level outside 1 to 9.
+    Level(i32),
+}
+
+impl core::fmt::Display for IpcompConfigError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            IpcompConfigError::ReservedCpi(cpi) => write!(
+                f,
+                "CPI {cpi} is reserved (RFC 3173 §3.3): use 2 (DEFLATE) or 256 to 61439"
+            ),
+            IpcompConfigError::WindowBits(b) => {
+                write!(f, "DEFLATE window of {b} bits: compress with 9 to 15")
+            }
+            IpcompConfigError::Level(l) => write!(f, "DEFLATE level {l}: 1 to 9"),
+        }
+    }
+}
+
+impl std::error::Error for IpcompConfigError {}
+
+/// The message, for callers that collect messages (the gateway's config checks).
+impl From<IpcompConfigError> for String {
+    fn from(e: IpcompConfigError) -> String {
+        e.to_string()
     }
 }
 
@@ -119,7 +150,7 @@ impl core::fmt::Debug for IpcompSa {
 }
 
 impl IpcompSa {
-    pub fn new(cfg: IpcompConfig) -> Result<Self, String> {
+    pub fn new(cfg: IpcompConfig) -> Result<Self, IpcompConfigError> {
         cfg.check()?;
         Ok(IpcompSa {
             cfg,
@@ -169,14 +200,16 @@ impl IpcompSa {
             self.counters.bytes_out += len as u64;
             return Ok(Compressed::Incompressible);
         }
-        // RFC 3173 §2.2: next header, flags (0), CPI.
-        buf[at] = next_header;
-        buf[at + 1] = 0;
-        buf[at + 2..at + 4].copy_from_slice(&self.cfg.cpi.to_be_bytes());
-        buf[at + IPCOMP_HEADER_LEN..at + IPCOMP_HEADER_LEN + out]
-            .copy_from_slice(&self.scratch[..out]);
+        // RFC 3173 §2.2: next header, flags (0), CPI, then the compressed data.
+        let header = IpcompRepr {
+            next_header,
+            cpi: self.cfg.cpi,
+        };
+        let n = header.buffer_len(out);
+        let mut h = IpcompHeader::new_unchecked(&mut buf[at..at + n]);
+        header.emit(&mut h);
+        h.payload_mut().copy_from_slice(&self.scratch[..out]);
         self.stages.stop(Stage::Copy, t);
-        let n = IPCOMP_HEADER_LEN + out;
         self.counters.compressed += 1;
         self.counters.bytes_out += n as u64;
         Ok(Compressed::Yes(n))
@@ -205,25 +238,20 @@ impl IpcompSa {
     ) -> Result<(usize, u8), DropReason> {
         let end = at.checked_add(len).filter(|e| *e <= buf.len());
         let end = end.ok_or(DropReason::Truncated)?;
-        if len < IPCOMP_HEADER_LEN {
-            return Err(DropReason::Truncated);
-        }
-        let cpi = u16::from_be_bytes([buf[at + 2], buf[at + 3]]);
+        let h = IpcompHeader::new_checked(&buf[at..end])?;
+        let IpcompRepr { next_header, cpi } = IpcompRepr::parse(&h)?;
         if cpi != self.cfg.cpi {
             return Err(DropReason::UnknownSpi);
         }
-        let next_header = buf[at];
         if next_header == proto::IPCOMP {
             // RFC 3173 §3.5: IPComp is never applied twice.
             return Err(DropReason::BadNextHeader);
         }
         let t = self.stages.start();
         self.inflate.reset(false);
-        let st = self.inflate.decompress(
-            &buf[at + IPCOMP_HEADER_LEN..end],
-            &mut self.scratch,
-            InflateFlush::Finish,
-        );
+        let st = self
+            .inflate
+            .decompress(h.payload(), &mut self.scratch, InflateFlush::Finish);
         let out = self.inflate.total_out() as usize;
         let t = self.stages.stop(Stage::Decompress, t);
         match st {
@@ -286,6 +314,38 @@ impl IpcompSa {
 mod tests {
     use super::*;
 
+    #[test]
+    fn a_refused_configuration_says_which_field_and_why() {
+        let cfg = |cpi, window_bits, level| IpcompConfig {
+            window_bits,
+            level,
+            ..IpcompConfig::new(cpi)
+        };
+        for (c, want, message) in [
+            (
+                cfg(255, 11, 6),
+                IpcompConfigError::ReservedCpi(255),
+                "CPI 255 is reserved (RFC 3173 §3.3): use 2 (DEFLATE) or 256 to 61439",
+            ),
+            (
+                cfg(2, 8, 6),
+                IpcompConfigError::WindowBits(8),
+                "DEFLATE window of 8 bits: compress with 9 to 15",
+            ),
+            (
+                cfg(61439, 15, 10),
+                IpcompConfigError::Level(10),
+                "DEFLATE level 10: 1 to 9",
+            ),
+        ] {
+            assert_eq!(c.check(), Err(want));
+            assert_eq!(IpcompSa::new(c).err(), Some(want));
+            assert_eq!(want.to_string(), message);
+            assert_eq!(String::from(want), message);
+        }
+        assert_eq!(cfg(2, 9, 1).check(), Ok(()));
+    }
+
     /// A peer's compressed payload that inflates past the room the caller gave is the
     /// peer's doing: `decompressed_too_big`, counted — never `no_room` (a caller fault).
     #[test]
@@ -306,6 +366,44 @@ mod tests {
         let mut room = buf[..n].to_vec();
         room.resize(4096, 0);
         assert_eq!(d.decompress_payload(&mut room, 0, n), Ok((1400, 4)));
+    }
+
+    /// A payload Python's zlib (another DEFLATE implementation) compressed as Linux does,
+    /// raw DEFLATE with an 11-bit window at level 6:
+    /// `zlib.compressobj(6, zlib.DEFLATED, -11)` over `b"ipsec-lab " * 20`, behind an
+    /// IPComp header with the well-known DEFLATE CPI (RFC 3173 §2.2, §3.3) and next
+    /// header UDP. It opens to the 200 bytes, and our own compression of the same bytes
+    /// opens to them too.
+    #[test]
+    fn zlibs_deflate_behind_an_ipcomp_header_opens() {
+        const ZLIB: [u8; 15] = [
+            0xcb, 0x2c, 0x28, 0x4e, 0x4d, 0xd6, 0xcd, 0x49, 0x4c, 0x52, 0xc8, 0x1c, 0xd2, 0x2c,
+            0x00,
+        ];
+        let plain = b"ipsec-lab ".repeat(20);
+        let mut buf = [&[0x11, 0x00, 0x00, 0x02][..], &ZLIB].concat();
+        let n = buf.len();
+        buf.resize(512, 0xa5);
+        let mut d = IpcompSa::new(IpcompConfig::new(CPI_DEFLATE)).unwrap();
+        assert_eq!(d.decompress_payload(&mut buf, 0, n), Ok((200, 17)));
+        assert_eq!(buf[..200], plain[..]);
+
+        let mut ours = plain.clone();
+        ours.resize(512, 0xa5);
+        let mut c = IpcompSa::new(IpcompConfig::new(CPI_DEFLATE)).unwrap();
+        let Ok(Compressed::Yes(m)) = c.compress_payload(&mut ours, 0, 200, 17) else {
+            panic!("200 repeated bytes compress");
+        };
+        assert_eq!(ours[..4], [0x11, 0x00, 0x00, 0x02], "our IPComp header");
+        assert_eq!(d.decompress_payload(&mut ours, 0, m), Ok((200, 17)));
+        assert_eq!(ours[..200], plain[..]);
+        // a CPI not the association's is not ours to open
+        let mut other = [&[0x11, 0x00, 0x30, 0x00][..], &ZLIB].concat();
+        other.resize(512, 0);
+        assert_eq!(
+            d.decompress_payload(&mut other, 0, n),
+            Err(DropReason::UnknownSpi)
+        );
     }
 
     /// Regression: incompressible payloads, over and over through one association, as the

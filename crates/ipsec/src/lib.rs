@@ -35,10 +35,12 @@ pub use crypto::job::CryptoJob;
 pub use crypto::{Encryption, Integrity, Suite, SuiteError};
 pub use drop::{DropCounters, DropReason, Fault};
 pub use engine::{Bundle, Engine, Inbound, InboundStart, Outbound};
-pub use ipcomp::{Compressed, IpcompConfig, IpcompCounters, IpcompSa};
-pub use replay::ReplayWindow;
+pub use ipcomp::{Compressed, IpcompConfig, IpcompConfigError, IpcompCounters, IpcompSa};
+pub use replay::{BadWindowSize, ReplayWindow};
 pub use sa::{ah, esp};
-pub use sa::{Direction, Mode, Protocol, Sa, SaConfig, SaCounters, SaError, TunnelEndpoints};
+pub use sa::{
+    BundleError, Direction, Mode, Protocol, Sa, SaConfig, SaCounters, SaError, TunnelEndpoints,
+};
 pub use sad::{Sad, SadKey};
 pub use spd::{Action, Selector, Spd, SpdRule};
 pub use stage::{Clock, Stage, StageTimes};

@@ -6,7 +6,7 @@ use std::net::IpAddr;
 
 use crate::constants::{proto, IPV4_HEADER_LEN, IPV6_HEADER_LEN};
 use crate::drop::DropReason;
-use crate::wire::ip::{ipv6_split, IpPacket, Ipv4Header, Ipv6Header, IPV4_DF};
+use crate::wire::ip::{ipv6_split, v4, IpPacket, Ipv4Header, Ipv6Header, IPV4_DF};
 
 /// What tunnel mode needs to know of the packet it wraps (or of the payload it builds an
 /// outer header for).
@@ -67,7 +67,7 @@ impl TransportSplit {
                 }
                 TransportSplit {
                     hdr_len: h.header_len(),
-                    nh_at: 9,
+                    nh_at: v4::PROTOCOL,
                     next_header: h.protocol(),
                     pkt_len: h.total_len() as usize,
                     v4: true,
@@ -101,6 +101,8 @@ pub(crate) fn rewrite_ip_header(
     payload_len: usize,
 ) {
     let hdr_len = ip.len();
+    // `nh_at` is a field offset a view gave (IPv4's protocol, or the next header of the
+    // last IPv6 header kept in front, from `ipv6_split`): one byte, whichever header it is.
     ip[nh_at] = next_header;
     if v4 {
         let mut h = Ipv4Header::new_unchecked(ip);
@@ -143,7 +145,7 @@ pub fn ipsec_location(pkt: &[u8], protocol: u8) -> Result<EspLocation, DropReaso
             Ok(EspLocation {
                 offset,
                 len: h.total_len() as usize - offset,
-                nh_at: 9,
+                nh_at: v4::PROTOCOL,
                 v4: true,
             })
         }

@@ -15,6 +15,24 @@ pub const MAX_WINDOW: u32 = 1 << 16;
 
 const WORD_BITS: u64 = 64;
 
+/// A window size [`ReplayWindow::new`] refuses: not a multiple of 32 in
+/// [`MIN_WINDOW`]..=[`MAX_WINDOW`]. The caller's mistake (a configuration's).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BadWindowSize(pub u32);
+
+impl core::fmt::Display for BadWindowSize {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(
+            f,
+            "replay window {} must be a multiple of 32 from {MIN_WINDOW} to {MAX_WINDOW} \
+             (or disabled explicitly)",
+            self.0
+        )
+    }
+}
+
+impl std::error::Error for BadWindowSize {}
+
 /// The receive window of one inbound SA.
 #[derive(Clone, Debug)]
 pub struct ReplayWindow {
@@ -36,12 +54,9 @@ impl Default for ReplayWindow {
 
 impl ReplayWindow {
     /// A window of `size` packets; `size` must be a multiple of 32 in 32..=65536.
-    pub fn new(size: u32) -> Result<Self, String> {
+    pub fn new(size: u32) -> Result<Self, BadWindowSize> {
         if !(MIN_WINDOW..=MAX_WINDOW).contains(&size) || !size.is_multiple_of(32) {
-            return Err(format!(
-                "replay window {size} must be a multiple of 32 from {MIN_WINDOW} to {MAX_WINDOW} \
-                 (or disabled explicitly)"
-            ));
+            return Err(BadWindowSize(size));
         }
         let words = (u64::from(size).div_ceil(WORD_BITS) + 1).next_power_of_two() as usize;
         Ok(ReplayWindow {
@@ -264,10 +279,15 @@ mod tests {
 
     #[test]
     fn sizes_outside_the_range_are_refused() {
-        assert!(ReplayWindow::new(16).is_err());
-        assert!(ReplayWindow::new(100).is_err());
-        assert!(ReplayWindow::new(MAX_WINDOW * 2).is_err());
+        for size in [16, 100, MAX_WINDOW * 2] {
+            assert_eq!(ReplayWindow::new(size).err(), Some(BadWindowSize(size)));
+        }
         assert!(ReplayWindow::new(4096).is_ok());
+        assert_eq!(
+            BadWindowSize(100).to_string(),
+            "replay window 100 must be a multiple of 32 from 32 to 65536 (or disabled \
+             explicitly)"
+        );
     }
 
     #[test]

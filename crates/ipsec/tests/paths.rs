@@ -8,8 +8,8 @@ use ipsec::crypto::state::{CipherState, IvSource};
 use ipsec::crypto::SecretBytes;
 use ipsec::spd::Prefix;
 use ipsec::{
-    Action, Bundle, Direction, DropReason, Engine, IpcompConfig, Mode, Outbound, PacketBuf,
-    Protocol, Sa, SaConfig, Selector, SpdRule, Stage, Suite, HEADROOM,
+    Action, Bundle, BundleError, Direction, DropReason, Engine, IpcompConfig, Mode, Outbound,
+    PacketBuf, Protocol, Sa, SaConfig, SaError, Selector, SpdRule, Stage, Suite, HEADROOM,
 };
 
 fn seal_via(a: &mut Engine, pkt: &[u8]) -> Vec<u8> {
@@ -663,8 +663,9 @@ fn bundles_are_checked_when_made() {
             esp: esp_t,
             ah: None,
         })
-        .unwrap_err()
-        .to_string();
+        .unwrap_err();
+    assert_eq!(err, SaError::Bundle(BundleError::EspNotTunnel));
+    let err = err.to_string();
     assert!(err.contains("tunnel mode"), "{err}");
     let esp = e
         .add_sa(&cfg("aes128", Mode::Tunnel, Direction::Out, v4))
@@ -675,8 +676,9 @@ fn bundles_are_checked_when_made() {
             esp,
             ah: None,
         })
-        .unwrap_err()
-        .to_string();
+        .unwrap_err();
+    assert_eq!(err, SaError::Bundle(BundleError::NoSuchIpcomp));
+    let err = err.to_string();
     assert!(err.contains("IPComp"), "{err}");
     let err = e
         .add_bundle(Bundle {
@@ -684,9 +686,27 @@ fn bundles_are_checked_when_made() {
             esp,
             ah: Some(esp),
         })
-        .unwrap_err()
-        .to_string();
+        .unwrap_err();
+    let spi = e.sa(esp).unwrap().spi();
+    assert_eq!(err, SaError::Bundle(BundleError::NotAh(spi)));
+    let err = err.to_string();
     assert!(err.contains("not an AH SA"), "{err}");
+    assert_eq!(err, format!("bundle: SPI {spi:#x} is not an AH SA"));
+    // the same ESP SA in a second bundle
+    let one = Bundle {
+        ipcomp: None,
+        esp,
+        ah: None,
+    };
+    e.add_bundle(one).unwrap();
+    assert_eq!(
+        e.add_bundle(one),
+        Err(SaError::Bundle(BundleError::SaInAnotherBundle))
+    );
+    assert_eq!(
+        e.add_bundle(Bundle { esp: 99, ..one }),
+        Err(SaError::Bundle(BundleError::NoSuchEsp))
+    );
 }
 
 /// A clock that advances 10 ns per reading.

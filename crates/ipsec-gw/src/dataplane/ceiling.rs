@@ -7,9 +7,10 @@
 //! forwarding the data path keeps before any cryptography. NOTHING IS PROTECTED: the
 //! gateway says so at start-up, and the normal build has none of this.
 
+use ipsec::constants::{proto, IPV4_HEADER_LEN};
 use ipsec::engine::{Inbound, Outbound};
 use ipsec::sa::Direction;
-use ipsec::wire::ip::Ipv4Header;
+use ipsec::wire::ip::{Ipv4Header, Ipv4Repr, IPV4_DF};
 use ipsec::{DropReason, PacketBuf};
 
 use super::DirEngine;
@@ -45,7 +46,17 @@ pub fn seal(engine: &mut DirEngine, pkt: &mut PacketBuf<'_>) -> Result<Outbound,
     let at = head - FRONT;
     let raw = pkt.raw();
     let h = &mut raw[at..at + FRONT];
-    Ipv4Header::new_unchecked(&mut h[..20]).emit(0, total as u16, 0, 0x4000, 64, 50, src, dst);
+    let outer = Ipv4Repr {
+        src,
+        dst,
+        protocol: proto::ESP,
+        payload_len: total - IPV4_HEADER_LEN,
+        tos: 0,
+        ident: 0,
+        flags_frag: IPV4_DF,
+        ttl: 64,
+    };
+    outer.emit(&mut Ipv4Header::new_unchecked(&mut h[..IPV4_HEADER_LEN]));
     h[20..24].copy_from_slice(&spi.to_be_bytes());
     h[24..36].fill(0);
     let t = head + len;

@@ -114,7 +114,7 @@ pub(super) mod tests {
     use ipsec::constants::proto;
     use ipsec::engine::Outbound;
     use ipsec::sa::Direction;
-    use ipsec::wire::ip::Ipv4Header;
+    use ipsec::wire::ip::{Ipv4Header, Ipv4Repr, IPV4_DF};
     use ipsec::{PacketBuf, HEADROOM, TAILROOM};
 
     use super::*;
@@ -167,16 +167,17 @@ pub(super) mod tests {
         for (i, b) in p.iter_mut().enumerate() {
             *b = tag.to_be_bytes()[i % 4];
         }
-        Ipv4Header::new_unchecked(&mut p[..20]).emit(
-            0,
-            len as u16,
-            tag as u16,
-            0x4000,
-            64,
-            proto::UDP,
-            Ipv4Addr::new(10, 1, 0, 1),
-            Ipv4Addr::new(10, 2, 0, 1),
-        );
+        let header = Ipv4Repr {
+            src: Ipv4Addr::new(10, 1, 0, 1),
+            dst: Ipv4Addr::new(10, 2, 0, 1),
+            protocol: proto::UDP,
+            payload_len: len - 20,
+            tos: 0,
+            ident: tag as u16,
+            flags_frag: IPV4_DF,
+            ttl: 64,
+        };
+        header.emit(&mut Ipv4Header::new_unchecked(&mut p[..20]));
     }
 
     pub(in crate::dataplane) fn slot() -> Vec<u8> {

@@ -5,7 +5,7 @@ use std::os::fd::{AsRawFd, RawFd};
 
 use ipsec::constants::{proto, IPV4_HEADER_LEN, IPV6_HEADER_LEN};
 use ipsec::engine::{Inbound, InboundStart};
-use ipsec::wire::ip::{Ipv4Header, Ipv6Header};
+use ipsec::wire::ip::{Ipv4Header, Ipv4Repr, Ipv6Header, Ipv6Repr, IPV4_DF};
 use ipsec::{PacketBuf, HEADROOM, TAILROOM};
 use tun_rs::SyncDevice;
 
@@ -116,25 +116,33 @@ fn frame<'b>(
         (IpAddr::V4(dst), IpAddr::V4(src)) if from.udp => {
             // RFC 791: as if it had come raw — protocol 50, the peer as source, DF.
             let h = at - IPV4_HEADER_LEN;
-            let total = (n + IPV4_HEADER_LEN) as u16;
-            Ipv4Header::new_unchecked(&mut buf[h..at]).emit(
-                0,
-                total,
-                0,
-                0x4000,
-                64,
-                proto::ESP,
+            let outer = Ipv4Repr {
                 src,
                 dst,
-            );
+                protocol: proto::ESP,
+                payload_len: n,
+                tos: 0,
+                ident: 0,
+                flags_frag: IPV4_DF,
+                ttl: 64,
+            };
+            outer.emit(&mut Ipv4Header::new_unchecked(&mut buf[h..at]));
             (h, n + IPV4_HEADER_LEN)
         }
         (IpAddr::V6(dst), IpAddr::V6(src)) => {
             // RFC 8200 §3: traffic class and flow label 0 — AH's ICV treats them as zero
             // anyway (RFC 4302 §3.3.3.1.2) — hop limit 64.
             let h = at - IPV6_HEADER_LEN;
-            Ipv6Header::new_unchecked(&mut buf[h..at])
-                .emit(0, 0, n as u16, from.next, 64, src, dst);
+            let outer = Ipv6Repr {
+                src,
+                dst,
+                next_header: from.next,
+                payload_len: n,
+                hop_limit: 64,
+                traffic_class: 0,
+                flow_label: 0,
+            };
+            outer.emit(&mut Ipv6Header::new_unchecked(&mut buf[h..at]));
             (h, n + IPV6_HEADER_LEN)
         }
         (IpAddr::V4(_), _) if !from.udp => (at, n), // raw IPv4: the header came with it

@@ -5,6 +5,7 @@ use aws_lc_rs::aead::Nonce;
 use zeroize::Zeroizing;
 
 use crate::drop::DropReason;
+use crate::wire::esp::EspHeader;
 
 pub(super) fn nonce(salt: &[u8; 4], iv: &[u8]) -> Nonce {
     let mut n = [0u8; 12];
@@ -14,15 +15,18 @@ pub(super) fn nonce(salt: &[u8; 4], iv: &[u8]) -> Nonce {
 }
 
 /// RFC 4106 §5 / RFC 7634 §2.1: AAD = SPI ‖ seq (32-bit), or SPI ‖ seq_hi ‖ seq_lo with ESN.
+/// `header` is the ESP header (at least its 8 bytes); `a` is laid out as the AAD, not
+/// as the packet.
 pub(super) fn aead_aad(header: &[u8], seq: u64, esn: bool) -> ([u8; 12], usize) {
+    let h = EspHeader::new_unchecked(header);
     let mut a = [0u8; 12];
-    a[..4].copy_from_slice(&header[..4]);
+    a[..4].copy_from_slice(&h.spi().to_be_bytes());
     if esn {
         a[4..8].copy_from_slice(&((seq >> 32) as u32).to_be_bytes());
-        a[8..12].copy_from_slice(&header[4..8]);
+        a[8..12].copy_from_slice(&h.seq().to_be_bytes());
         (a, 12)
     } else {
-        a[4..8].copy_from_slice(&header[4..8]);
+        a[4..8].copy_from_slice(&h.seq().to_be_bytes());
         (a, 8)
     }
 }
@@ -45,12 +49,15 @@ pub(super) fn with_gmac_aad<R>(
     if esp < 4 {
         return Err(DropReason::NoRoom);
     }
+    // The 4 bytes before ESP are not a header field here: whatever lies there (headroom
+    // or the outer header's last bytes), kept aside and put back.
     let saved: [u8; 4] = buf[esp - 4..esp].try_into().unwrap();
-    let spi: [u8; 4] = buf[esp..esp + 4].try_into().unwrap();
-    buf[esp - 4..esp].copy_from_slice(&spi);
-    buf[esp..esp + 4].copy_from_slice(&((seq >> 32) as u32).to_be_bytes());
+    let spi = EspHeader::new_unchecked(&buf[esp..]).spi();
+    buf[esp - 4..esp].copy_from_slice(&spi.to_be_bytes());
+    // For the length of `f`, the SPI's place holds the high half of the sequence number.
+    EspHeader::new_unchecked(&mut buf[esp..]).set_spi((seq >> 32) as u32);
     let r = f(&buf[esp - 4..end]);
-    buf[esp..esp + 4].copy_from_slice(&spi);
+    EspHeader::new_unchecked(&mut buf[esp..]).set_spi(spi);
     buf[esp - 4..esp].copy_from_slice(&saved);
     Ok(r)
 }

@@ -28,8 +28,8 @@ use crate::locate::{
     ipsec_location, outer_header_len, rewrite_ip_header, TransportSplit, TunnelInner,
 };
 use crate::stage::Stage;
-use crate::wire::ah::AhHeader;
-use crate::wire::ip::{ext, opt, v4, v6, IpPacket};
+use crate::wire::ah::{AhHeader, AhRepr};
+use crate::wire::ip::{ext, opt, v4, v6, IpPacket, Ipv4Header, IPV4_DF};
 
 /// Longest IP header region (IPv6 with extension headers) AH covers here: it is zeroed
 /// in a stack copy of this size. Longer is [`DropReason::UnsupportedHeader`].
@@ -127,7 +127,7 @@ impl Sa {
                 _ => return Err(DropReason::BadNextHeader),
             };
             let p = IpPacket::parse(inner).map_err(|_| DropReason::MalformedInner)?;
-            if inner[0] >> 4 != want_version {
+            if p.version() != want_version {
                 return Err(DropReason::MalformedInner);
             }
             let inner_len = p.packet_len();
@@ -171,13 +171,13 @@ impl Sa {
         };
         let raw = pkt.raw();
         self.emit_outer(&mut raw[outer_at..ah_at], &meta)?;
-        AhHeader::emit(
-            &mut raw[ah_at..head],
-            inner.next_header,
-            ah_len,
-            self.spi,
-            seq as u32,
-        );
+        let ah = AhRepr {
+            next_header: inner.next_header,
+            header_len: ah_len,
+            spi: self.spi,
+            seq: seq as u32,
+        };
+        ah.emit(&mut AhHeader::new_unchecked(&mut raw[ah_at..head]));
         self.ah_write_iv(&mut raw[ah_at..head], seq);
         self.stages.stop(Stage::Header, t);
         let end = head + inner.len;
@@ -209,15 +209,17 @@ impl Sa {
         let zeroed = zeroed_headers(&pkt.data()[..sp.hdr_len], sp.v4, &mut scratch)?;
         // An IPv4 identification of 0 with DF clear is one Linux replaces when the packet
         // goes out (`Sa::next_ip_id`), after the ICV covered it: the packet gets one first.
-        let data = pkt.data();
-        let new_id = (sp.v4 && data[4..6] == [0, 0] && data[6] & 0x40 == 0)
-            .then(|| self.next_ip_id().to_be_bytes());
+        let unnumbered = sp.v4 && {
+            let h = Ipv4Header::new_unchecked(pkt.data());
+            h.ident() == 0 && h.flags_frag() & IPV4_DF == 0
+        };
+        let new_id = unnumbered.then(|| self.next_ip_id());
         if let Some(id) = new_id {
-            zeroed[4..6].copy_from_slice(&id);
+            Ipv4Header::new_unchecked(&mut *zeroed).set_ident(id);
         }
         rewrite_ip_header(zeroed, sp.v4, sp.nh_at, proto::AH, ah_len + payload_len);
         if sp.v4 {
-            zeroed[10..12].fill(0); // the checksum rewrite_ip_header filled in
+            zeroed[v4::CHECKSUM].fill(0); // the checksum rewrite_ip_header filled in
         }
         let seq = self.take_seq()?;
         let new_head = head - ah_len;
@@ -226,17 +228,19 @@ impl Sa {
         let t = self.stages.start();
         raw.copy_within(head..head + sp.hdr_len, new_head);
         let t = self.stages.stop(Stage::Copy, t);
-        AhHeader::emit(
+        let ah = AhRepr {
+            next_header: sp.next_header,
+            header_len: ah_len,
+            spi: self.spi,
+            seq: seq as u32,
+        };
+        ah.emit(&mut AhHeader::new_unchecked(
             &mut raw[ah_at..ah_at + ah_len],
-            sp.next_header,
-            ah_len,
-            self.spi,
-            seq as u32,
-        );
+        ));
         self.ah_write_iv(&mut raw[ah_at..ah_at + ah_len], seq);
         let ip = &mut raw[new_head..ah_at];
         if let Some(id) = new_id {
-            ip[4..6].copy_from_slice(&id);
+            Ipv4Header::new_unchecked(&mut *ip).set_ident(id);
         }
         rewrite_ip_header(ip, sp.v4, sp.nh_at, proto::AH, ah_len + payload_len);
         self.stages.stop(Stage::Header, t);

@@ -11,7 +11,7 @@ use core::ops::Range;
 
 use super::Sa;
 use crate::buf::PacketBuf;
-use crate::constants::{proto, ESP_HEADER_LEN, ESP_TRAILER_LEN, IPV4_HEADER_LEN, MAX_PACKET};
+use crate::constants::{proto, ESP_HEADER_LEN, ESP_TRAILER_LEN, MAX_PACKET};
 use crate::crypto::job::{CryptoJob, Now, When};
 use crate::crypto::state::CipherState;
 use crate::crypto::state::IvSource;
@@ -20,7 +20,7 @@ pub use crate::locate::{esp_location, ipsec_location, EspLocation};
 pub(crate) use crate::locate::{outer_header_len, rewrite_ip_header, TransportSplit, TunnelInner};
 use crate::stage::Stage;
 use crate::wire::esp::{read_trailer, write_trailer, EspHeader};
-use crate::wire::ip::{IpPacket, Ipv4Header, Ipv6Header};
+use crate::wire::ip::{IpPacket, Ipv4Header, Ipv4Repr, Ipv6Header, Ipv6Repr};
 
 pub use crate::crypto::state::IvSource as Iv;
 
@@ -282,26 +282,28 @@ impl Sa {
         match (t.src, t.dst) {
             (IpAddr::V4(src), IpAddr::V4(dst)) => {
                 let id = self.next_ip_id();
-                Ipv4Header::new_unchecked(buf).emit(
-                    payload.tos,
-                    (IPV4_HEADER_LEN + payload.len) as u16,
-                    id,
-                    payload.df,
-                    ttl,
-                    payload.next_header,
+                Ipv4Repr {
                     src,
                     dst,
-                );
+                    protocol: payload.next_header,
+                    payload_len: payload.len,
+                    tos: payload.tos,
+                    ident: id,
+                    flags_frag: payload.df,
+                    ttl,
+                }
+                .emit(&mut Ipv4Header::new_unchecked(buf));
             }
-            (IpAddr::V6(src), IpAddr::V6(dst)) => Ipv6Header::new_unchecked(buf).emit(
-                payload.tos,
-                0,
-                payload.len as u16,
-                payload.next_header,
-                ttl,
+            (IpAddr::V6(src), IpAddr::V6(dst)) => Ipv6Repr {
                 src,
                 dst,
-            ),
+                next_header: payload.next_header,
+                payload_len: payload.len,
+                hop_limit: ttl,
+                traffic_class: payload.tos,
+                flow_label: 0,
+            }
+            .emit(&mut Ipv6Header::new_unchecked(buf)),
             _ => return Err(DropReason::NoSa),
         }
         Ok(())

@@ -14,7 +14,8 @@ use esp::Recheck;
 pub mod ah;
 pub mod esp;
 pub mod mtu;
-use crate::replay::{ReplayWindow, DEFAULT_WINDOW};
+use crate::ipcomp::IpcompConfigError;
+use crate::replay::{BadWindowSize, ReplayWindow, DEFAULT_WINDOW};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Mode {
@@ -183,7 +184,8 @@ pub enum SaError {
     Suite(SuiteError),
     /// SPI values 1–255 are reserved by IANA and 0 is never sent (RFC 4303 §2.1).
     ReservedSpi(u32),
-    ReplayWindow(String),
+    /// A replay window size outside what is accepted.
+    ReplayWindow(BadWindowSize),
     /// Tunnel mode needs outer endpoints.
     TunnelEndpointsMissing,
     /// Tunnel source and destination must be of one IP version.
@@ -195,10 +197,54 @@ pub enum SaError {
     /// AES-GMAC as an integrity algorithm is AH's (RFC 4543 §5.3); ESP has its own GMAC.
     GmacIntegrityWithEsp(&'static str),
     /// An IPComp association's parameters.
-    Ipcomp(String),
+    Ipcomp(IpcompConfigError),
     /// SAs that do not form a bundle.
-    Bundle(String),
+    Bundle(BundleError),
 }
+
+/// Why SAs (and an IPComp association) do not form a bundle (RFC 4301 §4.5, as
+/// [`crate::bundle`] builds one: ESP in tunnel mode, AH of the same direction outside it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum BundleError {
+    /// The SA with this SPI named as the bundle's ESP is not ESP.
+    NotEsp(u32),
+    /// The ESP SA is transport mode: a bundle's ESP builds the outer header.
+    EspNotTunnel,
+    /// The SA with this SPI named as the bundle's AH is not AH.
+    NotAh(u32),
+    /// The AH and ESP SAs protect different directions.
+    DirectionsDiffer,
+    /// No SA has the ESP id given.
+    NoSuchEsp,
+    /// No SA has the AH id given.
+    NoSuchAh,
+    /// No IPComp association has the id given.
+    NoSuchIpcomp,
+    /// One of the SAs is already in another bundle.
+    SaInAnotherBundle,
+}
+
+impl fmt::Display for BundleError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BundleError::NotEsp(spi) => write!(f, "bundle: SPI {spi:#x} is not an ESP SA"),
+            BundleError::EspNotTunnel => {
+                f.write_str("bundle: the ESP SA must be tunnel mode (it builds the outer header)")
+            }
+            BundleError::NotAh(spi) => write!(f, "bundle: SPI {spi:#x} is not an AH SA"),
+            BundleError::DirectionsDiffer => {
+                f.write_str("bundle: the AH and ESP SAs must have the same direction")
+            }
+            BundleError::NoSuchEsp => f.write_str("no such ESP SA"),
+            BundleError::NoSuchAh => f.write_str("no such AH SA"),
+            BundleError::NoSuchIpcomp => f.write_str("no such IPComp association"),
+            BundleError::SaInAnotherBundle => f.write_str("an SA can be in one bundle only"),
+        }
+    }
+}
+
+impl std::error::Error for BundleError {}
 
 impl fmt::Display for SaError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -207,7 +253,7 @@ impl fmt::Display for SaError {
             SaError::ReservedSpi(s) => {
                 write!(f, "SPI {s} is reserved (RFC 4303 §2.1): use 256 or more")
             }
-            SaError::ReplayWindow(m) => f.write_str(m),
+            SaError::ReplayWindow(e) => e.fmt(f),
             SaError::TunnelEndpointsMissing => {
                 f.write_str("tunnel mode needs outer endpoints (tunnel source and destination)")
             }
@@ -217,7 +263,8 @@ impl fmt::Display for SaError {
             SaError::DuplicateSpi(s) => {
                 write!(f, "SPI {s:#x} is already used by another inbound SA")
             }
-            SaError::Ipcomp(m) | SaError::Bundle(m) => f.write_str(m),
+            SaError::Ipcomp(e) => e.fmt(f),
+            SaError::Bundle(e) => e.fmt(f),
             SaError::GmacIntegrityWithEsp(i) => write!(
                 f,
                 "integrity {i} (AUTH_AES_GMAC) is for AH only (RFC 4543 §5.3); for ESP use \
@@ -523,5 +570,68 @@ impl Sa {
             self.counters.drops.count(d);
         }
         r
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The typed errors say what the `String`s they replaced said, word for word.
+    #[test]
+    fn typed_errors_keep_their_messages() {
+        for (e, message) in [
+            (
+                BundleError::NotEsp(0x1234),
+                "bundle: SPI 0x1234 is not an ESP SA",
+            ),
+            (
+                BundleError::EspNotTunnel,
+                "bundle: the ESP SA must be tunnel mode (it builds the outer header)",
+            ),
+            (
+                BundleError::NotAh(0x300),
+                "bundle: SPI 0x300 is not an AH SA",
+            ),
+            (
+                BundleError::DirectionsDiffer,
+                "bundle: the AH and ESP SAs must have the same direction",
+            ),
+            (BundleError::NoSuchEsp, "no such ESP SA"),
+            (BundleError::NoSuchAh, "no such AH SA"),
+            (BundleError::NoSuchIpcomp, "no such IPComp association"),
+            (
+                BundleError::SaInAnotherBundle,
+                "an SA can be in one bundle only",
+            ),
+        ] {
+            assert_eq!(e.to_string(), message);
+            assert_eq!(SaError::Bundle(e).to_string(), message);
+        }
+        assert_eq!(
+            SaError::Ipcomp(IpcompConfigError::Level(0)).to_string(),
+            "DEFLATE level 0: 1 to 9"
+        );
+        assert_eq!(
+            SaError::ReplayWindow(BadWindowSize(48)).to_string(),
+            "replay window 48 must be a multiple of 32 from 32 to 65536 (or disabled explicitly)"
+        );
+    }
+
+    #[test]
+    fn a_bad_replay_window_is_refused_by_its_size() {
+        let mut cfg = SaConfig::new(
+            0x1000,
+            Suite::parse("aes128gcm16").unwrap(),
+            SecretBytes::from_slice(&[7; 20]),
+            SecretBytes::from_slice(&[]),
+        );
+        cfg.mode = Mode::Transport;
+        cfg.direction = Direction::In;
+        cfg.replay_window = Some(100);
+        assert_eq!(
+            Sa::new(&cfg).err(),
+            Some(SaError::ReplayWindow(BadWindowSize(100)))
+        );
     }
 }

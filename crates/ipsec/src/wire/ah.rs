@@ -58,18 +58,78 @@ impl<T: AsRef<[u8]>> AhHeader<T> {
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> AhHeader<T> {
-    /// Write a header of `len` bytes (a multiple of 4, at least 12) with a zero ICV field
-    /// (RFC 4302 §2.3: reserved is zero; §3.3.3.1: the ICV is zero while it is computed).
-    pub fn emit(buf: T, next_header: u8, len: usize, spi: u32, seq: u32) -> Self {
-        let mut h = AhHeader(buf);
-        let b = h.0.as_mut();
-        b[field::NEXT_HEADER] = next_header;
-        b[field::PAYLOAD_LEN] = (len / 4 - 2) as u8;
-        b[field::RESERVED].fill(0);
-        b[field::SPI].copy_from_slice(&spi.to_be_bytes());
-        b[field::SEQ].copy_from_slice(&seq.to_be_bytes());
-        b[field::ICV..len].fill(0);
-        h
+    pub fn set_next_header(&mut self, next_header: u8) {
+        self.0.as_mut()[field::NEXT_HEADER] = next_header;
+    }
+    /// The header's length in bytes (a multiple of 4, at least 12), written as RFC 4302
+    /// §2.2 counts it: 32-bit words minus 2.
+    pub fn set_header_len(&mut self, len: usize) {
+        self.0.as_mut()[field::PAYLOAD_LEN] = (len / 4 - 2) as u8;
+    }
+    /// RFC 4302 §2.3: reserved, zero.
+    pub fn clear_reserved(&mut self) {
+        self.0.as_mut()[field::RESERVED].fill(0);
+    }
+    pub fn set_spi(&mut self, spi: u32) {
+        self.0.as_mut()[field::SPI].copy_from_slice(&spi.to_be_bytes());
+    }
+    pub fn set_seq(&mut self, seq: u32) {
+        self.0.as_mut()[field::SEQ].copy_from_slice(&seq.to_be_bytes());
+    }
+    /// Zero the ICV field and its padding, up to `len` (RFC 4302 §3.3.3.1: the ICV is
+    /// zero while it is computed).
+    pub fn clear_icv(&mut self, len: usize) {
+        self.0.as_mut()[field::ICV..len].fill(0);
+    }
+}
+
+impl<T: AsRef<[u8]>> AhHeader<T> {
+    /// A view for writing a header into fresh bytes (no length checks).
+    pub fn new_unchecked(buf: T) -> Self {
+        AhHeader(buf)
+    }
+}
+
+/// An AH header's fixed fields (RFC 4302 §2), smoltcp-style; the ICV is the SA's to
+/// compute and write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AhRepr {
+    pub next_header: u8,
+    /// The whole header's length in bytes, ICV and padding included: a multiple of 4
+    /// (IPv4) or 8 (IPv6), at least 12.
+    pub header_len: usize,
+    pub spi: u32,
+    /// The low 32 bits of the sequence number.
+    pub seq: u32,
+}
+
+impl AhRepr {
+    /// The fields of a header; one claiming less than the fixed part is
+    /// [`DropReason::MalformedAh`].
+    pub fn parse<T: AsRef<[u8]>>(h: &AhHeader<T>) -> Result<Self, DropReason> {
+        if h.header_len() < AH_FIXED_LEN {
+            return Err(DropReason::MalformedAh);
+        }
+        Ok(AhRepr {
+            next_header: h.next_header(),
+            header_len: h.header_len(),
+            spi: h.spi(),
+            seq: h.seq(),
+        })
+    }
+    pub const fn header_len(&self) -> usize {
+        self.header_len
+    }
+    /// Write all `header_len` bytes: the fixed fields, reserved zero (§2.3) and a zero
+    /// ICV field (§3.3.3.1) for the ICV to be computed over.
+    #[inline]
+    pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, h: &mut AhHeader<T>) {
+        h.set_next_header(self.next_header);
+        h.set_header_len(self.header_len);
+        h.clear_reserved();
+        h.set_spi(self.spi);
+        h.set_seq(self.seq);
+        h.clear_icv(self.header_len);
     }
 }
 
@@ -114,12 +174,32 @@ mod tests {
     #[test]
     fn an_emitted_header_is_scapys_with_the_icv_zeroed() {
         for (want, spi, seq) in [(&SCAPY_AH4[..], 0x1000, 7), (&SCAPY_AH6[..], 0x1001, 8)] {
-            let mut b = vec![0xffu8; want.len()];
-            AhHeader::emit(&mut b[..], 17, want.len(), spi, seq);
+            // smoltcp's sentinel: a byte emit does not write stays 0xa5 and fails
+            let mut b = vec![0xa5u8; want.len()];
+            let r = AhRepr {
+                next_header: 17,
+                header_len: want.len(),
+                spi,
+                seq,
+            };
+            r.emit(&mut AhHeader::new_unchecked(&mut b[..]));
             let mut zeroed = want.to_vec();
             zeroed[12..].fill(0);
             assert_eq!(b, zeroed);
+            // round trip, and scapy's own header parses to the same fields
+            assert_eq!(
+                AhRepr::parse(&AhHeader::new_checked(&b[..]).unwrap()),
+                Ok(r)
+            );
+            assert_eq!(AhRepr::parse(&AhHeader::new_checked(want).unwrap()), Ok(r));
+            assert_eq!(r.header_len(), want.len());
         }
+        let mut short = SCAPY_AH4;
+        short[1] = 0;
+        assert_eq!(
+            AhRepr::parse(&AhHeader::new_unchecked(&short[..])),
+            Err(DropReason::MalformedAh)
+        );
     }
 
     #[test]

@@ -21,6 +21,11 @@ impl<T: AsRef<[u8]>> EspHeader<T> {
         }
         Ok(EspHeader(buf))
     }
+    /// A view without the length check, for bytes the caller has already bounded (at
+    /// least the 8-byte header).
+    pub fn new_unchecked(buf: T) -> Self {
+        EspHeader(buf)
+    }
     pub fn spi(&self) -> u32 {
         u32::from_be_bytes(self.0.as_ref()[field::SPI].try_into().unwrap())
     }

@@ -102,6 +102,9 @@ impl<T: AsRef<[u8]>> Ipv4Header<T> {
             self.b()[v4::TOTAL_LEN.start + 1],
         ])
     }
+    pub fn ident(&self) -> u16 {
+        u16::from_be_bytes([self.b()[v4::IDENT.start], self.b()[v4::IDENT.start + 1]])
+    }
     pub fn flags_frag(&self) -> u16 {
         u16::from_be_bytes([
             self.b()[v4::FLAGS_FRAG.start],
@@ -133,30 +136,27 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv4Header<T> {
     fn m(&mut self) -> &mut [u8] {
         self.0.as_mut()
     }
-    /// Write a complete option-less header (RFC 791 §3.1), checksum included.
-    #[allow(clippy::too_many_arguments)]
-    pub fn emit(
-        &mut self,
-        tos: u8,
-        total_len: u16,
-        ident: u16,
-        flags_frag: u16,
-        ttl: u8,
-        protocol: u8,
-        src: Ipv4Addr,
-        dst: Ipv4Addr,
-    ) {
-        let b = self.m();
-        b[v4::VER_IHL] = 0x45;
-        b[v4::TOS] = tos;
-        b[v4::TOTAL_LEN].copy_from_slice(&total_len.to_be_bytes());
-        b[v4::IDENT].copy_from_slice(&ident.to_be_bytes());
-        b[v4::FLAGS_FRAG].copy_from_slice(&flags_frag.to_be_bytes());
-        b[v4::TTL] = ttl;
-        b[v4::PROTOCOL] = protocol;
-        b[v4::SRC].copy_from_slice(&src.octets());
-        b[v4::DST].copy_from_slice(&dst.octets());
-        self.fill_checksum();
+    /// Write version 4 and IHL 5: an option-less header's first byte (RFC 791 §3.1).
+    fn set_version_ihl5(&mut self) {
+        self.m()[v4::VER_IHL] = 0x45;
+    }
+    pub fn set_tos(&mut self, tos: u8) {
+        self.m()[v4::TOS] = tos;
+    }
+    pub fn set_ident(&mut self, ident: u16) {
+        self.m()[v4::IDENT].copy_from_slice(&ident.to_be_bytes());
+    }
+    pub fn set_flags_frag(&mut self, flags_frag: u16) {
+        self.m()[v4::FLAGS_FRAG].copy_from_slice(&flags_frag.to_be_bytes());
+    }
+    pub fn set_ttl(&mut self, ttl: u8) {
+        self.m()[v4::TTL] = ttl;
+    }
+    pub fn set_src(&mut self, src: Ipv4Addr) {
+        self.m()[v4::SRC].copy_from_slice(&src.octets());
+    }
+    pub fn set_dst(&mut self, dst: Ipv4Addr) {
+        self.m()[v4::DST].copy_from_slice(&dst.octets());
     }
     pub fn set_total_len(&mut self, len: u16) {
         self.m()[v4::TOTAL_LEN].copy_from_slice(&len.to_be_bytes());
@@ -199,11 +199,14 @@ impl<T: AsRef<[u8]>> Ipv6Header<T> {
         self.0.as_ref()
     }
     pub fn version(&self) -> u8 {
-        self.b()[0] >> 4
+        self.b()[v6::VER_TC_FLOW.start] >> 4
     }
     pub fn traffic_class(&self) -> u8 {
         let w = u32::from_be_bytes(self.b()[v6::VER_TC_FLOW].try_into().unwrap());
         ((w >> 20) & 0xff) as u8
+    }
+    pub fn flow_label(&self) -> u32 {
+        u32::from_be_bytes(self.b()[v6::VER_TC_FLOW].try_into().unwrap()) & 0xf_ffff
     }
     pub fn payload_len(&self) -> u16 {
         u16::from_be_bytes([
@@ -226,29 +229,149 @@ impl<T: AsRef<[u8]>> Ipv6Header<T> {
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv6Header<T> {
-    /// Write a complete header (RFC 8200 §3).
-    #[allow(clippy::too_many_arguments)]
-    pub fn emit(
-        &mut self,
-        traffic_class: u8,
-        flow_label: u32,
-        payload_len: u16,
-        next_header: u8,
-        hop_limit: u8,
-        src: Ipv6Addr,
-        dst: Ipv6Addr,
-    ) {
-        let b = self.0.as_mut();
+    /// Version 6, traffic class and flow label: the first word (RFC 8200 §3).
+    pub fn set_version_tc_flow(&mut self, traffic_class: u8, flow_label: u32) {
         let w = (6u32 << 28) | (u32::from(traffic_class) << 20) | (flow_label & 0xf_ffff);
-        b[v6::VER_TC_FLOW].copy_from_slice(&w.to_be_bytes());
-        b[v6::PAYLOAD_LEN].copy_from_slice(&payload_len.to_be_bytes());
-        b[v6::NEXT_HEADER] = next_header;
-        b[v6::HOP_LIMIT] = hop_limit;
-        b[v6::SRC].copy_from_slice(&src.octets());
-        b[v6::DST].copy_from_slice(&dst.octets());
+        self.0.as_mut()[v6::VER_TC_FLOW].copy_from_slice(&w.to_be_bytes());
+    }
+    pub fn set_next_header(&mut self, next_header: u8) {
+        self.0.as_mut()[v6::NEXT_HEADER] = next_header;
+    }
+    pub fn set_hop_limit(&mut self, hop_limit: u8) {
+        self.0.as_mut()[v6::HOP_LIMIT] = hop_limit;
+    }
+    pub fn set_src(&mut self, src: Ipv6Addr) {
+        self.0.as_mut()[v6::SRC].copy_from_slice(&src.octets());
+    }
+    pub fn set_dst(&mut self, dst: Ipv6Addr) {
+        self.0.as_mut()[v6::DST].copy_from_slice(&dst.octets());
     }
     pub fn set_payload_len(&mut self, len: u16) {
         self.0.as_mut()[v6::PAYLOAD_LEN].copy_from_slice(&len.to_be_bytes());
+    }
+}
+
+/// An option-less IPv4 header as its fields (RFC 791 §3.1), smoltcp's `Ipv4Repr`: what
+/// a tunnel's outer header or a header put in front of a received payload says. Version,
+/// IHL (5) and the checksum follow from it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Ipv4Repr {
+    pub src: Ipv4Addr,
+    pub dst: Ipv4Addr,
+    pub protocol: u8,
+    /// Bytes after the header: total length − 20.
+    pub payload_len: usize,
+    /// DSCP and ECN (RFC 2474, RFC 3168).
+    pub tos: u8,
+    pub ident: u16,
+    /// Flags and fragment offset: [`IPV4_DF`] or 0 for a whole datagram.
+    pub flags_frag: u16,
+    pub ttl: u8,
+}
+
+impl Ipv4Repr {
+    /// The fields of a header. Options cannot be represented here
+    /// ([`DropReason::UnsupportedHeader`]); a version other than 4, a total length
+    /// shorter than the header or a wrong checksum is [`DropReason::MalformedIp`].
+    pub fn parse<T: AsRef<[u8]>>(h: &Ipv4Header<T>) -> Result<Self, DropReason> {
+        if h.version() != 4 {
+            return Err(DropReason::MalformedIp);
+        }
+        if h.header_len() != IPV4_HEADER_LEN {
+            return Err(DropReason::UnsupportedHeader);
+        }
+        let payload_len = usize::from(h.total_len()).checked_sub(IPV4_HEADER_LEN);
+        let payload_len = payload_len.ok_or(DropReason::MalformedIp)?;
+        if !h.checksum_ok() {
+            return Err(DropReason::MalformedIp);
+        }
+        Ok(Ipv4Repr {
+            src: h.src(),
+            dst: h.dst(),
+            protocol: h.protocol(),
+            payload_len,
+            tos: h.tos(),
+            ident: h.ident(),
+            flags_frag: h.flags_frag(),
+            ttl: h.ttl(),
+        })
+    }
+    /// The header's length: 20, there being no options.
+    pub const fn header_len(&self) -> usize {
+        IPV4_HEADER_LEN
+    }
+    /// The whole packet's length: header and payload (the total length field).
+    pub const fn buffer_len(&self) -> usize {
+        IPV4_HEADER_LEN + self.payload_len
+    }
+    /// Write every byte of the header, checksum last (RFC 791 §3.1, RFC 1071). The view
+    /// must have at least 20 bytes; the total length is truncated to 16 bits, as the
+    /// caller has bounded it by [`crate::constants::MAX_PACKET`].
+    #[inline]
+    pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, h: &mut Ipv4Header<T>) {
+        h.set_version_ihl5();
+        h.set_tos(self.tos);
+        h.set_total_len(self.buffer_len() as u16);
+        h.set_ident(self.ident);
+        h.set_flags_frag(self.flags_frag);
+        h.set_ttl(self.ttl);
+        h.set_protocol(self.protocol);
+        h.set_src(self.src);
+        h.set_dst(self.dst);
+        h.fill_checksum();
+    }
+}
+
+/// The fixed IPv6 header as its fields (RFC 8200 §3), smoltcp's `Ipv6Repr`; extension
+/// headers are part of the payload here.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Ipv6Repr {
+    pub src: Ipv6Addr,
+    pub dst: Ipv6Addr,
+    pub next_header: u8,
+    /// Bytes after the fixed header, extension headers included (payload length).
+    pub payload_len: usize,
+    pub hop_limit: u8,
+    /// DSCP and ECN.
+    pub traffic_class: u8,
+    /// 20 bits (RFC 6437).
+    pub flow_label: u32,
+}
+
+impl Ipv6Repr {
+    /// The fields of a header; a version other than 6 is [`DropReason::MalformedIp`].
+    pub fn parse<T: AsRef<[u8]>>(h: &Ipv6Header<T>) -> Result<Self, DropReason> {
+        if h.version() != 6 {
+            return Err(DropReason::MalformedIp);
+        }
+        Ok(Ipv6Repr {
+            src: h.src(),
+            dst: h.dst(),
+            next_header: h.next_header(),
+            payload_len: usize::from(h.payload_len()),
+            hop_limit: h.hop_limit(),
+            traffic_class: h.traffic_class(),
+            flow_label: h.flow_label(),
+        })
+    }
+    /// The fixed header's length: 40.
+    pub const fn header_len(&self) -> usize {
+        IPV6_HEADER_LEN
+    }
+    /// The whole packet's length: fixed header and payload.
+    pub const fn buffer_len(&self) -> usize {
+        IPV6_HEADER_LEN + self.payload_len
+    }
+    /// Write every byte of the fixed header (RFC 8200 §3). The view must have at least
+    /// 40 bytes; the payload length is truncated to 16 bits (no jumbograms).
+    #[inline]
+    pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, h: &mut Ipv6Header<T>) {
+        h.set_version_tc_flow(self.traffic_class, self.flow_label);
+        h.set_payload_len(self.payload_len as u16);
+        h.set_next_header(self.next_header);
+        h.set_hop_limit(self.hop_limit);
+        h.set_src(self.src);
+        h.set_dst(self.dst);
     }
 }
 
@@ -335,6 +458,13 @@ impl<'a> IpPacket<'a> {
             None => Err(DropReason::Truncated),
         }
     }
+    /// The IP version: 4 or 6.
+    pub fn version(&self) -> u8 {
+        match self {
+            IpPacket::V4(_) => 4,
+            IpPacket::V6(_) => 6,
+        }
+    }
     /// Length the header says the packet has (≤ the buffer).
     pub fn packet_len(&self) -> usize {
         match self {
@@ -418,20 +548,28 @@ impl PacketInfo {
 mod tests {
     use super::*;
 
+    /// smoltcp's habit: the buffer starts as this byte, so a byte emit leaves unwritten
+    /// shows up in the comparison.
+    const SENTINEL: u8 = 0xa5;
+
+    fn v4_repr() -> Ipv4Repr {
+        Ipv4Repr {
+            src: Ipv4Addr::new(192, 0, 2, 2),
+            dst: Ipv4Addr::new(192, 0, 2, 1),
+            protocol: proto::ESP,
+            payload_len: 100,
+            tos: 0,
+            ident: 0,
+            flags_frag: IPV4_DF,
+            ttl: 64,
+        }
+    }
+
     #[test]
     fn an_emitted_ipv4_header_checksums_to_zero() {
         // RFC 1071: the one's-complement sum over a header with its checksum is 0xffff.
-        let mut h = [0u8; 20];
-        Ipv4Header::new_unchecked(&mut h[..]).emit(
-            0,
-            120,
-            0,
-            0x4000,
-            64,
-            50,
-            Ipv4Addr::new(192, 0, 2, 2),
-            Ipv4Addr::new(192, 0, 2, 1),
-        );
+        let mut h = [SENTINEL; 20];
+        v4_repr().emit(&mut Ipv4Header::new_unchecked(&mut h[..]));
         let mut sum: u32 = h
             .chunks_exact(2)
             .map(|w| u32::from(u16::from_be_bytes([w[0], w[1]])))
@@ -445,6 +583,156 @@ mod tests {
         assert_eq!(
             (u16::from_be_bytes([h[2], h[3]]), h[6], h[8], h[9]),
             (120, 0x40, 64, 50)
+        );
+    }
+
+    /// IPv4 headers written by others, with the fields they hold:
+    /// - draft-mcgrew-gcm-test-01 §4 (test case 3), the inner TCP SYN's header: DF set;
+    /// - RFC 3602 §4 (case 7), the inner ICMP echo's header: DF clear, ident 0x0904;
+    /// - the worked checksum example of Wikipedia's "Internet checksum" article (192.168.0.1
+    ///   to 192.168.0.199, UDP, checksum 0xb861).
+    const OTHERS_V4: [(&str, [u8; 20], Ipv4Repr); 3] = [
+        (
+            "draft-mcgrew-gcm-test-01 case 3",
+            [
+                0x45, 0x00, 0x00, 0x30, 0x69, 0xa6, 0x40, 0x00, 0x80, 0x06, 0x26, 0x90, 0xc0, 0xa8,
+                0x01, 0x02, 0x93, 0x89, 0x15, 0x5e,
+            ],
+            Ipv4Repr {
+                src: Ipv4Addr::new(192, 168, 1, 2),
+                dst: Ipv4Addr::new(147, 137, 21, 94),
+                protocol: proto::TCP,
+                payload_len: 0x30 - 20,
+                tos: 0,
+                ident: 0x69a6,
+                flags_frag: IPV4_DF,
+                ttl: 128,
+            },
+        ),
+        (
+            "RFC 3602 case 7",
+            [
+                0x45, 0x00, 0x00, 0x54, 0x09, 0x04, 0x00, 0x00, 0x40, 0x01, 0xf9, 0x88, 0xc0, 0xa8,
+                0x7b, 0x03, 0xc0, 0xa8, 0x7b, 0xc8,
+            ],
+            Ipv4Repr {
+                src: Ipv4Addr::new(192, 168, 123, 3),
+                dst: Ipv4Addr::new(192, 168, 123, 200),
+                protocol: proto::ICMP,
+                payload_len: 0x54 - 20,
+                tos: 0,
+                ident: 0x0904,
+                flags_frag: 0,
+                ttl: 64,
+            },
+        ),
+        (
+            "Wikipedia, Internet checksum",
+            [
+                0x45, 0x00, 0x00, 0x73, 0x00, 0x00, 0x40, 0x00, 0x40, 0x11, 0xb8, 0x61, 0xc0, 0xa8,
+                0x00, 0x01, 0xc0, 0xa8, 0x00, 0xc7,
+            ],
+            Ipv4Repr {
+                src: Ipv4Addr::new(192, 168, 0, 1),
+                dst: Ipv4Addr::new(192, 168, 0, 199),
+                protocol: proto::UDP,
+                payload_len: 0x73 - 20,
+                tos: 0,
+                ident: 0,
+                flags_frag: IPV4_DF,
+                ttl: 64,
+            },
+        ),
+    ];
+
+    #[test]
+    fn others_ipv4_headers_parse_to_their_fields_and_emit_byte_for_byte() {
+        for (source, bytes, want) in OTHERS_V4 {
+            let got = Ipv4Repr::parse(&Ipv4Header::new_unchecked(&bytes[..]));
+            assert_eq!(got, Ok(want), "{source}");
+            assert_eq!(
+                want.buffer_len(),
+                usize::from(u16::from_be_bytes([bytes[2], bytes[3]]))
+            );
+            let mut b = [SENTINEL; 20];
+            want.emit(&mut Ipv4Header::new_unchecked(&mut b[..]));
+            assert_eq!(b, bytes, "{source}");
+        }
+    }
+
+    #[test]
+    fn ipv4_repr_round_trips_and_refuses_what_it_cannot_hold() {
+        for r in [
+            v4_repr(),
+            Ipv4Repr {
+                tos: 0xb9,
+                ident: 0xfffe,
+                flags_frag: 0x2001, // MF, offset 8 bytes: a fragment's word is kept
+                ttl: 1,
+                payload_len: 65_515,
+                ..v4_repr()
+            },
+        ] {
+            let mut b = [SENTINEL; 20];
+            r.emit(&mut Ipv4Header::new_unchecked(&mut b[..]));
+            assert_eq!(Ipv4Repr::parse(&Ipv4Header::new_unchecked(&b[..])), Ok(r));
+            assert_eq!((r.header_len(), r.buffer_len()), (20, 20 + r.payload_len));
+        }
+        let mut b = [SENTINEL; 20];
+        v4_repr().emit(&mut Ipv4Header::new_unchecked(&mut b[..]));
+        let mut bad = b;
+        bad[v4::CHECKSUM.start] ^= 1;
+        let parse = |b: &[u8]| Ipv4Repr::parse(&Ipv4Header::new_unchecked(b));
+        assert_eq!(parse(&bad), Err(DropReason::MalformedIp), "checksum");
+        let mut v6 = b;
+        v6[v4::VER_IHL] = 0x65;
+        assert_eq!(parse(&v6), Err(DropReason::MalformedIp), "version");
+        assert_eq!(
+            parse(&SCAPY_V4_OPTIONS_UDP),
+            Err(DropReason::UnsupportedHeader),
+            "options"
+        );
+        let mut short = b;
+        short[v4::TOTAL_LEN].copy_from_slice(&19u16.to_be_bytes());
+        Ipv4Header::new_unchecked(&mut short[..]).fill_checksum();
+        assert_eq!(
+            parse(&short),
+            Err(DropReason::MalformedIp),
+            "total < header"
+        );
+    }
+
+    #[test]
+    fn ipv6_repr_round_trips_every_field() {
+        let r = Ipv6Repr {
+            src: Ipv6Addr::from(fd00(1)),
+            dst: Ipv6Addr::from(fd00(2)),
+            next_header: proto::AH,
+            payload_len: 65_535,
+            hop_limit: 1,
+            traffic_class: 0xff,
+            flow_label: 0xf_ffff,
+        };
+        for r in [
+            r,
+            Ipv6Repr {
+                traffic_class: 0,
+                flow_label: 0,
+                hop_limit: 255,
+                ..r
+            },
+        ] {
+            let mut b = [SENTINEL; 40];
+            r.emit(&mut Ipv6Header::new_unchecked(&mut b[..]));
+            assert_eq!(Ipv6Repr::parse(&Ipv6Header::new_unchecked(&b[..])), Ok(r));
+            assert_eq!((r.header_len(), r.buffer_len()), (40, 40 + r.payload_len));
+        }
+        let mut b = [SENTINEL; 40];
+        r.emit(&mut Ipv6Header::new_unchecked(&mut b[..]));
+        b[0] = 0x40 | (b[0] & 0x0f);
+        assert_eq!(
+            Ipv6Repr::parse(&Ipv6Header::new_unchecked(&b[..])),
+            Err(DropReason::MalformedIp)
         );
     }
 
@@ -512,17 +800,11 @@ mod tests {
         assert_eq!(h.src(), Ipv4Addr::new(192, 0, 2, 2));
         assert_eq!(h.dst(), Ipv4Addr::new(198, 51, 100, 7));
         assert!(h.checksum_ok());
-        let mut b = [0u8; 20];
-        Ipv4Header::new_unchecked(&mut b[..]).emit(
-            0xb8,
-            120,
-            0x1234,
-            IPV4_DF,
-            64,
-            50,
-            Ipv4Addr::new(192, 0, 2, 2),
-            Ipv4Addr::new(198, 51, 100, 7),
-        );
+        let repr = Ipv4Repr::parse(&h).unwrap();
+        assert_eq!(repr.payload_len, 100);
+        assert_eq!(h.ident(), 0x1234);
+        let mut b = [SENTINEL; 20];
+        repr.emit(&mut Ipv4Header::new_unchecked(&mut b[..]));
         assert_eq!(b, SCAPY_V4);
     }
 
@@ -573,16 +855,13 @@ mod tests {
             (h.src(), h.dst()),
             (Ipv6Addr::from(src), Ipv6Addr::from(dst))
         );
-        let mut b = [0u8; 40];
-        Ipv6Header::new_unchecked(&mut b[..]).emit(
-            0xb8,
-            0x12345,
-            16,
-            50,
-            255,
-            Ipv6Addr::from(src),
-            Ipv6Addr::from(dst),
+        let repr = Ipv6Repr::parse(&h).unwrap();
+        assert_eq!(
+            (repr.traffic_class, repr.flow_label, repr.payload_len),
+            (0xb8, 0x12345, 16)
         );
+        let mut b = [SENTINEL; 40];
+        repr.emit(&mut Ipv6Header::new_unchecked(&mut b[..]));
         assert_eq!(b[..], want[..40]);
         assert!(
             Ipv6Header::new_checked(&want[..55]).is_err(),

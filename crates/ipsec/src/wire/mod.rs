@@ -1,17 +1,24 @@
 //! Zero-copy views of the headers the engine reads and writes, with checked parsing.
 //!
-//! As in smoltcp's `wire`: each header is a view over bytes, built only through a
-//! checked constructor, with its field offsets kept in one `field` module; processing
-//! code never indexes packets by hand.
+//! As in smoltcp's `wire`: each header is a view over bytes (`Ipv4Header`, `Ipv6Header`,
+//! `EspHeader`, `AhHeader`, `IpcompHeader`), built for untrusted bytes only through a
+//! checked constructor, with its field offsets kept in one `field` module. Headers the
+//! engine writes whole have a representation too — `Ipv4Repr`, `Ipv6Repr`, `AhRepr`,
+//! `IpcompRepr`: a plain struct of the fields with `parse(&view)` and `emit(&mut view)`,
+//! which writes every byte of the header and allocates nothing. Processing code never indexes packets
+//! by hand: it reads and writes fields through these, and slices a packet only at offsets
+//! they give (a header's length, the byte `ipv6_split` names as the next header).
 
 pub mod ah;
 pub mod esp;
 pub mod ip;
+pub mod ipcomp;
 pub mod l4;
 
-pub use ah::AhHeader;
+pub use ah::{AhHeader, AhRepr};
 pub use esp::EspHeader;
-pub use ip::{IpPacket, Ipv4Header, Ipv6Header, PacketInfo};
+pub use ip::{IpPacket, Ipv4Header, Ipv4Repr, Ipv6Header, Ipv6Repr, PacketInfo};
+pub use ipcomp::{IpcompHeader, IpcompRepr};
 
 /// RFC 1071 Internet checksum over `data`.
 pub fn checksum(data: &[u8]) -> u16 {
