@@ -339,11 +339,9 @@ fn run(cfg: config::Config, init_state: bool, mut signals: Signals) -> Result<()
             spawn("inbound", Box::new(move || dataplane::run_inbound(wi)))?,
         ]
     };
-    #[cfg(feature = "io-ceiling")]
-    eprintln!(
-        "ipsec-gw: WARNING: an io-ceiling build (benchmarks/io_ceiling.py): packets are framed \
-         as ESP but NOT ENCRYPTED OR AUTHENTICATED — a benchmark of the data path only"
-    );
+    if let Some(w) = dataplane::CEILING_WARNING {
+        eprintln!("ipsec-gw: WARNING: {w}");
+    }
     eprintln!(
         "ipsec-gw: up: TUN {} (MTU {}{}, offloads: TCP {}, UDP {}), {} -> {}{}, {} SAs, {} policies, {}",
         cfg.tun,

@@ -10,9 +10,10 @@ use ipsec::{PacketBuf, HEADROOM, TAILROOM};
 use tun_rs::SyncDevice;
 
 use super::crew::{Crew, JobSlot};
+use super::crypto::{finish, open, start};
 use super::outside::Outside;
 use super::sas::DirEngine;
-use super::{open, BATCH};
+use super::BATCH;
 use crate::gro::Coalescer;
 use crate::stats::Io;
 use crate::sys::{self, resident, RecvBatch, RECV_BATCH};
@@ -141,22 +142,14 @@ fn frame<'b>(
         _ => {
             // from an address of the other family (a v4-mapped peer on a v6 socket):
             // not from this gateway's peer, a named drop all the same
-            engine
-                .engine
-                .counters
-                .drops
-                .count(ipsec::DropReason::MalformedIp);
+            engine.count_drop(None, ipsec::DropReason::MalformedIp);
             return None;
         }
     };
     match PacketBuf::new(buf, head, len) {
         Ok(pkt) => Some(pkt),
         Err(_) => {
-            engine
-                .engine
-                .counters
-                .drops
-                .count(ipsec::DropReason::TooBig);
+            engine.count_drop(None, ipsec::DropReason::TooBig);
             None
         }
     }
@@ -279,46 +272,6 @@ impl CrewBatch {
             }
         }
     }
-}
-
-/// The engine's two halves of opening (`crew.rs`); the I/O-ceiling build, which has no
-/// cryptography, opens whole at the start.
-#[cfg(not(feature = "io-ceiling"))]
-fn start(
-    engine: &mut DirEngine,
-    pkt: &mut PacketBuf<'_>,
-) -> Result<InboundStart, ipsec::DropReason> {
-    engine.engine.inbound_start(pkt)
-}
-
-#[cfg(feature = "io-ceiling")]
-fn start(
-    engine: &mut DirEngine,
-    pkt: &mut PacketBuf<'_>,
-) -> Result<InboundStart, ipsec::DropReason> {
-    open(engine, pkt).map(InboundStart::Done)
-}
-
-#[cfg(not(feature = "io-ceiling"))]
-fn finish(
-    engine: &mut DirEngine,
-    pkt: &mut PacketBuf<'_>,
-    sa: ipsec::sad::SaId,
-    job: &ipsec::CryptoJob,
-    crypto: Result<(), ipsec::DropReason>,
-) -> Result<Inbound, ipsec::DropReason> {
-    engine.engine.inbound_finish(pkt, sa, job, crypto)
-}
-
-#[cfg(feature = "io-ceiling")]
-fn finish(
-    _: &mut DirEngine,
-    _: &mut PacketBuf<'_>,
-    _: ipsec::sad::SaId,
-    _: &ipsec::CryptoJob,
-    _: Result<(), ipsec::DropReason>,
-) -> Result<Inbound, ipsec::DropReason> {
-    Err(ipsec::DropReason::CryptoError) // never: that build's start opens whole
 }
 
 /// Outside → SAD → open → inner policy → TUN: the inbound direction's buffers and

@@ -350,9 +350,19 @@ impl DirEngine {
             None => self.after(id),
         };
         if !recorded {
-            self.engine.counters.drops.count(ipsec::DropReason::NoSa);
+            self.count_drop(None, ipsec::DropReason::NoSa);
         }
         recorded
+    }
+
+    /// Count a packet dropped for `reason`: on SA `sa` when it names one the engine
+    /// still holds, else on the direction's engine (no SA known, or it stopped since).
+    #[inline]
+    pub(super) fn count_drop(&mut self, sa: Option<SaId>, reason: ipsec::DropReason) {
+        match sa.and_then(|id| self.engine.sa_mut(id)) {
+            Some(s) => s.counters.drops.count(reason),
+            None => self.engine.counters.drops.count(reason),
+        }
     }
 
     /// Mark an SA expired in the state file (a reload or restart must not revive it).
