@@ -14,50 +14,10 @@ use super::crypto::{finish, open, start};
 use super::outside::Outside;
 use super::sas::DirEngine;
 use super::BATCH;
-use crate::gro::Coalescer;
+use crate::gro::TunSink;
 use crate::stats::Io;
-use crate::sys::{self, resident, RecvBatch, RECV_BATCH};
+use crate::sys::{resident, RecvBatch, RECV_BATCH};
 use ipsec::MAX_PACKET;
-
-/// Opened packets wait here to be written to the TUN device together: with offloads,
-/// a flow's segments are joined (GRO, [`Coalescer`]) into fewer, larger writes.
-struct TunSink {
-    gro: Coalescer,
-    fd: RawFd,
-}
-
-impl TunSink {
-    fn new(tun: &SyncDevice) -> TunSink {
-        TunSink {
-            gro: Coalescer::new(BATCH, tun.tcp_gso(), tun.udp_gso()),
-            fd: tun.as_raw_fd(),
-        }
-    }
-
-    fn push(&mut self, pkt: &[u8], io: &mut Io) {
-        self.gro.push(pkt);
-        io.tx_packets += 1;
-        io.tx_bytes += pkt.len() as u64;
-        if self.gro.is_full() {
-            self.flush(io);
-        }
-    }
-
-    /// Write the waiting packets to the TUN device, one write each (joined or not); a
-    /// write the device refuses is counted in `send_errors`.
-    fn flush(&mut self, io: &mut Io) {
-        if self.gro.is_empty() {
-            return;
-        }
-        let fd = self.fd;
-        let mut writes = 0;
-        io.send_errors += self.gro.flush(|b| {
-            writes += 1;
-            sys::write_packet(fd, b)
-        });
-        io.tun_writes += writes;
-    }
-}
 
 /// Where one outer datagram came from and what it is.
 #[derive(Clone, Copy)]
@@ -301,7 +261,7 @@ impl InboundPath {
             fds,
             rx: RecvBatch::new(),
             segment: resident(HEADROOM + MAX_PACKET + TAILROOM),
-            sink: TunSink::new(tun),
+            sink: TunSink::new(tun, BATCH),
             crew: crew.map(CrewBatch::new),
             io: Io::default(),
         }
@@ -393,6 +353,7 @@ impl InboundPath {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::gro::Coalescer;
     use ipsec::sa::Direction;
     use ipsec::DropReason;
 
@@ -408,10 +369,7 @@ mod tests {
     #[test]
     fn what_the_gateway_refuses_is_a_named_counted_drop() {
         let mut e = engine();
-        let mut sink = TunSink {
-            gro: Coalescer::new(4, false, false),
-            fd: -1,
-        };
+        let mut sink = TunSink::detached(Coalescer::new(4, false, false));
         let mut io = Io::default();
         let mut buf = vec![0u8; 256];
         let v6 = Arrival {
@@ -472,10 +430,7 @@ mod tests {
                     out.engine.outbound(&mut pkt).unwrap();
                     esp.push(pkt.data().to_vec());
                 }
-                let mut sink = TunSink {
-                    gro: Coalescer::new(2 * SLOTS, false, false),
-                    fd: -1,
-                };
+                let mut sink = TunSink::detached(Coalescer::new(2 * SLOTS, false, false));
                 let mut io = Io::default();
                 if crew {
                     let crew = crate::dataplane::crew::Crew::new(8, "t").unwrap().unwrap();
@@ -555,10 +510,7 @@ mod tests {
         }
         let crew = crate::dataplane::crew::Crew::new(8, "t").unwrap().unwrap();
         let mut c = CrewBatch::new(crew);
-        let mut sink = TunSink {
-            gro: Coalescer::new(2 * SLOTS, false, false),
-            fd: -1,
-        };
+        let mut sink = TunSink::detached(Coalescer::new(2 * SLOTS, false, false));
         let mut io = Io::default();
         let mut got: Vec<Vec<u8>> = Vec::new();
         let local: IpAddr = "192.0.2.2".parse().unwrap();
