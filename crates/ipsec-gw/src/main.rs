@@ -112,8 +112,13 @@ fn main() -> ExitCode {
         let held = claim::table(&cfg).and_then(|t| seqstate::lock(&cfg.state).map(|s| (t, s)));
         let _locks = match held {
             Ok(locks) => locks,
-            Err(e) => {
+            Err(claim::LockError::Held(e)) => {
                 eprintln!("ipsec-gw: --release refused: {e}; stop that gateway first");
+                return ExitCode::from(1);
+            }
+            // not another gateway's: nothing to stop, what the system said instead
+            Err(claim::LockError::Os(e)) => {
+                eprintln!("ipsec-gw: --release refused: {e}");
                 return ExitCode::from(1);
             }
         };
