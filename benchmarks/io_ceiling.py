@@ -1,5 +1,5 @@
 """How much of plain forwarding the gateway's data path keeps before any cryptography:
-plain forwarding, ipsec-gw, and an `io-ceiling` build of ipsec-gw (src/ceiling.rs: packets
+plain forwarding, ipsec-gw, and an `io-ceiling` build of ipsec-gw (dataplane/crypto.rs: packets
 framed exactly as ESP with AES-GCM-16 would frame them, but neither encrypted nor
 authenticated; TUN offloads, batching, UDP GSO/GRO and GRO into the TUN device all the
 gateway's own), in alternating runs on the `line` testbed. Prints JSON: medians and

@@ -10,6 +10,7 @@
 //! - [`seqstate`]: sequence numbers that outlive the process.
 //! - [`stats`]: counters and the stats socket.
 //! - [`privilege`]: dropping to the capabilities the data path needs.
+//! - [`reload`]: what a reload is checked against before the workers get it.
 //! - [`sys`]: every system call that needs `unsafe` — the only module allowed any.
 
 #![deny(unsafe_code)]
@@ -20,6 +21,7 @@ pub mod dataplane;
 pub mod gro;
 pub mod guard;
 pub mod privilege;
+pub mod reload;
 pub mod seqstate;
 pub mod stats;
 #[allow(unsafe_code)]

@@ -14,6 +14,7 @@ use std::sync::Arc;
 use clap::{Parser, Subcommand};
 use ipsec::sa::Direction;
 use ipsec_gw::guard::ip;
+use ipsec_gw::reload::{key_of_other_direction, needs_restart, reload_problem, KeysTaken};
 use ipsec_gw::{claim, config, dataplane, guard, privilege, seqstate, stats, sys};
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
@@ -111,8 +112,13 @@ fn main() -> ExitCode {
         let held = claim::table(&cfg).and_then(|t| seqstate::lock(&cfg.state).map(|s| (t, s)));
         let _locks = match held {
             Ok(locks) => locks,
-            Err(e) => {
+            Err(claim::LockError::Held(e)) => {
                 eprintln!("ipsec-gw: --release refused: {e}; stop that gateway first");
+                return ExitCode::from(1);
+            }
+            // not another gateway's: nothing to stop, what the system said instead
+            Err(claim::LockError::Os(e)) => {
+                eprintln!("ipsec-gw: --release refused: {e}");
                 return ExitCode::from(1);
             }
         };
@@ -212,37 +218,80 @@ fn print_stats(socket: &std::path::Path, json: bool, prometheus: bool) -> ExitCo
     ExitCode::SUCCESS
 }
 
-fn run(cfg: config::Config, init_state: bool, mut signals: Signals) -> Result<(), String> {
+/// The gateway's life: set up (as root, then as its user), start the workers, serve
+/// signals until told to stop, then stop the workers and say why if one failed.
+fn run(cfg: config::Config, init_state: bool, signals: Signals) -> Result<(), String> {
+    let (up, engines) = set_up(&cfg, init_state)?;
+    let (stop, senders, threads) = spawn_workers(&cfg, &up, engines)?;
+    announce(&cfg, &up);
+    let mut up = up;
+    Reloader {
+        running_mtu: up.start_mtu,
+        current: cfg,
+        up: &mut up,
+        senders,
+    }
+    .serve(signals);
+    stop.store(true, Ordering::Relaxed);
+    for t in threads {
+        let _ = t.join();
+    }
+    if let Some(bound) = &up.stats_socket {
+        bound.remove();
+    }
+    let failed = up.shared.failed.lock().expect("failed lock").take();
+    match failed {
+        Some(why) => Err(format!("stopped because a worker failed: {why}")),
+        None => Ok(()),
+    }
+}
+
+/// What start-up made and the running gateway keeps: the devices, sockets and locks,
+/// and what a reload is checked against.
+struct Up {
+    tun: Arc<tun_rs::SyncDevice>,
+    outside: Arc<dataplane::Outside>,
+    shared: Arc<stats::Shared>,
+    stats_socket: Option<stats::BoundSocket>,
+    /// The TUN device's MTU at start, and the path MTU it came from (`auto`).
+    start_mtu: u16,
+    path: Option<u16>,
+    /// The config file, opened while root: the gateway's user re-reads it on SIGHUP.
+    source: config::Source,
+    /// What each direction's state records, for a reload to check the other direction's
+    /// SAs against (the workers' readers are theirs); and every key each direction's SAs
+    /// held in a config this gateway took, which a worker records only once it builds
+    /// that config, later than it is sent (a burst of reloads).
+    states: [seqstate::Reader; 2],
+    taken: KeysTaken,
+    /// One gateway per routing table (its guard), and per state, for its whole life
+    /// (let go last, the table first).
+    _table: std::fs::File,
+    _lock: std::fs::File,
+}
+
+/// One direction's engine each (out, in).
+type Engines = (dataplane::DirEngine, dataplane::DirEngine);
+
+/// Everything the gateway needs made, in the order that leaves nothing half made: the
+/// engines (state read, reservations written) before the TUN device, the guard before
+/// the TUN device, root given up before any other thread starts. Returns the two
+/// directions' engines (out, in) beside it.
+fn set_up(cfg: &config::Config, init_state: bool) -> Result<(Up, Engines), String> {
     // Least privilege before anything is made: every step below proves it needs no more.
     privilege::limit_for_setup()?;
     let ids = privilege::lookup(&cfg.user)?;
-    // Opened while root: the gateway's user re-reads it on SIGHUP through this.
-    let mut source = config::Source::open(&cfg.file).map_err(|e| e.to_string())?;
-    // One gateway per state, and per routing table (its guard), for its whole life.
-    let _lock = seqstate::lock(&cfg.state)?;
-    let _table = claim::table(&cfg)?;
+    let source = config::Source::open(&cfg.file).map_err(|e| e.to_string())?;
+    let lock = seqstate::lock(&cfg.state)?;
+    let table = claim::table(cfg)?;
     // The engines first, sequence state read and reservations written: nothing is
     // created (TUN device, routes) for a gateway that cannot keep its numbers.
-    let open = |dir: Direction| {
-        seqstate::SeqState::open(&seqstate::path_for(&cfg.state, dir), dir, init_state)
-    };
-    let (st_out, st_in) = (open(Direction::Out)?, open(Direction::In)?);
-    let (read_out, read_in) = (st_out.reader()?, st_in.reader()?);
-    // What each direction's state records, for a reload to check the other direction's
-    // SAs against (the workers' readers are theirs); and every key each direction's SAs
-    // held in a config this gateway took, which a worker records only once it builds
-    // that config, later than it is sent (a burst of reloads).
-    let states = [st_out.reader()?, st_in.reader()?];
+    let (engines, states) = engines(cfg, init_state)?;
     let mut taken = KeysTaken::default();
-    taken.add(&cfg);
-    let engine = |dir: Direction, both| -> Result<dataplane::DirEngine, String> {
-        dataplane::DirEngine::build(&cfg, dir, None, Some(both)).map_err(|e| e.to_string())
-    };
-    let eng_out = engine(Direction::Out, (st_out, read_in))?;
-    let eng_in = engine(Direction::In, (st_in, read_out))?;
+    taken.add(cfg);
     // The TUN device's MTU, before anything is made: a path that leaves too little room
     // is refused with nothing to undo.
-    let (start_mtu, path) = tun_mtu(&cfg)?;
+    let (start_mtu, path) = tun_mtu(cfg)?;
     // A TUN device of this name is another gateway's (a gateway's goes with it): refused
     // before this one's guard goes in beside that one's.
     if std::path::Path::new("/sys/class/net")
@@ -259,7 +308,7 @@ fn run(cfg: config::Config, init_state: bool, mut signals: Signals) -> Result<()
         stats::in_use(p).map_err(|e| format!("cannot serve stats on {}: {e}", p.display()))?;
     }
     // The boundary closed before the TUN device exists, and kept closed after it goes.
-    guard::install(&cfg)?;
+    guard::install(cfg)?;
     let tun = tun_rs::DeviceBuilder::new()
         .name(&cfg.tun)
         .mtu(start_mtu)
@@ -274,13 +323,12 @@ fn run(cfg: config::Config, init_state: bool, mut signals: Signals) -> Result<()
     if let Err(e) = std::fs::write(&rp, "2") {
         eprintln!("ipsec-gw: warning: cannot set loose reverse-path filtering ({rp}): {e}");
     }
-    guard::tun_routes(&cfg)?;
+    guard::tun_routes(cfg)?;
     let outside = Arc::new(
-        dataplane::Outside::open(&cfg)
-            .map_err(|e| format!("cannot open the outer sockets: {e}"))?,
+        dataplane::Outside::open(cfg).map_err(|e| format!("cannot open the outer sockets: {e}"))?,
     );
     let shared = Arc::new(stats::Shared::new());
-    let _ = shared.guard.set(guard::table_name(&cfg));
+    let _ = shared.guard.set(guard::table_name(cfg));
     let stats_socket = match &cfg.stats {
         Some(p) => Some(
             sys::with_umask(0o177, || stats::bind(p))
@@ -298,18 +346,69 @@ fn run(cfg: config::Config, init_state: bool, mut signals: Signals) -> Result<()
         }
         None => None,
     };
+    let up = Up {
+        tun,
+        outside,
+        shared,
+        stats_socket,
+        start_mtu,
+        path,
+        source,
+        states,
+        taken,
+        _table: table,
+        _lock: lock,
+    };
+    Ok((up, engines))
+}
+
+/// Both directions' engines (out, in), built on their sequence state (each reads the
+/// other's), and a reader of each state (out, in) for the reload checks.
+fn engines(
+    cfg: &config::Config,
+    init_state: bool,
+) -> Result<(Engines, [seqstate::Reader; 2]), String> {
+    let open = |dir: Direction| {
+        seqstate::SeqState::open(&seqstate::path_for(&cfg.state, dir), dir, init_state)
+    };
+    let (st_out, st_in) = (open(Direction::Out)?, open(Direction::In)?);
+    let (read_out, read_in) = (st_out.reader()?, st_in.reader()?);
+    let states = [st_out.reader()?, st_in.reader()?];
+    let engine = |dir: Direction, both| -> Result<dataplane::DirEngine, String> {
+        dataplane::DirEngine::build(cfg, dir, None, Some(both)).map_err(|e| e.to_string())
+    };
+    let eng_out = engine(Direction::Out, (st_out, read_in))?;
+    let eng_in = engine(Direction::In, (st_in, read_out))?;
+    Ok(((eng_out, eng_in), states))
+}
+
+/// Where a reload goes to each direction's worker (out, in).
+type Senders = (
+    mpsc::Sender<Arc<config::Config>>,
+    mpsc::Sender<Arc<config::Config>>,
+);
+
+type Threads = Vec<std::thread::JoinHandle<()>>;
+
+/// The workers on their threads — one for both directions (`workers = 1`) or one each —
+/// with their engines (out, in); the flag that stops them and where reloads go to them.
+fn spawn_workers(
+    cfg: &config::Config,
+    up: &Up,
+    (eng_out, eng_in): Engines,
+) -> Result<(Arc<AtomicBool>, Senders, Threads), String> {
     let stop = Arc::new(AtomicBool::new(false));
     let (out_tx, out_rx) = mpsc::channel();
     let (in_tx, in_rx) = mpsc::channel();
     let worker = |engine, rx| dataplane::Worker {
-        tun: tun.clone(),
+        tun: up.tun.clone(),
         // the buffers' size: what `auto` may grow to at a reload, or the fixed MTU
         mtu: match cfg.mtu {
             config::Mtu::Auto => config::MAX_MTU,
             config::Mtu::Fixed(n) => n,
         },
-        outside: outside.clone(),
-        shared: shared.clone(),
+        outside: up.outside.clone(),
+        shared: up.shared.clone(),
         stop: stop.clone(),
         reload: rx,
         engine,
@@ -320,7 +419,7 @@ fn run(cfg: config::Config, init_state: bool, mut signals: Signals) -> Result<()
     // A worker that panics (or whose crew does: rayon hands the panic back to it) stops
     // the gateway like any other worker failure, never leaving it half alive.
     let spawn = |name: &str, f: Box<dyn FnOnce() + Send>| {
-        let (shared, stop) = (shared.clone(), stop.clone());
+        let (shared, stop) = (up.shared.clone(), stop.clone());
         std::thread::Builder::new()
             .name(name.into())
             .spawn(move || {
@@ -339,26 +438,29 @@ fn run(cfg: config::Config, init_state: bool, mut signals: Signals) -> Result<()
             spawn("inbound", Box::new(move || dataplane::run_inbound(wi)))?,
         ]
     };
-    #[cfg(feature = "io-ceiling")]
-    eprintln!(
-        "ipsec-gw: WARNING: an io-ceiling build (benchmarks/io_ceiling.py): packets are framed \
-         as ESP but NOT ENCRYPTED OR AUTHENTICATED — a benchmark of the data path only"
-    );
+    Ok((stop, (out_tx, in_tx), threads))
+}
+
+/// The gateway is up: say what it runs.
+fn announce(cfg: &config::Config, up: &Up) {
+    if let Some(w) = dataplane::CEILING_WARNING {
+        eprintln!("ipsec-gw: WARNING: {w}");
+    }
+    let on = |b: bool| if b { "on" } else { "off" };
     eprintln!(
         "ipsec-gw: up: TUN {} (MTU {}{}, offloads: TCP {}, UDP {}), {} -> {}{}, {} SAs, {} policies, {}",
         cfg.tun,
-        start_mtu,
-        path_note(path),
-        if tun.tcp_gso() { "on" } else { "off" },
-        if tun.udp_gso() { "on" } else { "off" },
+        up.start_mtu,
+        path_note(up.path),
+        on(up.tun.tcp_gso()),
+        on(up.tun.udp_gso()),
         cfg.local,
         cfg.remote,
         if cfg.udp_encap {
-            let on = |b: bool| if b { "on" } else { "off" };
             format!(
                 " (ESP in UDP 4500, GSO {}, GRO {})",
-                on(outside.udp_gso),
-                on(outside.udp_gro)
+                on(up.outside.udp_gso),
+                on(up.outside.udp_gro)
             )
         } else {
             String::new()
@@ -372,191 +474,123 @@ fn run(cfg: config::Config, init_state: bool, mut signals: Signals) -> Result<()
             (_, n) => format!("a worker per direction, {n} crypto workers each"),
         }
     );
-    let mut current = cfg;
-    let mut running_mtu = start_mtu;
-    for sig in signals.forever() {
-        if sig != SIGHUP {
-            eprintln!("ipsec-gw: stopping");
-            break;
-        }
-        // A config that loads but that the engines refuse, or that changes an SA but
-        // not its keys, is refused like one that does not load (each checked once).
-        let loaded = source
-            .reload()
-            .map(|(new, through_fd)| {
-                if through_fd {
-                    eprintln!(
-                        "ipsec-gw: note: user {} may not open {}: read through the \
-                         descriptor opened at start (edits in place are seen; a file put \
-                         in its place is not, until a restart)",
-                        current.user,
-                        current.file.display()
-                    );
-                }
-                new
-            })
-            .map_err(|e| e.to_string())
-            .and_then(|new| {
-                match reload_problem(&current, &new)
-                    .or_else(|| key_of_other_direction(&new, &states, &taken))
-                {
-                    Some(why) => Err(why),
-                    None => Ok(new),
-                }
-            });
-        match loaded {
-            Ok(new)
-                if (
-                    &new.tun,
-                    new.mtu,
-                    new.offload,
-                    new.workers,
-                    new.crypto_workers,
-                ) != (
-                    &current.tun,
-                    current.mtu,
-                    current.offload,
-                    current.workers,
-                    current.crypto_workers,
-                ) || (new.local, new.remote, new.udp_encap)
-                    != (current.local, current.remote, current.udp_encap)
-                    || (new.table, new.fwmark) != (current.table, current.fwmark)
-                    || (&new.state, &new.stats, &new.user)
-                        != (&current.state, &current.stats, &current.user) =>
-            {
-                shared.reloads_refused.fetch_add(1, Ordering::Relaxed);
-                eprintln!(
+}
+
+/// Why a reload was refused; the running config stays either way.
+enum Refused {
+    /// It changes what only a restart can change.
+    NeedsRestart,
+    /// It does not load, the engines or the key checks refuse it, or what it needs (an
+    /// MTU, the guard) cannot be had now.
+    Because(String),
+}
+
+/// The main thread once the workers run: SIGHUP reloads the config, SIGTERM or SIGINT
+/// stop the gateway.
+struct Reloader<'u> {
+    current: config::Config,
+    running_mtu: u16,
+    up: &'u mut Up,
+    senders: Senders,
+}
+
+impl Reloader<'_> {
+    /// Serve signals until one says stop; each reload refused is counted and said why.
+    fn serve(mut self, mut signals: Signals) {
+        for sig in signals.forever() {
+            if sig != SIGHUP {
+                eprintln!("ipsec-gw: stopping");
+                break;
+            }
+            let Err(refused) = self.reload() else {
+                continue;
+            };
+            self.up
+                .shared
+                .reloads_refused
+                .fetch_add(1, Ordering::Relaxed);
+            match refused {
+                Refused::NeedsRestart => eprintln!(
                     "ipsec-gw: reload refused: the TUN device (name, MTU, offloads), outer \
                      addresses, UDP encapsulation, table, fwmark, workers, crypto_workers, \
                      state, stats and user change only with a restart; the running config stays"
-                );
-            }
-            Ok(new) => {
-                for w in &new.warnings {
-                    eprintln!("ipsec-gw: warning: {w}");
+                ),
+                Refused::Because(e) => {
+                    eprintln!("ipsec-gw: reload refused, the running config stays: {e}")
                 }
-                // `auto` follows the path: the MTU the path and the new SAs give now. One
-                // that cannot be worked out refuses the reload (the new SAs might not fit
-                // the running MTU); a smaller one is set before the new engines take
-                // over, a larger one after — never a moment with packets too big.
-                let mtu = match new.mtu {
-                    config::Mtu::Auto => match tun_mtu(&new) {
-                        Ok((n, path)) => Some((n, path)),
-                        Err(e) => {
-                            shared.reloads_refused.fetch_add(1, Ordering::Relaxed);
-                            eprintln!("ipsec-gw: reload refused, the running config stays: {e}");
-                            continue;
-                        }
-                    },
-                    config::Mtu::Fixed(_) => None,
-                };
-                if let Some((n, path)) = mtu.filter(|(n, _)| *n < running_mtu) {
-                    if let Err(e) = set_tun_mtu(&new, &mut running_mtu, n, path) {
-                        shared.reloads_refused.fetch_add(1, Ordering::Relaxed);
-                        eprintln!("ipsec-gw: reload refused, the running config stays: {e}");
-                        continue;
-                    }
-                }
-                // The new guard before the new engines: a guard that cannot be
-                // installed refuses the reload, the running config and its guard stay
-                // (as a start that cannot install it is refused).
-                if let Err(e) = guard::reinstall(&current, &new) {
-                    shared.reloads_refused.fetch_add(1, Ordering::Relaxed);
-                    eprintln!("ipsec-gw: reload refused, the running config stays: {e}");
-                    continue;
-                }
-                taken.add(&new);
-                let new = Arc::new(new);
-                let _ = out_tx.send(new.clone());
-                let _ = in_tx.send(new.clone());
-                if let Some((n, path)) = mtu.filter(|(n, _)| *n > running_mtu) {
-                    if let Err(e) = set_tun_mtu(&new, &mut running_mtu, n, path) {
-                        eprintln!("ipsec-gw: warning: {e} (the smaller MTU is safe)");
-                    }
-                }
-                shared.reloads.fetch_add(1, Ordering::Relaxed);
-                eprintln!(
-                    "ipsec-gw: reloaded {} ({} SAs, {} policies)",
-                    new.file.display(),
-                    new.sas.len(),
-                    new.policies.len()
-                );
-                current = (*new).clone();
-            }
-            Err(e) => {
-                shared.reloads_refused.fetch_add(1, Ordering::Relaxed);
-                eprintln!("ipsec-gw: reload refused, the running config stays: {e}");
             }
         }
     }
-    stop.store(true, Ordering::Relaxed);
-    for t in threads {
-        let _ = t.join();
-    }
-    if let Some(bound) = &stats_socket {
-        bound.remove();
-    }
-    let failed = shared.failed.lock().expect("failed lock").take();
-    match failed {
-        Some(why) => Err(format!("stopped because a worker failed: {why}")),
-        None => Ok(()),
-    }
-}
 
-/// The keys (`seqstate::keys_of`) each direction's SAs held in any config this gateway
-/// took: at start and every reload sent to the workers.
-#[derive(Default)]
-struct KeysTaken {
-    out: std::collections::HashSet<seqstate::Key>,
-    inb: std::collections::HashSet<seqstate::Key>,
-}
-
-impl KeysTaken {
-    fn add(&mut self, cfg: &config::Config) {
-        for s in &cfg.sas {
-            let set = match s.config.direction {
-                Direction::Out => &mut self.out,
-                Direction::In => &mut self.inb,
-            };
-            set.extend(seqstate::keys_of(&s.config));
+    /// The config file read again and checked: a config that loads but that the engines
+    /// refuse, or that changes an SA but not its keys, is refused like one that does not
+    /// load (each checked once).
+    fn load(&mut self) -> Result<config::Config, Refused> {
+        let (new, through_fd) = self
+            .up
+            .source
+            .reload()
+            .map_err(|e| Refused::Because(e.to_string()))?;
+        if through_fd {
+            eprintln!(
+                "ipsec-gw: note: user {} may not open {}: read through the descriptor opened \
+                 at start (edits in place are seen; a file put in its place is not, until a \
+                 restart)",
+                self.current.user,
+                self.current.file.display()
+            );
+        }
+        match reload_problem(&self.current, &new)
+            .or_else(|| key_of_other_direction(&new, &self.up.states, &self.up.taken))
+        {
+            Some(why) => Err(Refused::Because(why)),
+            None => Ok(new),
         }
     }
-}
 
-/// An SA of `new` under a key the other direction numbered under — recorded in that
-/// direction's state (`states`: out, in) or held by one of its SAs in a config taken
-/// before: the worker would refuse to build it
-/// ([`dataplane::BuildError::KeyOfOtherDirection`]) and stop the gateway, or build it
-/// before the other worker recorded the key. The reload is refused instead; the running
-/// config stays.
-fn key_of_other_direction(
-    new: &config::Config,
-    states: &[seqstate::Reader; 2],
-    taken: &KeysTaken,
-) -> Option<String> {
-    let [out, inb] = states;
-    let (out, inb) = match (out.read(), inb.read()) {
-        (Ok(o), Ok(i)) => (o, i),
-        (Err(e), _) | (_, Err(e)) => return Some(e),
-    };
-    new.sas
-        .iter()
-        .find(|s| {
-            let (state, held) = match s.config.direction {
-                Direction::Out => (&inb, &taken.inb),
-                Direction::In => (&out, &taken.out),
-            };
-            let keys = seqstate::keys_of(&s.config);
-            state.records_any(&keys) || keys.iter().any(|k| held.contains(k))
-        })
-        .map(|s| {
-            dataplane::BuildError::KeyOfOtherDirection {
-                name: s.name.clone(),
-                spi: s.config.spi,
-                direction: s.config.direction,
+    /// Take the config as it is now on disk, or refuse it with the running one kept.
+    fn reload(&mut self) -> Result<(), Refused> {
+        let new = self.load()?;
+        if needs_restart(&self.current, &new) {
+            return Err(Refused::NeedsRestart);
+        }
+        for w in &new.warnings {
+            eprintln!("ipsec-gw: warning: {w}");
+        }
+        // `auto` follows the path: the MTU the path and the new SAs give now. One that
+        // cannot be worked out refuses the reload (the new SAs might not fit the running
+        // MTU); a smaller one is set before the new engines take over, a larger one after
+        // — never a moment with packets too big.
+        let mtu = match new.mtu {
+            config::Mtu::Auto => Some(tun_mtu(&new).map_err(Refused::Because)?),
+            config::Mtu::Fixed(_) => None,
+        };
+        if let Some((n, path)) = mtu.filter(|(n, _)| *n < self.running_mtu) {
+            set_tun_mtu(&new, &mut self.running_mtu, n, path).map_err(Refused::Because)?;
+        }
+        // The new guard before the new engines: a guard that cannot be installed refuses
+        // the reload, the running config and its guard stay (as a start that cannot
+        // install it is refused).
+        guard::reinstall(&self.current, &new).map_err(Refused::Because)?;
+        self.up.taken.add(&new);
+        let new = Arc::new(new);
+        let _ = self.senders.0.send(new.clone());
+        let _ = self.senders.1.send(new.clone());
+        if let Some((n, path)) = mtu.filter(|(n, _)| *n > self.running_mtu) {
+            if let Err(e) = set_tun_mtu(&new, &mut self.running_mtu, n, path) {
+                eprintln!("ipsec-gw: warning: {e} (the smaller MTU is safe)");
             }
-            .to_string()
-        })
+        }
+        self.up.shared.reloads.fetch_add(1, Ordering::Relaxed);
+        eprintln!(
+            "ipsec-gw: reloaded {} ({} SAs, {} policies)",
+            new.file.display(),
+            new.sas.len(),
+            new.policies.len()
+        );
+        self.current = (*new).clone();
+        Ok(())
+    }
 }
 
 /// The TUN device's MTU (at start, and at a reload with `auto`), and the path MTU it came
@@ -602,147 +636,4 @@ fn set_tun_mtu(
     );
     *running = n;
     Ok(())
-}
-
-/// Why a reload of `new` over `current` must be refused, if it must: the engines it
-/// would build fail (every rule the engine enforces), or an SA changes what it does
-/// while keeping its keys — the same keys under new parameters would restart or
-/// reinterpret its sequence numbers (RFC 4301 §4.4.2: a changed SA is a new SA, which
-/// needs new keys).
-fn reload_problem(current: &config::Config, new: &config::Config) -> Option<String> {
-    if let Err(e) = dataplane::DirEngine::check(new) {
-        return Some(e.to_string());
-    }
-    for n in &new.sas {
-        // any key of one in the other, whatever field, suite or direction holds it
-        let shares_a_key = |c: &config::SaSpec| {
-            c.config
-                .secrets()
-                .any(|a| n.config.secrets().any(|b| config::same_key(a.key, b.key)))
-        };
-        if let Some(c) = current
-            .sas
-            .iter()
-            .find(|c| shares_a_key(c) && !c.same_as(n))
-        {
-            return Some(format!(
-                "sa {} changes its parameters (SPI, protocol, direction, suite, mode, ESN, \
-                 window or endpoints) but keeps a key of sa {}: give it new keys",
-                n.name, c.name
-            ));
-        }
-    }
-    None
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Two SAs, out and in, aes256-sha256, with these (enc_key, integ_key).
-    fn cfg(out: (&str, &str), inb: (&str, &str)) -> config::Config {
-        let text = format!(
-            r#"
-[gateway]
-tun = "ipsec0"
-local = "192.0.2.1"
-remote = "192.0.2.2"
-routes = ["10.2.0.0/24"]
-
-[[sa]]
-name = "out"
-direction = "out"
-spi = 0x1001
-encryption = "aes256"
-integrity = "sha256"
-enc_key = "{}"
-integ_key = "{}"
-
-[[sa]]
-name = "in"
-direction = "in"
-spi = 0x2002
-encryption = "aes256"
-integrity = "sha256"
-enc_key = "{}"
-integ_key = "{}"
-
-[[policy]]
-direction = "out"
-src = "10.1.0.0/24"
-dst = "10.2.0.0/24"
-action = "protect"
-sa = "out"
-
-[[policy]]
-direction = "in"
-src = "10.2.0.0/24"
-dst = "10.1.0.0/24"
-action = "protect"
-sa = "in"
-"#,
-            out.0, out.1, inb.0, inb.1
-        );
-        config::parse(&text, std::path::Path::new("gw.toml")).unwrap()
-    }
-
-    fn key(seed: u8, n: usize) -> String {
-        (0..n)
-            .map(|i| format!("{:02x}", seed.wrapping_add(i as u8)))
-            .collect()
-    }
-
-    /// A burst of reloads: R1 put key K on the inbound SA, R2 took it away, R3 puts it
-    /// on the outbound SA — before the inbound worker built R1, no state records K, yet
-    /// R3 is refused (the worker would otherwise stop the gateway on it, or seal under
-    /// K while the peer still sends under it). Likewise a key the outbound side took,
-    /// for an inbound SA; and a key a state records. Keys of neither: accepted.
-    #[test]
-    fn a_key_the_other_direction_took_is_refused_before_any_state_records_it() {
-        let d = std::env::temp_dir().join(format!("ipsec-gw-main-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        let mut st_out = seqstate::SeqState::open(&d.join("s.out"), Direction::Out, true).unwrap();
-        let st_in = seqstate::SeqState::open(&d.join("s.in"), Direction::In, true).unwrap();
-        let states = [st_out.reader().unwrap(), st_in.reader().unwrap()];
-        let (a, b, c, e) = (key(0x10, 32), key(0x30, 32), key(0x80, 32), key(0xa0, 32));
-        let k = key(0x40, 32);
-        let start = cfg((&a, &b), (&c, &e));
-        let mut taken = KeysTaken::default();
-        taken.add(&start);
-        assert_eq!(key_of_other_direction(&start, &states, &taken), None);
-        // R1: K as the inbound SA's enc_key (sent to the workers, built by neither yet)
-        let r1 = cfg((&a, &b), (&k, &e));
-        assert_eq!(key_of_other_direction(&r1, &states, &taken), None);
-        taken.add(&r1);
-        // R3 (R2 took K away again): K as the outbound SA's enc_key
-        let why = key_of_other_direction(&cfg((&k, &b), (&c, &e)), &states, &taken);
-        assert!(
-            why.as_deref()
-                .is_some_and(|w| w.contains("records a key of this outbound SA")),
-            "{why:?}"
-        );
-        // the mirror: an inbound SA under a key the outbound side took, either field
-        let (g, h) = (key(0x60, 32), key(0x70, 32));
-        for inb in [(a.as_str(), e.as_str()), (c.as_str(), b.as_str())] {
-            let why =
-                key_of_other_direction(&cfg((&g, &h), inb), &states, &taken).expect("refused");
-            assert!(why.contains("records a key of this inbound SA"), "{why}");
-            assert!(!why.contains(&a) && !why.contains(&b), "a key in a message");
-        }
-        // one a state records (a key no config of this process took)
-        let fresh = KeysTaken::default();
-        let z = key(0xc0, 32);
-        assert_eq!(
-            key_of_other_direction(&cfg((&a, &b), (&z, &e)), &states, &fresh),
-            None
-        );
-        for fp in seqstate::keys_of(&cfg((&z, &b), (&c, &e)).sas[0].config) {
-            st_out.set(fp, seqstate::Entry::default());
-        }
-        st_out.save().unwrap();
-        let why = key_of_other_direction(&cfg((&a, &b), (&z, &e)), &states, &fresh).unwrap();
-        assert!(why.contains("the outbound sequence state records"), "{why}");
-        let _ = std::fs::remove_dir_all(&d);
-    }
 }

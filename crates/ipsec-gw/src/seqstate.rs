@@ -65,6 +65,8 @@ use std::path::{Path, PathBuf};
 
 use ipsec::sa::Direction;
 
+use crate::claim::LockError;
+
 /// Sequence numbers reserved per write of the outbound state.
 pub const RESERVE: u64 = 1 << 20;
 
@@ -553,20 +555,20 @@ pub fn highest(mine: Option<&SeqState>, other: Option<&SeqState>, keys: &[Key]) 
 
 /// The exclusive lock one gateway holds on its state for its whole life: a second
 /// gateway on the same state (two processes writing one file) is refused.
-pub fn lock(base: &Path) -> Result<File, String> {
+pub fn lock(base: &Path) -> Result<File, LockError> {
     let path = lock_path(base);
     if let Some(d) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        fs::create_dir_all(d).map_err(|e| format!("cannot create {}: {e}", d.display()))?;
+        fs::create_dir_all(d)
+            .map_err(|e| LockError::Os(format!("cannot create {}: {e}", d.display())))?;
     }
-    crate::sys::try_lock_file(&path).map_err(|e| {
-        e.unwrap_or_else(|| {
-            format!(
-                "another ipsec-gw holds the sequence state {} (its lock {}): two gateways \
-                 must not share one state",
-                base.display(),
-                path.display()
-            )
-        })
+    crate::sys::try_lock_file(&path).map_err(|e| match e {
+        Some(why) => LockError::Os(why),
+        None => LockError::Held(format!(
+            "another ipsec-gw holds the sequence state {} (its lock {}): two gateways \
+             must not share one state",
+            base.display(),
+            path.display()
+        )),
     })
 }
 
@@ -802,7 +804,8 @@ mod tests {
         let base = p.with_file_name("gw.state");
         let held = lock(&base).unwrap();
         let e = lock(&base).unwrap_err();
-        assert!(e.contains("another ipsec-gw holds"), "{e}");
+        assert!(matches!(e, LockError::Held(_)), "{e}");
+        assert!(e.to_string().contains("another ipsec-gw holds"), "{e}");
         drop(held);
         assert!(lock(&base).is_ok());
     }

@@ -15,126 +15,10 @@ pub(super) fn sa<'r>(
     warnings: &mut Vec<String>,
 ) -> Result<SaSpec, ConfigError> {
     let k = |f: &str| format!("sa[{i}].{f}");
-    if s.name.is_empty() {
-        return Err(cx.err(k("name"), "must not be empty"));
-    }
-    if sas.iter().any(|x| x.name == s.name) {
-        return Err(cx.err(k("name"), format!("a second SA named {:?}", s.name)));
-    }
-    let direction = match s.direction.as_str() {
-        "out" => Direction::Out,
-        "in" => Direction::In,
-        d => return Err(cx.err(k("direction"), format!("{d:?}: must be in or out"))),
-    };
-    if s.spi < 256 {
-        return Err(cx.err(
-            k("spi"),
-            format!("{} is reserved (SPIs 0-255, RFC 4303 §2.1)", s.spi),
-        ));
-    }
-    if let Some(j) = seen_spi.insert((s.spi, s.direction.as_str()), i) {
-        return Err(cx.err(
-            k("spi"),
-            format!(
-                "0x{:x} is already the SPI of sa[{j}] in the same direction",
-                s.spi
-            ),
-        ));
-    }
-    let protocol = Protocol::from_name(&s.protocol).ok_or_else(|| {
-        cx.err(
-            k("protocol"),
-            format!("{:?}: must be esp or ah", s.protocol),
-        )
-    })?;
-    let mode = Mode::from_name(&s.mode).ok_or_else(|| {
-        cx.err(
-            k("mode"),
-            format!("{:?}: must be tunnel or transport", s.mode),
-        )
-    })?;
-    let suite = Suite::from_names(&s.encryption, &s.integrity).map_err(|e| {
-        let key = if matches!(e, ipsec::crypto::SuiteError::UnknownIntegrity(_)) {
-            k("integrity")
-        } else {
-            k("encryption")
-        };
-        cx.err(key, e.to_string())
-    })?;
-    if protocol == Protocol::Ah && s.encryption != "null" {
-        return Err(cx.err(k("encryption"), "AH does no encryption: set it to null"));
-    }
-    if protocol == Protocol::Esp && suite.integrity.is_gmac() {
-        return Err(cx.err(
-            k("integrity"),
-            format!(
-                "{}: AES-GMAC as integrity is AH's (RFC 4543 §5.3); for ESP set \
-                 encryption = \"{}\" and integrity = \"null\"",
-                s.integrity, s.integrity
-            ),
-        ));
-    }
-    suite
-        .check_legacy(s.legacy)
-        .map_err(|e| cx.err(k("legacy"), format!("{e}; set legacy = true to allow it")))?;
-    let enc_key = key(cx, cx.file, &k("enc_key"), &s.enc_key, warnings)?;
-    let integ_key = key(cx, cx.file, &k("integ_key"), &s.integ_key, warnings)?;
-    let want = suite.encryption.key_len();
-    if enc_key.expose().len() != want {
-        return Err(cx.err(
-            k("enc_key"),
-            format!(
-                "{} needs {want} key bytes{} ({} hex digits), got {}",
-                s.encryption,
-                if suite.encryption.is_aead() {
-                    ", the 4-byte salt included"
-                } else {
-                    ""
-                },
-                want * 2,
-                enc_key.expose().len()
-            ),
-        ));
-    }
-    let want = suite.integrity.key_len();
-    if integ_key.expose().len() != want {
-        return Err(cx.err(
-            k("integ_key"),
-            format!(
-                "{} needs {want} key bytes ({} hex digits), got {}",
-                s.integrity,
-                want * 2,
-                integ_key.expose().len()
-            ),
-        ));
-    }
-    if s.replay_window != 0
-        && (!(32..=65536).contains(&s.replay_window) || s.replay_window % 32 != 0)
-    {
-        return Err(cx.err(
-            k("replay_window"),
-            "must be 0 (no anti-replay) or a multiple of 32 from 32 to 65536",
-        ));
-    }
-    let lifetime = Lifetime {
-        soft_bytes: s.soft_bytes,
-        hard_bytes: s.hard_bytes,
-        soft_packets: s.soft_packets,
-        hard_packets: s.hard_packets,
-    };
-    for (soft, hard, what) in [
-        (lifetime.soft_bytes, lifetime.hard_bytes, "bytes"),
-        (lifetime.soft_packets, lifetime.hard_packets, "packets"),
-    ] {
-        if let (Some(sv), Some(hv)) = (soft, hard) {
-            if sv >= hv {
-                return Err(cx.err(
-                    k(&format!("soft_{what}")),
-                    format!("must be below hard_{what} ({hv})"),
-                ));
-            }
-        }
-    }
+    let direction = identity(cx, (i, s), sas, seen_spi)?;
+    let (protocol, mode, suite) = algorithms(cx, (i, s))?;
+    let (enc_key, integ_key) = keys(cx, (i, s), &suite, warnings)?;
+    let lifetime = lifetime(cx, (i, s))?;
     let tunnel = match direction {
         Direction::Out => TunnelEndpoints {
             src: local,
@@ -175,6 +59,165 @@ pub(super) fn sa<'r>(
         config: c,
         lifetime,
     })
+}
+
+/// `sa[i]`'s name, direction and SPI: named once, in or out, an SPI outside the reserved
+/// range and unique in its direction.
+fn identity<'r>(
+    cx: &Ctx<'_>,
+    (i, s): (usize, &'r RawSa),
+    sas: &[SaSpec],
+    seen_spi: &mut HashMap<(u32, &'r str), usize>,
+) -> Result<Direction, ConfigError> {
+    let k = |f: &str| format!("sa[{i}].{f}");
+    if s.name.is_empty() {
+        return Err(cx.err(k("name"), "must not be empty"));
+    }
+    if sas.iter().any(|x| x.name == s.name) {
+        return Err(cx.err(k("name"), format!("a second SA named {:?}", s.name)));
+    }
+    let direction = match s.direction.as_str() {
+        "out" => Direction::Out,
+        "in" => Direction::In,
+        d => return Err(cx.err(k("direction"), format!("{d:?}: must be in or out"))),
+    };
+    if s.spi < 256 {
+        return Err(cx.err(
+            k("spi"),
+            format!("{} is reserved (SPIs 0-255, RFC 4303 §2.1)", s.spi),
+        ));
+    }
+    if let Some(j) = seen_spi.insert((s.spi, s.direction.as_str()), i) {
+        return Err(cx.err(
+            k("spi"),
+            format!(
+                "0x{:x} is already the SPI of sa[{j}] in the same direction",
+                s.spi
+            ),
+        ));
+    }
+    Ok(direction)
+}
+
+/// `sa[i]`'s protocol, mode and suite, and the pairs that may not go together.
+fn algorithms(
+    cx: &Ctx<'_>,
+    (i, s): (usize, &RawSa),
+) -> Result<(Protocol, Mode, Suite), ConfigError> {
+    let k = |f: &str| format!("sa[{i}].{f}");
+    let protocol = Protocol::from_name(&s.protocol).ok_or_else(|| {
+        cx.err(
+            k("protocol"),
+            format!("{:?}: must be esp or ah", s.protocol),
+        )
+    })?;
+    let mode = Mode::from_name(&s.mode).ok_or_else(|| {
+        cx.err(
+            k("mode"),
+            format!("{:?}: must be tunnel or transport", s.mode),
+        )
+    })?;
+    let suite = Suite::from_names(&s.encryption, &s.integrity).map_err(|e| {
+        let key = if matches!(e, ipsec::crypto::SuiteError::UnknownIntegrity(_)) {
+            k("integrity")
+        } else {
+            k("encryption")
+        };
+        cx.err(key, e.to_string())
+    })?;
+    if protocol == Protocol::Ah && s.encryption != "null" {
+        return Err(cx.err(k("encryption"), "AH does no encryption: set it to null"));
+    }
+    if protocol == Protocol::Esp && suite.integrity.is_gmac() {
+        return Err(cx.err(
+            k("integrity"),
+            format!(
+                "{}: AES-GMAC as integrity is AH's (RFC 4543 §5.3); for ESP set \
+                 encryption = \"{}\" and integrity = \"null\"",
+                s.integrity, s.integrity
+            ),
+        ));
+    }
+    suite
+        .check_legacy(s.legacy)
+        .map_err(|e| cx.err(k("legacy"), format!("{e}; set legacy = true to allow it")))?;
+    Ok((protocol, mode, suite))
+}
+
+/// `sa[i]`'s keys (`enc_key`, `integ_key`), read and of the lengths its suite needs.
+fn keys(
+    cx: &Ctx<'_>,
+    (i, s): (usize, &RawSa),
+    suite: &Suite,
+    warnings: &mut Vec<String>,
+) -> Result<(SecretBytes, SecretBytes), ConfigError> {
+    let k = |f: &str| format!("sa[{i}].{f}");
+    let enc_key = key(cx, cx.file, &k("enc_key"), &s.enc_key, warnings)?;
+    let integ_key = key(cx, cx.file, &k("integ_key"), &s.integ_key, warnings)?;
+    let want = suite.encryption.key_len();
+    if enc_key.expose().len() != want {
+        return Err(cx.err(
+            k("enc_key"),
+            format!(
+                "{} needs {want} key bytes{} ({} hex digits), got {}",
+                s.encryption,
+                if suite.encryption.is_aead() {
+                    ", the 4-byte salt included"
+                } else {
+                    ""
+                },
+                want * 2,
+                enc_key.expose().len()
+            ),
+        ));
+    }
+    let want = suite.integrity.key_len();
+    if integ_key.expose().len() != want {
+        return Err(cx.err(
+            k("integ_key"),
+            format!(
+                "{} needs {want} key bytes ({} hex digits), got {}",
+                s.integrity,
+                want * 2,
+                integ_key.expose().len()
+            ),
+        ));
+    }
+    Ok((enc_key, integ_key))
+}
+
+/// `sa[i]`'s replay window (RFC 4303 §3.4.3) and lifetimes (RFC 4301 §4.4.2.1: soft
+/// below hard).
+fn lifetime(cx: &Ctx<'_>, (i, s): (usize, &RawSa)) -> Result<Lifetime, ConfigError> {
+    let k = |f: &str| format!("sa[{i}].{f}");
+    if s.replay_window != 0
+        && (!(32..=65536).contains(&s.replay_window) || s.replay_window % 32 != 0)
+    {
+        return Err(cx.err(
+            k("replay_window"),
+            "must be 0 (no anti-replay) or a multiple of 32 from 32 to 65536",
+        ));
+    }
+    let lifetime = Lifetime {
+        soft_bytes: s.soft_bytes,
+        hard_bytes: s.hard_bytes,
+        soft_packets: s.soft_packets,
+        hard_packets: s.hard_packets,
+    };
+    for (soft, hard, what) in [
+        (lifetime.soft_bytes, lifetime.hard_bytes, "bytes"),
+        (lifetime.soft_packets, lifetime.hard_packets, "packets"),
+    ] {
+        if let (Some(sv), Some(hv)) = (soft, hard) {
+            if sv >= hv {
+                return Err(cx.err(
+                    k(&format!("soft_{what}")),
+                    format!("must be below hard_{what} ({hv})"),
+                ));
+            }
+        }
+    }
+    Ok(lifetime)
 }
 
 /// A key given as hex, or `@FILE` holding hex (relative to the config's directory). A

@@ -10,53 +10,14 @@ use ipsec::{PacketBuf, HEADROOM, TAILROOM};
 use tun_rs::SyncDevice;
 
 use super::crew::{Crew, JobSlot};
+use super::crypto::{finish, open, start};
 use super::outside::Outside;
 use super::sas::DirEngine;
-use super::{open, BATCH};
-use crate::gro::Coalescer;
+use super::BATCH;
+use crate::gro::TunSink;
 use crate::stats::Io;
-use crate::sys::{self, resident, RecvBatch, RECV_BATCH};
+use crate::sys::{resident, RecvBatch, RECV_BATCH};
 use ipsec::MAX_PACKET;
-
-/// Opened packets wait here to be written to the TUN device together: with offloads,
-/// a flow's segments are joined (GRO, [`Coalescer`]) into fewer, larger writes.
-struct TunSink {
-    gro: Coalescer,
-    fd: RawFd,
-}
-
-impl TunSink {
-    fn new(tun: &SyncDevice) -> TunSink {
-        TunSink {
-            gro: Coalescer::new(BATCH, tun.tcp_gso(), tun.udp_gso()),
-            fd: tun.as_raw_fd(),
-        }
-    }
-
-    fn push(&mut self, pkt: &[u8], io: &mut Io) {
-        self.gro.push(pkt);
-        io.tx_packets += 1;
-        io.tx_bytes += pkt.len() as u64;
-        if self.gro.is_full() {
-            self.flush(io);
-        }
-    }
-
-    /// Write the waiting packets to the TUN device, one write each (joined or not); a
-    /// write the device refuses is counted in `send_errors`.
-    fn flush(&mut self, io: &mut Io) {
-        if self.gro.is_empty() {
-            return;
-        }
-        let fd = self.fd;
-        let mut writes = 0;
-        io.send_errors += self.gro.flush(|b| {
-            writes += 1;
-            sys::write_packet(fd, b)
-        });
-        io.tun_writes += writes;
-    }
-}
 
 /// Where one outer datagram came from and what it is.
 #[derive(Clone, Copy)]
@@ -149,22 +110,14 @@ fn frame<'b>(
         _ => {
             // from an address of the other family (a v4-mapped peer on a v6 socket):
             // not from this gateway's peer, a named drop all the same
-            engine
-                .engine
-                .counters
-                .drops
-                .count(ipsec::DropReason::MalformedIp);
+            engine.count_drop(None, ipsec::DropReason::MalformedIp);
             return None;
         }
     };
     match PacketBuf::new(buf, head, len) {
         Ok(pkt) => Some(pkt),
         Err(_) => {
-            engine
-                .engine
-                .counters
-                .drops
-                .count(ipsec::DropReason::TooBig);
+            engine.count_drop(None, ipsec::DropReason::TooBig);
             None
         }
     }
@@ -289,46 +242,6 @@ impl CrewBatch {
     }
 }
 
-/// The engine's two halves of opening (`crew.rs`); the I/O-ceiling build, which has no
-/// cryptography, opens whole at the start.
-#[cfg(not(feature = "io-ceiling"))]
-fn start(
-    engine: &mut DirEngine,
-    pkt: &mut PacketBuf<'_>,
-) -> Result<InboundStart, ipsec::DropReason> {
-    engine.engine.inbound_start(pkt)
-}
-
-#[cfg(feature = "io-ceiling")]
-fn start(
-    engine: &mut DirEngine,
-    pkt: &mut PacketBuf<'_>,
-) -> Result<InboundStart, ipsec::DropReason> {
-    open(engine, pkt).map(InboundStart::Done)
-}
-
-#[cfg(not(feature = "io-ceiling"))]
-fn finish(
-    engine: &mut DirEngine,
-    pkt: &mut PacketBuf<'_>,
-    sa: ipsec::sad::SaId,
-    job: &ipsec::CryptoJob,
-    crypto: Result<(), ipsec::DropReason>,
-) -> Result<Inbound, ipsec::DropReason> {
-    engine.engine.inbound_finish(pkt, sa, job, crypto)
-}
-
-#[cfg(feature = "io-ceiling")]
-fn finish(
-    _: &mut DirEngine,
-    _: &mut PacketBuf<'_>,
-    _: ipsec::sad::SaId,
-    _: &ipsec::CryptoJob,
-    _: Result<(), ipsec::DropReason>,
-) -> Result<Inbound, ipsec::DropReason> {
-    Err(ipsec::DropReason::CryptoError) // never: that build's start opens whole
-}
-
 /// Outside → SAD → open → inner policy → TUN: the inbound direction's buffers and
 /// counters, kept for the worker's life.
 pub(super) struct InboundPath {
@@ -356,7 +269,7 @@ impl InboundPath {
             fds,
             rx: RecvBatch::new(),
             segment: resident(HEADROOM + MAX_PACKET + TAILROOM),
-            sink: TunSink::new(tun),
+            sink: TunSink::new(tun, BATCH),
             crew: crew.map(CrewBatch::new),
             io: Io::default(),
         }
@@ -448,6 +361,7 @@ impl InboundPath {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::gro::Coalescer;
     use ipsec::sa::Direction;
     use ipsec::DropReason;
 
@@ -463,10 +377,7 @@ mod tests {
     #[test]
     fn what_the_gateway_refuses_is_a_named_counted_drop() {
         let mut e = engine();
-        let mut sink = TunSink {
-            gro: Coalescer::new(4, false, false),
-            fd: -1,
-        };
+        let mut sink = TunSink::detached(Coalescer::new(4, false, false));
         let mut io = Io::default();
         let mut buf = vec![0u8; 256];
         let v6 = Arrival {
@@ -527,10 +438,7 @@ mod tests {
                     out.engine.outbound(&mut pkt).unwrap();
                     esp.push(pkt.data().to_vec());
                 }
-                let mut sink = TunSink {
-                    gro: Coalescer::new(2 * SLOTS, false, false),
-                    fd: -1,
-                };
+                let mut sink = TunSink::detached(Coalescer::new(2 * SLOTS, false, false));
                 let mut io = Io::default();
                 if crew {
                     let crew = crate::dataplane::crew::Crew::new(8, "t").unwrap().unwrap();
@@ -610,10 +518,7 @@ mod tests {
         }
         let crew = crate::dataplane::crew::Crew::new(8, "t").unwrap().unwrap();
         let mut c = CrewBatch::new(crew);
-        let mut sink = TunSink {
-            gro: Coalescer::new(2 * SLOTS, false, false),
-            fd: -1,
-        };
+        let mut sink = TunSink::detached(Coalescer::new(2 * SLOTS, false, false));
         let mut io = Io::default();
         let mut got: Vec<Vec<u8>> = Vec::new();
         let local: IpAddr = "192.0.2.2".parse().unwrap();

@@ -14,13 +14,14 @@
 //!
 //! The rooms: [`sas`] (each direction's engine, SA lifetimes, sequence state, counters;
 //! why one cannot be built, [`build_error`]),
-//! [`outside`] (the outer sockets), [`outbound`] and [`inbound`] (each direction's path);
+//! [`outside`] (the outer sockets), [`outbound`] and [`inbound`] (each direction's path),
+//! [`crypto`] (where a packet meets the cryptography, in both builds: the normal one and
+//! the I/O ceiling's);
 //! every system call that needs `unsafe` is in [`crate::sys`].
 
 mod build_error;
-#[cfg(feature = "io-ceiling")]
-mod ceiling;
 mod crew;
+mod crypto;
 mod inbound;
 mod outbound;
 mod outside;
@@ -33,16 +34,13 @@ use std::sync::mpsc::Receiver;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-#[cfg(not(feature = "io-ceiling"))]
-use ipsec::engine::{Inbound, Outbound};
-#[cfg(not(feature = "io-ceiling"))]
-use ipsec::PacketBuf;
 use tun_rs::SyncDevice;
 
 use crate::config::Config;
 use crate::stats::{Io, Shared};
 use crate::sys;
 use crew::Crew;
+pub use crypto::CEILING_WARNING;
 use inbound::InboundPath;
 use outbound::OutboundPath;
 pub use outside::Outside;
@@ -52,22 +50,6 @@ const POLL_MS: i32 = 200;
 /// Packets handled per wakeup before the worker looks at its stop flag and reloads.
 const BATCH: usize = 64;
 const PUBLISH_EVERY: Duration = Duration::from_millis(100);
-
-/// Seal with the direction's engine — or, in the I/O-ceiling build, frame without
-/// cryptography ([`ceiling`]).
-#[cfg(not(feature = "io-ceiling"))]
-fn seal(engine: &mut DirEngine, pkt: &mut PacketBuf<'_>) -> Result<Outbound, ipsec::DropReason> {
-    engine.engine.outbound(pkt)
-}
-
-/// Open with the direction's engine (or, in the I/O-ceiling build, unframe).
-#[cfg(not(feature = "io-ceiling"))]
-fn open(engine: &mut DirEngine, pkt: &mut PacketBuf<'_>) -> Result<Inbound, ipsec::DropReason> {
-    engine.engine.inbound(pkt)
-}
-
-#[cfg(feature = "io-ceiling")]
-use ceiling::{open, seal};
 
 fn pollfds(fds: &[RawFd]) -> Vec<libc::pollfd> {
     fds.iter()

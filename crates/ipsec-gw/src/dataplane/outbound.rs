@@ -7,9 +7,10 @@ use ipsec::{PacketBuf, HEADROOM, TAILROOM};
 use tun_rs::SyncDevice;
 
 use super::crew::{Crew, JobSlot};
+use super::crypto::{seal, seal_deferred};
 use super::outside::{Outside, SendBatch};
 use super::sas::DirEngine;
-use super::{seal, BATCH};
+use super::BATCH;
 use crate::stats::Io;
 use crate::sys::resident;
 use ipsec::MAX_PACKET;
@@ -74,11 +75,7 @@ impl OutboundPath {
                 io.rx_bytes += len as u64;
                 let Ok(mut pkt) = PacketBuf::new(buf, HEADROOM, len) else {
                     // longer than a slot (tun-rs split it wrongly): named, counted
-                    engine
-                        .engine
-                        .counters
-                        .drops
-                        .count(ipsec::DropReason::TooBig);
+                    engine.count_drop(None, ipsec::DropReason::TooBig);
                     continue;
                 };
                 let sealed = match self.crew {
@@ -115,34 +112,12 @@ impl OutboundPath {
     }
 }
 
-/// Seal in two halves: everything but the cipher and ICV now (`crew.rs`); in the
-/// I/O-ceiling build, which has no cryptography, all of it now.
-#[cfg(not(feature = "io-ceiling"))]
-fn seal_deferred(
-    engine: &mut DirEngine,
-    pkt: &mut PacketBuf<'_>,
-) -> Result<(Outbound, Option<ipsec::CryptoJob>), ipsec::DropReason> {
-    engine.engine.outbound_deferred(pkt)
-}
-
-#[cfg(feature = "io-ceiling")]
-fn seal_deferred(
-    engine: &mut DirEngine,
-    pkt: &mut PacketBuf<'_>,
-) -> Result<(Outbound, Option<ipsec::CryptoJob>), ipsec::DropReason> {
-    seal(engine, pkt).map(|o| (o, None))
-}
-
 /// After the crew: a packet whose cryptography failed (the library refused; never
 /// seen) does not go — counted on its SA — and every slot is emptied for the next read.
 fn failed_out(engine: &mut DirEngine, batch: &mut SendBatch, jobs: &mut [JobSlot]) {
     for (b, slot) in jobs.iter_mut().enumerate() {
         if let Some((sa, _, Err(d))) = slot.take() {
-            if let Some(s) = engine.engine.sa_mut(sa) {
-                s.counters.drops.count(d);
-            } else {
-                engine.engine.counters.drops.count(d);
-            }
+            engine.count_drop(Some(sa), d);
             batch.pkts.retain(|&(slot, _, _)| slot != b);
         }
     }

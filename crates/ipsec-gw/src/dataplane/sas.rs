@@ -29,7 +29,7 @@ pub struct DirEngine {
     /// (bundle name, IPComp association id) of bundles with IPComp.
     pub(super) ipcomps: Vec<(String, usize)>,
     /// The SAs of each bundle (engine bundle id -> its layers), for their lifetimes.
-    bundle_sas: Vec<(usize, [Option<SaId>; 2])>,
+    bundle_sas: Vec<BundleSas>,
     /// Where this direction's sequence numbers outlive the process (None: a dry build,
     /// for `--check` and reload validation).
     state: Option<SeqState>,
@@ -100,100 +100,14 @@ impl DirEngine {
         };
         let mut sas = Vec::new();
         for spec in cfg.sas.iter().filter(|s| s.config.direction == direction) {
-            let c = &spec.config;
-            let keys = seqstate::keys_of(c);
-            let kept = old.as_mut().and_then(|o| {
-                let i = o
-                    .sas
-                    .iter()
-                    .position(|e| !e.expired && e.spec.same_as(spec))?;
-                let e = o.sas.remove(i);
-                o.engine
-                    .remove_sa(e.id)
-                    .map(|sa| (sa, e.soft_logged, e.stored))
-            });
-            let named = |e: SaError| BuildError::Sa {
-                name: spec.name.clone(),
-                spi: c.spi,
-                source: e,
-            };
-            let entry = seqstate::highest(state.as_ref(), other.as_ref(), &keys);
-            let was_kept = kept.is_some();
-            // One sender per key (RFC 4303 §3.3.3): a key the peer sent under is never
-            // one to send under (what it used past what reached us is unknown), nor one
-            // this gateway sent under a key to receive under.
-            if !was_kept && other.as_ref().is_some_and(|o| o.records_any(&keys)) {
-                return Err(BuildError::KeyOfOtherDirection {
-                    name: spec.name.clone(),
-                    spi: c.spi,
-                    direction,
-                });
-            }
-            let (id, soft_logged, mut stored_value, expired) = match kept {
-                Some((sa, soft, v)) => (engine.insert_sa(sa).map_err(named)?, soft, v, false),
-                None => {
-                    let id = engine.add_sa(c).map_err(named)?;
-                    let sa = engine.sa_mut(id).expect("just added");
-                    if entry.value > 0 && !entry.expired {
-                        match direction {
-                            Direction::Out => {
-                                // refused past the last usable number (RFC 4303
-                                // §3.3.3): an SA whose keys used it has none to send
-                                entry
-                                    .value
-                                    .checked_add(1)
-                                    .ok_or(ipsec::DropReason::SequenceExhausted)
-                                    .and_then(|next| sa.set_next_seq(next))
-                                    .map_err(|_| BuildError::SequenceSpent {
-                                        name: spec.name.clone(),
-                                        spi: c.spi,
-                                        used: entry.value,
-                                    })?;
-                                eprintln!(
-                                    "ipsec-gw: sa {}: resuming above sequence number {} (from {})",
-                                    spec.name,
-                                    entry.value,
-                                    state
-                                        .as_ref()
-                                        .map_or(Path::new("?"), |s| s.path())
-                                        .display()
-                                );
-                            }
-                            Direction::In => sa.resume_inbound(entry.value),
-                        }
-                    }
-                    if entry.expired {
-                        eprintln!(
-                            "ipsec-gw: sa {} (spi 0x{:x}) reached its hard lifetime before under \
-                             these keys: it stays expired (give it new keys to use it again)",
-                            spec.name, c.spi
-                        );
-                    }
-                    (id, false, entry.value, entry.expired)
-                }
-            };
-            // An expired SA stays in the engine until its bundles and policies are
-            // built (they must name it), then leaves it: its id is never reused, so
-            // whatever named it fails closed (RFC 4301 §4.4.2.1).
-            // A new or resumed outbound SA reserves its first block now, before it seals
-            // anything; one kept live over a reload goes on with its reservation.
-            if direction == Direction::Out && !expired && !was_kept && state.is_some() {
-                let used = engine.sa(id).expect("live").next_seq() - 1;
-                stored_value = stored_value.max(used.saturating_add(seqstate::RESERVE));
-            }
-            sas.push(SaEntry {
-                id,
-                name: spec.name.clone(),
-                spec: spec.clone(),
-                lifetime: spec.lifetime,
-                soft_logged,
-                expired,
-                retired: None,
-                keys,
-                block: 1,
-                written: None,
-                stored: stored_value,
-            });
+            sas.push(Self::sa_entry(
+                &mut engine,
+                spec,
+                direction,
+                &mut old,
+                &state,
+                &other,
+            )?);
         }
         if let Some(st) = state.as_mut() {
             for e in &sas {
@@ -205,65 +119,8 @@ impl DirEngine {
                 source: e,
             })?;
         }
-        let id_of = |name: &str| -> Result<SaId, BuildError> {
-            sas.iter()
-                .find(|e| e.name == name)
-                .map(|e| e.id)
-                .ok_or_else(|| BuildError::Unknown {
-                    what: "SA",
-                    name: name.to_string(),
-                })
-        };
-        let mut bundles = Vec::new();
-        let mut bundle_sas = Vec::new();
-        for b in cfg.bundles.iter().filter(|b| b.direction == direction) {
-            let named = |e: SaError| BuildError::Bundle {
-                name: b.name.clone(),
-                source: e,
-            };
-            let ipcomp = match b.ipcomp_cpi {
-                Some(cpi) => Some(
-                    engine
-                        .add_ipcomp(ipsec::IpcompConfig::new(cpi))
-                        .map_err(named)?,
-                ),
-                None => None,
-            };
-            let esp = id_of(&b.esp)?;
-            let ah = match b.ah.as_deref() {
-                Some(n) => Some(id_of(n)?),
-                None => None,
-            };
-            let bundle = ipsec::Bundle { ipcomp, esp, ah };
-            let id = engine.add_bundle(bundle).map_err(named)?;
-            bundles.push((b.name.clone(), id, ipcomp));
-            bundle_sas.push((id, [Some(esp), ah]));
-        }
-        for p in cfg.policies.iter().filter(|p| p.direction == direction) {
-            let action = match &p.action {
-                PolicyAction::Bypass => Action::Bypass,
-                PolicyAction::Discard => Action::Discard,
-                PolicyAction::Protect(name) => Action::Protect(id_of(name)?),
-                PolicyAction::ProtectBundle(name) => {
-                    let (_, id, _) =
-                        bundles.iter().find(|(n, _, _)| n == name).ok_or_else(|| {
-                            BuildError::Unknown {
-                                what: "bundle",
-                                name: name.clone(),
-                            }
-                        })?;
-                    Action::ProtectBundle(*id)
-                }
-            };
-            let rule = SpdRule {
-                selector: p.selector.clone(),
-                action,
-            };
-            match direction {
-                Direction::Out => engine.spd_out.push(rule),
-                Direction::In => engine.spd_in.push(rule),
-            }
-        }
+        let (bundles, bundle_sas) = add_bundles(&mut engine, cfg, direction, &sas)?;
+        add_policies(&mut engine, cfg, direction, &sas, &bundles)?;
         for e in sas.iter_mut().filter(|e| e.expired) {
             e.retired = engine.remove_sa(e.id);
         }
@@ -279,6 +136,79 @@ impl DirEngine {
             bundle_sas,
             state,
             other: reader,
+        })
+    }
+
+    /// One SA of the direction: kept live from `old` when its definition is unchanged,
+    /// else added and resumed from the sequence state (`state`, this direction's; `other`,
+    /// the other direction's, as read at this build).
+    fn sa_entry(
+        engine: &mut Engine,
+        spec: &crate::config::SaSpec,
+        direction: Direction,
+        old: &mut Option<DirEngine>,
+        state: &Option<SeqState>,
+        other: &Option<SeqState>,
+    ) -> Result<SaEntry, BuildError> {
+        let c = &spec.config;
+        let keys = seqstate::keys_of(c);
+        let kept = old.as_mut().and_then(|o| {
+            let i = o
+                .sas
+                .iter()
+                .position(|e| !e.expired && e.spec.same_as(spec))?;
+            let e = o.sas.remove(i);
+            o.engine
+                .remove_sa(e.id)
+                .map(|sa| (sa, e.soft_logged, e.stored))
+        });
+        let named = |e: SaError| BuildError::Sa {
+            name: spec.name.clone(),
+            spi: c.spi,
+            source: e,
+        };
+        let entry = seqstate::highest(state.as_ref(), other.as_ref(), &keys);
+        let was_kept = kept.is_some();
+        // One sender per key (RFC 4303 §3.3.3): a key the peer sent under is never
+        // one to send under (what it used past what reached us is unknown), nor one
+        // this gateway sent under a key to receive under.
+        if !was_kept && other.as_ref().is_some_and(|o| o.records_any(&keys)) {
+            return Err(BuildError::KeyOfOtherDirection {
+                name: spec.name.clone(),
+                spi: c.spi,
+                direction,
+            });
+        }
+        let (id, soft_logged, mut stored_value, expired) = match kept {
+            Some((sa, soft, v)) => (engine.insert_sa(sa).map_err(named)?, soft, v, false),
+            None => {
+                let id = engine.add_sa(c).map_err(named)?;
+                let sa = engine.sa_mut(id).expect("just added");
+                resume(sa, spec, direction, entry, state)?;
+                (id, false, entry.value, entry.expired)
+            }
+        };
+        // An expired SA stays in the engine until its bundles and policies are
+        // built (they must name it), then leaves it: its id is never reused, so
+        // whatever named it fails closed (RFC 4301 §4.4.2.1).
+        // A new or resumed outbound SA reserves its first block now, before it seals
+        // anything; one kept live over a reload goes on with its reservation.
+        if direction == Direction::Out && !expired && !was_kept && state.is_some() {
+            let used = engine.sa(id).expect("live").next_seq() - 1;
+            stored_value = stored_value.max(used.saturating_add(seqstate::RESERVE));
+        }
+        Ok(SaEntry {
+            id,
+            name: spec.name.clone(),
+            spec: spec.clone(),
+            lifetime: spec.lifetime,
+            soft_logged,
+            expired,
+            retired: None,
+            keys,
+            block: 1,
+            written: None,
+            stored: stored_value,
         })
     }
 
@@ -350,9 +280,19 @@ impl DirEngine {
             None => self.after(id),
         };
         if !recorded {
-            self.engine.counters.drops.count(ipsec::DropReason::NoSa);
+            self.count_drop(None, ipsec::DropReason::NoSa);
         }
         recorded
+    }
+
+    /// Count a packet dropped for `reason`: on SA `sa` when it names one the engine
+    /// still holds, else on the direction's engine (no SA known, or it stopped since).
+    #[inline]
+    pub(super) fn count_drop(&mut self, sa: Option<SaId>, reason: ipsec::DropReason) {
+        match sa.and_then(|id| self.engine.sa_mut(id)) {
+            Some(s) => s.counters.drops.count(reason),
+            None => self.engine.counters.drops.count(reason),
+        }
     }
 
     /// Mark an SA expired in the state file (a reload or restart must not revive it).
@@ -615,6 +555,146 @@ impl DirEngine {
         snap.published = slot.published + 1;
         *slot = snap;
     }
+}
+
+/// A new SA resumed from what the sequence state records under its keys (`entry`):
+/// outbound above every number they may have used, inbound refusing every number they
+/// accepted; one recorded expired stays expired (said here).
+fn resume(
+    sa: &mut ipsec::Sa,
+    spec: &crate::config::SaSpec,
+    direction: Direction,
+    entry: seqstate::Entry,
+    state: &Option<SeqState>,
+) -> Result<(), BuildError> {
+    let c = &spec.config;
+    if entry.value > 0 && !entry.expired {
+        match direction {
+            Direction::Out => {
+                // refused past the last usable number (RFC 4303
+                // §3.3.3): an SA whose keys used it has none to send
+                entry
+                    .value
+                    .checked_add(1)
+                    .ok_or(ipsec::DropReason::SequenceExhausted)
+                    .and_then(|next| sa.set_next_seq(next))
+                    .map_err(|_| BuildError::SequenceSpent {
+                        name: spec.name.clone(),
+                        spi: c.spi,
+                        used: entry.value,
+                    })?;
+                eprintln!(
+                    "ipsec-gw: sa {}: resuming above sequence number {} (from {})",
+                    spec.name,
+                    entry.value,
+                    state
+                        .as_ref()
+                        .map_or(Path::new("?"), |s| s.path())
+                        .display()
+                );
+            }
+            Direction::In => sa.resume_inbound(entry.value),
+        }
+    }
+    if entry.expired {
+        eprintln!(
+            "ipsec-gw: sa {} (spi 0x{:x}) reached its hard lifetime before under \
+                 these keys: it stays expired (give it new keys to use it again)",
+            spec.name, c.spi
+        );
+    }
+    Ok(())
+}
+
+/// The SA of this direction named `name` (a bundle's layer, a policy's action).
+fn sa_id(sas: &[SaEntry], name: &str) -> Result<SaId, BuildError> {
+    sas.iter()
+        .find(|e| e.name == name)
+        .map(|e| e.id)
+        .ok_or_else(|| BuildError::Unknown {
+            what: "SA",
+            name: name.to_string(),
+        })
+}
+
+/// Each bundle of the direction as (name, engine bundle id, IPComp association id).
+type Bundles = Vec<(String, usize, Option<usize>)>;
+
+/// A bundle's engine id and its SAs (ESP, and AH if it has one).
+type BundleSas = (usize, [Option<SaId>; 2]);
+
+/// The direction's bundles (RFC 4301 §4.5: IPComp → ESP → AH, an SA per layer) into the
+/// engine; with the SAs of each, for their lifetimes.
+fn add_bundles(
+    engine: &mut Engine,
+    cfg: &Config,
+    direction: Direction,
+    sas: &[SaEntry],
+) -> Result<(Bundles, Vec<BundleSas>), BuildError> {
+    let id_of = |name: &str| sa_id(sas, name);
+    let mut bundles = Vec::new();
+    let mut bundle_sas = Vec::new();
+    for b in cfg.bundles.iter().filter(|b| b.direction == direction) {
+        let named = |e: SaError| BuildError::Bundle {
+            name: b.name.clone(),
+            source: e,
+        };
+        let ipcomp = match b.ipcomp_cpi {
+            Some(cpi) => Some(
+                engine
+                    .add_ipcomp(ipsec::IpcompConfig::new(cpi))
+                    .map_err(named)?,
+            ),
+            None => None,
+        };
+        let esp = id_of(&b.esp)?;
+        let ah = match b.ah.as_deref() {
+            Some(n) => Some(id_of(n)?),
+            None => None,
+        };
+        let bundle = ipsec::Bundle { ipcomp, esp, ah };
+        let id = engine.add_bundle(bundle).map_err(named)?;
+        bundles.push((b.name.clone(), id, ipcomp));
+        bundle_sas.push((id, [Some(esp), ah]));
+    }
+    Ok((bundles, bundle_sas))
+}
+
+/// The direction's policies, in order (RFC 4301 §4.4.1: the SPD is ordered, the first
+/// match decides), into the engine.
+fn add_policies(
+    engine: &mut Engine,
+    cfg: &Config,
+    direction: Direction,
+    sas: &[SaEntry],
+    bundles: &Bundles,
+) -> Result<(), BuildError> {
+    let id_of = |name: &str| sa_id(sas, name);
+    for p in cfg.policies.iter().filter(|p| p.direction == direction) {
+        let action = match &p.action {
+            PolicyAction::Bypass => Action::Bypass,
+            PolicyAction::Discard => Action::Discard,
+            PolicyAction::Protect(name) => Action::Protect(id_of(name)?),
+            PolicyAction::ProtectBundle(name) => {
+                let (_, id, _) = bundles.iter().find(|(n, _, _)| n == name).ok_or_else(|| {
+                    BuildError::Unknown {
+                        what: "bundle",
+                        name: name.clone(),
+                    }
+                })?;
+                Action::ProtectBundle(*id)
+            }
+        };
+        let rule = SpdRule {
+            selector: p.selector.clone(),
+            action,
+        };
+        match direction {
+            Direction::Out => engine.spd_out.push(rule),
+            Direction::In => engine.spd_in.push(rule),
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
