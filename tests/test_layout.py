@@ -1,6 +1,7 @@
 """The house rules a newcomer relies on, checked: no import cycle among the Python
 package's modules or among a Rust crate's modules, and no file so long that it holds
-several concerns (Python modules ~600 lines, Rust sources ~700 lines before their tests).
+several concerns (Python modules ~600 lines, Rust sources ~700 lines before their tests),
+and no Rust message split over lines without its `\\`.
 """
 
 from __future__ import annotations
@@ -174,3 +175,26 @@ def test_no_file_holds_several_concerns() -> None:
         if body > RS_MAX:
             long_rs.append((p.relative_to(ROOT).as_posix(), body))
     assert long_py == [] and long_rs == []
+
+
+# A string literal split over lines without its `\` keeps the next line's indentation:
+# "whatever                      the protocols" (a config error printed so for months).
+# Indentation after an escaped newline (nft's ruleset text) is meant.
+SPLIT_WITHOUT_CONTINUATION = re.compile(r'"[^"\n]*(?<=[^\s"])(?<!\\n) {4,}\S[^"\n]*"')
+
+
+def test_no_rust_message_carries_a_lost_line_continuation() -> None:
+    found = [
+        f"{p.relative_to(ROOT).as_posix()}:{i}"
+        for p in (ROOT / "crates").rglob("src/**/*.rs")
+        for i, line in enumerate(p.read_text().splitlines(), 1)
+        if not line.lstrip().startswith("//") and SPLIT_WITHOUT_CONTINUATION.search(line)
+    ]
+    assert found == []
+
+
+def test_the_lost_continuation_check_sees_one() -> None:
+    line = '"a key serves one SA, whatever                      the protocols"'
+    assert SPLIT_WITHOUT_CONTINUATION.search(line)
+    assert not SPLIT_WITHOUT_CONTINUATION.search('"a key serves one SA, whatever \\')
+    assert not SPLIT_WITHOUT_CONTINUATION.search('"  chain local {\\n    type filter"')

@@ -282,7 +282,9 @@ pub(super) fn shared_keys(cx: &Ctx<'_>, sas: &[SaSpec]) -> Result<(), ConfigErro
             return Err(cx.err(
                 format!("sa[{j}].{}", b.field),
                 format!(
-                    "the same key as {whose}: a key serves one SA and one purpose, whatever                      the protocols, suites and directions (AES-GCM and GMAC under one key                      number the same nonces, RFC 4106 §3.1, RFC 4543 §3); give each its own"
+                    "the same key as {whose}: a key serves one SA and one purpose, whatever \
+                     the protocols, suites and directions (AES-GCM and GMAC under one key \
+                     number the same nonces, RFC 4106 §3.1, RFC 4543 §3); give each its own"
                 ),
             ));
         }
