@@ -18,7 +18,7 @@ import pytest
 
 from ipsec_lab.backends.ours import Ours, gateway_binary, stats
 from netutil import capture, poll_until
-from test_gateway_traffic_root import blast, hup, hup_then_restart, sa, settle, tunnel
+from test_gateway_traffic_root import arrived, blast, hup, hup_then_restart, sa, settle, tunnel
 
 pytestmark = pytest.mark.root
 
@@ -77,7 +77,7 @@ def test_a_key_never_numbers_an_iv_twice_across_spi_change_restart_and_reload(
             gw.restart(tb, "gwA")
             gw.restart(tb, "gwB")
             blast(tb, 20, through=gw)
-            received = sa(settle(gw, "gwB"), "inbound", "in")["packets"]
+            received = sa(arrived(gw, 20), "inbound", "in")["packets"]
             # reload 1: the outbound SA and its policy gone; reload 2: its key is back
             # under SPI 0x5005
             a2 = gw.configs["gwA"].read_text()
@@ -263,7 +263,7 @@ def test_a_bad_or_shared_state_is_refused_and_one_damaged_slot_survived_safely(
     restarted at 1."""
     binary = str(gateway_binary())
     with tunnel(tmp_path) as (tb, gw):
-        blast(tb, 10)
+        blast(tb, 10, through=gw)
         conf = gw.configs["gwA"]
         out, out_b = _state(gw, "gwA"), Path(f"{_state(gw, 'gwA')}.b")
 

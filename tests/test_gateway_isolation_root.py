@@ -308,7 +308,7 @@ def test_a_reload_whose_guard_fails_is_refused_and_tools_get_a_clean_environment
             _reload_refused(gw, "gwA", more)
         after = tb.run("gwA", ["nft", "list", "table", "inet", "ipsec_gw_220"])
         before = sa(settle(gw, "gwB"), "inbound", "in")["packets"]
-        blast(tb, 20)
+        blast(tb, 20, through=gw)
         moved = sa(settle(gw, "gwB"), "inbound", "in")["packets"] - before
         log = (tb.rundir / "ipsec-gw-gwA.log").read_text()
     assert after == guard, "the guard changed under a refused reload"

@@ -126,6 +126,18 @@ def blast(tb: Testbed, n: int, size: int = 200, through: Ours | None = None) -> 
                    lambda: taken() >= before + n)  # fmt: skip
 
 
+def arrived(gw: Ours, n: int, node: str = "gwB") -> dict[str, Any]:
+    """`node`'s counters once its inbound SA `in` has handled `n` packets since it
+    started — accepted or dropped (a wait that does not presume the outcome)."""
+
+    def handled() -> dict[str, Any] | None:
+        st = settle(gw, node)
+        x = sa(st, "inbound", "in")
+        return st if x["packets"] + sum(x["drops"].values()) >= n else None
+
+    return poll_until(f"{node} to handle {n} packets", handled)
+
+
 def outbound_taken(gw: Ours, node: str = "gwA") -> int:
     """What `node`'s outbound worker has read from its TUN device, as of the counters it
     published after this call (a packet read is handled before the next publication)."""
@@ -162,11 +174,11 @@ def hup_then_restart(tb: Testbed, gw: Ours, node: str, n: int) -> tuple[dict[str
     """SIGHUP `node`'s gateway, send `n` datagrams, then restart it and send `n` more: its
     counters after each. The reload must not have stopped it."""
     hup(gw, node)
-    blast(tb, n)
+    blast(tb, n, through=gw)
     after_reload = settle(gw, node)
     assert gw.process(node).poll() is None, "the reload killed the gateway"
     gw.restart(tb, node)
-    blast(tb, n)
+    blast(tb, n, through=gw)
     return after_reload, settle(gw, node)
 
 
@@ -343,7 +355,7 @@ def test_mismatched_keys_are_icv_failures_and_nothing_passes(tmp_path: Path) -> 
                       text, count=1, flags=re.S)  # fmt: skip
 
     with tunnel(tmp_path, edit=other_key) as (tb, gw):
-        blast(tb, 500)
+        blast(tb, 500, through=gw)
         a, b = settle(gw, "gwA"), settle(gw, "gwB")
     assert sa(a, "outbound", "out")["packets"] > 0.9 * 500  # (a burst may lose a few)
     got = sa(b, "inbound", "in")
@@ -476,7 +488,7 @@ def test_an_expired_sa_sends_nothing_in_clear(tmp_path: Path, crypto_workers: in
     )
     with tunnel(tmp_path, edit=hard_limit) as (tb, gw):
         with capture(tb, "gwA", "wan", "wan") as pcap:
-            blast(tb, 500)
+            blast(tb, 500, through=gw)
         a = settle(gw, "gwA")
     out = sa(a, "outbound", "out")
     assert out["state"] == "expired" and out["packets"] == 200

@@ -8,7 +8,6 @@ import json
 import re
 import subprocess
 import sys
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -39,52 +38,36 @@ seconds = 1
 
 @pytest.fixture(scope="module")
 def in_the_vm(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Two VMs, booted at once, for every VM test: the interop and impairment tests in
-    one; two campaigns, each as a person runs them in the VM (`ipsec-lab run`, as `--vm`
-    does; the `--vm` command line itself is checked in tests/test_vm.py), and the hosts
-    test in the other. Each step writes its log and exit status for its test below.
-    Under TCG a VM keeps about 1.2 of this machine's 2 cores busy: two share them out
-    (one took 1,274 s for the four steps in CI, beside cargo test and the fuzzers)."""
+    """One boot for every VM test (under TCG a boot and its lab start cost a minute): the
+    interop and impairment tests, then two campaigns, each as a person runs them in the
+    VM (`ipsec-lab run`, as `--vm` does; the `--vm` command line itself is checked in
+    tests/test_vm.py), each writing its log and exit status for its test below."""
     d = tmp_path_factory.mktemp("vm")
     (d / "clients.toml").write_text(CLIENTS)
     pytest_bin = str(Path(sys.executable).parent / "pytest")
     exe = str(Path(sys.executable).parent / "ipsec-lab")
-    vms = [
-        {
-            "inner": f"{pytest_bin} -q -p no:cacheprovider --durations=8 "
-            f"--basetemp={d / 'inner'} {REPO / 'tests/vm/interop.py'} "
-            f"{REPO / 'tests/vm/impairment.py'}",
-        },
-        {
-            "every": f"{exe} run {REPO / 'scenarios/vm.toml'} --lab {d / 'lab-every'}",
-            "clients": f"{exe} run {d / 'clients.toml'} --lab {d / 'lab-clients'}",
-            # the kernel's IPsec on real hosts over sshd (tests/vm/hosts.py)
-            "hosts": f"{pytest_bin} -q -p no:cacheprovider --durations=3 "
-            f"--basetemp={d / 'hosts'} {REPO / 'tests/vm/hosts.py'}",
-        },
-    ]
-    rcs: dict[int, int] = {}
-
-    def boot(i: int, steps: dict[str, str]) -> None:
-        # (each log ends with the step's time, for CI's budget) a script file: the VM's
-        # command travels on the kernel's command line, which holds 2 KiB at most (the
-        # steps' paths would not fit; the VM then hangs at boot)
-        script = d / f"steps-{i}.sh"
-        script.write_text("".join(
-            f"t=$(date +%s); {cmd} > {d / name}.log 2>&1; echo rc=$? >> {d / name}.log; "
-            f'echo "took $(($(date +%s) - t)) s" >> {d / name}.log\n'
-            for name, cmd in steps.items()
-        ))  # fmt: skip
-        # a bound: beside cargo test and the fuzzers the four steps took 2,362 s in one
-        # VM once (inner 1,138, every 267, clients 140, hosts 817)
-        rcs[i] = vm.run(["sh", str(script)], [d], timeout=3300)
-
-    threads = [threading.Thread(target=boot, args=(i, steps)) for i, steps in enumerate(vms)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert rcs == {0: 0, 1: 0}, f"a VM did not run: {rcs}"
+    steps = {
+        "inner": f"{pytest_bin} -q -p no:cacheprovider --durations=8 --basetemp={d / 'inner'} "
+        f"{REPO / 'tests/vm/interop.py'} {REPO / 'tests/vm/impairment.py'}",
+        "every": f"{exe} run {REPO / 'scenarios/vm.toml'} --lab {d / 'lab-every'}",
+        "clients": f"{exe} run {d / 'clients.toml'} --lab {d / 'lab-clients'}",
+        # the kernel's IPsec on real hosts over sshd (tests/vm/hosts.py)
+        "hosts": f"{pytest_bin} -q -p no:cacheprovider --durations=3 --basetemp={d / 'hosts'} "
+        f"{REPO / 'tests/vm/hosts.py'}",
+    }
+    # (each log ends with the step's time, for CI's budget)
+    # a script file: the VM's command travels on the kernel's command line, which holds
+    # 2 KiB at most (three steps' paths would not fit; the VM then hangs at boot)
+    script = d / "steps.sh"
+    script.write_text("".join(
+        f"t=$(date +%s); {cmd} > {d / name}.log 2>&1; echo rc=$? >> {d / name}.log; "
+        f'echo "took $(($(date +%s) - t)) s" >> {d / name}.log\n'
+        for name, cmd in steps.items()
+    ))  # fmt: skip
+    # a bound: beside cargo test and the fuzzers the four steps took 2,362 s once (inner
+    # 1,138, every 267, clients 140, hosts 817)
+    rc = vm.run(["sh", str(script)], [d], timeout=3300)
+    assert rc == 0, f"the VM did not run (rc {rc})"
     return d
 
 

@@ -109,6 +109,9 @@ mod build {
         };
         let pad = (4 - (len + 2) % 4) % 4;
         let total = FRONT + len + pad + 2 + ICV;
+        if total > ipsec::constants::MAX_PACKET {
+            return Err(DropReason::TooBig); // the outer total length would wrap
+        }
         if head < FRONT || pkt.tailroom() < pad + 2 + ICV {
             return Err(DropReason::NoRoom);
         }

@@ -104,9 +104,15 @@ pub struct AhRepr {
 }
 
 impl AhRepr {
-    /// The fields of a header; one claiming less than the fixed part is
+    /// The fields of a header (its fixed part: whether the ICV field follows in the
+    /// buffer is the caller's to check, `AhHeader::new_checked`). A view made unchecked
+    /// may hold anything: a buffer shorter than the fixed part is
+    /// [`DropReason::Truncated`]; a header claiming less than it
     /// [`DropReason::MalformedAh`].
     pub fn parse<T: AsRef<[u8]>>(h: &AhHeader<T>) -> Result<Self, DropReason> {
+        if h.0.as_ref().len() < AH_FIXED_LEN {
+            return Err(DropReason::Truncated);
+        }
         if h.header_len() < AH_FIXED_LEN {
             return Err(DropReason::MalformedAh);
         }
@@ -200,6 +206,10 @@ mod tests {
             AhRepr::parse(&AhHeader::new_unchecked(&short[..])),
             Err(DropReason::MalformedAh)
         );
+        for n in 0..AH_FIXED_LEN {
+            let parsed = AhRepr::parse(&AhHeader::new_unchecked(&SCAPY_AH4[..n]));
+            assert_eq!(parsed, Err(DropReason::Truncated), "{n} bytes: no panic");
+        }
     }
 
     #[test]

@@ -270,11 +270,17 @@ pub struct Ipv4Repr {
 }
 
 impl Ipv4Repr {
-    /// The fields of a header. Options cannot be represented here
-    /// ([`DropReason::UnsupportedHeader`]); a version other than 4, a total length
-    /// shorter than the header or a wrong checksum is [`DropReason::MalformedIp`].
+    /// The fields of a header — of the header alone: whether the payload follows in the
+    /// buffer is the caller's to check (`Ipv4Header::new_checked`). A view made
+    /// unchecked may hold anything: a buffer shorter than 20 bytes is
+    /// [`DropReason::Truncated`]; a version other than 4, an IHL under 5, a total length
+    /// shorter than the header or a wrong checksum is [`DropReason::MalformedIp`];
+    /// options cannot be represented here ([`DropReason::UnsupportedHeader`]).
     pub fn parse<T: AsRef<[u8]>>(h: &Ipv4Header<T>) -> Result<Self, DropReason> {
-        if h.version() != 4 {
+        if h.b().len() < IPV4_HEADER_LEN {
+            return Err(DropReason::Truncated);
+        }
+        if h.version() != 4 || h.header_len() < IPV4_HEADER_LEN {
             return Err(DropReason::MalformedIp);
         }
         if h.header_len() != IPV4_HEADER_LEN {
@@ -339,8 +345,13 @@ pub struct Ipv6Repr {
 }
 
 impl Ipv6Repr {
-    /// The fields of a header; a version other than 6 is [`DropReason::MalformedIp`].
+    /// The fields of a header — of the header alone, as for [`Ipv4Repr::parse`]: a
+    /// buffer shorter than 40 bytes is [`DropReason::Truncated`], a version other than 6
+    /// [`DropReason::MalformedIp`].
     pub fn parse<T: AsRef<[u8]>>(h: &Ipv6Header<T>) -> Result<Self, DropReason> {
+        if h.b().len() < IPV6_HEADER_LEN {
+            return Err(DropReason::Truncated);
+        }
         if h.version() != 6 {
             return Err(DropReason::MalformedIp);
         }
@@ -692,6 +703,13 @@ mod tests {
             Err(DropReason::UnsupportedHeader),
             "options"
         );
+        // a view made unchecked over too few bytes, or an IHL under 5: refused, no panic
+        for n in 0..20 {
+            assert_eq!(parse(&b[..n]), Err(DropReason::Truncated), "{n} bytes");
+        }
+        let mut ihl4 = b;
+        ihl4[v4::VER_IHL] = 0x44;
+        assert_eq!(parse(&ihl4), Err(DropReason::MalformedIp), "IHL 4");
         let mut short = b;
         short[v4::TOTAL_LEN].copy_from_slice(&19u16.to_be_bytes());
         Ipv4Header::new_unchecked(&mut short[..]).fill_checksum();
@@ -729,6 +747,10 @@ mod tests {
         }
         let mut b = [SENTINEL; 40];
         r.emit(&mut Ipv6Header::new_unchecked(&mut b[..]));
+        for n in 0..40 {
+            let parsed = Ipv6Repr::parse(&Ipv6Header::new_unchecked(&b[..n]));
+            assert_eq!(parsed, Err(DropReason::Truncated), "{n} bytes: no panic");
+        }
         b[0] = 0x40 | (b[0] & 0x0f);
         assert_eq!(
             Ipv6Repr::parse(&Ipv6Header::new_unchecked(&b[..])),
