@@ -18,7 +18,16 @@ import pytest
 
 from ipsec_lab.backends.ours import Ours, gateway_binary, stats
 from netutil import capture, poll_until
-from test_gateway_traffic_root import arrived, blast, hup, hup_then_restart, sa, settle, tunnel
+from test_gateway_traffic_root import (
+    arrived,
+    blast,
+    guard_dropped,
+    hup,
+    hup_then_restart,
+    sa,
+    settle,
+    tunnel,
+)
 
 pytestmark = pytest.mark.root
 
@@ -203,7 +212,7 @@ def test_clear_packets_from_outside_for_the_protected_subnet_are_dropped_running
 
             def all_dropped() -> str:
                 t = tb.run("gwB", ["nft", "list", "table", "inet", "ipsec_gw_220"])
-                return t if _clear_inbound(t) >= 40 else ""
+                return t if guard_dropped(t, "clear_inbound") >= 40 else ""
 
             # the 20 sent while it was down are dropped too: the table outlives the gateway
             counted = poll_until("gwB's table to drop 40 clear packets in all", all_dropped)
@@ -212,13 +221,7 @@ def test_clear_packets_from_outside_for_the_protected_subnet_are_dropped_running
 
     delivered = [p for p in rdpcap(str(pcap)) if UDP in p and p[UDP].sport == 4444]
     assert delivered == [], f"{len(delivered)} spoofed clear packets reached the server"
-    assert _clear_inbound(counted) >= 40, counted
-
-
-def _clear_inbound(table: str) -> int:
-    """The packets the guard's table (`nft list table`) dropped as clear inbound."""
-    m = re.findall(r"counter packets (\d+) bytes \d+ drop comment \"clear_inbound\"", table)
-    return sum(int(x) for x in m)
+    assert guard_dropped(counted, "clear_inbound") >= 40, counted
 
 
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["kill", "stop"])

@@ -114,34 +114,42 @@ def blast(tb: Testbed, n: int, size: int = 200, through: Ours | None = None) -> 
     """Send `n` UDP datagrams client -> server (no handshake needed, unlike iperf3's).
     With `through` (the tunnel's gateways), return once gwA has taken all `n` from its
     TUN device and so handled them (sealed and sent, or dropped and counted)."""
-    taken = (lambda: outbound_taken(through)) if through else (lambda: 0)
-    before = taken()
+    before = taken(settle(through, "gwA")) if through else 0
     script = (
         "import socket, sys; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); "
         "[s.sendto(b'x' * int(sys.argv[2]), ('10.2.0.2', 9)) for _ in range(int(sys.argv[1]))]"
     )
     tb.run("client", [sys.executable, "-c", script, str(n), str(size)], timeout=30)
     if through:
+        # a packet read is handled before the counters holding it are published
+        sock = through.sockets["gwA"]
         poll_until(f"gwA to take the {n} datagrams from its TUN device",
-                   lambda: taken() >= before + n)  # fmt: skip
+                   lambda: taken(stats(sock)) >= before + n)  # fmt: skip
+
+
+def taken(st: dict[str, Any]) -> int:
+    """What a gateway's outbound worker has read from its TUN device, by its counters."""
+    return int(st["outbound"]["io"]["rx_packets"])
 
 
 def arrived(gw: Ours, n: int, node: str = "gwB") -> dict[str, Any]:
     """`node`'s counters once its inbound SA `in` has handled `n` packets since it
     started — accepted or dropped (a wait that does not presume the outcome)."""
 
-    def handled() -> dict[str, Any] | None:
-        st = settle(gw, node)
+    def handled(st: dict[str, Any]) -> int:
         x = sa(st, "inbound", "in")
-        return st if x["packets"] + sum(x["drops"].values()) >= n else None
+        return int(x["packets"]) + sum(x["drops"].values())
 
-    return poll_until(f"{node} to handle {n} packets", handled)
+    sock = gw.sockets[node]
+    poll_until(f"{node} to handle {n} packets", lambda: handled(stats(sock)) >= n)
+    return settle(gw, node)
 
 
-def outbound_taken(gw: Ours, node: str = "gwA") -> int:
-    """What `node`'s outbound worker has read from its TUN device, as of the counters it
-    published after this call (a packet read is handled before the next publication)."""
-    return int(settle(gw, node)["outbound"]["io"]["rx_packets"])
+def guard_dropped(table: str, rule: str) -> int:
+    """The packets the guard's table (`nft list table` text) dropped by its rules
+    commented `rule` ("clear_inbound", "clear_outbound")."""
+    m = re.findall(rf"counter packets (\d+) bytes \d+ drop comment \"{rule}\"", table)
+    return sum(int(x) for x in m)
 
 
 def sa(st: dict[str, Any], direction: str, name: str) -> dict[str, Any]:

@@ -23,6 +23,7 @@ from ipsec_lab.testbed import topology
 from ipsec_lab.testbed.build import Testbed
 from ipsec_lab.testbed.placement import choose
 from ipsec_lab.traffic.generator import Trafgen
+from netutil import running
 
 # The lab tests' own check: no namespace, cgroup or process of a test left behind.
 
@@ -47,17 +48,6 @@ def _cpus_allowed(status: str) -> set[int]:
 def _allowed(pid: int) -> set[int]:
     """The CPUs `pid` may run on, as the kernel says."""
     return _cpus_allowed(Path(f"/proc/{pid}/status").read_text())
-
-
-def _named(comm: str) -> list[int]:
-    pids = []
-    for d in Path("/proc").iterdir():
-        try:
-            if d.name.isdigit() and (d / "comm").read_text().strip() == comm:
-                pids.append(int(d.name))
-        except OSError:
-            continue
-    return pids
 
 
 def test_each_role_runs_on_its_cpus_and_the_kernel_receives_there(tmp_path: Path) -> None:
@@ -87,7 +77,7 @@ def test_each_role_runs_on_its_cpus_and_the_kernel_receives_there(tmp_path: Path
 
             def watch() -> None:
                 while not stop.is_set():
-                    for pid in _named("trafgen"):
+                    for pid in running("trafgen"):
                         try:
                             seen[pid] = _allowed(pid)
                         except (OSError, AssertionError):
