@@ -32,17 +32,17 @@ run: native gateway
 	$(VENV)/bin/ipsec-lab reproduce all --quick --lab $(LAB) --if-changed
 
 # The host's root tests measure rates and CPU: they run with nothing beside them. The
-# micro-VM's (tests/test_vm_root.py: about 19 minutes under TCG, using some 1.2 of this
-# machine's 2 cores) then run beside cargo test and the fuzzers (CPU only: no network,
-# no namespaces; neither rebuilds what the VM runs), each job's output printed whole
-# when it ends. CI's wall time, measured: 49 m 26 s in sequence, 48 m 17 s so (the VM
-# slows by ~3.4 min beside them: a small net gain).
-test: native gateway lint pytest
+# micro-VM's (tests/test_vm_root.py: about 20 minutes under TCG, two lanes of steps at once
+# in the VM) then run beside the lints, cargo test and the fuzzers (CPU only: no network,
+# no namespaces; none rebuilds what the VM runs), each job's output printed whole when it
+# ends. CI's wall time from fresh clones: 46.5 min with the lints first and the VM's steps
+# one after the other; see docs/development.md for today's.
+test: native gateway pytest
 	$(MAKE) --no-print-directory -j2 --output-sync=target pytest-vm rust-checks
 
-# cargo test, then the fuzzers, one after the other
-rust-checks: rust
-	$(MAKE) --no-print-directory -j1 cargo-test fuzz
+# the lints, cargo test, then the fuzzers, one after the other
+rust-checks: rust venv
+	$(MAKE) --no-print-directory -j1 lint cargo-test fuzz
 
 deps: apt rust venv
 

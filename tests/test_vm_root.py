@@ -1,6 +1,6 @@
 """Tests that run inside the micro-VM (a Debian kernel with ESP, AH, IPComp and netem,
 booted by virtme-ng; under TCG here): ours against the kernel's IPsec. The host side boots
-the VM once and runs tests/vm/interop.py inside it; the inner run's outcome decides."""
+the VM once and runs tests/vm/*.py and two campaigns inside it; their outcomes decide."""
 
 from __future__ import annotations
 
@@ -46,26 +46,44 @@ def in_the_vm(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (d / "clients.toml").write_text(CLIENTS)
     pytest_bin = str(Path(sys.executable).parent / "pytest")
     exe = str(Path(sys.executable).parent / "ipsec-lab")
+
+    def tests(name: str, n: int, file: str = "", k: str = "") -> str:
+        sel = f" -k {k!r}" if k else ""
+        return (f"{pytest_bin} -q -p no:cacheprovider --durations={n} --basetemp={d / name} "
+                f"{REPO / 'tests/vm' / (file or name)}.py{sel}")  # fmt: skip
+
     steps = {
-        "inner": f"{pytest_bin} -q -p no:cacheprovider --durations=8 --basetemp={d / 'inner'} "
-        f"{REPO / 'tests/vm/interop.py'} {REPO / 'tests/vm/impairment.py'}",
+        "interop": tests("interop", 5),
         "every": f"{exe} run {REPO / 'scenarios/vm.toml'} --lab {d / 'lab-every'}",
         "clients": f"{exe} run {d / 'clients.toml'} --lab {d / 'lab-clients'}",
         # the kernel's IPsec on real hosts over sshd (tests/vm/hosts.py)
-        "hosts": f"{pytest_bin} -q -p no:cacheprovider --durations=3 --basetemp={d / 'hosts'} "
-        f"{REPO / 'tests/vm/hosts.py'}",
+        "hosts": tests("hosts", 3),
+        "impairment": tests("impairment", 3, k="not latency"),
+        "latency": tests("latency", 1, file="impairment", k="latency"),
     }
-    # (each log ends with the step's time, for CI's budget)
+
+    def step(name: str) -> str:  # each log ends with its exit status and time, for CI
+        log = d / f"{name}.log"
+        return (f"t=$(date +%s); {steps[name]} > {log} 2>&1; echo rc=$? >> {log}; "
+                f'echo "took $(($(date +%s) - t)) s" >> {log}')  # fmt: skip
+
+    # Two lanes at once: under TCG a step keeps about one of the VM's two vCPUs busy
+    # (one Python process sets up, starts and waits on the next), so the interop cases
+    # and the campaigns share the VM's time. Their namespaces, cgroups, work directories
+    # and stores are each their own; the campaigns' runs may be flagged as on a busy
+    # machine, which none of these tests asserts against. The latency test runs alone
+    # after both: its medians must land within milliseconds of netem's delay. (Measured
+    # so, in seconds: interop 703, clients 175, every 392, hosts 680, impairment 106: the
+    # VM's whole run 20 min against 24.8 one step after the other.)
+    lanes = (("interop", "clients", "impairment"), ("every", "hosts"))
     # a script file: the VM's command travels on the kernel's command line, which holds
-    # 2 KiB at most (three steps' paths would not fit; the VM then hangs at boot)
+    # 2 KiB at most (the steps' paths would not fit; the VM then hangs at boot)
     script = d / "steps.sh"
     script.write_text("".join(
-        f"t=$(date +%s); {cmd} > {d / name}.log 2>&1; echo rc=$? >> {d / name}.log; "
-        f'echo "took $(($(date +%s) - t)) s" >> {d / name}.log\n'
-        for name, cmd in steps.items()
-    ))  # fmt: skip
-    # a bound: beside cargo test and the fuzzers the four steps took 2,362 s once (inner
-    # 1,138, every 267, clients 140, hosts 817)
+        "(" + "; ".join(step(n) for n in lane) + ") &\n" for lane in lanes
+    ) + "wait\n" + step("latency") + "\n")  # fmt: skip
+    # a bound: one after the other, beside cargo test and the fuzzers, the steps took
+    # 2,362 s once (interop and impairment 1,138, every 267, clients 140, hosts 817)
     rc = vm.run(["sh", str(script)], [d], timeout=3300)
     assert rc == 0, f"the VM did not run (rc {rc})"
     return d
@@ -79,10 +97,11 @@ def _log(d: Path, name: str) -> str:
 def test_ours_and_the_kernels_ipsec_in_the_vm(in_the_vm: Path) -> None:
     """Interop (24 cases, both ways, and a replayed capture) and impairment (netem: ours
     and xfrm)."""
-    text = _log(in_the_vm, "inner")
-    assert "rc=0" in text, text[-4000:]
-    m = re.search(r"(\d+) passed", text)
-    assert m and int(m.group(1)) == 29 and "failed" not in text, text[-4000:]
+    for name, n in (("interop", 25), ("impairment", 3), ("latency", 1)):
+        text = _log(in_the_vm, name)
+        assert "rc=0" in text, text[-4000:]
+        m = re.search(r"(\d+) passed", text)
+        assert m and int(m.group(1)) == n and "failed" not in text, text[-4000:]
 
 
 def campaign(d: Path, name: str) -> dict[str, Any]:
