@@ -395,3 +395,33 @@ def test_hosts_check_of_the_shipped_example_says_placeholders_once() -> None:
     rc, out = in_terminal(["hosts", "check", "examples/hosts/line.toml"], 200)
     assert rc == 1 and out.count("a placeholder") == 4, out
     assert "not ready: 4 problems (client, gwA, gwB, server; the fail rows above)" in out
+
+
+def test_the_charon_check_finds_a_running_charon_by_its_name_alone(tmp_path: Path) -> None:
+    """`hosts check`'s line for a running charon, run here by `sh`: it finds a process
+    whose command name is exactly `charon` (a copy of `sleep` so named), and neither a
+    name that only begins with it nor, once that process is gone, anything at all."""
+    from ipsec_lab.hosts.readings import named_line, running
+
+    def found() -> list[str]:
+        out = subprocess.run(["sh", "-c", named_line("charon")], capture_output=True,
+                             text=True, timeout=30, check=True).stdout  # fmt: skip
+        return running(out)
+
+    sleep = Path(subprocess.run(["sh", "-c", "command -v sleep"], capture_output=True,
+                                text=True, check=True).stdout.strip())  # fmt: skip
+    named = {}
+    for name in ("charon", "charon-x"):
+        (tmp_path / name).write_bytes(sleep.read_bytes())
+        (tmp_path / name).chmod(0o755)
+        named[name] = subprocess.Popen([str(tmp_path / name), "30"])
+    try:
+        pids = found()
+        assert str(named["charon"].pid) in pids
+        assert str(named["charon-x"].pid) not in pids
+    finally:
+        for p in named.values():
+            p.kill()
+            p.wait(timeout=10)
+    assert str(named["charon"].pid) not in found()
+    assert running("/proc/12/comm\n/proc/self/comm\n/tmp/x\n") == ["12"]

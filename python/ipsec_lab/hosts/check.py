@@ -19,7 +19,7 @@ from ipsec_lab import backends as registry
 from ipsec_lab import workloads as kinds
 from ipsec_lab.backends.mtu import facts as mtu_facts
 from ipsec_lab.hosts import Hosts, sides_of
-from ipsec_lab.hosts.readings import ssh_interface
+from ipsec_lab.hosts.readings import named_line, running, ssh_interface
 from ipsec_lab.hosts.ssh import Ssh, SshError, each
 from ipsec_lab.hosts.workdir import guard, refusals
 from ipsec_lab.testbed import INNER_MTU, TOPOLOGIES, topology
@@ -201,9 +201,7 @@ def _strongswan(s: Ssh, node: str, backends: tuple[str, ...]) -> list[Row]:
     """What the lab's own charon needs of a host: IKE's ports free (a charon the host
     runs already holds UDP 500 and 4500), and a TUN device for kernel-libipsec."""
     out = []
-    line = ('for p in /proc/[0-9]*; do [ "$(cat $p/comm 2>/dev/null)" = charon ] && '
-            'echo ${p#/proc/}; done; true')  # fmt: skip
-    pids = s.run(line, check=False, timeout=20).stdout.split()
+    pids = running(s.run(named_line("charon"), check=False, timeout=20).stdout)
     if pids:
         out.append(Row(node, "charon", "warn",
                        f"a charon already runs (pid {', '.join(pids)}): it may hold UDP 500 "

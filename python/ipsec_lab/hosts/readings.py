@@ -1,9 +1,11 @@
 """What the lab reads from a real host: the interface its SSH session uses, the CPU of
-the whole host (/proc/stat) and of given processes (/proc/PID/stat and status)."""
+the whole host (/proc/stat) and of given processes (/proc/PID/stat and status), and
+which processes run under a given name."""
 
 from __future__ import annotations
 
 import json
+import shlex
 
 from ipsec_lab.hosts.ssh import Ssh
 
@@ -69,3 +71,17 @@ def offload_features(text: str) -> dict[str, bool]:
         if k.strip() in names and "[fixed]" not in v:
             out[names[k.strip()]] = v.split()[0] == "on" if v.split() else False
     return out
+
+
+def named_line(comm: str) -> str:
+    """A shell line listing the processes whose command name is `comm`, for `running`.
+    One `grep` over every /proc/PID/comm, not a `cat` per process: a loop of forks
+    took over 20 s on a loaded host (a QEMU guest beside other work), and the check
+    then failed where nothing was wrong."""
+    return f"grep -lsx -- {shlex.quote(comm)} /proc/[0-9]*/comm; true"
+
+
+def running(text: str) -> list[str]:
+    """The PIDs in `named_line`'s output (lines /proc/PID/comm)."""
+    parts = [w.split("/") for w in text.split()]
+    return [p[2] for p in parts if len(p) == 4 and p[:2] == ["", "proc"] and p[2].isdigit()]
