@@ -191,6 +191,21 @@ seconds = 3
     assert fast["mbps_median"] < 0.9 * rows[("none", "unshaped")]["mbps_median"]
     assert fast["testbed_bound"] is False and "testbed-bound" not in fast["note"]
     assert rows[("none", "unshaped")]["testbed_bound"] is None
+    # one testbed key for both backends on a link, another for the other link
+    assert slow["testbed_key"] == rows[("none", "ethernet-10")]["testbed_key"]
+    assert slow["testbed_key"] != fast["testbed_key"] and slow["testbed_key"]
+    # a later campaign of ours alone, under another name, on the slow link: judged by
+    # the first campaign's plain forwarding there (the same machine, link and workload)
+    f.write_text(f.read_text().replace('"ceiling"', '"ours-alone"')
+                 .replace('["none", "ours"]', '["ours"]')
+                 .replace('["ethernet-10", "unshaped"]', '["ethernet-10"]'))  # fmt: skip
+    p = cli("run", str(f), "--lab", str(tmp_path / "lab"), "--json", timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    (alone,) = json.loads(p.stdout)["summary"]
+    assert alone["backend"] == "ours" and alone["testbed_key"] == slow["testbed_key"]
+    assert alone["testbed_ceiling_campaign"] == 1
+    assert alone["testbed_ceiling_mbps"] == none_slow
+    assert alone["testbed_bound"] is True and "in campaign 1" in alone["note"], alone["note"]
 
 
 def test_a_links_mtu_is_applied_recorded_alike_and_a_fragmenting_tunnel_named(

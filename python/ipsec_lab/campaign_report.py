@@ -12,7 +12,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from ipsec_lab import metrics, runner
+from ipsec_lab import ceiling, metrics, runner
 from ipsec_lab.studies import Analysis, Plot, Table, fmt
 
 TERMS = (
@@ -51,7 +51,7 @@ def footnoted(rows: list[list[Any]]) -> tuple[list[list[Any]], list[str]]:
 
 def analyse(
     cid: int, name: str, runs: list[dict[str, Any]], scenario_path: str = "",
-    lab_dir: Path | None = None,
+    lab_dir: Path | None = None, earlier: ceiling.Lookup | None = None,
 ) -> Analysis:  # fmt: skip
     """One campaign's analysis: tables and plots, no findings (there is no paper)."""
     an = Analysis(f"campaign-{cid}", f"Campaign {cid} — {name}", f"ipsec-lab run campaign {cid}")
@@ -60,7 +60,7 @@ def analyse(
     where = f" --lab {shlex.quote(str(lab_dir))}" if lab_dir else ""
     if scenario_path:
         an.rerun = f"ipsec-lab run {shlex.quote(scenario_path)} --resume{where}"
-    summary = runner.summarize(runs)
+    summary = runner.summarize(runs, earlier)
     measured = [r for r in summary if r.get("n")]
     c = runner.counts(runs)
     rows: list[list[Any]] = []

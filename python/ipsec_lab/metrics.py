@@ -161,6 +161,10 @@ METRICS: tuple[Metric, ...] = (
     Metric("largest_whole_inner", "B",
            "the largest inner packet whose protected form fits the link whole (larger: "
            "fragmented, or refused with DF)"),
+    Metric("testbed_key", "",
+           "what sets plain forwarding's figure here, hashed (machine or hosts, topology, "
+           "link, flow, workload, generator, placement, outer MTU): a `none` run of the same "
+           "key is this row's testbed ceiling, in a later campaign too"),
     # latency under load and soak (irtt probes; µs)
     Metric("load_pct", "%", "latency: the background load, in % of the PDR"),
     *(Metric(f"rtt_{p}_us", "µs", f"probe round-trip time, {what} (latency, soak)",

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ipsec_lab import backends, environment, meters, metrics, scenario, workloads
+from ipsec_lab import backends, ceiling, environment, meters, metrics, scenario, workloads
 from ipsec_lab.backends import Unsupported
 from ipsec_lab.backends import mtu as backends_mtu
 from ipsec_lab.meters.soaker import Soaker
@@ -285,6 +285,12 @@ class Campaign:
         inner = getattr(backend, "inner_mtu", None)  # a tunnel device of its own (ours)
         mtu = backends_mtu.facts(self.sc.topology, k.backend, k.configuration, outer,
                                  inner() if inner and outer else None)  # fmt: skip
+        # what sets plain forwarding's figure here: a `none` row of this key is the
+        # ceiling of every backend's (ceiling.py), in this campaign or a later one
+        where = ({"hosts": {h.node: h.ssh for h in self.hosts.hosts.values()}}
+                 if self.hosts else ceiling.machine())  # fmt: skip
+        key = ceiling.testbed_key(where, self.sc.topology, p.link, k.flow, p.workload,
+                                  self.sc.generator, self.placement.record(), outer)  # fmt: skip
 
         def metered(label: str, fn: Callable[[], Row]) -> Row:
             s0 = stages() if stages else None
@@ -303,6 +309,7 @@ class Campaign:
             row["busy"] = busy > meters.BUSY_CPUS
             row.update(self.placement.record())
             row.update(mtu)
+            row["testbed_key"] = key
             meters.count_segments(row, outer)  # a GSO buffer counted as its segments
             return row
 
@@ -428,9 +435,12 @@ def _by_backend(plan_: list[Planned]) -> Iterator[tuple[tuple[str, str], list[Pl
 # --- the summary --------------------------------------------------------------------------
 
 
-def summarize(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def summarize(runs: list[dict[str, Any]],
+              earlier: ceiling.Lookup | None = None) -> list[dict[str, Any]]:  # fmt: skip
     """Median and min-max per (backend, configuration, link, flow, measurement) over the
-    repetitions, with ratios to the `none` baseline of the same link/flow/measurement."""
+    repetitions, with ratios to the `none` baseline of the same link/flow/measurement.
+    A capacity is judged against the testbed's ceiling (`ceiling`): `none`'s figure in
+    these runs, or where they have none, what `earlier` finds for the row's testbed key."""
     groups = group_results(runs)
     # Runs that measured nothing, by (backend, configuration, link, flow, workload): the
     # status and reason of each (a failed run's reason is its first line; the full one,
@@ -455,6 +465,7 @@ def summarize(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "configuration": key[1], "link": key[2], "flow": key[3],
             "measurement": key[4], "n": len(xs),
             **metrics.summarise_metrics(xs),
+            "testbed_key": ceiling.row_key(xs),
         }  # fmt: skip
         # An application transfer (HTTP, SMTP) is judged by its time, not its rate.
         row["transfer"] = any("file_bytes" in x for x in xs)
@@ -519,38 +530,22 @@ def summarize(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     base = {(r["link"], r["flow"], r["measurement"]): r for r in out if r["backend"] == "none"}
     metrics.add_ratios(out, lambda r: base.get((r["link"], r["flow"], r["measurement"])))
     for i, r in enumerate(out):
-        ceiling = base.get((r["link"], r["flow"], r["measurement"]))
-        testbed_bound(r, ceiling if i in capacity else None)
+        if i not in capacity:
+            ceiling.testbed_bound(r, None)
+            continue
+        none = base.get((r["link"], r["flow"], r["measurement"]))
+        if none is not None and none.get("mbps_median"):
+            ceiling.testbed_bound(r, ceiling.Ceiling(float(none["mbps_median"])))
+        elif none is None and earlier and r["testbed_key"] and r["backend"] != "none":
+            ceiling.testbed_bound(r, earlier(str(r["testbed_key"]), r["measurement"]))
+        else:
+            ceiling.testbed_bound(r, None)
     for (bk, cfg, link, flow, wl), (status, reason) in unmeasured.items():
         out.append(
             {"backend": bk, "backend_label": shown.get(bk, bk), "configuration": cfg,
              "link": link, "flow": flow, "measurement": wl, "n": 0, status: reason}
         )  # fmt: skip
     return out
-
-
-TESTBED_BOUND = 0.9  # a rate within 10 % of plain forwarding's on the same testbed
-
-
-def testbed_bound(row: dict[str, Any], none: dict[str, Any] | None) -> None:
-    """Mark `row` testbed-bound when its rate is within 10 % of `none`'s — plain
-    forwarding on the same link, flow and workload (size, generator) in the same
-    campaign: the figure is then the testbed's ceiling (link, generator, the machine's
-    forwarding), not the IPsec's. Only capacities are judged (a search's NDR, TCP bulk);
-    None where nothing says (no `none` row, a load the run was given, a transfer judged
-    by its time, `none` itself)."""
-    mine = row.get("mbps_median")
-    ceiling = none.get("mbps_median") if none else None
-    if row["backend"] == "none" or row.get("transfer") or not mine or not ceiling:
-        row["testbed_bound"] = None
-        return
-    row["testbed_bound"] = mine >= TESTBED_BOUND * ceiling
-    if row["testbed_bound"]:
-        shown = metrics.BY_KEY["mbps"].show(ceiling)
-        within = 100 - 100 * TESTBED_BOUND
-        note = (f"testbed-bound: within {within:.0f} % of plain forwarding's {shown} "
-                "here — the figure is the testbed's, not the IPsec's")  # fmt: skip
-        row["note"] = "; ".join(x for x in (note, row.get("note")) if x)
 
 
 def counts(runs: list[dict[str, Any]], planned: int | None = None) -> dict[str, int]:

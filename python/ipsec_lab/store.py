@@ -266,6 +266,18 @@ class Store:
             out.append(d)
         return out
 
+    def campaigns_with_none(self, key: str, before: float, other_than: int) -> list[int]:
+        """Campaigns started before `before` (newest first), not `other_than`, with a
+        done `none` run whose result carries testbed key `key` (`ceiling.testbed_key`)."""
+        rows = self.db.execute(
+            "SELECT DISTINCT c.id, c.started FROM campaigns c JOIN runs r ON r.campaign_id = c.id"
+            " JOIN results x ON x.run_id = r.id WHERE r.backend = 'none' AND r.status = 'done'"
+            " AND c.id != ? AND c.started < ? AND json_extract(x.metrics, '$.testbed_key') = ?"
+            " ORDER BY c.started DESC, c.id DESC",
+            (other_than, before, key),
+        ).fetchall()
+        return [int(r["id"]) for r in rows]
+
     def trials(self, run_id: int) -> list[dict[str, Any]]:
         return [
             json.loads(r["data"])

@@ -14,7 +14,7 @@ from ipsec_lab.cli.args import LAB_HELP, lab_dir
 def write_report(lab: Path, ids: list[int] | None, out: str | None) -> Path:
     """Write the report of the chosen (or newest) study campaigns to `out`, by default
     LAB/report; return the HTML's path."""
-    from ipsec_lab import campaign_report, report, reproduce
+    from ipsec_lab import campaign_report, ceiling, report, reproduce
     from ipsec_lab.store import Store
 
     store = Store(lab / "results.sqlite")
@@ -34,7 +34,12 @@ def write_report(lab: Path, ids: list[int] | None, out: str | None) -> Path:
             )
         analyses = reproduce.analyse(store, chosen) + [
             campaign_report.analyse(
-                i, names[i], store.runs(i, samples=True), camps[i]["scenario_path"], lab
+                i,
+                names[i],
+                store.runs(i, samples=True),
+                camps[i]["scenario_path"],
+                lab,
+                ceiling.earlier(store, i),
             )
             for i in own
         ]

@@ -14,7 +14,7 @@ from ipsec_lab.cli.output import print_failures, print_summary
 
 
 def _results(args: argparse.Namespace) -> int:
-    from ipsec_lab import runner
+    from ipsec_lab import ceiling, runner
     from ipsec_lab.store import Store
 
     db = lab_dir(args) / "results.sqlite"
@@ -50,7 +50,7 @@ def _results(args: argparse.Namespace) -> int:
         print(f"ipsec-lab results: no campaign {args.campaign} in {db}", file=sys.stderr)
         return 2
     runs = store.runs(args.campaign)
-    summary = runner.summarize(runs)
+    summary = runner.summarize(runs, ceiling.earlier(store, args.campaign))
     n = runner.counts(runs, _planned(camp))
     if args.json:
         json.dump(

@@ -17,7 +17,7 @@ QUICK_SOAK_MINUTES = 1.0  # `run --quick`: a soak's length
 
 
 def _run(args: argparse.Namespace) -> int:
-    from ipsec_lab import runner, scenario
+    from ipsec_lab import ceiling, runner, scenario
     from ipsec_lab.testbed.build import LabError, require_root
 
     if args.vm:
@@ -104,7 +104,7 @@ def _run(args: argparse.Namespace) -> int:
         )
         rc = 1
     runs = campaign.store.runs(campaign.id)
-    summary = runner.summarize(runs)
+    summary = runner.summarize(runs, ceiling.earlier(campaign.store, campaign.id))
     if args.json:
         json.dump({"campaign": campaign.id, "summary": summary, "runs": runs}, sys.stdout, indent=1)
         print()
