@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import json
 import signal
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from ipsec_lab.backends.ours import Ours
+from ipsec_lab.backends.ours import Ours, gateway_binary
 from ipsec_lab.model.overhead import largest_inner
 from ipsec_lab.model.transforms import Layout, parse_configuration
 from ipsec_lab.testbed import topology
@@ -178,3 +179,52 @@ def test_a_path_too_small_for_the_sas_is_refused_at_start_leaving_nothing(tmp_pa
         ), e.value
         links = tb.run("gwA", ["ip", "-j", "link", "show"])
         assert "ipsec0" not in links  # no TUN device made
+
+
+def _check(tb: Testbed, conf: Path, node: str = "gwA") -> subprocess.CompletedProcess[str]:
+    """`ipsec-gw --config CONF --check` in `node`, as a user checks a gateway's config."""
+    argv = tb.in_ns(node, [str(gateway_binary()), "--config", str(conf), "--check"])
+    return subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+
+
+@pytest.mark.parametrize(("configuration", "udp_encap"), CASES, ids=str)
+def test_check_says_the_tun_mtu_the_path_gives_and_refuses_what_start_refuses(
+    tmp_path: Path, configuration: str, udp_encap: bool
+) -> None:
+    """`--check` on the gateway's host works `auto` out as the start does: the TUN MTU
+    for the 1500-byte path (the model's), a refusal (exit 2, the key named) once the path
+    is 600 bytes — a config that passes its check starts; and a fixed MTU over what the
+    path carries sealed is warned of, at the check and at the start."""
+    with tunnel(tmp_path, configuration, udp_encap=udp_encap) as (tb, gw):
+        conf = gw.configs["gwA"]
+        mtu = whole(configuration, udp_encap, 1500)
+        r = _check(tb, conf)
+        assert r.returncode == 0, r.stderr
+        assert f"TUN MTU {mtu} = path MTU 1500 less the SAs' overhead" in r.stderr, r.stderr
+        assert "warning" not in r.stderr
+        fixed = tmp_path / "fixed.toml"
+        fixed.write_text(conf.read_text().replace('mtu = "auto"', "mtu = 1500", 1))
+        fixed.chmod(0o600)
+        r = _check(tb, fixed)
+        assert r.returncode == 0, r.stderr
+        said = (f"gateway.mtu = 1500 is more than the path MTU to 192.0.2.2 (1500 bytes) "
+                f"carries sealed ({mtu})")  # fmt: skip
+        assert said in r.stderr and "TUN MTU 1500" in r.stderr, r.stderr
+        assert ("fragmented" if udp_encap else "refused by the raw socket") in r.stderr
+        fits = tmp_path / "fits.toml"
+        fits.write_text(conf.read_text().replace('mtu = "auto"', f"mtu = {mtu}", 1))
+        fits.chmod(0o600)
+        r = _check(tb, fits)
+        assert r.returncode == 0 and "warning" not in r.stderr, r.stderr
+        tb.run("gwA", ["ip", "link", "set", "dev", "wan", "mtu", "600"])
+        r = _check(tb, conf)
+        assert r.returncode == 2, r.stderr
+        assert "gateway.mtu" in r.stderr and "path MTU to 192.0.2.2 is 600 bytes" in r.stderr
+
+    # the fixed MTU's warning at the start too, in the gateway's log
+    def over(node: str, text: str) -> str:
+        return text.replace('mtu = "auto"', "mtu = 1500", 1)
+
+    with tunnel(tmp_path / "again", configuration, udp_encap=udp_encap, edit=over) as (tb, _):
+        log = (tb.rundir / "ipsec-gw-gwA.log").read_text()
+        assert "warning: " in log and "gateway.mtu = 1500 is more than the path MTU" in log, log

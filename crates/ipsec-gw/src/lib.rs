@@ -26,3 +26,4 @@ pub mod seqstate;
 pub mod stats;
 #[allow(unsafe_code)]
 pub mod sys;
+pub mod tun_mtu;

@@ -15,6 +15,7 @@ use clap::{Parser, Subcommand};
 use ipsec::sa::Direction;
 use ipsec_gw::guard::ip;
 use ipsec_gw::reload::{key_of_other_direction, needs_restart, reload_problem, KeysTaken};
+use ipsec_gw::tun_mtu::{fixed_mtu_warning, mtu_report, path_note, set_tun_mtu, tun_mtu};
 use ipsec_gw::{claim, config, dataplane, guard, privilege, seqstate, stats, sys};
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
@@ -138,8 +139,18 @@ fn main() -> ExitCode {
         };
     }
     if cli.check {
+        let (mtu, warning) = match mtu_report(&cfg) {
+            Ok(r) => r,
+            Err(e) => {
+                eprintln!("ipsec-gw: {e}");
+                return ExitCode::from(2);
+            }
+        };
+        if let Some(w) = warning {
+            eprintln!("ipsec-gw: warning: {w}");
+        }
         eprintln!(
-            "ipsec-gw: {}: usable ({} SAs, {} policies; sequence state in {}.out/.in)",
+            "ipsec-gw: {}: usable ({} SAs, {} policies; sequence state in {}.out/.in; {mtu})",
             path.display(),
             cfg.sas.len(),
             cfg.policies.len(),
@@ -292,6 +303,12 @@ fn set_up(cfg: &config::Config, init_state: bool) -> Result<(Up, Engines), Strin
     // The TUN device's MTU, before anything is made: a path that leaves too little room
     // is refused with nothing to undo.
     let (start_mtu, path) = tun_mtu(cfg)?;
+    if let config::Mtu::Fixed(n) = cfg.mtu {
+        let path = sys::path_mtu(cfg.local, cfg.remote, cfg.fwmark).ok();
+        if let Some(w) = path.and_then(|p| fixed_mtu_warning(cfg, n, p)) {
+            eprintln!("ipsec-gw: warning: {w}");
+        }
+    }
     // A TUN device of this name is another gateway's (a gateway's goes with it): refused
     // before this one's guard goes in beside that one's.
     if std::path::Path::new("/sys/class/net")
@@ -591,49 +608,4 @@ impl Reloader<'_> {
         self.current = (*new).clone();
         Ok(())
     }
-}
-
-/// The TUN device's MTU (at start, and at a reload with `auto`), and the path MTU it came
-/// from (`auto`).
-fn tun_mtu(cfg: &config::Config) -> Result<(u16, Option<u16>), String> {
-    match cfg.mtu {
-        config::Mtu::Fixed(n) => Ok((n, None)),
-        config::Mtu::Auto => {
-            let path = sys::path_mtu(cfg.local, cfg.remote, cfg.fwmark).map_err(|e| {
-                format!(
-                    "{}: gateway.mtu: \"auto\": cannot learn the path MTU from {} to {}: {e}",
-                    cfg.file.display(),
-                    cfg.local,
-                    cfg.remote
-                )
-            })?;
-            Ok((cfg.auto_mtu(path)?, Some(path)))
-        }
-    }
-}
-
-fn path_note(path: Option<u16>) -> String {
-    path.map_or(String::new(), |p| {
-        format!(" = path MTU {p} less the SAs' overhead")
-    })
-}
-
-/// Give the TUN device `n` bytes of MTU (the gateway keeps CAP_NET_ADMIN, ambient, for
-/// this and the guard); `running` follows it.
-fn set_tun_mtu(
-    cfg: &config::Config,
-    running: &mut u16,
-    n: u16,
-    path: Option<u16>,
-) -> Result<(), String> {
-    guard::ip(&["link", "set", "dev", &cfg.tun, "mtu", &n.to_string()])
-        .map_err(|e| format!("cannot set TUN {} MTU {n}: {e}", cfg.tun))?;
-    eprintln!(
-        "ipsec-gw: TUN {} MTU {} -> {n}{}",
-        cfg.tun,
-        *running,
-        path_note(path)
-    );
-    *running = n;
-    Ok(())
 }
