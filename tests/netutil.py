@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from ipsec_lab.backends.ours import stats
-from ipsec_lab.testbed.build import Testbed, tail, wait_for_text
+from ipsec_lab.testbed.build import READY_S, Testbed, tail, wait_for_text
 from ipsec_lab.traffic import iperf
 
 T = TypeVar("T")
@@ -129,7 +129,7 @@ def capture(
     argv = ["tcpdump", "-i", iface, "-U", "--immediate-mode", "-B", "32768", "-n", "-w", str(pcap)]
     p = tb.spawn(node, [*argv, bpf], name)
     log = tb.rundir / f"{name}.log"
-    assert wait_for_text(log, "listening on", p, 20), tail(log)
+    assert wait_for_text(log, "listening on", p, READY_S), tail(log)
     try:
         yield pcap
     finally:

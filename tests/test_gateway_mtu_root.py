@@ -20,9 +20,11 @@ from ipsec_lab.backends.ours import Ours, gateway_binary
 from ipsec_lab.model.overhead import largest_inner
 from ipsec_lab.model.transforms import Layout, parse_configuration
 from ipsec_lab.testbed import topology
-from ipsec_lab.testbed.build import Testbed, link_mtu, wait_for_text
+from ipsec_lab.testbed.build import READY_S, Testbed, link_mtu, wait_for_text
 from netutil import capture, count, poll_until, transfer
-from test_gateway_traffic_root import gateway_built, tunnel  # the gateways' link: 1500 B
+
+# (the gateways' link in `tunnel`: 1500 bytes, a real link's)
+from test_gateway_traffic_root import gateway_built, inside_v6, tunnel, with_v6
 
 __all__ = ["gateway_built"]  # an autouse fixture: the gateway is built
 
@@ -97,7 +99,7 @@ def test_without_df_a_full_size_packet_is_fragmented_before_sealing_and_arrives_
     with tunnel(tmp_path, configuration, udp_encap=udp_encap) as (tb, _):
         with capture(tb, "gwA", "wan", "outer") as pcap:
             rx = tb.spawn("server", [sys.executable, "-u", "-c", receiver], "receiver")
-            assert wait_for_text(tb.rundir / "receiver.log", "bound", rx, 10)
+            assert wait_for_text(tb.rundir / "receiver.log", "bound", rx, READY_S)
             assert probe(tb, 1500, df=False) == {}  # no ICMP error: the receiver has it
             rx.wait(15)
             data = tb.rundir / "data.bin"
@@ -228,3 +230,51 @@ def test_check_says_the_tun_mtu_the_path_gives_and_refuses_what_start_refuses(
     with tunnel(tmp_path / "again", configuration, udp_encap=udp_encap, edit=over) as (tb, _):
         log = (tb.rundir / "ipsec-gw-gwA.log").read_text()
         assert "warning: " in log and "gateway.mtu = 1500 is more than the path MTU" in log, log
+
+
+def probe_v6(tb: Testbed, size: int) -> dict[str, object]:
+    """From the client, one IPv6 UDP packet of `size` bytes (header included) to the
+    server (IPv6 routers never fragment: too big is answered); what came back (scapy:
+    an ICMPv6 error's type, code, MTU and sender)."""
+    script = (
+        "import json, sys\n"
+        "from scapy.all import IPv6, UDP, Raw, sr1, conf\n"
+        "from scapy.layers.inet6 import ICMPv6PacketTooBig, ICMPv6DestUnreach\n"
+        "conf.verb = 0\n"
+        "n = int(sys.argv[1])\n"
+        "p = IPv6(dst='fd00:2::2') / UDP(sport=40000, dport=9) / Raw(b'm' * (n - 48))\n"
+        "r = sr1(p, timeout=3)\n"
+        "out = {}\n"
+        "if r is not None and ICMPv6PacketTooBig in r:\n"
+        "    out = {'type': 2, 'mtu': r[ICMPv6PacketTooBig].mtu, 'from': r[IPv6].src}\n"
+        "elif r is not None and ICMPv6DestUnreach in r:\n"
+        "    out = {'type': 1, 'code': r[ICMPv6DestUnreach].code, 'from': r[IPv6].src}\n"
+        "print(json.dumps(out))\n"
+    )
+    out = tb.run("client", [sys.executable, "-c", script, str(size)], timeout=60)
+    got: dict[str, object] = json.loads(out.strip().splitlines()[-1])
+    return got
+
+
+def test_an_ipv6_packet_over_the_sas_mtu_gets_packet_too_big_with_that_mtu(
+    tmp_path: Path,
+) -> None:
+    """IPv6 inside, IPv4 outside, a 1500-byte outer link: a packet one byte over the TUN's
+    MTU (the model's, IPv4 outer) gets ICMPv6 "packet too big" (RFC 4443 §3.2) from gwA
+    carrying that MTU, so the sender's path MTU adapts (RFC 8201); one at the MTU crosses
+    whole — the server's "port unreachable" answers it."""
+    mtu = whole("esp:aes128gcm16", False, 1500)
+    with Testbed(topology("line"), tmp_path / "run") as tb:
+        inside_v6(tb)
+        gw = Ours(edit=with_v6)
+        gw.start(tb, "esp:aes128gcm16")
+        try:
+            assert link_mtu(tb, "gwA", "ipsec0") == mtu
+            with capture(tb, "gwA", "wan", "outer") as pcap:
+                over = probe_v6(tb, mtu + 1)
+                at = probe_v6(tb, mtu)
+        finally:
+            gw.stop(tb)
+    assert over == {"type": 2, "mtu": mtu, "from": "fd00:1::1"}, over
+    assert at == {"type": 1, "code": 4, "from": "fd00:2::2"}, at
+    assert count(pcap, "esp") >= 2 and count(pcap, FRAGMENTS) == 0

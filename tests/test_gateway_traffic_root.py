@@ -610,29 +610,38 @@ def test_one_worker_for_both_directions(tmp_path: Path, udp_encap: bool) -> None
                 assert s["drops"] == {}, (d, s)
 
 
-def test_ipv6_inner_traffic_over_ipv4_outer(tmp_path: Path) -> None:
-    def with_v6(node: str, text: str) -> str:
-        mine, theirs = ("fd00:1::/64", "fd00:2::/64")
-        if node == "gwB":
-            mine, theirs = theirs, mine
-        text = text.replace("routes = [", f'routes = ["{theirs}", ', 1)
-        return text + (
-            f'\n[[policy]]\ndirection = "out"\nsrc = "{mine}"\ndst = "{theirs}"\n'
-            f'action = "protect"\nsa = "out"\n'
-            f'\n[[policy]]\ndirection = "in"\nsrc = "{theirs}"\ndst = "{mine}"\n'
-            f'action = "protect"\nsa = "in"\n'
-        )
+def with_v6(node: str, text: str) -> str:
+    """A gateway config (`Ours(edit=…)`) that also protects the IPv6 inside subnets
+    fd00:1::/64 (client's) and fd00:2::/64 (server's), which `inside_v6` addresses."""
+    mine, theirs = ("fd00:1::/64", "fd00:2::/64")
+    if node == "gwB":
+        mine, theirs = theirs, mine
+    text = text.replace("routes = [", f'routes = ["{theirs}", ', 1)
+    return text + (
+        f'\n[[policy]]\ndirection = "out"\nsrc = "{mine}"\ndst = "{theirs}"\n'
+        f'action = "protect"\nsa = "out"\n'
+        f'\n[[policy]]\ndirection = "in"\nsrc = "{theirs}"\ndst = "{mine}"\n'
+        f'action = "protect"\nsa = "in"\n'
+    )
 
+
+def inside_v6(tb: Testbed) -> None:
+    """IPv6 on the line's inside links beside IPv4: client fd00:1::2, server fd00:2::2,
+    the gateways ::1 of each and forwarding."""
+    for node, dev, addr in (
+        ("client", "eth0", "fd00:1::2/64"), ("gwA", "lan", "fd00:1::1/64"),
+        ("gwB", "lan", "fd00:2::1/64"), ("server", "eth0", "fd00:2::2/64"),
+    ):  # fmt: skip
+        tb.run(node, ["ip", "-6", "addr", "add", addr, "dev", dev, "nodad"])
+    tb.run("client", ["ip", "-6", "route", "add", "default", "via", "fd00:1::1"])
+    tb.run("server", ["ip", "-6", "route", "add", "default", "via", "fd00:2::1"])
+    for gw_node in ("gwA", "gwB"):
+        tb.run(gw_node, ["sysctl", "-qw", "net.ipv6.conf.all.forwarding=1"])
+
+
+def test_ipv6_inner_traffic_over_ipv4_outer(tmp_path: Path) -> None:
     with Testbed(topology("line"), tmp_path / "run") as tb:
-        for node, dev, addr in (
-            ("client", "eth0", "fd00:1::2/64"), ("gwA", "lan", "fd00:1::1/64"),
-            ("gwB", "lan", "fd00:2::1/64"), ("server", "eth0", "fd00:2::2/64"),
-        ):  # fmt: skip
-            tb.run(node, ["ip", "-6", "addr", "add", addr, "dev", dev, "nodad"])
-        tb.run("client", ["ip", "-6", "route", "add", "default", "via", "fd00:1::1"])
-        tb.run("server", ["ip", "-6", "route", "add", "default", "via", "fd00:2::1"])
-        for gw_node in ("gwA", "gwB"):
-            tb.run(gw_node, ["sysctl", "-qw", "net.ipv6.conf.all.forwarding=1"])
+        inside_v6(tb)
         gw = Ours(edit=with_v6)
         gw.start(tb, "esp:aes128gcm16")
         try:

@@ -19,7 +19,14 @@ from ipsec_lab.backends.base import Unsupported, exited, private_dir, private_fi
 from ipsec_lab.backends.sa_plan import IPCOMP_CPI, SPI, Keys, Layer, Layers, fresh_keys
 from ipsec_lab.meters import process_cpu_ns
 from ipsec_lab.testbed import Tunnel, build
-from ipsec_lab.testbed.build import LabError, link_mtu, tail, wait_for_path, wait_for_text
+from ipsec_lab.testbed.build import (
+    READY_S,
+    LabError,
+    link_mtu,
+    tail,
+    wait_for_path,
+    wait_for_text,
+)
 from ipsec_lab.testbed.interface import OnHosts, Process, Testbed, on_hosts
 
 if TYPE_CHECKING:
@@ -261,7 +268,7 @@ class Ours:
                 up = on.wait_path(node, str(sock), self._procs[key], 10)
                 why = on.log_tail(node, f"ipsec-gw-{key}")
             else:
-                up = wait_for_path(sock, self._procs[key], timeout=10)
+                up = wait_for_path(sock, self._procs[key], timeout=READY_S)
                 why = tail(tb.rundir / f"ipsec-gw-{key}.log")
             if not up:
                 raise LabError(f"ipsec-gw {key} did not start:\n{why}")
@@ -366,7 +373,7 @@ class Ours:
             limited=node in tb.topo.limited_nodes, ipsec=True,
         )  # fmt: skip
         log = tb.rundir / f"{name}.log"
-        if not wait_for_text(log, "ipsec-gw: up", q, 10):
+        if not wait_for_text(log, "ipsec-gw: up", q, READY_S):
             raise LabError(f"ipsec-gw {key} did not start again:\n{tail(log)}")
         return self.process(key)
 

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 from ipsec_lab.backends.base import Unsupported, exited, private_dir, private_file
 from ipsec_lab.model.transforms import parse_configuration
 from ipsec_lab.testbed import Tunnel, build
-from ipsec_lab.testbed.build import LabError, require_tools, tail, wait_for_path
+from ipsec_lab.testbed.build import READY_S, LabError, require_tools, tail, wait_for_path
 from ipsec_lab.testbed.interface import OnHosts, Process, Testbed, on_hosts
 
 if TYPE_CHECKING:
@@ -431,7 +431,7 @@ class StrongSwan:
                                    f"socket {rvici}):\n{self._remote_log(on, node)}")  # fmt: skip
                 continue
             vici = build.of_namespaces(tb, "charon's VICI socket").sockets / f"{node}.vici"
-            if not wait_for_path(vici, self._procs[node], timeout=15):
+            if not wait_for_path(vici, self._procs[node], timeout=READY_S):
                 raise LabError(
                     f"strongswan: charon on {node} did not start (no VICI socket {vici}):\n"
                     f"{tail(tb.rundir / f'charon-{node}.log')}\n"

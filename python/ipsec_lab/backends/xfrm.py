@@ -47,7 +47,7 @@ from ipsec_lab.algorithms import CIPHERS, INTEGRITIES
 from ipsec_lab.backends.base import Processless, Unsupported, exited, private_dir, private_file
 from ipsec_lab.backends.sa_plan import IPCOMP_CPI, SPI, Layer, Layers, fresh_keys, layers
 from ipsec_lab.testbed import Tunnel
-from ipsec_lab.testbed.build import LabError, probe, tail, wait_for_text
+from ipsec_lab.testbed.build import READY_S, LabError, probe, tail, wait_for_text
 from ipsec_lab.testbed.interface import OnHosts, Process, Testbed, on_hosts
 
 if TYPE_CHECKING:
@@ -307,14 +307,14 @@ def encap_socket(tb: Testbed, node: str, addr: str) -> Process:
     python = "python3" if on else sys.executable
     p = tb.spawn(node, [python, "-I", "-c", _ENCAP_SOCKET, addr], name)
     if on is not None:
-        deadline = time.monotonic() + 30  # the host's python3 may start from a cold disk
+        deadline = time.monotonic() + READY_S  # the host's python3 may start from a cold disk
         while "encap socket ready" not in (said := on.log_tail(node, name)):
             if p.poll() is not None or time.monotonic() > deadline:
                 raise LabError(f"no ESP-in-UDP socket on {node}: {said.strip()[-500:]}")
             time.sleep(0.1)
         return p
     log = tb.rundir / f"{name}.log"
-    if not wait_for_text(log, "encap socket ready", p, 10):
+    if not wait_for_text(log, "encap socket ready", p, READY_S):
         raise LabError(f"no ESP-in-UDP socket in {node}: {tail(log)}")
     return p
 

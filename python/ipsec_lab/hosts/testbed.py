@@ -173,7 +173,7 @@ class HostsTestbed:
         self._note(node, f"[{name}] " + shlex.join(argv))
         g = self._guard(node)
         session = h.spawn(list(argv), log, pidfile, guard=g)
-        deadline = time.monotonic() + 15
+        deadline = time.monotonic() + namespaces.READY_S
         while True:
             r = h.run(["cat", pidfile], check=False, timeout=10)
             said = r.stdout.split()
