@@ -1,12 +1,14 @@
 """Where a small packet's cost goes in ipsec-gw (issue 41 item 2's question): the 64-B
 NDR through the backend is searched first (trafgen), then UDP is offered at 10, 50 and
 90 % of it, and for each load the two gateways' threads are read before and after from
-/proc: CPU time, wakeups (voluntary context switches: a thread that slept in poll and
-was woken), preemptions (involuntary ones) and read/write calls (`syscr`/`syscw` of
-/proc/PID/task/TID/io: the TUN device's reads and writes — socket sends and receives are
-not counted there). Each is given per packet through the tunnel (what gwA sealed), per
-thread and in all. Placement as the lab's default on this machine (traffic on the first
-CPU, the gateways on the rest). Prints JSON.
+/proc: CPU time (user: the engine's own work; system: its system calls and whatever
+softirq work the kernel ran while it was the current task — on one machine, much of the
+next namespace's receive path), wakeups (voluntary context switches: a thread that slept
+in poll and was woken), preemptions (involuntary ones) and read/write calls
+(`syscr`/`syscw` of /proc/PID/task/TID/io: the TUN device's reads and writes — socket
+sends and receives are not counted there). Each is given per packet through the tunnel
+(what gwA sealed), per thread and in all. Placement as the lab's default on this
+machine (traffic on the first CPU, the gateways on the rest). Prints JSON.
 
     sudo .venv/bin/python benchmarks/gateway_cost.py [--backend ours] [--size 64]
         [--loads 10,50,90] [--seconds 4] [--repetitions 3]
@@ -55,7 +57,9 @@ def threads(pids: list[int]) -> dict[str, dict[str, int]]:
                   if ":" in ln}  # fmt: skip
             iov = dict(ln.split(": ") for ln in io.splitlines() if ": " in ln)
             out[f"{pid}/{task.name} {name}"] = {
-                "ticks": int(f[11]) + int(f[12]),  # utime, stime: fields 14, 15
+                "user": int(f[11]),  # utime, field 14: the engine's own work
+                "system": int(f[12]),  # stime, field 15: its system calls, and the
+                # softirq work the kernel ran while it was the current task
                 "wakeups": int(kv["voluntary_ctxt_switches"]),
                 "preempted": int(kv["nonvoluntary_ctxt_switches"]),
                 "reads": int(iov["syscr"]),
@@ -76,11 +80,14 @@ def per_packet(before: dict[str, dict[str, int]], after: dict[str, dict[str, int
     """What each thread (and all of them) spent per packet between two readings."""
     n = max(packets, 1)
     rows: dict[str, dict[str, float]] = {}
-    total = {"cpu_us": 0.0, "wakeups": 0.0, "preempted": 0.0, "reads": 0.0, "writes": 0.0}
+    total = dict.fromkeys(("cpu_us", "user_us", "system_us", "wakeups", "preempted",
+                           "reads", "writes"), 0.0)  # fmt: skip
     for t, b in after.items():
         a = before.get(t, dict.fromkeys(b, 0))
         d = {k: b[k] - a[k] for k in b}
-        row = {"cpu_us": d["ticks"] / USER_HZ * 1e6 / n, "wakeups": d["wakeups"] / n,
+        us = 1e6 / USER_HZ / n
+        row = {"cpu_us": (d["user"] + d["system"]) * us, "user_us": d["user"] * us,
+               "system_us": d["system"] * us, "wakeups": d["wakeups"] / n,
                "preempted": d["preempted"] / n, "reads": d["reads"] / n,
                "writes": d["writes"] / n}  # fmt: skip
         if any(row.values()):

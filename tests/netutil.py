@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from ipsec_lab.backends.ours import stats
-from ipsec_lab.testbed.build import READY_S, Testbed, tail, wait_for_text
+from ipsec_lab.testbed.build import Testbed, tail, wait_for_text
+from ipsec_lab.testbed.interface import READY_S
 from ipsec_lab.traffic import iperf
 
 T = TypeVar("T")

@@ -19,15 +19,8 @@ from ipsec_lab.backends.base import Unsupported, exited, private_dir, private_fi
 from ipsec_lab.backends.sa_plan import IPCOMP_CPI, SPI, Keys, Layer, Layers, fresh_keys
 from ipsec_lab.meters import process_cpu_ns
 from ipsec_lab.testbed import Tunnel, build
-from ipsec_lab.testbed.build import (
-    READY_S,
-    LabError,
-    link_mtu,
-    tail,
-    wait_for_path,
-    wait_for_text,
-)
-from ipsec_lab.testbed.interface import OnHosts, Process, Testbed, on_hosts
+from ipsec_lab.testbed.build import LabError, link_mtu, tail, wait_for_path, wait_for_text
+from ipsec_lab.testbed.interface import READY_S, OnHosts, Process, Testbed, on_hosts
 
 if TYPE_CHECKING:
     from ipsec_lab.hosts import Hosts

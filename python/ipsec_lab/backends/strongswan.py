@@ -35,8 +35,8 @@ from typing import TYPE_CHECKING, Any
 from ipsec_lab.backends.base import Unsupported, exited, private_dir, private_file
 from ipsec_lab.model.transforms import parse_configuration
 from ipsec_lab.testbed import Tunnel, build
-from ipsec_lab.testbed.build import READY_S, LabError, require_tools, tail, wait_for_path
-from ipsec_lab.testbed.interface import OnHosts, Process, Testbed, on_hosts
+from ipsec_lab.testbed.build import LabError, require_tools, tail, wait_for_path
+from ipsec_lab.testbed.interface import READY_S, OnHosts, Process, Testbed, on_hosts
 
 if TYPE_CHECKING:
     from ipsec_lab.hosts import Hosts

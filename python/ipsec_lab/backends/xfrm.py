@@ -47,8 +47,8 @@ from ipsec_lab.algorithms import CIPHERS, INTEGRITIES
 from ipsec_lab.backends.base import Processless, Unsupported, exited, private_dir, private_file
 from ipsec_lab.backends.sa_plan import IPCOMP_CPI, SPI, Layer, Layers, fresh_keys, layers
 from ipsec_lab.testbed import Tunnel
-from ipsec_lab.testbed.build import READY_S, LabError, probe, tail, wait_for_text
-from ipsec_lab.testbed.interface import OnHosts, Process, Testbed, on_hosts
+from ipsec_lab.testbed.build import LabError, probe, tail, wait_for_text
+from ipsec_lab.testbed.interface import READY_S, OnHosts, Process, Testbed, on_hosts
 
 if TYPE_CHECKING:
     from ipsec_lab.hosts import Hosts

@@ -40,7 +40,7 @@ from ipsec_lab.hosts.workdir import LEDGER, Guard, UnsafeError, guard
 from ipsec_lab.testbed import Link, Topology
 from ipsec_lab.testbed import build as namespaces
 from ipsec_lab.testbed.build import STOCK_QDISCS, LabError, link_counters, root_qdisc, shape_ends
-from ipsec_lab.testbed.interface import UDP_SOCKET_BUFFER_BYTES, OnHosts
+from ipsec_lab.testbed.interface import READY_S, UDP_SOCKET_BUFFER_BYTES, OnHosts
 
 
 class HostProcess:
@@ -173,7 +173,7 @@ class HostsTestbed:
         self._note(node, f"[{name}] " + shlex.join(argv))
         g = self._guard(node)
         session = h.spawn(list(argv), log, pidfile, guard=g)
-        deadline = time.monotonic() + namespaces.READY_S
+        deadline = time.monotonic() + READY_S
         while True:
             r = h.run(["cat", pidfile], check=False, timeout=10)
             said = r.stdout.split()

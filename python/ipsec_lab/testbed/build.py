@@ -535,14 +535,6 @@ def netem_available() -> tuple[bool, str]:
     )
 
 
-# How long a program the lab started may take to say it is ready (its socket, its log
-# line, its PID file). Long: a program that exits is seen at once, so the limit only
-# decides how long a hang goes unseen — while a loaded machine starts a program slowly
-# (Python in a TCG-emulated guest beside another lane of tests took over 10 s, and a
-# CI run failed on an interop case that had nothing wrong with it).
-READY_S = 60.0
-
-
 def _wait_until(ready: Callable[[], bool], proc: Process, timeout: float) -> bool:
     """Poll `ready` every 50 ms until it holds; False if `proc` exits or `timeout` seconds
     pass first."""

@@ -11,6 +11,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeGuard
 
+# How long a program the lab started may take to say it is ready (its socket, its log
+# line, its PID file). Long: a program that exits is seen at once, so the limit only
+# decides how long a hang goes unseen — while a loaded machine starts a program slowly
+# (Python in a TCG-emulated guest beside another lane of tests took over 10 s, and a
+# CI run failed on an interop case that had nothing wrong with it).
+READY_S = 60.0
+
 if TYPE_CHECKING:
     from ipsec_lab.testbed import Link, Topology
 
