@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -28,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ipsec_lab.hosts.shell import INLINE_INPUT_MAX, Shell, ShellEnded, ShellTimeout
 from ipsec_lab.hosts.workdir import GUARD_EXIT, Guard, UnsafeError, refusals
 from ipsec_lab.testbed.build import LabError
 
@@ -70,6 +73,7 @@ class Result:
     returncode: int
     stdout: str
     stderr: str
+    raw: bytes = b""  # stdout's bytes
 
 
 class Ssh:
@@ -85,6 +89,9 @@ class Ssh:
         self.sudo: list[str] | None = None  # decided by `connect`
         self.uid = 0  # the login user's, learnt by `connect`
         self.connected = False  # `connect` succeeded: a later failure is a lost connection
+        # kept shells (hosts/shell.py), as root (through sudo) and as the login user
+        self._shells: dict[bool, Shell] = {}
+        self._shells_lock = threading.Lock()
         # How messages name it: its node, and where it is when that says more.
         self.who = node if dest == node else f"{node} ({dest})"
 
@@ -157,13 +164,7 @@ class Ssh:
         """Run a command on the host to completion; its status and output. `guard` (a
         `workdir.guard`): the command runs only if the check passes, else UnsafeError
         (whatever `check` says)."""
-        try:
-            p = subprocess.run(self.remote(argv, root, guard), input=input,
-                               capture_output=True, timeout=timeout, check=False)  # fmt: skip
-        except subprocess.TimeoutExpired:
-            raise SshError(f"{self.node}: timed out after {timeout:g} s: {_show(argv)}") from None
-        r = Result(p.returncode, p.stdout.decode(errors="replace"),
-                   p.stderr.decode(errors="replace"))  # fmt: skip
+        r = self._exec(argv, root, guard, input, timeout)
         if r.returncode == SSH_FAILED:
             lost = _lost(r.stderr)
             if lost:
@@ -175,6 +176,50 @@ class Ssh:
             raise SshError(f"{self.node}: failed ({r.returncode}): {_show(argv)}\n"
                            f"{r.stderr.strip()[-800:]}")  # fmt: skip
         return r
+
+    def _exec(self, argv: list[str] | str, root: bool, guard: Guard | None,
+              input: bytes | None, timeout: float) -> Result:  # fmt: skip
+        """Run a command through a kept shell when one is free (else a session of its
+        own, as before the connection was made or while another thread's command runs)."""
+        shell = None
+        if self.connected and (input is None or len(input) <= INLINE_INPUT_MAX):
+            shell = self._shell(root)
+        if shell is None:
+            try:
+                p = subprocess.run(self.remote(argv, root, guard), input=input,
+                                   capture_output=True, timeout=timeout, check=False)  # fmt: skip
+            except subprocess.TimeoutExpired:
+                raise SshError(f"{self.node}: timed out after {timeout:g} s: "
+                               f"{_show(argv)}") from None  # fmt: skip
+            status, out, err = p.returncode, p.stdout, p.stderr
+        else:
+            try:
+                # the shell is root's already: the line without sudo
+                status, out, err = shell.run(self.line(argv, False, guard), input, timeout)
+            except ShellTimeout:
+                raise SshError(f"{self.node}: timed out after {timeout:g} s: "
+                               f"{_show(argv)}") from None  # fmt: skip
+            except ShellEnded as e:
+                if e.status == SSH_FAILED and _lost(e.stderr):
+                    status, out, err = SSH_FAILED, b"", e.stderr.encode()
+                else:
+                    raise SshError(f"{self.who}: connection lost: the shell ended "
+                                   f"({e.status}): {_last(e.stderr)}") from None  # fmt: skip
+            finally:
+                shell.lock.release()
+        return Result(status, out.decode(errors="replace"), err.decode(errors="replace"),
+                      out)  # fmt: skip
+
+    def _shell(self, root: bool) -> Shell | None:
+        """This host's kept shell for `root`, locked for the caller; None while another
+        thread's command holds it."""
+        sudo = bool(root and self.sudo)
+        with self._shells_lock:
+            shell = self._shells.get(sudo)
+            if shell is None:
+                remote = shlex.join([*(self.sudo or []), "sh"]) if sudo else "exec sh"
+                shell = self._shells[sudo] = Shell([*self.base(), "--", remote])
+        return shell if shell.lock.acquire(blocking=False) else None
 
     def push(self, data: bytes, path: str, mode: int = 0o600,
              guard: Guard | None = None) -> None:  # fmt: skip
@@ -192,13 +237,12 @@ class Ssh:
 
     def fetch(self, path: str, guard: Guard | None = None) -> bytes:
         """The bytes of file `path` on the host; `guard` as for `run`."""
-        p = subprocess.run(self.remote(["cat", "--", path], guard=guard), capture_output=True,
-                           timeout=120, check=False)  # fmt: skip
+        r = self._exec(["cat", "--", path], True, guard, None, 120)
         if guard:
-            self.refused(p.returncode, p.stderr.decode(errors="replace"), guard)
-        if p.returncode != 0:
-            raise SshError(f"{self.node}: cannot read {path}: {_last(p.stderr.decode())}")
-        return p.stdout
+            self.refused(r.returncode, r.stderr, guard)
+        if r.returncode != 0:
+            raise SshError(f"{self.node}: cannot read {path}: {_last(r.stderr)}")
+        return r.raw
 
     def spawn(self, argv: list[str], log: str, pidfile: str,
               guard: Guard | None = None) -> subprocess.Popen[bytes]:  # fmt: skip
@@ -221,19 +265,25 @@ class Ssh:
         return self.run(line, check=False, timeout=20).returncode == 0
 
     def close(self) -> None:
-        """Close the master connection (if any) and remove the control directory."""
+        """End the kept shells, close the master connection (if any) and remove the
+        control directory."""
+        with self._shells_lock:
+            shells, self._shells = list(self._shells.values()), {}
+        for shell in shells:
+            held = shell.lock.acquire(timeout=10)  # a command still running: ended with it
+            shell.close()
+            if held:
+                shell.lock.release()
         if self.control.exists():
             subprocess.run([*self.base()[:-1], "-O", "exit", self.dest], capture_output=True,
                            timeout=10, check=False)  # fmt: skip
-        for _ in range(20):
+        for _ in range(100):  # the master removes its socket as it exits
             if not self.control.exists():
                 break
             time.sleep(0.05)
-        try:
-            self.control.unlink(missing_ok=True)
-            self._dir.rmdir()
-        except OSError:
-            pass
+        # whatever is left (a master still exiting under load left its socket, and the
+        # directory, behind in every CI run): the directory is the lab's own
+        shutil.rmtree(self._dir, ignore_errors=True)
 
 
 def same_process(pid: int, start: str) -> str:

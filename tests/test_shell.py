@@ -1,0 +1,75 @@
+"""The kept shell a host's commands go through (hosts/shell.py), against a local `sh` in
+place of ssh: the same bytes on its stdin and out of its stdout/stderr as over a
+connection. The hosts tests (test_hosts_root.py, tests/vm/hosts.py) take it through a
+real sshd."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+
+from ipsec_lab.hosts.shell import Shell, ShellEnded, ShellTimeout
+
+
+@pytest.fixture
+def shell() -> object:
+    s = Shell(["sh"])
+    with s.lock:
+        yield s
+        s.close()
+
+
+def test_output_status_and_errors_come_back_to_the_byte(shell: Shell) -> None:
+    assert shell.run("printf 'a\\nb'", None, 10) == (0, b"a\nb", b"")  # no newline at the end
+    assert shell.run("printf 'a\\n\\n'", None, 10) == (0, b"a\n\n", b"")
+    assert shell.run("true", None, 10) == (0, b"", b"")
+    assert shell.run("echo out; echo err >&2; exit 7", None, 10) == (7, b"out\n", b"err\n")
+    # every byte value, on both streams
+    every = bytes(range(256))
+    line = "printf '" + "".join(f"\\{b:03o}" for b in every) + "' | tee /dev/stderr"
+    assert shell.run(line, None, 10) == (0, every, every)
+    # output that looks like a marker is output
+    assert shell.run("echo '\nabc 0'", None, 10) == (0, b"\nabc 0\n", b"")
+
+
+def test_a_command_ends_only_its_own_shell(shell: Shell) -> None:
+    """`exit`, `cd`, variables and a syntax error stay in the command's own `sh -c`."""
+    assert shell.run("cd /; X=1; exit 3", None, 10)[0] == 3
+    status, out, err = shell.run("if then", None, 10)
+    assert status == 2 and out == b"" and b"yntax error" in err
+    assert shell.run('echo "$PWD ${X:-unset}"', None, 10) == (
+        0,
+        f"{os.getcwd()} unset\n".encode(),
+        b"",
+    )
+
+
+def test_input_goes_to_the_command_and_no_command_reads_the_next(shell: Shell) -> None:
+    data = bytes(range(256)) * 40 + b"no newline"
+    assert shell.run("cat", data, 10) == (0, data, b"")
+    assert shell.run("cat", b"", 10) == (0, b"", b"")
+    # without input a command reading stdin gets end-of-file, not the commands after it
+    assert shell.run("cat; echo read-all", None, 10) == (0, b"read-all\n", b"")
+    assert shell.run("echo next", None, 10) == (0, b"next\n", b"")
+
+
+def test_a_command_past_its_timeout_ends_the_session_and_the_next_starts_one(
+    shell: Shell,
+) -> None:
+    shell.run("true", None, 10)
+    first = shell._p
+    with pytest.raises(ShellTimeout):
+        shell.run("sleep 30", None, 0.5)
+    assert first is not None and first.poll() is not None  # the session is gone
+    assert shell.run("echo again", None, 10) == (0, b"again\n", b"")
+    assert shell._p is not first
+
+
+def test_a_session_that_ends_before_the_marker_is_said_and_the_next_is_new(shell: Shell) -> None:
+    shell.run("true", None, 10)
+    with pytest.raises(ShellEnded) as e:
+        shell.run("echo going >&2; kill -9 $PPID", None, 10)  # the kept sh itself
+    assert e.value.status == -signal.SIGKILL and "going" in e.value.stderr
+    assert shell.run("echo back", None, 10) == (0, b"back\n", b"")
