@@ -180,9 +180,8 @@ sa = "in"
     /// for an inbound SA; and a key a state records. Keys of neither: accepted.
     #[test]
     fn a_key_the_other_direction_took_is_refused_before_any_state_records_it() {
-        let d = std::env::temp_dir().join(format!("ipsec-gw-main-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
+        let tmp = tempfile::tempdir().unwrap();
+        let d = tmp.path();
         let mut st_out = seqstate::SeqState::open(&d.join("s.out"), Direction::Out, true).unwrap();
         let st_in = seqstate::SeqState::open(&d.join("s.in"), Direction::In, true).unwrap();
         let states = [st_out.reader().unwrap(), st_in.reader().unwrap()];
@@ -224,6 +223,5 @@ sa = "in"
         st_out.save().unwrap();
         let why = key_of_other_direction(&cfg((&a, &b), (&z, &e)), &states, &fresh).unwrap();
         assert!(why.contains("the outbound sequence state records"), "{why}");
-        let _ = std::fs::remove_dir_all(&d);
     }
 }

@@ -576,11 +576,11 @@ pub fn lock(base: &Path) -> Result<File, LockError> {
 mod tests {
     use super::*;
 
-    fn tmp(name: &str) -> PathBuf {
-        let d = std::env::temp_dir().join(format!("ipsec-gw-seq-{}-{name}", std::process::id()));
-        let _ = fs::remove_dir_all(&d);
-        fs::create_dir_all(&d).unwrap();
-        d.join("gw.state.out")
+    /// A state file's path in a directory of its own, removed when the test ends.
+    fn tmp() -> (tempfile::TempDir, PathBuf) {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("gw.state.out");
+        (d, p)
     }
 
     fn entry(value: u64) -> Entry {
@@ -592,7 +592,7 @@ mod tests {
 
     #[test]
     fn round_trips_and_never_writes_a_key() {
-        let p = tmp("rt");
+        let (_dir, p) = tmp();
         let key = [0x5au8; 20];
         let fp = fingerprint(Direction::Out, 0x1001, &key, &[]);
         assert_eq!(fp.len(), 32);
@@ -731,7 +731,7 @@ mod tests {
 
     #[test]
     fn both_slots_missing_is_refused_without_init() {
-        let p = tmp("missing");
+        let (_dir, p) = tmp();
         let e = SeqState::open(&p, Direction::Out, false).unwrap_err();
         assert!(
             e.contains("no sequence state") && e.contains("--init-state"),
@@ -747,7 +747,7 @@ mod tests {
     /// with every reservation one block higher; with both damaged, it is refused.
     #[test]
     fn a_damaged_state_is_refused_or_survived_one_block_higher() {
-        let p = tmp("bad");
+        let (_dir, p) = tmp();
         let mut s = SeqState::open(&p, Direction::Out, true).unwrap();
         s.set("a".repeat(32), entry(10));
         s.set("b".repeat(32), entry(20));
@@ -789,7 +789,7 @@ mod tests {
 
     #[test]
     fn a_symlinked_slot_is_refused() {
-        let p = tmp("link");
+        let (_dir, p) = tmp();
         let target = p.with_file_name("elsewhere");
         fs::write(&target, "precious\n").unwrap();
         std::os::unix::fs::symlink(&target, &p).unwrap();
@@ -800,7 +800,7 @@ mod tests {
 
     #[test]
     fn a_second_lock_on_one_state_is_refused() {
-        let p = tmp("lock");
+        let (_dir, p) = tmp();
         let base = p.with_file_name("gw.state");
         let held = lock(&base).unwrap();
         let e = lock(&base).unwrap_err();
@@ -812,7 +812,7 @@ mod tests {
 
     #[test]
     fn the_highest_of_both_directions_wins() {
-        let p = tmp("hi");
+        let (_dir, p) = tmp();
         let q = p.with_file_name("gw.state.in");
         let mut out = SeqState::open(&p, Direction::Out, true).unwrap();
         let mut inb = SeqState::open(&q, Direction::In, true).unwrap();
@@ -840,7 +840,7 @@ mod tests {
 
     #[test]
     fn a_state_read_through_a_reader_cannot_be_written() {
-        let p = tmp("ro");
+        let (_dir, p) = tmp();
         let s = SeqState::open(&p, Direction::Out, true).unwrap();
         let mut copy = s.reader().unwrap().read().unwrap();
         assert!(copy.save().is_err());

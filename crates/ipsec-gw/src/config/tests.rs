@@ -304,8 +304,8 @@ fn overlapping_policies_and_unused_sas_are_warnings() {
 
 #[test]
 fn keys_from_files_and_lifetimes() {
-    let dir = std::env::temp_dir().join(format!("ipsec-gw-test-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
     std::fs::write(
         dir.join("k.hex"),
         "000102030405060708090a0b0c0d0e0f10111213\n",
@@ -322,7 +322,6 @@ fn keys_from_files_and_lifetimes() {
     let bad = text.replace("soft_packets = 10", "soft_packets = 30");
     let e = parse(&bad, &dir.join("gw.toml")).unwrap_err();
     assert_eq!(e.key, "sa[0].soft_packets");
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]

@@ -425,10 +425,9 @@ mod tests {
         for crew in [false, true] {
             for failing in [false, true] {
                 let (mut out, mut inb) = pair();
+                let tmp = tempfile::tempdir().unwrap();
                 if failing {
-                    let d = std::env::temp_dir()
-                        .join(format!("ipsec-gw-inb-{}-{crew}", std::process::id()));
-                    inb.fail_state_writes(&d);
+                    inb.fail_state_writes(tmp.path());
                 }
                 let mut esp = Vec::new();
                 let mut buf = slot();

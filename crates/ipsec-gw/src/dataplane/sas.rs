@@ -710,10 +710,8 @@ mod tests {
         crate::config::parse(&text, Path::new("/tmp/gw.toml")).unwrap()
     }
 
-    fn state_at(name: &str, c: &Config, value: u64) -> (SeqState, seqstate::Reader) {
-        let d = std::env::temp_dir().join(format!("ipsec-gw-sas-{}-{name}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
+    /// States in `d` (a test's own directory) recording `value` for `c`'s first SA.
+    fn state_at(d: &Path, c: &Config, value: u64) -> (SeqState, seqstate::Reader) {
         let mut out = SeqState::open(&d.join("s.out"), Direction::Out, true).unwrap();
         let inb = SeqState::open(&d.join("s.in"), Direction::In, true).unwrap();
         for fp in seqstate::keys_of(&c.sas[0].config) {
@@ -745,14 +743,10 @@ mod tests {
                     Direction::In => Direction::Out,
                 };
                 let keys = seqstate::keys_of(&c.sas[i].config);
-                for (j, fp) in keys.iter().enumerate() {
+                for fp in keys.iter() {
                     for value in [0u64, 1, 5000] {
-                        let d = std::env::temp_dir().join(format!(
-                            "ipsec-gw-sas-{}-other-{esn}-{i}-{j}-{value}",
-                            std::process::id()
-                        ));
-                        let _ = std::fs::remove_dir_all(&d);
-                        std::fs::create_dir_all(&d).unwrap();
+                        let tmp = tempfile::tempdir().unwrap();
+                        let d = tmp.path();
                         let mine = SeqState::open(&d.join("s.mine"), direction, true).unwrap();
                         let mut other =
                             SeqState::open(&d.join("s.other"), other_dir, true).unwrap();
@@ -778,7 +772,8 @@ mod tests {
                 }
             }
             // sent under before, by this gateway: resumes
-            let st = state_at(&format!("sent-{esn}"), &c, 5000);
+            let tmp = tempfile::tempdir().unwrap();
+            let st = state_at(tmp.path(), &c, 5000);
             assert!(DirEngine::build(&c, Direction::Out, None, Some(st)).is_ok());
         }
     }
@@ -789,20 +784,28 @@ mod tests {
     #[test]
     fn an_sa_whose_last_number_was_used_is_refused_at_start() {
         let c = cfg(false);
+        let (spent, left) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
         let e = DirEngine::build(
             &c,
             Direction::Out,
             None,
-            Some(state_at("spent", &c, u32::MAX.into())),
+            Some(state_at(spent.path(), &c, u32::MAX.into())),
         )
         .err()
         .expect("refused");
         assert!(matches!(e, BuildError::SequenceSpent { .. }), "{e}");
         assert!(e.to_string().contains("none is left to send"), "{e}");
         let ok = u64::from(u32::MAX) - 1;
-        assert!(DirEngine::build(&c, Direction::Out, None, Some(state_at("left", &c, ok))).is_ok());
+        assert!(DirEngine::build(
+            &c,
+            Direction::Out,
+            None,
+            Some(state_at(left.path(), &c, ok))
+        )
+        .is_ok());
         let c = cfg(true);
-        let st = state_at("esn", &c, u32::MAX.into());
+        let tmp = tempfile::tempdir().unwrap();
+        let st = state_at(tmp.path(), &c, u32::MAX.into());
         assert!(DirEngine::build(&c, Direction::Out, None, Some(st)).is_ok());
     }
 }
