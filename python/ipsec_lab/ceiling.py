@@ -18,13 +18,11 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
-import platform
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ipsec_lab import environment, metrics
+from ipsec_lab import metrics
 
 # a rate within 10 % of plain forwarding's on the same testbed is the testbed's
 TESTBED_BOUND = 0.9
@@ -38,13 +36,6 @@ class Ceiling:
     campaign: int | None = None
 
 
-def machine() -> dict[str, Any]:
-    """What identifies this machine's forwarding for the key (not the build, nor the
-    Python: plain forwarding is the kernel's)."""
-    return {"node": platform.node(), "cpu": environment.cpu_model(), "cpus": os.cpu_count(),
-            "kernel": platform.release(), "vm": os.environ.get("IPSEC_LAB_VM")}  # fmt: skip
-
-
 def testbed_key(
     where: dict[str, Any],
     topology: str,
@@ -56,7 +47,7 @@ def testbed_key(
     outer_mtu: int | None,
 ) -> str:
     """The key of the testbed a run measured on (see the module's docstring): `where`
-    is `machine()` or the real hosts; `link` and `workload` are the scenario's
+    is `environment.identity()` or the real hosts; `link` and `workload` are the scenario's
     dataclasses, their names left out (two scenarios may name one thing differently)."""
     parts = {
         "where": where, "topology": topology, "flow": flow, "generator": generator,

@@ -84,18 +84,32 @@ def same_place(env: dict[str, object], now: dict[str, object]) -> bool:
     return all(env.get(k) == now.get(k) for k in SAME_PLACE) and now.get("build") is not None
 
 
+def identity() -> dict[str, object]:
+    """What identifies this machine's own forwarding: its name, CPU, kernel and VM (not
+    the build, nor the Python: plain forwarding is the kernel's). The testbed key of
+    ceiling.py; `describe` says the same and more, without the name."""
+    return {
+        "node": platform.node(),
+        "cpu": cpu_model(),
+        "cpus": os.cpu_count(),
+        "kernel": platform.release(),
+        # set by `--vm`: "kvm|tcg, kernel …" — TCG figures are emulated
+        "vm": os.environ.get("IPSEC_LAB_VM"),
+    }
+
+
 def describe() -> dict[str, object]:
     from ipsec_lab import __version__
 
+    me = identity()
     return {
-        "cpu": cpu_model(),
+        "cpu": me["cpu"],
         "cpu_mhz": cpu_mhz(),
-        "cpus": os.cpu_count(),
-        "kernel": platform.release(),
+        "cpus": me["cpus"],
+        "kernel": me["kernel"],
         "machine": platform.machine(),
         "python": platform.python_version(),
         "ipsec_lab": __version__,
         "git": git_revision(),
-        # set by `--vm`: "kvm|tcg, kernel …" — TCG figures are emulated
-        "vm": os.environ.get("IPSEC_LAB_VM"),
+        "vm": me["vm"],
     }

@@ -122,6 +122,9 @@ class Campaign:
         self.plan = plan(sc)
         # Which CPUs the traffic and the IPsec under test run on (recorded in every row)
         self.placement = campaign_placement(sc, hosts)
+        # where the runs measure, for each row's testbed key (ceiling.py)
+        self.where = ({"hosts": {h.node: h.ssh for h in hosts.hosts.values()}}
+                      if hosts else environment.identity())  # fmt: skip
         self.soaker: Soaker | None = None
         # each backend as `preflight.label` names it once it has started (its variant)
         self.shown: dict[str, str] = {}
@@ -287,9 +290,7 @@ class Campaign:
                                  inner() if inner and outer else None)  # fmt: skip
         # what sets plain forwarding's figure here: a `none` row of this key is the
         # ceiling of every backend's (ceiling.py), in this campaign or a later one
-        where = ({"hosts": {h.node: h.ssh for h in self.hosts.hosts.values()}}
-                 if self.hosts else ceiling.machine())  # fmt: skip
-        key = ceiling.testbed_key(where, self.sc.topology, p.link, k.flow, p.workload,
+        key = ceiling.testbed_key(self.where, self.sc.topology, p.link, k.flow, p.workload,
                                   self.sc.generator, self.placement.record(), outer)  # fmt: skip
 
         def metered(label: str, fn: Callable[[], Row]) -> Row:
