@@ -6,7 +6,9 @@ real sshd."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
+from pathlib import Path
 
 import pytest
 
@@ -73,3 +75,35 @@ def test_a_session_that_ends_before_the_marker_is_said_and_the_next_is_new(shell
         shell.run("echo going >&2; kill -9 $PPID", None, 10)  # the kept sh itself
     assert e.value.status == -signal.SIGKILL and "going" in e.value.stderr
     assert shell.run("echo back", None, 10) == (0, b"back\n", b"")
+
+
+def test_output_a_command_left_behind_is_never_taken_for_a_later_commands(
+    shell: Shell,
+) -> None:
+    """A process an earlier command left running that writes after it ended: its bytes
+    are found before the next command is sent (a new session is started), never
+    returned as the next command's output."""
+    assert shell.run("(sleep 0.3; echo late) & echo now", None, 10) == (0, b"now\n", b"")
+    import time
+
+    time.sleep(0.6)  # the left-behind process has written by now
+    before = shell._p
+    assert shell.run("printf file-bytes", None, 10) == (0, b"file-bytes", b"")
+    assert shell._p is not before
+    assert shell.run("echo fine", None, 10) == (0, b"fine\n", b"")
+
+
+def test_input_that_cannot_be_decoded_fails_the_command_instead_of_emptying_it(
+    tmp_path: Path,
+) -> None:
+    """Without `base64` on the host the command is not run on empty input: its status
+    says the decode failed."""
+    for tool in ("sh", "cat", "mktemp", "rm"):  # a host with these and no base64
+        (tmp_path / tool).symlink_to(shutil.which(tool) or tool)
+    s = Shell(["env", f"PATH={tmp_path}", "sh"])
+    with s.lock:
+        try:
+            status, out, _ = s.run("/bin/cat > /dev/null; echo ran", b"important\n", 10)
+        finally:
+            s.close()
+    assert status != 0 and out == b""

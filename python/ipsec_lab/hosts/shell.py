@@ -13,13 +13,17 @@ is followed by a marker on stdout (`<token> <status>`) and on stderr (`<token>`)
 token random per command, so its output is read to the byte and its status kept. A
 command that outlives its timeout ends the whole session (the next command opens a new
 one), as a timed-out `ssh` would; a session that ends before its marker is a lost
-connection.
+connection. Output of a process a command leaves running (the lab's never do: a one-shot
+`ssh` would hang on one) is caught when it comes between commands or after a marker
+(the session is started again, or ended and said); bytes it writes while a later
+command runs would be taken for that command's.
 """
 
 from __future__ import annotations
 
 import base64
 import os
+import re
 import secrets
 import selectors
 import shlex
@@ -60,17 +64,21 @@ class Shell:
     def run(self, line: str, input: bytes | None, timeout: float) -> tuple[int, bytes, bytes]:
         """Run `line` (a shell command line) to completion: (status, stdout, stderr).
         Raises ShellEnded or ShellTimeout. The caller holds `lock`."""
-        if not self.alive():
+        if not self.alive() or self._stray():
             self._start()
         p = self._p
         assert p is not None and p.stdin is not None
         token = secrets.token_hex(12)
         command = f"sh -c {shlex.quote(line)}"
         if input is None:
-            command += " </dev/null"
+            command += " </dev/null; s=$?"
         else:
-            command = f"printf %s {base64.b64encode(input).decode()} | base64 -d | {command}"
-        script = f"{command}; printf '\\n%s %d\\n' {token} $?; printf '\\n%s\\n' {token} >&2\n"
+            # decoded into a file first: a failed decode (no base64 there) is the status,
+            # never a command run on empty input
+            data = base64.b64encode(input).decode()
+            command = (f"t=$(mktemp) && printf %s {data} | base64 -d > \"$t\" && "
+                       f"{command} < \"$t\"; s=$?; rm -f \"$t\"")  # fmt: skip
+        script = f"{command}; printf '\\n%s %d\\n' {token} $s; printf '\\n%s\\n' {token} >&2\n"
         try:
             p.stdin.write(script.encode())
             p.stdin.flush()
@@ -86,13 +94,28 @@ class Shell:
             assert f is not None
             os.set_blocking(f.fileno(), False)
 
+    def _stray(self) -> bool:
+        """Whether anything is waiting on the shell's stdout or stderr before a command
+        is sent (output of a process an earlier command left behind): it must not be
+        taken for the next command's, so the session is started again."""
+        p = self._p
+        assert p is not None and p.stdout is not None and p.stderr is not None
+        for f in (p.stdout, p.stderr):
+            try:
+                if os.read(f.fileno(), 65536) is not None:
+                    return True  # bytes, or end of file: either way not a clean session
+            except BlockingIOError:
+                continue
+        return False
+
     def _read(self, token: bytes, deadline: float) -> tuple[int, bytes, bytes]:
         p = self._p
         assert p is not None and p.stdout is not None and p.stderr is not None
         out, err = bytearray(), bytearray()
         status: int | None = None
         err_done = False
-        end_out, end_err = b"\n" + token + b" ", b"\n" + token + b"\n"
+        end_out = re.compile(b"\n" + token + rb" (-?[0-9]+)\n")
+        end_err = b"\n" + token + b"\n"
         with selectors.DefaultSelector() as sel:
             sel.register(p.stdout, selectors.EVENT_READ, out)
             sel.register(p.stderr, selectors.EVENT_READ, err)
@@ -112,13 +135,24 @@ class Shell:
                             raise self._ended(bytes(err))
                         continue
                     key.data.extend(chunk)
-                if status is None and out.endswith(b"\n") and (i := out.rfind(end_out)) >= 0:
-                    status = int(out[i + len(end_out) : -1])
-                    del out[i:]
-                if not err_done and err.endswith(end_err):
+                if status is None and (m := end_out.search(out, max(0, len(out) - 65600))):
+                    status = int(m.group(1))
+                    after, out = out[m.end() :], out[: m.start()]
+                    if after:  # bytes after the end: not this command's
+                        raise self._desync()
+                if not err_done and (i := err.find(end_err, max(0, len(err) - 65600))) >= 0:
                     err_done = True
-                    del err[-len(end_err) :]
+                    after, err = err[i + len(end_err) :], err[:i]
+                    if after:
+                        raise self._desync()
         return status, bytes(out), bytes(err)
+
+    def _desync(self) -> ShellEnded:
+        """Output after a command's end marker (a process it left running writes on):
+        the session cannot be trusted to say whose output is whose; it is ended."""
+        self._kill()
+        return ShellEnded(None, "output came after the command's end (a process it left "
+                                "behind?): the shell was ended")  # fmt: skip
 
     def _ended(self, err: bytes = b"") -> ShellEnded:
         p = self._p
