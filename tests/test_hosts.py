@@ -8,7 +8,9 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -260,8 +262,16 @@ class _Here:
         self.ssh.uid = os.getuid()
 
 
+@pytest.fixture
+def here() -> Iterator[Any]:
+    """`_Here`'s Ssh, closed afterwards (its control directory removed)."""
+    h = _Here().ssh
+    yield h
+    h.close()
+
+
 def test_the_work_directory_check_refuses_what_others_can_write_and_makes_the_rest(
-    tmp_path: Path,
+    tmp_path: Path, here: Any
 ) -> None:
     """The check the lab runs on a host before it uses its work directory (POSIX sh and
     coreutils): a directory above that others can write (not root's with the sticky
@@ -271,7 +281,7 @@ def test_the_work_directory_check_refuses_what_others_can_write_and_makes_the_re
     from ipsec_lab.hosts.ledger import _runs
     from ipsec_lab.hosts.workdir import UnsafeError, guard, refusals
 
-    h = _Here().ssh
+    h = here
     wd = str(tmp_path / "lab")
 
     def do(op: str, arg: str = "", where: str = wd) -> subprocess.CompletedProcess[str]:

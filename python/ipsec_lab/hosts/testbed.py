@@ -550,7 +550,8 @@ class HostsTestbed:
             except SshError as e:
                 problems.append(f"{e} (its ledger: {local}; `ipsec-lab clean --hosts` "
                                 "undoes it once the host is back)")  # fmt: skip
-            h.close()
+            finally:  # whatever else went wrong: its connection and directory go
+                h.close()
         if problems:
             raise LabError("could not restore every host: " + "; ".join(problems))
 
