@@ -189,16 +189,14 @@ class Ssh:
                 p = subprocess.run(self.remote(argv, root, guard), input=input,
                                    capture_output=True, timeout=timeout, check=False)  # fmt: skip
             except subprocess.TimeoutExpired:
-                raise SshError(f"{self.node}: timed out after {timeout:g} s: "
-                               f"{_show(argv)}") from None  # fmt: skip
+                raise self._timed_out(argv, timeout) from None
             status, out, err = p.returncode, p.stdout, p.stderr
         else:
             try:
                 # the shell is root's already: the line without sudo
                 status, out, err = shell.run(self.line(argv, False, guard), input, timeout)
             except ShellTimeout:
-                raise SshError(f"{self.node}: timed out after {timeout:g} s: "
-                               f"{_show(argv)}") from None  # fmt: skip
+                raise self._timed_out(argv, timeout) from None
             except ShellEnded as e:
                 if e.status == SSH_FAILED and _lost(e.stderr):
                     status, out, err = SSH_FAILED, b"", e.stderr.encode()
@@ -209,6 +207,9 @@ class Ssh:
                 shell.lock.release()
         return Result(status, out.decode(errors="replace"), err.decode(errors="replace"),
                       out)  # fmt: skip
+
+    def _timed_out(self, argv: list[str] | str, timeout: float) -> SshError:
+        return SshError(f"{self.node}: timed out after {timeout:g} s: {_show(argv)}")
 
     def _shell(self, root: bool) -> Shell | None:
         """This host's kept shell for `root`, locked for the caller; None while another
@@ -281,8 +282,8 @@ class Ssh:
             if not self.control.exists():
                 break
             time.sleep(0.05)
-        # whatever is left (a master still exiting under load left its socket, and the
-        # directory, behind in every CI run): the directory is the lab's own
+        # whatever is left (a master still exiting under load keeps its socket there):
+        # the directory is the lab's own
         shutil.rmtree(self._dir, ignore_errors=True)
 
 
