@@ -12,6 +12,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -814,3 +815,55 @@ def test_without_tun_offloads_every_packet_is_one_read_and_write(tmp_path: Path)
     assert sa(a, "outbound", "out")["packets"] > 1000 and sa(a, "outbound", "out")["drops"] == {}
     log = (tmp_path / "run" / "ipsec-gw-gwA.log").read_text()
     assert "offloads: TCP off, UDP off" in log
+
+
+@contextmanager
+def starved(p: Any, run_s: float = 0.004, stop_s: float = 0.096) -> Iterator[None]:
+    """`p` let run `run_s` of every `run_s + stop_s` (SIGSTOP, SIGCONT) for the block: a
+    gateway that takes datagrams slower than they come, so its receive queue stands.
+    Bounded by the block; `p` is running again after it, whatever happened."""
+    done = threading.Event()
+
+    def cycle() -> None:
+        try:
+            while not done.is_set():
+                p.send_signal(signal.SIGSTOP)
+                done.wait(stop_s)
+                p.send_signal(signal.SIGCONT)
+                done.wait(run_s)
+        finally:
+            p.send_signal(signal.SIGCONT)
+
+    t = threading.Thread(target=cycle)
+    t.start()
+    try:
+        yield
+    finally:
+        done.set()
+        t.join(5)
+        p.send_signal(signal.SIGCONT)
+
+
+@pytest.mark.quiet
+@pytest.mark.parametrize("aqm", [True, False])
+def test_codel_drops_from_a_standing_receive_queue_and_counts_them(
+    tmp_path: Path, aqm: bool
+) -> None:
+    """`aqm = true` (RFC 8289): gwB takes ESP slower than it comes (it runs 4 ms in
+    100), so its socket's queue stands far above CoDel's 5 ms: datagrams are dropped as
+    they are taken, unopened, and counted as `queue_delay_drops`; without `aqm` the same
+    queue is only the kernel's tail drop, and none is counted."""
+    with tunnel(tmp_path, edit=gateway_key(f"aqm = {str(aqm).lower()}")) as (tb, gw):
+        with starved(gw._procs["gwB"]):
+            u = udp(tb, size=1000, rate=100, seconds=2)
+        b = settle(gw, "gwB")
+    io = b["inbound"]["io"]
+    (sa,) = b["inbound"]["sas"]
+    assert u["sent_packets"] > 20_000, u
+    if aqm:
+        assert io["queue_delay_drops"] > 0, io
+        # dropped before opening: neither an SA's packet nor a drop of one
+        assert sa["packets"] + io["queue_delay_drops"] <= io["rx_packets"], (sa, io)
+    else:
+        assert io["queue_delay_drops"] == 0, io
+    assert sa["drops"] == {}, sa

@@ -153,6 +153,7 @@ def test_scenario_rates_and_sizes_take_the_cli_grammar() -> None:
         ("[[workloads]]\nkind = 'udp'\nflows = 0", "workloads[0].flows", "outside"),
         ("[gateway]\ncpus = [99]", "gateway.cpus", "CPU numbers"),
         ("[gateway]\ncpu_quota = 0", "gateway.cpu_quota", "outside"),
+        ("[gateway]\naqm = 'codel'", "gateway.aqm", "true or false"),
         ("name = = 3", "name (line 1)", "Invalid value"),
         # a TOML error names the key on its line, with its table
         ("[[links]]\nname = 'x'\nrate_mbit = 10M", "links.rate_mbit (line 3)", 'rate_mbit = "10M"'),
@@ -198,3 +199,28 @@ def test_the_example_scenarios_are_valid() -> None:
     for f in files:
         sc = scenario.load(f)
         assert preflight.plan(sc), f
+
+
+def test_ours_gateways_run_codel_when_the_scenario_asks_and_only_then() -> None:
+    """`[gateway] aqm = true` reaches ours' and ours-udp's gateway configs (`aqm = true`
+    in [gateway], which ipsec-gw reads); without it their configs say nothing of it
+    (a gateway on a host with an older build still reads them); other backends have no
+    such setting."""
+    import tomllib
+
+    from ipsec_lab import backends
+    from ipsec_lab.backends.ours import fresh_keys, gateway_config, layers
+    from ipsec_lab.testbed import topology
+
+    assert scenario.parse("[gateway]\naqm = true", "a.toml").gateway.aqm is True
+    assert scenario.parse("", "a.toml").gateway.aqm is False
+    for name in ("ours", "ours-udp"):
+        assert backends.make(name, aqm=True).aqm is True  # type: ignore[attr-defined]
+        assert backends.make(name).aqm is False  # type: ignore[attr-defined]
+    assert not hasattr(backends.make("strongswan", aqm=True), "aqm")
+    t = topology("line").tunnels[0]
+    ls = layers("esp:aes128gcm16")
+    keys = fresh_keys(ls)
+    on = tomllib.loads(gateway_config("gwA", t, ls, keys, Path("/s"), aqm=True))
+    off = gateway_config("gwA", t, ls, keys, Path("/s"))
+    assert on["gateway"]["aqm"] is True and "aqm" not in tomllib.loads(off)["gateway"]

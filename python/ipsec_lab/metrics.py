@@ -156,6 +156,8 @@ METRICS: tuple[Metric, ...] = (
     Metric("dut_shared_cores", "",
            "whether the IPsec under test could run on the traffic's CPUs (placement off "
            "or overlapping; the row's placement, traffic_cpus and dut_cpus say where)"),
+    Metric("aqm", "", "ours: whether its gateways ran CoDel on their receive queues "
+           "(`[gateway] aqm`)"),
     Metric("link_mtu", "B", "the MTU of the flow's outer link, as the run found it"),
     Metric("inner_mtu", "B", "the inner MTU the tunnel offers its hosts (ours: its TUN's)"),
     Metric("largest_whole_inner", "B",

@@ -229,7 +229,8 @@ class Campaign:
         return HostsTestbed(topo, self.hosts, rundir, external=external)
 
     def _backend(self, tb: Testbed, link: Link, bname: str, cfg: str, runs: list[Planned]) -> None:
-        backend = backends.make(bname, stage_timing=self.sc.stage_timing, hosts=self.hosts)
+        backend = backends.make(bname, stage_timing=self.sc.stage_timing, hosts=self.hosts,
+                                aqm=self.sc.gateway.aqm)  # fmt: skip
         self.progress.current = f"{bname} {cfg} | {link.name} | starting"
         self.on_progress(self.progress)
         started = time.time()
@@ -310,6 +311,9 @@ class Campaign:
             row["busy"] = busy > meters.BUSY_CPUS
             row.update(self.placement.record())
             row.update(mtu)
+            aqm = getattr(backend, "aqm", None)  # ours: its queues' AQM; others have none
+            if isinstance(aqm, bool):
+                row["aqm"] = aqm
             row["testbed_key"] = key
             meters.count_segments(row, outer)  # a GSO buffer counted as its segments
             return row

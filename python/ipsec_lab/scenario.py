@@ -61,6 +61,7 @@ class ScenarioError(ValueError):
 class Gateway:
     cpu_quota: float | None = None  # CPUs' worth (0.5 = half of one CPU)
     cpus: tuple[int, ...] = ()
+    aqm: bool = False  # ours: CoDel on the gateways' outer receive queues (RFC 8289)
 
 
 @dataclass(frozen=True)
@@ -423,7 +424,10 @@ def parse(text: str, source: str = "<scenario>") -> Scenario:
     gw = doc.get("gateway", {})
     if not isinstance(gw, dict):
         raise r.fail("gateway", "must be a table")
-    r.unknown(gw, {"cpu_quota", "cpus"}, "gateway.")
+    r.unknown(gw, {"cpu_quota", "cpus", "aqm"}, "gateway.")
+    aqm = gw.get("aqm", False)
+    if not isinstance(aqm, bool):
+        raise r.fail("gateway.aqm", f"must be true or false, not {aqm!r}")
     import os
 
     ncpu = os.cpu_count() or 1
@@ -467,6 +471,7 @@ def parse(text: str, source: str = "<scenario>") -> Scenario:
         gateway=Gateway(
             cpu_quota=r.number(gw, "cpu_quota", "gateway.", None, 0.01, ncpu),
             cpus=tuple(cpus),
+            aqm=aqm,
         ),
         soaker=soaker,
         stage_timing=stage_timing,

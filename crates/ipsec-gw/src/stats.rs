@@ -52,6 +52,9 @@ pub struct Io {
     /// Writes to the TUN device (inbound): fewer than packets out where GRO joined a
     /// flow's packets into one.
     pub tun_writes: u64,
+    /// `aqm`: packets CoDel dropped from a standing queue in an outer socket (RFC 8289),
+    /// never opened (counted in `rx_packets` too; each packet of a coalesced datagram).
+    pub queue_delay_drops: u64,
 }
 
 /// An IPComp association's counters (RFC 3173), by the bundle it is in.
@@ -219,6 +222,11 @@ impl Shared {
             "Writes to the TUN device (GRO joins packets into fewer).",
             "counter",
         );
+        family(
+            "ipsec_gw_queue_delay_drops_total",
+            "Packets CoDel dropped from a standing receive queue (aqm), unopened.",
+            "counter",
+        );
         for (dir, st) in [
             ("out", self.outbound.lock().expect("stats lock").clone()),
             ("in", self.inbound.lock().expect("stats lock").clone()),
@@ -251,13 +259,15 @@ impl Shared {
                  ipsec_gw_send_errors_total{{direction=\"{dir}\"}} {}\n\
                  ipsec_gw_udp_gso_sends_total{{direction=\"{dir}\"}} {}\n\
                  ipsec_gw_udp_gro_receives_total{{direction=\"{dir}\"}} {}\n\
-                 ipsec_gw_tun_writes_total{{direction=\"{dir}\"}} {}",
+                 ipsec_gw_tun_writes_total{{direction=\"{dir}\"}} {}\n\
+                 ipsec_gw_queue_delay_drops_total{{direction=\"{dir}\"}} {}",
                 st.io.rx_packets,
                 st.io.tx_packets,
                 st.io.send_errors,
                 st.io.gso_sends,
                 st.io.gro_receives,
-                st.io.tun_writes
+                st.io.tun_writes,
+                st.io.queue_delay_drops
             );
         }
         s

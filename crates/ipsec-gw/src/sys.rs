@@ -1,21 +1,23 @@
-//! The one home of `unsafe` in the gateway: the system calls and C structures the data
-//! path and start-up need that std, socket2 and tun-rs do not wrap — poll(2),
-//! sendmmsg(2)/recvmmsg(2) with their cmsgs (UDP GSO/GRO), setsockopt(2)/getsockopt(2),
-//! write(2) to the TUN device, kill(2) on ourselves, capset(2)/prctl(2), and touching
-//! buffer pages. Each `unsafe` block says why it is sound; everything here is a safe API
-//! whose raw pointers never outlive the call that uses them, or point into buffers the
-//! same value owns.
+//! The one home of `unsafe` in the gateway (with `sys/recv.rs`, recvmmsg's part): the
+//! system calls and C structures the data path and start-up need that std, socket2 and
+//! tun-rs do not wrap — poll(2), sendmmsg(2)/recvmmsg(2) with their cmsgs (UDP GSO/GRO,
+//! receive times), setsockopt(2)/getsockopt(2), write(2) to the TUN device, kill(2) on
+//! ourselves, capset(2)/prctl(2), and touching buffer pages. Each `unsafe` block says why
+//! it is sound; everything here is a safe API whose raw pointers never outlive the call
+//! that uses them, or point into buffers the same value owns.
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 use std::io;
 use std::net::IpAddr;
 use std::os::fd::RawFd;
 
-use ipsec::HEADROOM;
-use ipsec::{MAX_PACKET, TAILROOM};
+use ipsec::MAX_PACKET;
 use socket2::SockAddr;
 
 use crate::stats::Io;
+
+mod recv;
+pub use recv::{RecvBatch, RECV_BATCH};
 
 /// A zeroed buffer of `len` bytes whose pages are already resident (each written once):
 /// the gateway's memory at start is what it keeps, rather than growing as traffic first
@@ -53,6 +55,30 @@ pub fn big_buffers(fd: RawFd) {
             );
         }
     }
+}
+
+/// The kernel's receive time on every datagram from now on (SO_TIMESTAMPNS: a control
+/// message `RecvBatch::received_at` reads). `false`: refused (said by the caller).
+pub fn timestamps(fd: RawFd) -> bool {
+    let on: libc::c_int = 1;
+    // SAFETY: a valid fd and a pointer to a c_int of the size passed.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_TIMESTAMPNS,
+            (&on as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    rc == 0
+}
+
+/// Now on CLOCK_REALTIME (the clock of SO_TIMESTAMPNS), in ns since the epoch.
+pub fn realtime_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
 }
 
 /// Whether the kernel offers a UDP socket option (UDP_SEGMENT / UDP_GRO): turn it on
@@ -277,139 +303,6 @@ fn send_one(fd: RawFd, addr: &SockAddr, iov: &libc::iovec, io: &mut Io) {
     } else {
         io.tx_packets += 1;
         io.tx_bytes += n as u64;
-    }
-}
-
-/// Datagrams taken per recvmmsg(2).
-pub const RECV_BATCH: usize = 16;
-
-/// recvmmsg(2) arrays: each datagram lands after HEADROOM in its own buffer, so the
-/// engine can put an IP header before it (UDP and raw IPv6 give no header) and open it in
-/// place. Kept for the worker's life: nothing is allocated per packet.
-pub struct RecvBatch {
-    pub bufs: Vec<Vec<u8>>,
-    addrs: Vec<libc::sockaddr_storage>,
-    iovs: Vec<libc::iovec>,
-    hdrs: Vec<libc::mmsghdr>,
-    /// Per datagram, room for a UDP_GRO control message (the segment size).
-    ctrl: Vec<[u64; 4]>,
-}
-
-impl Default for RecvBatch {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl RecvBatch {
-    pub fn new() -> RecvBatch {
-        RecvBatch {
-            bufs: (0..RECV_BATCH)
-                .map(|_| resident(HEADROOM + MAX_PACKET + TAILROOM))
-                .collect(),
-            // SAFETY: all-zero bytes are a valid sockaddr_storage (plain integers).
-            addrs: vec![unsafe { std::mem::zeroed() }; RECV_BATCH],
-            // SAFETY: a zeroed iovec is a null pointer and length 0, a valid value.
-            iovs: vec![unsafe { std::mem::zeroed() }; RECV_BATCH],
-            // SAFETY: a zeroed mmsghdr holds null pointers and zero lengths, a valid value.
-            hdrs: vec![unsafe { std::mem::zeroed() }; RECV_BATCH],
-            ctrl: vec![[0; 4]; RECV_BATCH],
-        }
-    }
-
-    /// Take what is queued on `fd`, up to RECV_BATCH datagrams, without blocking: how
-    /// many (0 when none). Datagram `i` is in `bufs[i][HEADROOM..HEADROOM + len(i)]`.
-    pub fn recv(&mut self, fd: RawFd) -> usize {
-        for i in 0..RECV_BATCH {
-            let b = &mut self.bufs[i][HEADROOM..HEADROOM + MAX_PACKET];
-            self.iovs[i] = libc::iovec {
-                iov_base: b.as_mut_ptr().cast(),
-                iov_len: b.len(),
-            };
-            // SAFETY: zeroed mmsghdr is valid; the pointers set point into `self`'s
-            // vectors, which neither move nor change size while the call runs.
-            let mut h: libc::mmsghdr = unsafe { std::mem::zeroed() };
-            h.msg_hdr.msg_name = (&mut self.addrs[i] as *mut libc::sockaddr_storage).cast();
-            h.msg_hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as u32;
-            h.msg_hdr.msg_iov = &mut self.iovs[i];
-            h.msg_hdr.msg_iovlen = 1;
-            h.msg_hdr.msg_control = self.ctrl[i].as_mut_ptr().cast();
-            h.msg_hdr.msg_controllen = std::mem::size_of_val(&self.ctrl[i]);
-            self.hdrs[i] = h;
-        }
-        loop {
-            // SAFETY: `hdrs` holds RECV_BATCH valid mmsghdr (see above); the kernel writes
-            // at most iov_len bytes into each buffer and msg_namelen into each address.
-            let n = unsafe {
-                libc::recvmmsg(
-                    fd,
-                    self.hdrs.as_mut_ptr(),
-                    RECV_BATCH as libc::c_uint,
-                    libc::MSG_DONTWAIT,
-                    std::ptr::null_mut(),
-                )
-            };
-            if n >= 0 {
-                return n as usize;
-            }
-            if io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
-                return 0; // EAGAIN: drained (or an error the next poll will show again)
-            }
-        }
-    }
-
-    pub fn len(&self, i: usize) -> usize {
-        self.hdrs[i].msg_len as usize
-    }
-
-    pub fn source(&self, i: usize) -> Option<IpAddr> {
-        sockaddr_ip(&self.addrs[i])
-    }
-
-    /// UDP GRO: the size of the segments datagram `i` was coalesced from, when the kernel
-    /// coalesced it (a UDP_GRO control message; Linux 5.0+).
-    pub fn gro_segment(&self, i: usize) -> Option<usize> {
-        let h = &self.hdrs[i].msg_hdr;
-        // SAFETY: after recvmmsg, `h`'s control pointer and length describe what the
-        // kernel wrote into `self.ctrl[i]`; CMSG_FIRSTHDR/NXTHDR stay within it (they
-        // return null past its end) and CMSG_DATA of a header they return points at its
-        // data, which holds cmsg_len - CMSG_LEN(0) bytes.
-        unsafe {
-            let mut c = libc::CMSG_FIRSTHDR(h);
-            while !c.is_null() {
-                if (*c).cmsg_level == libc::SOL_UDP && (*c).cmsg_type == libc::UDP_GRO {
-                    let data = ((*c).cmsg_len as usize).saturating_sub(libc::CMSG_LEN(0) as usize);
-                    let p = libc::CMSG_DATA(c);
-                    let size = if data >= 4 {
-                        std::ptr::read_unaligned(p.cast::<i32>()) as usize
-                    } else {
-                        usize::from(std::ptr::read_unaligned(p.cast::<u16>()))
-                    };
-                    return (size > 0).then_some(size);
-                }
-                c = libc::CMSG_NXTHDR(h, c);
-            }
-        }
-        None
-    }
-}
-
-/// The address of a sockaddr the kernel filled in (IPv4 or IPv6), if it is one.
-fn sockaddr_ip(from: &libc::sockaddr_storage) -> Option<IpAddr> {
-    match i32::from(from.ss_family) {
-        libc::AF_INET => {
-            // SAFETY: the kernel wrote a sockaddr_in (family AF_INET) into `from`.
-            let a =
-                unsafe { &*(from as *const libc::sockaddr_storage).cast::<libc::sockaddr_in>() };
-            Some(IpAddr::from(a.sin_addr.s_addr.to_ne_bytes()))
-        }
-        libc::AF_INET6 => {
-            // SAFETY: the kernel wrote a sockaddr_in6 (family AF_INET6) into `from`.
-            let a =
-                unsafe { &*(from as *const libc::sockaddr_storage).cast::<libc::sockaddr_in6>() };
-            Some(IpAddr::from(a.sin6_addr.s6_addr))
-        }
-        _ => None,
     }
 }
 

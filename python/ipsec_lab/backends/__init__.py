@@ -126,16 +126,19 @@ def resolve(name: str, hosts: Hosts | None = None) -> tuple[str, str]:
     return e.resolve(hosts) if e.resolve else (name, "")
 
 
-def make(name: str, stage_timing: bool = False, hosts: Hosts | None = None) -> Backend:
+def make(name: str, stage_timing: bool = False, hosts: Hosts | None = None,
+         aqm: bool = False) -> Backend:  # fmt: skip
     """The backend `name`; `stage_timing` switches on ours' per-stage counters (the
-    others have none: the lab then records no per-stage split for them). `hosts`: the
+    others have none: the lab then records no per-stage split for them), `aqm` ours'
+    CoDel on its receive queues (the others' queues are the kernel's). `hosts`: the
     real hosts it will run on — its checks then probe them, not this machine."""
     e = BY_NAME.get(name)
     if e is None:
         raise ValueError(f"unknown backend {name!r} (known: {', '.join(NAMES)})")
     kwargs = dict(e.kwargs)
-    if e.stage_timing:
+    if e.stage_timing:  # ours' entries: its gateway's own settings
         kwargs["stage_timing"] = stage_timing
+        kwargs["aqm"] = aqm
     backend: Backend = e.cls(**kwargs)
     if hosts is not None and e.hosts:
         backend.use_hosts(hosts)

@@ -90,11 +90,13 @@ def gateway_config(
     mtu: int | None = None,
     mode: str = "tunnel",
     esn: bool = False,
+    aqm: bool = False,
 ) -> str:
     """One gateway's TOML. A single SA is named `out` / `in`; a bundle's SAs `esp-out`,
     `ah-out`, … and the bundles `out` / `in` (IPComp inside ESP, AH outside it). `esn`:
     64-bit sequence numbers (RFC 4303 §2.2.1) on every SA. `mtu` None: "auto" (the
-    outer path's MTU less the SAs' overhead, so nothing sealed is fragmented)."""
+    outer path's MTU less the SAs' overhead, so nothing sealed is fragmented). `aqm`:
+    CoDel on the outer receive queues (docs/gateway.md, "Queues")."""
     left = tunnel.left == node
     me, peer = (
         (tunnel.left_outer, tunnel.right_outer) if left else (tunnel.right_outer, tunnel.left_outer)
@@ -120,7 +122,7 @@ def gateway_config(
         f'[gateway]\ntun = "{tun}"\nmtu = {mtu_text}\ntable = {table}\n'
         f'local = "{me}"\nremote = "{peer}"\n'
         f'routes = ["{theirs}"]\nstats = "{stats}"\nudp_encap = {str(udp_encap).lower()}\n'
-        f"stage_timing = {str(stage_timing).lower()}\n\n"
+        f"stage_timing = {str(stage_timing).lower()}\n" + ("aqm = true\n" * aqm) + "\n"
     )
     for direction in ("out", "in"):
         text += "".join(sa(x, direction) for x in ls.sas())
@@ -167,6 +169,7 @@ class Ours:
         edit: Callable[[str, str], str] | None = None,
         mode: str = "transport",
         binary: Path | None = None,
+        aqm: bool = False,
     ) -> None:
         """`edit(key, toml)` may change each generated config before it is used (tests
         use it for mismatched keys, lifetimes, extra policies). `mode`: of host-to-host
@@ -178,6 +181,7 @@ class Ours:
         # ESP in UDP to port 4500 (RFC 3948), with UDP GSO/GRO: a backend of its own
         self.name = "ours-udp" if udp_encap else "ours"
         self.stage_timing = stage_timing
+        self.aqm = aqm  # CoDel on the gateways' receive queues (`[gateway] aqm`)
         self.edit = edit
         self.configs: dict[str, Path] = {}
         self._procs: dict[str, Process] = {}
@@ -232,7 +236,7 @@ class Ours:
                     gw, sock = str(binary), socks / f"gw-{key}.sock"
                 text = gateway_config(
                     node, t, ls, keys, sock, self.udp_encap, self.stage_timing,
-                    tun=f"ipsec{k}", table=220 + k,
+                    tun=f"ipsec{k}", table=220 + k, aqm=self.aqm,
                     mode=self.mode if host_to_host else "tunnel",
                 )  # fmt: skip
                 text = self.edit(key, text) if self.edit else text

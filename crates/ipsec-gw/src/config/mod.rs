@@ -147,6 +147,8 @@ pub struct Config {
     pub fwmark: u32,
     /// TUN offloads (IFF_VNET_HDR: TSO/USO in, GRO out) when the kernel offers them.
     pub offload: bool,
+    /// CoDel (RFC 8289) on the outer sockets' receive queues (`dataplane/codel.rs`).
+    pub aqm: bool,
     pub sas: Vec<SaSpec>,
     pub bundles: Vec<BundleSpec>,
     pub policies: Vec<PolicySpec>,
@@ -401,6 +403,7 @@ pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
         table: g.table,
         fwmark: g.fwmark,
         offload: g.offload,
+        aqm: g.aqm,
         sas,
         bundles,
         policies,

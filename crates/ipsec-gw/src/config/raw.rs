@@ -52,6 +52,8 @@ pub(super) struct RawGateway {
     pub(super) stage_timing: bool,
     #[serde(default = "default_true")]
     pub(super) offload: bool,
+    #[serde(default)]
+    pub(super) aqm: bool,
     #[serde(default = "default_table")]
     pub(super) table: u32,
     #[serde(default = "default_fwmark")]

@@ -1,5 +1,7 @@
 //! Outside → SAD → open → inner policy → TUN.
 
+use super::codel::{Codel, INTERVAL_NS, TARGET_NS};
+use crate::sys::realtime_ns;
 use std::net::IpAddr;
 use std::os::fd::{AsRawFd, RawFd};
 
@@ -257,6 +259,8 @@ pub(super) struct InboundPath {
     /// The outer sockets, in the order `drain`'s `ready` refers to: raw ESP, raw AH, and
     /// UDP 4500 when encapsulating.
     pub(super) fds: Vec<RawFd>,
+    /// `aqm`: CoDel on each of those sockets' receive queues (codel.rs).
+    codel: Option<Vec<Codel>>,
 }
 
 impl InboundPath {
@@ -265,7 +269,11 @@ impl InboundPath {
         if let Some(u) = &outside.udp {
             fds.push(u.as_raw_fd());
         }
+        let codel = outside
+            .aqm
+            .then(|| vec![Codel::new(TARGET_NS, INTERVAL_NS); fds.len()]);
         InboundPath {
+            codel,
             fds,
             rx: RecvBatch::new(),
             segment: resident(HEADROOM + MAX_PACKET + TAILROOM),
@@ -288,14 +296,31 @@ impl InboundPath {
             let next = if i == 1 { 51 } else { 50 };
             for _ in 0..BATCH / RECV_BATCH {
                 let got = rx.recv(fd);
+                let now = if self.codel.is_some() {
+                    realtime_ns()
+                } else {
+                    0
+                };
                 for k in 0..got {
                     let n = rx.len(k);
+                    let gro = rx.gro_segment(k).filter(|&g| udp && g < n);
+                    if let (Some(codel), Some(at)) = (self.codel.as_mut(), rx.received_at(k)) {
+                        // the last of a batch that did not fill: the queue is empty
+                        let drained = got < RECV_BATCH && k + 1 == got;
+                        if codel[i].drop(now, now.saturating_sub(at), drained) {
+                            // received, never opened: each packet of a coalesced datagram
+                            let packets = gro.map_or(1, |g| n.div_ceil(g)) as u64;
+                            io.rx_packets += packets;
+                            io.rx_bytes += n as u64;
+                            io.queue_delay_drops += packets;
+                            continue;
+                        }
+                    }
                     let from = Arrival {
                         udp,
                         next,
                         src: rx.source(k).unwrap_or(outside.remote),
                     };
-                    let gro = rx.gro_segment(k).filter(|&g| udp && g < n);
                     if let Some(c) = self.crew.as_mut() {
                         let Some(g) = gro else {
                             // a whole datagram: its buffer changes places with the slot's

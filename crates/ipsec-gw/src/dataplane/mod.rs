@@ -20,6 +20,7 @@
 //! every system call that needs `unsafe` is in [`crate::sys`].
 
 mod build_error;
+mod codel;
 mod crew;
 mod crypto;
 mod inbound;

@@ -22,6 +22,8 @@ pub struct Outside {
     pub udp_gso: bool,
     /// UDP GRO on the 4500 socket: several ESP packets per receive (Linux 5.0+).
     pub udp_gro: bool,
+    /// CoDel on the receive queues (`aqm`): each datagram carries its receive time.
+    pub aqm: bool,
     peer: SocketAddr,
     pub(super) local: IpAddr,
     pub(super) remote: IpAddr,
@@ -77,6 +79,17 @@ impl Outside {
                     .as_ref()
                     .is_some_and(|u| sys::udp_option(u.as_raw_fd(), opt, set))
         };
+        // `aqm`: each datagram's receive time, for its time in the queue (codel.rs)
+        if cfg.aqm {
+            let mut fds = vec![esp_recv.as_raw_fd(), ah_recv.as_raw_fd()];
+            fds.extend(udp.as_ref().map(|u| u.as_raw_fd()));
+            if !fds.into_iter().all(sys::timestamps) {
+                return Err(io::Error::other(format!(
+                    "aqm: the kernel refused receive timestamps (SO_TIMESTAMPNS): {}",
+                    io::Error::last_os_error()
+                )));
+            }
+        }
         let udp_gso = offload(libc::UDP_SEGMENT, false);
         let udp_gro = offload(libc::UDP_GRO, true);
         Ok(Outside {
@@ -86,6 +99,7 @@ impl Outside {
             udp,
             udp_gso,
             udp_gro,
+            aqm: cfg.aqm,
             peer: cfg.udp_peer(),
             local,
             remote,

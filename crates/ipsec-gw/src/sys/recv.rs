@@ -1,0 +1,169 @@
+//! recvmmsg(2) for the inbound worker, with its control messages (UDP GRO's segment size,
+//! the kernel's receive time): part of `sys`, the gateway's one home of `unsafe` (in a
+//! file of its own for length).
+#![deny(clippy::undocumented_unsafe_blocks)]
+
+use std::io;
+use std::net::IpAddr;
+use std::os::fd::RawFd;
+
+use ipsec::{HEADROOM, MAX_PACKET, TAILROOM};
+
+use super::resident;
+
+/// Datagrams taken per recvmmsg(2).
+pub const RECV_BATCH: usize = 16;
+
+/// recvmmsg(2) arrays: each datagram lands after HEADROOM in its own buffer, so the
+/// engine can put an IP header before it (UDP and raw IPv6 give no header) and open it in
+/// place. Kept for the worker's life: nothing is allocated per packet.
+pub struct RecvBatch {
+    pub bufs: Vec<Vec<u8>>,
+    addrs: Vec<libc::sockaddr_storage>,
+    iovs: Vec<libc::iovec>,
+    hdrs: Vec<libc::mmsghdr>,
+    /// Per datagram, room for its control messages: UDP_GRO (the segment size, 24 bytes
+    /// with its header) and SCM_TIMESTAMPNS (a timespec, 32): 64 bytes, aligned.
+    ctrl: Vec<[u64; 8]>,
+}
+
+impl Default for RecvBatch {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl RecvBatch {
+    pub fn new() -> RecvBatch {
+        RecvBatch {
+            bufs: (0..RECV_BATCH)
+                .map(|_| resident(HEADROOM + MAX_PACKET + TAILROOM))
+                .collect(),
+            // SAFETY: all-zero bytes are a valid sockaddr_storage (plain integers).
+            addrs: vec![unsafe { std::mem::zeroed() }; RECV_BATCH],
+            // SAFETY: a zeroed iovec is a null pointer and length 0, a valid value.
+            iovs: vec![unsafe { std::mem::zeroed() }; RECV_BATCH],
+            // SAFETY: a zeroed mmsghdr holds null pointers and zero lengths, a valid value.
+            hdrs: vec![unsafe { std::mem::zeroed() }; RECV_BATCH],
+            ctrl: vec![[0; 8]; RECV_BATCH],
+        }
+    }
+
+    /// Take what is queued on `fd`, up to RECV_BATCH datagrams, without blocking: how
+    /// many (0 when none). Datagram `i` is in `bufs[i][HEADROOM..HEADROOM + len(i)]`.
+    pub fn recv(&mut self, fd: RawFd) -> usize {
+        for i in 0..RECV_BATCH {
+            let b = &mut self.bufs[i][HEADROOM..HEADROOM + MAX_PACKET];
+            self.iovs[i] = libc::iovec {
+                iov_base: b.as_mut_ptr().cast(),
+                iov_len: b.len(),
+            };
+            // SAFETY: zeroed mmsghdr is valid; the pointers set point into `self`'s
+            // vectors, which neither move nor change size while the call runs.
+            let mut h: libc::mmsghdr = unsafe { std::mem::zeroed() };
+            h.msg_hdr.msg_name = (&mut self.addrs[i] as *mut libc::sockaddr_storage).cast();
+            h.msg_hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as u32;
+            h.msg_hdr.msg_iov = &mut self.iovs[i];
+            h.msg_hdr.msg_iovlen = 1;
+            h.msg_hdr.msg_control = self.ctrl[i].as_mut_ptr().cast();
+            h.msg_hdr.msg_controllen = std::mem::size_of_val(&self.ctrl[i]);
+            self.hdrs[i] = h;
+        }
+        loop {
+            // SAFETY: `hdrs` holds RECV_BATCH valid mmsghdr (see above); the kernel writes
+            // at most iov_len bytes into each buffer and msg_namelen into each address.
+            let n = unsafe {
+                libc::recvmmsg(
+                    fd,
+                    self.hdrs.as_mut_ptr(),
+                    RECV_BATCH as libc::c_uint,
+                    libc::MSG_DONTWAIT,
+                    std::ptr::null_mut(),
+                )
+            };
+            if n >= 0 {
+                return n as usize;
+            }
+            if io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
+                return 0; // EAGAIN: drained (or an error the next poll will show again)
+            }
+        }
+    }
+
+    pub fn len(&self, i: usize) -> usize {
+        self.hdrs[i].msg_len as usize
+    }
+
+    pub fn source(&self, i: usize) -> Option<IpAddr> {
+        sockaddr_ip(&self.addrs[i])
+    }
+
+    /// When the kernel received datagram `i` (CLOCK_REALTIME, ns), on a socket with
+    /// `timestamps` on (an SCM_TIMESTAMPNS control message).
+    pub fn received_at(&self, i: usize) -> Option<u64> {
+        let h = &self.hdrs[i].msg_hdr;
+        // SAFETY: as in `gro_segment`; the data of an SCM_TIMESTAMPNS message is a
+        // timespec, read unaligned, only when the message holds one whole.
+        unsafe {
+            let mut c = libc::CMSG_FIRSTHDR(h);
+            while !c.is_null() {
+                if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_TIMESTAMPNS {
+                    let data = ((*c).cmsg_len as usize).saturating_sub(libc::CMSG_LEN(0) as usize);
+                    if data < std::mem::size_of::<libc::timespec>() {
+                        return None;
+                    }
+                    let ts = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<libc::timespec>());
+                    return Some(ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64);
+                }
+                c = libc::CMSG_NXTHDR(h, c);
+            }
+        }
+        None
+    }
+
+    /// UDP GRO: the size of the segments datagram `i` was coalesced from, when the kernel
+    /// coalesced it (a UDP_GRO control message; Linux 5.0+).
+    pub fn gro_segment(&self, i: usize) -> Option<usize> {
+        let h = &self.hdrs[i].msg_hdr;
+        // SAFETY: after recvmmsg, `h`'s control pointer and length describe what the
+        // kernel wrote into `self.ctrl[i]`; CMSG_FIRSTHDR/NXTHDR stay within it (they
+        // return null past its end) and CMSG_DATA of a header they return points at its
+        // data, which holds cmsg_len - CMSG_LEN(0) bytes.
+        unsafe {
+            let mut c = libc::CMSG_FIRSTHDR(h);
+            while !c.is_null() {
+                if (*c).cmsg_level == libc::SOL_UDP && (*c).cmsg_type == libc::UDP_GRO {
+                    let data = ((*c).cmsg_len as usize).saturating_sub(libc::CMSG_LEN(0) as usize);
+                    let p = libc::CMSG_DATA(c);
+                    let size = if data >= 4 {
+                        std::ptr::read_unaligned(p.cast::<i32>()) as usize
+                    } else {
+                        usize::from(std::ptr::read_unaligned(p.cast::<u16>()))
+                    };
+                    return (size > 0).then_some(size);
+                }
+                c = libc::CMSG_NXTHDR(h, c);
+            }
+        }
+        None
+    }
+}
+
+/// The address of a sockaddr the kernel filled in (IPv4 or IPv6), if it is one.
+fn sockaddr_ip(from: &libc::sockaddr_storage) -> Option<IpAddr> {
+    match i32::from(from.ss_family) {
+        libc::AF_INET => {
+            // SAFETY: the kernel wrote a sockaddr_in (family AF_INET) into `from`.
+            let a =
+                unsafe { &*(from as *const libc::sockaddr_storage).cast::<libc::sockaddr_in>() };
+            Some(IpAddr::from(a.sin_addr.s_addr.to_ne_bytes()))
+        }
+        libc::AF_INET6 => {
+            // SAFETY: the kernel wrote a sockaddr_in6 (family AF_INET6) into `from`.
+            let a =
+                unsafe { &*(from as *const libc::sockaddr_storage).cast::<libc::sockaddr_in6>() };
+            Some(IpAddr::from(a.sin6_addr.s6_addr))
+        }
+        _ => None,
+    }
+}
