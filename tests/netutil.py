@@ -73,23 +73,33 @@ def running(comm: str, arg: str = "") -> list[int]:
 CLONE_NEWNET = 0x40000000  # setns(2)'s namespace type: a network namespace
 
 
-@contextmanager
-def in_netns(name: str) -> Iterator[None]:
-    """This thread in network namespace `name` (/run/netns/NAME, made by `ip netns add`)
-    for the block, and back where it was after. A socket made inside stays in that
-    namespace for its life, whichever thread uses it later (setns(2) moves only the
-    calling thread; needs CAP_SYS_ADMIN: root tests)."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    with open("/proc/thread-self/ns/net") as here, open(f"/run/netns/{name}") as there:
-        if libc.setns(there.fileno(), CLONE_NEWNET) != 0:
-            e = ctypes.get_errno()
-            raise OSError(e, f"setns into {name}: {os.strerror(e)}")
+def socket_in(ns: str, family: int) -> socket.socket:
+    """A TCP socket made inside network namespace `ns` (/run/netns/NS, made by `ip netns
+    add`); it stays there for its life, whichever thread uses it. A thread of its own
+    enters the namespace (setns(2) moves only the calling thread; CAP_SYS_ADMIN: root
+    tests), makes the socket and ends: the caller's thread never moves."""
+    made: list[socket.socket] = []
+    failed: list[BaseException] = []
+
+    def make() -> None:
         try:
-            yield
-        finally:
-            if libc.setns(here.fileno(), CLONE_NEWNET) != 0:  # never seen; a thread
-                e = ctypes.get_errno()  # left inside would make the next sockets there
-                raise OSError(e, f"setns back from {name}: {os.strerror(e)}")
+            libc = ctypes.CDLL(None, use_errno=True)
+            with open(f"/run/netns/{ns}") as there:
+                if libc.setns(there.fileno(), CLONE_NEWNET) != 0:
+                    e = ctypes.get_errno()
+                    raise OSError(e, f"setns into {ns}: {os.strerror(e)}")
+            made.append(socket.socket(family, socket.SOCK_STREAM))
+        except BaseException as e:  # raised below, in the caller's thread
+            failed.append(e)
+
+    t = threading.Thread(target=make)
+    t.start()
+    t.join(30)
+    if failed:
+        raise failed[0]
+    if not made:
+        raise TimeoutError(f"no socket made in {ns} within 30 s")
+    return made[0]
 
 
 def transfer(
@@ -105,19 +115,16 @@ def transfer(
     byte arrived unchanged on each (SHA-256: a packet a gateway joined wrongly goes up with
     a checksum the kernel trusts, so TCP would not catch it).
 
-    Both ends are sockets of this process, each made inside its node's namespace
-    (`in_netns`): no program is started. (Under TCG in the micro-VM a Python start
+    Both ends are sockets of this process made inside their nodes' namespaces
+    (`socket_in`): no program is started. (Under TCG in the micro-VM a Python start
     costs 3.5 s, and a receiver and a sender process were 14 of an interop case's ~40.)"""
     payload = data.read_bytes()
     family = socket.AF_INET6 if ":" in dst[1] else socket.AF_INET
-    with in_netns(tb.ns(dst[0])):
-        listener = socket.socket(family, socket.SOCK_STREAM)
-    with in_netns(tb.ns(src[0])):
-        senders = [socket.socket(family, socket.SOCK_STREAM) for _ in range(streams)]
     digests: list[str] = []
     errors: list[BaseException] = []
+    made: list[socket.socket] = []
 
-    def rx() -> None:
+    def rx(listener: socket.socket) -> None:
         try:
             conn, _ = listener.accept()
             with conn:
@@ -138,21 +145,27 @@ def transfer(
             errors.append(e)
 
     try:
+        listener = socket_in(tb.ns(dst[0]), family)
+        made.append(listener)
         listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         listener.settimeout(timeout)
         listener.bind(("::" if family == socket.AF_INET6 else "0.0.0.0", 5301))
         listener.listen(streams)
+        senders = [socket_in(tb.ns(src[0]), family) for _ in range(streams)]
+        made += senders
         for s in senders:
             s.settimeout(timeout)
-        threads = [threading.Thread(target=rx) for _ in range(streams)]
+        threads = [threading.Thread(target=rx, args=(listener,)) for _ in range(streams)]
         threads += [threading.Thread(target=tx, args=(s,)) for s in senders]
         for t in threads:
             t.start()
+        deadline = time.monotonic() + 2 * timeout
         for t in threads:
-            t.join(2 * timeout)
-        assert not any(t.is_alive() for t in threads), f"{src} -> {dst}: still sending"
+            t.join(max(deadline - time.monotonic(), 0))
+        stuck = sum(t.is_alive() for t in threads)
+        assert not stuck, f"{src} -> {dst}: {stuck} of its ends still busy after {2 * timeout} s"
     finally:
-        for s in (listener, *senders):
+        for s in made:  # a thread still in a call on one returns with an error
             s.close()
     assert not errors, f"{src} -> {dst}: {errors!r}"
     want = hashlib.sha256(payload).hexdigest()

@@ -845,25 +845,28 @@ def starved(p: Any, run_s: float = 0.004, stop_s: float = 0.096) -> Iterator[Non
 
 
 @pytest.mark.quiet
-@pytest.mark.parametrize("aqm", [True, False])
+@pytest.mark.parametrize(("aqm", "udp_encap"), [(True, False), (True, True), (False, False)])
 def test_codel_drops_from_a_standing_receive_queue_and_counts_them(
-    tmp_path: Path, aqm: bool
+    tmp_path: Path, aqm: bool, udp_encap: bool
 ) -> None:
     """`aqm = true` (RFC 8289): gwB takes ESP slower than it comes (it runs 4 ms in
-    100), so its socket's queue stands far above CoDel's 5 ms: datagrams are dropped as
-    they are taken, unopened, and counted as `queue_delay_drops`; without `aqm` the same
-    queue is only the kernel's tail drop, and none is counted."""
-    with tunnel(tmp_path, edit=gateway_key(f"aqm = {str(aqm).lower()}")) as (tb, gw):
-        with starved(gw._procs["gwB"]):
+    100), so its socket's queue stands far above CoDel's 5 ms: packets are dropped as
+    they are taken, unopened, and counted as `queue_delay_drops` (raw ESP, and ESP in UDP
+    whose datagrams the kernel coalesces: one packet per decision); every packet gwB
+    received is accounted for. Without `aqm` the same queue is only the kernel's tail
+    drop, and none is counted."""
+    edit = gateway_key(f"aqm = {str(aqm).lower()}")
+    with tunnel(tmp_path, udp_encap=udp_encap, edit=edit) as (tb, gw):
+        with starved(gw.process("gwB")):
             u = udp(tb, size=1000, rate=100, seconds=2)
         b = settle(gw, "gwB")
     io = b["inbound"]["io"]
     (sa,) = b["inbound"]["sas"]
     assert u["sent_packets"] > 20_000, u
+    assert sa["drops"] == {} and b["inbound"]["drops"] == {}, b["inbound"]
+    # every packet received was opened, dropped by CoDel, or not ESP (4500's keepalives)
+    assert sa["packets"] + io["queue_delay_drops"] + io["not_esp"] == io["rx_packets"], io
     if aqm:
         assert io["queue_delay_drops"] > 0, io
-        # dropped before opening: neither an SA's packet nor a drop of one
-        assert sa["packets"] + io["queue_delay_drops"] <= io["rx_packets"], (sa, io)
     else:
         assert io["queue_delay_drops"] == 0, io
-    assert sa["drops"] == {}, sa

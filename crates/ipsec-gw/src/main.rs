@@ -208,6 +208,10 @@ fn print_stats(socket: &std::path::Path, json: bool, prometheus: bool) -> ExitCo
             Some(n) if n > 0 => format!(" in {n} TUN writes"),
             _ => String::new(),
         };
+        let writes = match io["queue_delay_drops"].as_u64() {
+            Some(n) if n > 0 => format!("{writes}, {n} dropped by CoDel (aqm)"),
+            _ => writes,
+        };
         println!(
             "{dir}: {} packets in, {} out{writes}{offload}, {} send errors, drops {}",
             io["rx_packets"], io["tx_packets"], io["send_errors"], d["drops"]

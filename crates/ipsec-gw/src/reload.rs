@@ -8,8 +8,8 @@ use ipsec::sa::Direction;
 use crate::{config, dataplane, seqstate};
 
 /// A change only a restart makes: the TUN device (name, MTU, offloads), the outer
-/// addresses, UDP encapsulation, the routing table and fwmark, the threads, the state,
-/// the stats socket and the user.
+/// addresses, UDP encapsulation and `aqm` (the sockets' receive times), the routing table
+/// and fwmark, the threads, the state, the stats socket and the user.
 pub fn needs_restart(current: &config::Config, new: &config::Config) -> bool {
     (
         &new.tun,
@@ -23,8 +23,13 @@ pub fn needs_restart(current: &config::Config, new: &config::Config) -> bool {
         current.offload,
         current.workers,
         current.crypto_workers,
-    ) || (new.local, new.remote, new.udp_encap)
-        != (current.local, current.remote, current.udp_encap)
+    ) || (new.local, new.remote, new.udp_encap, new.aqm)
+        != (
+            current.local,
+            current.remote,
+            current.udp_encap,
+            current.aqm,
+        )
         || (new.table, new.fwmark) != (current.table, current.fwmark)
         || (&new.state, &new.stats, &new.user) != (&current.state, &current.stats, &current.user)
 }
@@ -165,6 +170,21 @@ sa = "in"
             out.0, out.1, inb.0, inb.1
         );
         config::parse(&text, std::path::Path::new("gw.toml")).unwrap()
+    }
+
+    /// Each setting only a restart can change is refused at a reload, `aqm` among them
+    /// (its receive times are switched on when the sockets are made).
+    #[test]
+    fn a_setting_only_a_restart_changes_is_refused_at_a_reload() {
+        let (a, b, c, e) = (key(0x10, 32), key(0x30, 32), key(0x80, 32), key(0xa0, 32));
+        let start = cfg((&a, &b), (&c, &e));
+        assert!(!needs_restart(&start, &start.clone()));
+        let mut on = start.clone();
+        on.aqm = true;
+        assert!(needs_restart(&start, &on) && needs_restart(&on, &start));
+        let mut other = start.clone();
+        other.udp_encap = true;
+        assert!(needs_restart(&start, &other));
     }
 
     fn key(seed: u8, n: usize) -> String {

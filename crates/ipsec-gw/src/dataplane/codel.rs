@@ -4,13 +4,18 @@
 //! gigabit).
 //!
 //! Each datagram's sojourn time is how long it waited in the socket: the time it is taken
-//! less the kernel's receive timestamp (SO_TIMESTAMPNS). When the sojourn time stays above
+//! less the kernel's receive timestamp (SO_TIMESTAMPNS, CLOCK_REALTIME; a datagram stamped
+//! before a step of that clock counts as not having waited). CoDel's own times (`now`)
+//! are the monotonic clock's, so a step of the wall clock cannot suspend it. When the
+//! sojourn time stays above
 //! `target` for a whole `interval`, the queue is a standing one: datagrams are dropped as
 //! they are taken, the next drop `interval / sqrt(count)` after the last (§5.5's control
-//! law), until one is taken below `target`. A dropped datagram is never opened: it is a
-//! counted drop (`queue_delay`), and TCP inside the tunnel slows down as from any loss.
+//! law), until one is taken below `target` or the queue is empty. One packet per decision:
+//! of a datagram the kernel coalesced (UDP GRO), its first segment. A dropped packet is
+//! never opened; it is counted in the inbound `io` as `queue_delay_drops` (and in
+//! `rx_packets`), and TCP inside the tunnel slows down as from any loss.
 
-/// Nanoseconds, CLOCK_REALTIME (the clock of the kernel's receive timestamps).
+/// Nanoseconds.
 pub type Nanos = u64;
 
 /// RFC 8289 §4.2's defaults: 5 ms and 100 ms.
@@ -75,7 +80,7 @@ impl Codel {
                 return false;
             }
             if now >= self.drop_next {
-                self.count += 1;
+                self.count = self.count.saturating_add(1);
                 self.drop_next = self.control_law(self.drop_next);
                 return true;
             }

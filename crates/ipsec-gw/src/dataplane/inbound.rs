@@ -259,8 +259,10 @@ pub(super) struct InboundPath {
     /// The outer sockets, in the order `drain`'s `ready` refers to: raw ESP, raw AH, and
     /// UDP 4500 when encapsulating.
     pub(super) fds: Vec<RawFd>,
-    /// `aqm`: CoDel on each of those sockets' receive queues (codel.rs).
+    /// `aqm`: CoDel on each of those sockets' receive queues (codel.rs), and the start of
+    /// its monotonic clock.
     codel: Option<Vec<Codel>>,
+    since: std::time::Instant,
 }
 
 impl InboundPath {
@@ -274,6 +276,7 @@ impl InboundPath {
             .then(|| vec![Codel::new(TARGET_NS, INTERVAL_NS); fds.len()]);
         InboundPath {
             codel,
+            since: std::time::Instant::now(),
             fds,
             rx: RecvBatch::new(),
             segment: resident(HEADROOM + MAX_PACKET + TAILROOM),
@@ -296,24 +299,31 @@ impl InboundPath {
             let next = if i == 1 { 51 } else { 50 };
             for _ in 0..BATCH / RECV_BATCH {
                 let got = rx.recv(fd);
-                let now = if self.codel.is_some() {
-                    realtime_ns()
-                } else {
-                    0
+                // CoDel's clock is the monotonic one; the sojourn, the wall clock's (that
+                // of the kernel's stamps)
+                let (now, wall) = match self.codel {
+                    Some(_) => (self.since.elapsed().as_nanos() as u64, realtime_ns()),
+                    None => (0, 0),
                 };
                 for k in 0..got {
                     let n = rx.len(k);
                     let gro = rx.gro_segment(k).filter(|&g| udp && g < n);
+                    // where its (first) packet starts: past the first segment when CoDel
+                    // dropped that one
+                    let mut first = HEADROOM;
                     if let (Some(codel), Some(at)) = (self.codel.as_mut(), rx.received_at(k)) {
                         // the last of a batch that did not fill: the queue is empty
                         let drained = got < RECV_BATCH && k + 1 == got;
-                        if codel[i].drop(now, now.saturating_sub(at), drained) {
-                            // received, never opened: each packet of a coalesced datagram
-                            let packets = gro.map_or(1, |g| n.div_ceil(g)) as u64;
-                            io.rx_packets += packets;
-                            io.rx_bytes += n as u64;
-                            io.queue_delay_drops += packets;
-                            continue;
+                        if codel[i].drop(now, wall.saturating_sub(at), drained) {
+                            // one packet per decision, received and never opened
+                            let len = gro.map_or(n, |g| g.min(n));
+                            io.rx_packets += 1;
+                            io.rx_bytes += len as u64;
+                            io.queue_delay_drops += 1;
+                            if gro.is_none() || len >= n {
+                                continue;
+                            }
+                            first = HEADROOM + len;
                         }
                     }
                     let from = Arrival {
@@ -331,7 +341,7 @@ impl InboundPath {
                         };
                         io.gro_receives += 1;
                         let end = HEADROOM + n;
-                        for at in (HEADROOM..end).step_by(g) {
+                        for at in (first..end).step_by(g) {
                             let len = g.min(end - at);
                             c.make_room(engine, &mut self.sink, io);
                             // to the slot's headroom, as the single-thread path does: at
@@ -353,7 +363,7 @@ impl InboundPath {
                             io.gro_receives += 1;
                             let in_place = engine.ipcomps.is_empty();
                             let end = HEADROOM + n;
-                            for at in (HEADROOM..end).step_by(g) {
+                            for at in (first..end).step_by(g) {
                                 let len = g.min(end - at);
                                 // In place, the header opening puts before a segment
                                 // covers the tail of the one before (already handed on),

@@ -11,6 +11,13 @@ use ipsec::{HEADROOM, MAX_PACKET, TAILROOM};
 
 use super::resident;
 
+/// A datagram's control buffer: twice what UDP_GRO's and SCM_TIMESTAMPNS's messages take.
+const CTRL_BYTES: usize = 128;
+const _: () = assert!(
+    CTRL_BYTES >= 2 * (16 + 8 + 16 + 16),
+    "CMSG_SPACE(4) + CMSG_SPACE(16), twice"
+);
+
 /// Datagrams taken per recvmmsg(2).
 pub const RECV_BATCH: usize = 16;
 
@@ -23,8 +30,9 @@ pub struct RecvBatch {
     iovs: Vec<libc::iovec>,
     hdrs: Vec<libc::mmsghdr>,
     /// Per datagram, room for its control messages: UDP_GRO (the segment size, 24 bytes
-    /// with its header) and SCM_TIMESTAMPNS (a timespec, 32): 64 bytes, aligned.
-    ctrl: Vec<[u64; 8]>,
+    /// with its header) and SCM_TIMESTAMPNS (a timespec, 32) — with room to spare, so a
+    /// message added later cannot push UDP_GRO's out (CTRL_BYTES), aligned.
+    ctrl: Vec<[u64; CTRL_BYTES / 8]>,
 }
 
 impl Default for RecvBatch {
@@ -45,7 +53,7 @@ impl RecvBatch {
             iovs: vec![unsafe { std::mem::zeroed() }; RECV_BATCH],
             // SAFETY: a zeroed mmsghdr holds null pointers and zero lengths, a valid value.
             hdrs: vec![unsafe { std::mem::zeroed() }; RECV_BATCH],
-            ctrl: vec![[0; 8]; RECV_BATCH],
+            ctrl: vec![[0; CTRL_BYTES / 8]; RECV_BATCH],
         }
     }
 
@@ -113,7 +121,9 @@ impl RecvBatch {
                         return None;
                     }
                     let ts = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<libc::timespec>());
-                    return Some(ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64);
+                    let s = u64::try_from(ts.tv_sec).ok()?;
+                    let ns = u64::try_from(ts.tv_nsec).ok()?;
+                    return s.checked_mul(1_000_000_000)?.checked_add(ns);
                 }
                 c = libc::CMSG_NXTHDR(h, c);
             }
