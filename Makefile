@@ -1,9 +1,8 @@
 # ipsec-lab — set-up and checks. Every target installs what it needs, idempotently.
 #   make run    install, build, reproduce the four seed studies (--quick, ~3 min, as root)
 #               and write the report; prints its path
-#   make test   install, build, then every check: the host's CPU-measuring tests alone,
-#               then the others beside the micro-VM's tests, the lints, cargo test and
-#               the bounded fuzzers
+#   make test   install, build, then every check: lints, the host's pytest, then the
+#               micro-VM's tests beside cargo test and the bounded fuzzers
 
 SHELL := /bin/bash
 .DEFAULT_GOAL := run
@@ -23,7 +22,7 @@ SMALL_FUZZ_SECONDS ?= 20
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 
 .PHONY: run test deps apt rust venv native gateway lint cargo-test pytest pytest-vm \
-        test-quiet test-rest test-vm test-rust rust-checks fuzz bench-json clean
+        rust-checks fuzz bench-json clean
 
 LAB ?= lab
 
@@ -32,38 +31,20 @@ LAB ?= lab
 run: native gateway
 	$(VENV)/bin/ipsec-lab reproduce all --quick --lab $(LAB) --if-changed
 
-# Two phases. First the host's tests marked `quiet` (tests/conftest.py: their figures are
-# CPU figures: the reproductions whose campaigns `make run` reuses for the report, CPU
-# placement, generator and loss limits, the busy-machine flag) with nothing beside them.
-# Then the other host tests beside the micro-VM's (tests/test_vm_root.py: about 20 minutes
-# under TCG, two lanes of steps at once in the VM) and the lints, cargo test and the
-# fuzzers (CPU only: no network, no namespaces; none rebuilds what the VM runs), the VM and
-# the Rust checks at the lowest priority: the host's tests (mostly waiting on timed runs:
-# 38 % of the CPUs busy alone) go first, the VM takes what they leave. Each job's output is
-# printed whole when it ends. CI's wall time from fresh clones: 45.8 min with the host's
-# tests all alone first.
-# (The phases' targets have no prerequisites: `test` built everything first, and a second
-# `maturin develop` would reinstall the package under running tests.)
-test: native gateway rust venv
-	$(MAKE) --no-print-directory test-quiet
-	$(MAKE) --no-print-directory -j3 --output-sync=target test-rest test-vm test-rust
+# The host's root tests measure rates and CPU: they run with nothing beside them. The
+# micro-VM's (tests/test_vm_root.py: about 20 minutes under TCG, two lanes of steps at once
+# in the VM) then run beside the lints, cargo test and the fuzzers (CPU only: no network,
+# no namespaces; none rebuilds what the VM runs), each job's output printed whole when it
+# ends. CI's wall time from fresh clones: 46.5 min with the lints first and the VM's steps
+# one after the other, 40.7 min with two lanes in the VM and the lints beside it.
+test: native gateway pytest
+	$(MAKE) --no-print-directory -j2 --output-sync=target pytest-vm rust-checks
 
-test-quiet:
-	$(PYTEST) --durations=15 -m quiet
-
-test-rest:
-	$(PYTEST) --durations=15 -m "not quiet"
-
-test-vm:
-	nice -n 19 $(PYTEST_VM)
-
-test-rust:
-	nice -n 19 $(MAKE) --no-print-directory -j1 lint cargo-test
-	nice -n 19 $(MAKE) --no-print-directory fuzz
-
-# the lints, cargo test, then the fuzzers, one after the other
+# the lints, cargo test, then the fuzzers, one after the other; the lints and cargo test
+# (a fixed amount of work) at the lowest priority, so the VM beside them keeps its pace
+# (the fuzzers' time is their bound: they keep theirs)
 rust-checks: rust venv
-	$(MAKE) --no-print-directory -j1 lint cargo-test
+	nice -n 19 $(MAKE) --no-print-directory -j1 lint cargo-test
 	$(MAKE) --no-print-directory fuzz
 
 deps: apt rust venv
@@ -117,14 +98,13 @@ cargo-test: rust
 	cargo test --workspace --release -q
 
 # --durations: the slowest tests, so CI's log says where its time goes. `pytest`: every
-# test but the micro-VM's; `pytest-vm`: those.
-PYTEST = IPSEC_LAB_REPRODUCE_LAB=$(abspath $(LAB)) $(VENV)/bin/pytest -q --ignore=tests/test_vm_root.py
-PYTEST_VM = $(VENV)/bin/pytest -q --durations=5 tests/test_vm_root.py
+# test but the micro-VM's; `pytest-vm`: those (`make test` runs both).
 pytest: native gateway
-	$(PYTEST) --durations=25
+	IPSEC_LAB_REPRODUCE_LAB=$(abspath $(LAB)) \
+	  $(VENV)/bin/pytest -q --durations=25 --ignore=tests/test_vm_root.py
 
 pytest-vm: native gateway
-	$(PYTEST_VM)
+	$(VENV)/bin/pytest -q --durations=5 tests/test_vm_root.py
 
 # Bounded coverage-guided fuzzing (libFuzzer via cargo-fuzz on the stable toolchain:
 # RUSTC_BOOTSTRAP lets it pass the sanitizer flags), optimised and with debug assertions

@@ -57,7 +57,6 @@ def test_run_in_a_terminal_and_in_a_pipe(tmp_path: Path) -> None:
     assert rc == 0 and "none" in plain(out) and "…" not in out
 
 
-@pytest.mark.quiet
 def test_a_run_on_a_busy_machine_is_flagged(tmp_path: Path) -> None:
     f, lab = _tiny(tmp_path)
     cmd = [sys.executable, "-m", "ipsec_lab.cli", "run", str(f), "--lab", str(lab), "--json"]

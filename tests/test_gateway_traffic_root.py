@@ -191,7 +191,6 @@ def hup_then_restart(tb: Testbed, gw: Ours, node: str, n: int) -> tuple[dict[str
     return after_reload, settle(gw, node)
 
 
-@pytest.mark.quiet
 @pytest.mark.parametrize(
     "configuration",
     [
@@ -517,7 +516,6 @@ def test_an_expired_sa_sends_nothing_in_clear(tmp_path: Path, crypto_workers: in
     assert {p[IP].proto for p in pkts} == {50} and len(pkts) == 200
 
 
-@pytest.mark.quiet
 @pytest.mark.parametrize(
     ("configuration", "udp_encap"),
     [("esp:aes128gcm16", False), ("esp:aes256-sha256", False), ("esp:aes128gcm16", True)],
@@ -588,7 +586,6 @@ def test_sighup_reload_keeps_the_sas_and_a_bad_config_is_refused(
     assert "stopping" in (tmp_path / "run" / "ipsec-gw-gwA.log").read_text()
 
 
-@pytest.mark.quiet
 @pytest.mark.parametrize("udp_encap", [False, True])
 def test_one_worker_for_both_directions(tmp_path: Path, udp_encap: bool) -> None:
     with tunnel(tmp_path, udp_encap=udp_encap, edit=gateway_key("workers = 1")) as (tb, gw):
@@ -803,7 +800,6 @@ def test_ipv4_inner_traffic_over_ipv6_outer(tmp_path: Path, udp_encap: bool) -> 
     assert count(pcap, f"ip6 and {other}") == 0
 
 
-@pytest.mark.quiet
 def test_without_tun_offloads_every_packet_is_one_read_and_write(tmp_path: Path) -> None:
     """`offload = false`: the plain TUN path (no virtio header) carries traffic too."""
     with tunnel(tmp_path, edit=gateway_key("offload = false")) as (tb, gw):

@@ -24,7 +24,7 @@ from ipsec_lab.traffic import Meters, soak
 from ipsec_lab.traffic.generator import ETHERNET, NFT_TABLE, Trafgen
 from ipsec_lab.traffic.workload import Workload
 
-pytestmark = [pytest.mark.root, pytest.mark.quiet]
+pytestmark = pytest.mark.root
 
 
 def _plain(label: str, fn: Any) -> dict[str, Any]:

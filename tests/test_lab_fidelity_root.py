@@ -29,7 +29,6 @@ from netutil import running
 
 pytestmark = [
     pytest.mark.root,
-    pytest.mark.quiet,
     pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="placement needs 2 CPUs"),
 ]
 

@@ -45,7 +45,6 @@ def _results(data: dict[str, Any], backend: str, configuration: str) -> list[dic
     ]
 
 
-@pytest.mark.quiet
 def test_a_campaign_on_a_10_mbit_link_none_and_strongswan(tmp_path: Path) -> None:
     data = _campaign(
         tmp_path,
@@ -133,7 +132,6 @@ files = ["1K", "200K"]
     assert rows["smtp-200KB"]["wire_down_bytes"] < 100 * 1024
 
 
-@pytest.mark.quiet
 def test_the_cpu_quota_bounds_the_ipsec_processes(tmp_path: Path) -> None:
     data = _campaign(
         tmp_path,
@@ -253,7 +251,6 @@ def test_clean_removes_what_a_killed_run_left(tmp_path: Path) -> None:
     assert not set(leftovers()[0]) - before
 
 
-@pytest.mark.quiet
 def test_udp_and_imix_and_strongswan_fragmenting_big_datagrams(tmp_path: Path) -> None:
     data = _campaign(
         tmp_path,
@@ -420,7 +417,6 @@ seconds = 1
     assert "failed" in p.stdout and "nothing listens on port 8080" in p.stdout
 
 
-@pytest.mark.quiet
 def test_a_udp_sink_scheduled_late_loses_nothing(tmp_path: Path) -> None:
     """The traffic programs are the instrument: iperf3's receiving socket must hold what
     arrives while the sink is not scheduled (here: stopped for 150 ms at 50 Mbit/s, ~940
@@ -455,7 +451,6 @@ def test_a_udp_sink_scheduled_late_loses_nothing(tmp_path: Path) -> None:
     assert row["lost_packets"] == 0 and row["unarrived_packets"] == 0, row
 
 
-@pytest.mark.quiet
 def test_an_imix_row_over_a_slower_link_says_its_loss(tmp_path: Path) -> None:
     """40 Mbit/s of IMIX offered over a 10 Mbit/s link: the summary row says what was
     offered, sent and delivered and the loss, in its note and its loss column — not only

@@ -25,7 +25,7 @@ from ipsec_lab import reproduce, runner
 from ipsec_lab.store import Store
 from ipsec_lab.testbed.build import leftovers
 
-pytestmark = [pytest.mark.root, pytest.mark.quiet]
+pytestmark = pytest.mark.root
 ROOT = Path(__file__).resolve().parents[1]
 
 
