@@ -840,7 +840,6 @@ def starved(p: Any, run_s: float = 0.004, stop_s: float = 0.096) -> Iterator[Non
         p.send_signal(signal.SIGCONT)
 
 
-@pytest.mark.quiet
 @pytest.mark.parametrize(("aqm", "udp_encap"), [(True, False), (True, True), (False, False)])
 def test_codel_drops_from_a_standing_receive_queue_and_counts_them(
     tmp_path: Path, aqm: bool, udp_encap: bool
