@@ -249,23 +249,26 @@ def test_check_on_hosts_leaves_the_kernels_to_the_hosts(tmp_path: Path) -> None:
 
 
 class _Here:
-    """`hosts.ssh.Ssh` with this machine as the host: its shell lines run by `sh` here."""
+    """`hosts.ssh.Ssh` with this machine as the host: its shell lines run by `sh` here
+    (`in_sh`: with the guard's form for a line `sh` reads, as the kept shell runs it)."""
 
-    def __init__(self) -> None:
+    def __init__(self, in_sh: bool = False) -> None:
         from ipsec_lab.hosts.ssh import Ssh
 
         class Here(Ssh):
             def remote(self, argv, root=True, guard=None):  # type: ignore[no-untyped-def]
-                return ["sh", "-c", self.line(argv, root, guard)]
+                return ["sh", "-c", self.line(argv, root, guard, in_sh)]
 
         self.ssh = Here("here", "gwA")
         self.ssh.uid = os.getuid()
+        self.ssh.in_sh = in_sh  # type: ignore[attr-defined]
 
 
-@pytest.fixture
-def here() -> Iterator[Any]:
-    """`_Here`'s Ssh, closed afterwards (its control directory removed)."""
-    h = _Here().ssh
+@pytest.fixture(params=[False, True], ids=["line", "in-sh"])
+def here(request: pytest.FixtureRequest) -> Iterator[Any]:
+    """`_Here`'s Ssh (the guard in both its forms), closed afterwards (its control
+    directory removed)."""
+    h = _Here(request.param).ssh
     yield h
     h.close()
 
@@ -285,7 +288,8 @@ def test_the_work_directory_check_refuses_what_others_can_write_and_makes_the_re
     wd = str(tmp_path / "lab")
 
     def do(op: str, arg: str = "", where: str = wd) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(["sh", "-c", guard(h.uid, where, op, arg).line],
+        g = guard(h.uid, where, op, arg)
+        return subprocess.run(["sh", "-c", g.in_sh if h.in_sh else g.line],
                               capture_output=True, text=True, check=False)  # fmt: skip
 
     p = do("check")

@@ -6,6 +6,7 @@ real sshd."""
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import signal
 from pathlib import Path
@@ -46,6 +47,30 @@ def test_a_command_ends_only_its_own_shell(shell: Shell) -> None:
         f"{os.getcwd()} unset\n".encode(),
         b"",
     )
+
+
+def test_a_line_of_words_runs_in_a_subshell_that_changes_nothing_after_it(shell: Shell) -> None:
+    """A line of quoted words (`words=True`, no `sh -c`): a builtin's `exit`, `cd`,
+    `umask`, `exec` or variable stays in its subshell, and the session goes on."""
+    umask = shell.run("umask", None, 10)[1]
+    shell.run("true", None, 10)
+    p = shell._p
+    assert shell.run(shlex.join(["exit", "3"]), None, 10, words=True)[0] == 3
+    for argv in (["cd", "/"], ["umask", "077"], ["export", "X=1"], ["exec", "true"],
+                 ["set", "-e"]):  # fmt: skip
+        assert shell.run(shlex.join(argv), None, 10, words=True)[:2] == (0, b""), argv
+    # a trap fires as its own subshell ends, never after a later command
+    trap = shlex.join(["trap", "echo trapped", "EXIT"])
+    assert shell.run(trap, None, 10, words=True) == (0, b"trapped\n", b"")
+    assert shell._p is p  # the same session throughout
+    assert shell.run('echo "$PWD ${X:-unset}"; umask', None, 10) == (
+        0, f"{os.getcwd()} unset\n".encode() + umask, b"")  # fmt: skip
+    # quoted words stay words: what would be syntax or an operator is an argument
+    assert shell.run(shlex.join(["echo", "if", "then", ";", "|", "$(x)", "'"]), None, 10,
+                     words=True) == (0, b"if then ; | $(x) '\n", b"")  # fmt: skip
+    data = bytes(range(256))
+    assert shell.run(shlex.join(["cat"]), data, 10, words=True) == (0, data, b"")
+    assert shell.run(shlex.join(["cat"]), None, 10, words=True) == (0, b"", b"")
 
 
 def test_input_goes_to_the_command_and_no_command_reads_the_next(shell: Shell) -> None:

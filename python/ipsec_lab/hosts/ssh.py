@@ -108,13 +108,16 @@ class Ssh:
                 "-o", "ControlPersist=60",
                 self.dest]  # fmt: skip
 
-    def line(self, argv: list[str] | str, root: bool = True, guard: Guard | None = None) -> str:
+    def line(self, argv: list[str] | str, root: bool = True, guard: Guard | None = None,
+             in_sh: bool = False) -> str:  # fmt: skip
         """The shell line the host runs for `argv` (a list, or a shell command line): as
         root when `root` (through sudo for another user); with `guard` (a
-        `workdir.guard`) first, the command running only if it passes."""
+        `workdir.guard`) first, the command running only if it passes (`in_sh`: the line
+        is read by `sh`, not by the login's own shell)."""
         line = argv if isinstance(argv, str) else shlex.join(argv)
         if guard:
-            line = f"{guard.line} || exit {GUARD_EXIT}\n{line}"
+            check = guard.in_sh if in_sh else guard.line
+            line = f"{check} || exit {GUARD_EXIT}\n{line}"
         if root and self.sudo:
             line = shlex.join([*self.sudo, "sh", "-c", line])
         return line
@@ -194,7 +197,8 @@ class Ssh:
         else:
             try:
                 # the shell is root's already: the line without sudo
-                status, out, err = shell.run(self.line(argv, False, guard), input, timeout)
+                status, out, err = shell.run(self.line(argv, False, guard, True), input, timeout,
+                                             words=not isinstance(argv, str))  # fmt: skip
             except ShellTimeout:
                 raise self._timed_out(argv, timeout) from None
             except ShellEnded as e:

@@ -142,7 +142,9 @@ class HostsTestbed:
             with open(local, "a") as f:
                 f.write(entry)
         path = f"{self.workdir(node)}/{LEDGER}"
-        self._host(node).run(f"umask 077 && cat >> {shlex.quote(path)}", input=entry.encode(),
+        # the entry is ASCII (json.dumps), so the shell's own printf appends it: no input
+        # to decode, no program started for it
+        self._host(node).run(f"umask 077 && printf %s {shlex.quote(entry)} >> {shlex.quote(path)}",
                              guard=self._guard(node))  # fmt: skip
 
     # --- commands -------------------------------------------------------------------------

@@ -70,7 +70,7 @@ look() {
       no owner "$name" "$user" "$uid" "$mode" "$type"; return 1
     fi
     case $type:$role in
-      "symbolic link:anc"|"symbolic link:dir") continue ;;
+      "symbolic link:anc"|"symbolic link:dir") linked=1; continue ;;
       directory:anc|directory:dir|directory:run) ;;
       "regular file:file"|"regular empty file:file") ;;
       *) no type "$name" "$user" "$uid" "$mode" "$type"; return 1 ;;
@@ -107,10 +107,18 @@ walk() {
   IFS=$nl; set -- "$w" $list; IFS=$ifs0
   look "$@"
 }
-# chain [new]: the work directory walked, and again along the path it resolves to
+# chain [new]: the work directory walked, and again along the path it resolves to (no
+# symbolic link on the way and no . or .. in it: it resolves to itself, no readlink)
 chain() {
+  linked=
   walk "$wd" "$1" || return 1
   m0=$missing
+  if [ -z "$linked" ]; then
+    case $wd in
+      *//*|*/./*|*/../*|*/.|*/..|*/) ;;
+      *) return 0 ;;
+    esac
+  fi
   r=$(readlink -m -- "$wd") || { no unreadable "$wd" - - - -; return 1; }
   [ "$r" = "$wd" ] && return 0
   case $r in
@@ -164,18 +172,22 @@ exit 0
 
 
 class Guard(NamedTuple):
-    """A check to run on a host before a command: the shell line, and the work
-    directory it checks (for the message)."""
+    """A check to run on a host before a command: the shell line (for whatever shell
+    the login has), the same check for a line that `sh` itself reads (a subshell: one
+    program started fewer), and the work directory it checks (for the message)."""
 
     line: str
     workdir: str
+    in_sh: str
 
 
 def guard(uid: int, workdir: str, op: str, arg: str = "") -> Guard:
     """The check of `workdir` on a host (run as root there), for the login user `uid`:
     `op` is make, use, list or check, `arg` the run's directory name (make, use) or the
     node (list)."""
-    return Guard(shlex.join(["sh", "-c", SCRIPT, "sh", str(uid), workdir, op, arg]), workdir)
+    args = [str(uid), workdir, op, arg]
+    return Guard(shlex.join(["sh", "-c", SCRIPT, "sh", *args]), workdir,
+                 f"(set -- {shlex.join(args)}\n{SCRIPT}\n)")  # fmt: skip
 
 
 @dataclass(frozen=True)
