@@ -22,7 +22,7 @@ SMALL_FUZZ_SECONDS ?= 20
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 
 .PHONY: run test deps apt rust venv native gateway lint cargo-test pytest pytest-vm \
-        rust-checks fuzz fuzz-build bench-json clean
+        rust-checks fuzz fuzz-build fuzz-inbound fuzz-others bench-json clean
 
 LAB ?= lab
 
@@ -40,12 +40,12 @@ run: native gateway
 test: native gateway pytest
 	$(MAKE) --no-print-directory -j2 --output-sync=target pytest-vm rust-checks
 
-# the lints, cargo test, the fuzzers' build, then the fuzzers, one after the other; all
-# but the fuzzers themselves (a fixed amount of work) at the lowest priority, so the VM
-# beside them keeps its pace (the fuzzers' time is their bound: they keep theirs)
+# the lints, cargo test and the fuzzers' build, one after the other, at the lowest
+# priority (a fixed amount of work: the VM beside them keeps its pace), then the fuzzers
+# in two lanes (their time is their bound: they keep theirs; by then the VM is done)
 rust-checks: rust venv
 	nice -n 19 $(MAKE) --no-print-directory -j1 lint cargo-test fuzz-build
-	$(MAKE) --no-print-directory fuzz
+	$(MAKE) --no-print-directory -j2 --output-sync=target fuzz
 
 deps: apt rust venv
 
@@ -124,15 +124,19 @@ FUZZ_ARGS = -rss_limit_mb=2048 -print_final_stats=1
 fuzz-build: rust
 	cd fuzz && RUSTC_BOOTSTRAP=1 cargo fuzz build $(FUZZ_FLAGS)
 
-fuzz: fuzz-build
+# two lanes of 80 s each (with `-j2`, as `make test` runs them: the machine's two cores)
+fuzz: fuzz-inbound fuzz-others
+
+fuzz-inbound: fuzz-build
 	$(FUZZ) inbound corpus/inbound -- -max_total_time=$(FUZZ_SECONDS) $(FUZZ_ARGS)
+	$(FUZZ) config corpus/config -- -max_total_time=$(SMALL_FUZZ_SECONDS) -max_len=8192 $(FUZZ_ARGS)
+
+fuzz-others: fuzz-build
 	$(FUZZ) ipcomp corpus/ipcomp -- -max_total_time=$(IPCOMP_FUZZ_SECONDS) $(FUZZ_ARGS)
 	$(FUZZ) gro corpus/gro -- -max_total_time=$(SMALL_FUZZ_SECONDS) $(FUZZ_ARGS)
 	$(FUZZ) replay corpus/replay -- -max_total_time=$(SMALL_FUZZ_SECONDS) $(FUZZ_ARGS)
-	$(FUZZ) config corpus/config -- -max_total_time=$(SMALL_FUZZ_SECONDS) -max_len=8192 $(FUZZ_ARGS)
 	mkdir -p fuzz/corpus/crew
 	$(FUZZ) crew corpus/crew -- -max_total_time=$(SMALL_FUZZ_SECONDS) -max_len=1200 $(FUZZ_ARGS)
-
 
 bench-json: native
 	$(VENV)/bin/ipsec-lab bench --json

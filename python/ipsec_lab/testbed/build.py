@@ -3,8 +3,8 @@ shaping, and the processes started in them — all torn down on exit, also on fa
 
 Every namespace is named `ipl-<token>-<node>` and every cgroup `ipsec-lab-<token>`, so
 `ipsec-lab clean` can recognise (and only touch) what a crashed run left. Configuration
-goes through iproute2's own `ip` and `tc` commands, each logged to the run directory's
-`commands.log`, so a user can replay by hand exactly what the lab did.
+goes through iproute2's `ip` (its -n: one program, not `ip netns exec` and ip) and `tc`,
+each logged to the run directory's `commands.log`: a user can replay it by hand.
 """
 
 from __future__ import annotations
@@ -234,8 +234,9 @@ class Testbed:
         """Run a program in a node to completion (bounded by `timeout`); its stdout.
         `limited`: under the CPU quota (study 4's slow client runs its programs so);
         `ipsec`: a program of the IPsec under test (on its CPUs, see `_placed`)."""
-        argv = self._placed(argv, ipsec)
-        return self._cmd(self.in_ns(node, argv), timeout=timeout, check=check, limited=limited)
+        ip = ["ip", "-n", self.ns(node), *argv[1:]] if argv and argv[0] == "ip" else None
+        cmd = self._placed(ip, ipsec) if ip else self.in_ns(node, self._placed(argv, ipsec))
+        return self._cmd(cmd, timeout=timeout, check=check, limited=limited)
 
     def _placed(self, argv: Sequence[str], ipsec: bool) -> list[str]:
         """`argv` on its role's CPUs: the IPsec's programs on the IPsec's (`[gateway]

@@ -109,48 +109,47 @@ impl RecvBatch {
     /// When the kernel received datagram `i` (CLOCK_REALTIME, ns), on a socket with
     /// `timestamps` on (an SCM_TIMESTAMPNS control message).
     pub fn received_at(&self, i: usize) -> Option<u64> {
-        let h = &self.hdrs[i].msg_hdr;
-        // SAFETY: as in `gro_segment`; the data of an SCM_TIMESTAMPNS message is a
-        // timespec, read unaligned, only when the message holds one whole.
-        unsafe {
-            let mut c = libc::CMSG_FIRSTHDR(h);
-            while !c.is_null() {
-                if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_TIMESTAMPNS {
-                    let data = ((*c).cmsg_len as usize).saturating_sub(libc::CMSG_LEN(0) as usize);
-                    if data < std::mem::size_of::<libc::timespec>() {
-                        return None;
-                    }
-                    let ts = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<libc::timespec>());
-                    let s = u64::try_from(ts.tv_sec).ok()?;
-                    let ns = u64::try_from(ts.tv_nsec).ok()?;
-                    return s.checked_mul(1_000_000_000)?.checked_add(ns);
-                }
-                c = libc::CMSG_NXTHDR(h, c);
-            }
+        let d = self.control(i, libc::SOL_SOCKET, libc::SCM_TIMESTAMPNS)?;
+        if d.len() < std::mem::size_of::<libc::timespec>() {
+            return None;
         }
-        None
+        // SAFETY: `d` holds a whole timespec (checked above), read unaligned.
+        let ts = unsafe { std::ptr::read_unaligned(d.as_ptr().cast::<libc::timespec>()) };
+        let s = u64::try_from(ts.tv_sec).ok()?;
+        let ns = u64::try_from(ts.tv_nsec).ok()?;
+        s.checked_mul(1_000_000_000)?.checked_add(ns)
     }
 
     /// UDP GRO: the size of the segments datagram `i` was coalesced from, when the kernel
-    /// coalesced it (a UDP_GRO control message; Linux 5.0+).
+    /// coalesced it (a UDP_GRO control message, an int; Linux 5.0+).
     pub fn gro_segment(&self, i: usize) -> Option<usize> {
+        let size = match *self.control(i, libc::SOL_UDP, libc::UDP_GRO)? {
+            [a, b, c, d, ..] => usize::try_from(i32::from_ne_bytes([a, b, c, d])).ok()?,
+            [a, b] => usize::from(u16::from_ne_bytes([a, b])),
+            _ => return None,
+        };
+        (size > 0).then_some(size)
+    }
+
+    /// The data of datagram `i`'s first control message of `level` and `kind`, as the
+    /// kernel wrote it.
+    fn control(&self, i: usize, level: i32, kind: i32) -> Option<&[u8]> {
         let h = &self.hdrs[i].msg_hdr;
+        let end = (h.msg_control as usize).saturating_add(h.msg_controllen);
         // SAFETY: after recvmmsg, `h`'s control pointer and length describe what the
-        // kernel wrote into `self.ctrl[i]`; CMSG_FIRSTHDR/NXTHDR stay within it (they
-        // return null past its end) and CMSG_DATA of a header they return points at its
-        // data, which holds cmsg_len - CMSG_LEN(0) bytes.
+        // kernel wrote into `self.ctrl[i]`, which `self` owns; CMSG_FIRSTHDR/NXTHDR
+        // return only headers that lie within it (null past its end); a message's data
+        // starts at CMSG_DATA and holds cmsg_len - CMSG_LEN(0) bytes, here also bounded
+        // by the buffer's end.
         unsafe {
             let mut c = libc::CMSG_FIRSTHDR(h);
             while !c.is_null() {
-                if (*c).cmsg_level == libc::SOL_UDP && (*c).cmsg_type == libc::UDP_GRO {
-                    let data = ((*c).cmsg_len as usize).saturating_sub(libc::CMSG_LEN(0) as usize);
+                if (*c).cmsg_level == level && (*c).cmsg_type == kind {
                     let p = libc::CMSG_DATA(c);
-                    let size = if data >= 4 {
-                        std::ptr::read_unaligned(p.cast::<i32>()) as usize
-                    } else {
-                        usize::from(std::ptr::read_unaligned(p.cast::<u16>()))
-                    };
-                    return (size > 0).then_some(size);
+                    let len = ((*c).cmsg_len as usize)
+                        .saturating_sub(libc::CMSG_LEN(0) as usize)
+                        .min(end.saturating_sub(p as usize));
+                    return Some(std::slice::from_raw_parts(p, len));
                 }
                 c = libc::CMSG_NXTHDR(h, c);
             }
@@ -175,5 +174,64 @@ fn sockaddr_ip(from: &libc::sockaddr_storage) -> Option<IpAddr> {
             Some(IpAddr::from(a.sin6_addr.s6_addr))
         }
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::UdpSocket;
+    use std::os::fd::AsRawFd;
+
+    /// The batch's datagrams from `rx`, waiting (bounded) until the first comes.
+    fn take(b: &mut RecvBatch, rx: &UdpSocket) -> usize {
+        for _ in 0..1000 {
+            let n = b.recv(rx.as_raw_fd());
+            if n > 0 {
+                return n;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        panic!("nothing came in a second");
+    }
+
+    #[test]
+    fn a_datagram_comes_with_its_source_and_receive_time_and_a_coalesced_one_with_its_segment_size()
+    {
+        let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let mut b = RecvBatch::new();
+        assert!(crate::sys::timestamps(rx.as_raw_fd()));
+        let before = crate::sys::realtime_ns();
+        tx.send_to(b"hello", rx.local_addr().unwrap()).unwrap();
+        assert_eq!(take(&mut b, &rx), 1);
+        let after = crate::sys::realtime_ns();
+        assert_eq!(&b.bufs[0][HEADROOM..HEADROOM + b.len(0)], b"hello");
+        assert_eq!(b.source(0), Some(IpAddr::from([127, 0, 0, 1])));
+        let at = b.received_at(0).expect("SCM_TIMESTAMPNS");
+        assert!(before <= at && at <= after, "{before} <= {at} <= {after}");
+        assert_eq!(b.gro_segment(0), None); // nothing coalesced
+
+        // three 100-byte segments sent as one (UDP_SEGMENT), taken whole by a socket
+        // with UDP_GRO on: one datagram of 300 bytes, its segment size said
+        assert!(crate::sys::udp_option(rx.as_raw_fd(), libc::UDP_GRO, true));
+        let seg: libc::c_int = 100;
+        // SAFETY: a valid fd and a pointer to a c_int of the size passed.
+        let rc = unsafe {
+            libc::setsockopt(
+                tx.as_raw_fd(),
+                libc::SOL_UDP,
+                libc::UDP_SEGMENT,
+                (&seg as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        assert_eq!(rc, 0, "{}", io::Error::last_os_error());
+        let data: Vec<u8> = (0..300u16).map(|i| i as u8).collect();
+        tx.send_to(&data, rx.local_addr().unwrap()).unwrap();
+        assert_eq!(take(&mut b, &rx), 1);
+        assert_eq!(&b.bufs[0][HEADROOM..HEADROOM + b.len(0)], &data[..]);
+        assert_eq!(b.gro_segment(0), Some(100));
+        assert!(b.received_at(0).is_some()); // both messages found in one buffer
     }
 }
