@@ -273,6 +273,52 @@ def here(request: pytest.FixtureRequest) -> Iterator[Any]:
     h.close()
 
 
+@pytest.fixture
+def kept() -> Iterator[Any]:
+    """`hosts.ssh.Ssh` connected, with this machine as the host: its kept shell a local
+    `sh` (the ssh command line's remote part is evaluated here)."""
+    from ipsec_lab.hosts.ssh import Ssh
+
+    class Kept(Ssh):
+        def base(self) -> list[str]:
+            return ["sh", "-c", 'shift; eval "$1"', "sh"]  # then "--", the remote part
+
+    h = Kept("here", "gwA")
+    h.uid, h.connected = os.getuid(), True
+    yield h
+    h.close()
+
+
+def test_every_command_list_keeps_the_kept_shell_whatever_its_first_word(kept: Any) -> None:
+    """A list runs in a subshell of the kept shell, but one whose first word is shell
+    syntax (a reserved word, which shlex leaves unquoted) or that is empty goes through
+    `sh -c`: as a subshell it would be a syntax error of the kept shell, ending it."""
+    from ipsec_lab.hosts.ssh import RESERVED
+
+    assert kept.run(["echo", "a"]).stdout == "a\n"
+    shell = kept._shells[False]._p
+    for word in sorted(RESERVED):
+        r = kept.run([word, "x"], check=False)  # `sh -c`'s own syntax error, or no such program
+        assert r.returncode in (2, 127) and r.stderr, (word, r)
+    assert kept.run([], check=False).returncode == 0
+    assert kept.run(["echo", "done"]).stdout == "done\n"  # only the first word matters
+    assert kept._shells[False]._p is shell  # one session throughout
+
+
+def test_append_writes_the_text_to_the_byte_inline_or_on_stdin(kept: Any, tmp_path: Path) -> None:
+    """A ledger entry is appended as it is (quotes, `%`, backslashes, newlines), the file
+    made 0600; past APPEND_INLINE bytes, or not ASCII, it goes on stdin."""
+    from ipsec_lab.hosts.ssh import APPEND_INLINE
+
+    path = tmp_path / "ledger"
+    texts = [json.dumps({"what": "a 'b' %s %d \\n $(x) `y`", "undo": "c\nd"}) + "\n",
+             "x" * (APPEND_INLINE + 1) + "'\n", "né\n", "\n"]  # fmt: skip
+    for t in texts:
+        kept.append(t, str(path))
+    assert path.read_text() == "".join(texts)
+    assert oct(path.stat().st_mode & 0o777) == "0o600"
+
+
 def test_the_work_directory_check_refuses_what_others_can_write_and_makes_the_rest(
     tmp_path: Path, here: Any
 ) -> None:

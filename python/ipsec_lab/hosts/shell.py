@@ -68,7 +68,8 @@ class Shell:
             words: bool = False) -> tuple[int, bytes, bytes]:  # fmt: skip
         """Run `line` (a shell command line) to completion: (status, stdout, stderr).
         `words`: the line is the lab's own, made of shell-quoted words (`shlex.join`,
-        with a `workdir.guard` in front), so it cannot be a syntax error: it runs in a
+        with a `workdir.guard` in front; the first no reserved word: `hosts.ssh._words`),
+        so it cannot be a syntax error: it runs in a
         subshell of the kept shell, not in a new `sh` (one program started fewer: about
         85 ms a command under the micro-VM's emulation). Raises ShellEnded or
         ShellTimeout. The caller holds `lock`."""

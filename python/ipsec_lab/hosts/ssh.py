@@ -198,7 +198,7 @@ class Ssh:
             try:
                 # the shell is root's already: the line without sudo
                 status, out, err = shell.run(self.line(argv, False, guard, True), input, timeout,
-                                             words=not isinstance(argv, str))  # fmt: skip
+                                             words=_words(argv))  # fmt: skip
             except ShellTimeout:
                 raise self._timed_out(argv, timeout) from None
             except ShellEnded as e:
@@ -239,6 +239,18 @@ class Ssh:
                 f"rm -f {shlex.quote(path)} && cat > {shlex.quote(path)} && "
                 f"chmod {mode:o} {shlex.quote(path)}")  # fmt: skip
         self.run(line, input=data, timeout=120, guard=guard)
+
+    def append(self, text: str, path: str, guard: Guard | None = None) -> None:
+        """Append ASCII `text` (a ledger entry) to `path` on the host, created 0600."""
+        if len(text) <= APPEND_INLINE and text.isascii():
+            # the shell's own printf: no input to decode, no program started for it (the
+            # text is then in the host's `ps` for a moment: the lab's ledger entries are
+            # undo lines, shown there anyway when they run)
+            line = f"umask 077 && printf %s {shlex.quote(text)} >> {shlex.quote(path)}"
+            self.run(line, guard=guard)
+        else:  # on stdin: a command line's length is bounded
+            self.run(f"umask 077 && cat >> {shlex.quote(path)}", input=text.encode(),
+                     guard=guard)  # fmt: skip
 
     def fetch(self, path: str, guard: Guard | None = None) -> bytes:
         """The bytes of file `path` on the host; `guard` as for `run`."""
@@ -289,6 +301,21 @@ class Ssh:
         # whatever is left (a master still exiting under load keeps its socket there):
         # the directory is the lab's own
         shutil.rmtree(self._dir, ignore_errors=True)
+
+
+# The longest text `append` writes in its command line (longer goes on stdin).
+APPEND_INLINE = 8192
+# Words that are syntax where a command begins (POSIX's reserved words, and bash's
+# `function` and `select`): shlex leaves them unquoted, so a command line that starts
+# with one would be a syntax error of the kept shell itself, which would end it.
+RESERVED = frozenset("case do done elif else esac fi for function if in select then until "
+                     "while".split())  # fmt: skip
+
+
+def _words(argv: list[str] | str) -> bool:
+    """Whether `argv`'s line can run in a subshell of the kept shell (`Shell.run`'s
+    `words`): a list of words that cannot be a syntax error, whatever they hold."""
+    return isinstance(argv, list) and bool(argv) and argv[0] not in RESERVED
 
 
 def same_process(pid: int, start: str) -> str:

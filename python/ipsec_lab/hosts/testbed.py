@@ -141,11 +141,7 @@ class HostsTestbed:
             local.parent.mkdir(parents=True, exist_ok=True)
             with open(local, "a") as f:
                 f.write(entry)
-        path = f"{self.workdir(node)}/{LEDGER}"
-        # the entry is ASCII (json.dumps), so the shell's own printf appends it: no input
-        # to decode, no program started for it
-        self._host(node).run(f"umask 077 && printf %s {shlex.quote(entry)} >> {shlex.quote(path)}",
-                             guard=self._guard(node))  # fmt: skip
+        self._host(node).append(entry, f"{self.workdir(node)}/{LEDGER}", self._guard(node))
 
     # --- commands -------------------------------------------------------------------------
 
