@@ -32,11 +32,12 @@ run: native gateway
 	$(VENV)/bin/ipsec-lab reproduce all --quick --lab $(LAB) --if-changed
 
 # The host's root tests measure rates and CPU: they run with nothing beside them. The
-# micro-VM's (tests/test_vm_root.py: about 20 minutes under TCG, two lanes of steps at once
+# micro-VM's (tests/test_vm_root.py: about 16 minutes under TCG, two lanes of steps at once
 # in the VM) then run beside the lints, cargo test and the fuzzers (CPU only: no network,
 # no namespaces; none rebuilds what the VM runs), each job's output printed whole when it
-# ends. CI's wall time from fresh clones: 46.5 min with the lints first and the VM's steps
-# one after the other, 40.7 min with two lanes in the VM and the lints beside it.
+# ends. CI's wall time from a fresh clone here: 40.2 min (setup 3, host pytest 19, the VM
+# and the Rust checks 18; both cores busy throughout the last: what shortens it is less
+# CPU, in the VM or in the builds beside it).
 test: native gateway pytest
 	$(MAKE) --no-print-directory -j2 --output-sync=target pytest-vm rust-checks
 
