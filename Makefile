@@ -21,7 +21,8 @@ IPCOMP_FUZZ_SECONDS ?= 20
 SMALL_FUZZ_SECONDS ?= 20
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 
-.PHONY: run test deps apt rust venv native gateway lint cargo-test pytest pytest-vm \
+.PHONY: run test deps apt rust venv native gateway lint cargo-test pytest pytest-root \
+        pytest-unit pytest-vm \
         rust-checks fuzz fuzz-build fuzz-inbound fuzz-others bench-json clean
 
 LAB ?= lab
@@ -38,8 +39,8 @@ run: native gateway
 # ends. CI's wall time from a fresh clone here: 40.2 min (setup 3, host pytest 19, the VM
 # and the Rust checks 18; both cores busy throughout the last: what shortens it is less
 # CPU, in the VM or in the builds beside it).
-test: native gateway pytest
-	$(MAKE) --no-print-directory -j2 --output-sync=target pytest-vm rust-checks
+test: native gateway pytest-root
+	$(MAKE) --no-print-directory -j3 --output-sync=target pytest-vm pytest-unit rust-checks
 
 # the lints, cargo test and the fuzzers' build, one after the other, at the lowest
 # priority (a fixed amount of work: the VM beside them keeps its pace), then the fuzzers
@@ -92,10 +93,14 @@ gateway: rust
 	@id -u $(GW_USER) >/dev/null 2>&1 || { echo "creating the system user $(GW_USER)"; \
 	  useradd --system --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin $(GW_USER); }
 
+# clippy in the release profile: the build scripts' outputs (aws-lc-sys compiles AWS-LC's
+# C) and the proc-macros are the release build's, not built again for a dev profile (53
+# CPU-s against 125 from a fresh clone's state here); no code of ours is cfg'd on
+# debug_assertions, so nothing goes unlinted
 lint: rust venv
 	cargo fmt --all -- --check
-	cargo clippy --workspace --all-targets -q -- -D warnings
-	cargo clippy -p ipsec-gw --features io-ceiling --all-targets -q -- -D warnings
+	cargo clippy --release --workspace --all-targets -q -- -D warnings
+	cargo clippy --release -p ipsec-gw --features io-ceiling --all-targets -q -- -D warnings
 	$(VENV)/bin/ruff check python tests benchmarks
 	$(VENV)/bin/ruff format --check python tests benchmarks
 	$(VENV)/bin/mypy
@@ -104,10 +109,18 @@ cargo-test: rust
 	cargo test --workspace --release -q
 
 # --durations: the slowest tests, so CI's log says where its time goes. `pytest`: every
-# test but the micro-VM's; `pytest-vm`: those (`make test` runs both).
-pytest: native gateway
+# test but the micro-VM's, in two sessions: `pytest-root`, those that build namespaces or
+# measure this machine's CPU or rates (markers `root`, `quiet`: nothing may run beside
+# them), then `pytest-unit`, the rest (CPU only: `make test` runs them beside the VM);
+# `pytest-vm`: the micro-VM's (`make test` runs all three).
+pytest: pytest-root pytest-unit
+
+pytest-root: native gateway
 	IPSEC_LAB_REPRODUCE_LAB=$(abspath $(LAB)) \
-	  $(VENV)/bin/pytest -q --durations=25 --ignore=tests/test_vm_root.py
+	  $(VENV)/bin/pytest -q --durations=25 -m "root or quiet" --ignore=tests/test_vm_root.py
+
+pytest-unit: native gateway
+	$(VENV)/bin/pytest -q --durations=10 -m "not root and not quiet" --ignore=tests/test_vm_root.py
 
 pytest-vm: native gateway
 	$(VENV)/bin/pytest -q --durations=5 tests/test_vm_root.py

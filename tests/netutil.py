@@ -3,9 +3,7 @@ sent over TCP between two nodes of a testbed, checked by SHA-256 on arrival."""
 
 from __future__ import annotations
 
-import ctypes
 import hashlib
-import os
 import socket
 import subprocess
 import threading
@@ -16,6 +14,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from ipsec_lab.backends.ours import stats
+from ipsec_lab.testbed import netns
 from ipsec_lab.testbed.build import Testbed, tail, wait_for_text
 from ipsec_lab.testbed.interface import READY_S
 
@@ -70,36 +69,12 @@ def running(comm: str, arg: str = "") -> list[int]:
     return found
 
 
-CLONE_NEWNET = 0x40000000  # setns(2)'s namespace type: a network namespace
-
-
 def socket_in(ns: str, family: int) -> socket.socket:
     """A TCP socket made inside network namespace `ns` (/run/netns/NS, made by `ip netns
     add`); it stays there for its life, whichever thread uses it. A thread of its own
-    enters the namespace (setns(2) moves only the calling thread; CAP_SYS_ADMIN: root
-    tests), makes the socket and ends: the caller's thread never moves."""
-    made: list[socket.socket] = []
-    failed: list[BaseException] = []
-
-    def make() -> None:
-        try:
-            libc = ctypes.CDLL(None, use_errno=True)
-            with open(f"/run/netns/{ns}") as there:
-                if libc.setns(there.fileno(), CLONE_NEWNET) != 0:
-                    e = ctypes.get_errno()
-                    raise OSError(e, f"setns into {ns}: {os.strerror(e)}")
-            made.append(socket.socket(family, socket.SOCK_STREAM))
-        except BaseException as e:  # raised below, in the caller's thread
-            failed.append(e)
-
-    t = threading.Thread(target=make)
-    t.start()
-    t.join(30)
-    if failed:
-        raise failed[0]
-    if not made:
-        raise TimeoutError(f"no socket made in {ns} within 30 s")
-    return made[0]
+    enters the namespace and makes it (`ipsec_lab.testbed.netns.within`): the caller's
+    thread never moves."""
+    return netns.within(ns, lambda: socket.socket(family, socket.SOCK_STREAM))
 
 
 def transfer(

@@ -22,7 +22,7 @@ import pytest
 
 from ipsec_lab.backends.ours import Ours, gateway_binary, stats
 from ipsec_lab.testbed import Link, topology
-from ipsec_lab.testbed.build import Testbed
+from ipsec_lab.testbed.build import LabError, Testbed
 from ipsec_lab.traffic import iperf
 from ipsec_lab.traffic.udp import udp as udp_workload
 from ipsec_lab.traffic.workload import Workload
@@ -675,10 +675,29 @@ def test_check_and_stats_commands(tmp_path: Path) -> None:
         [binary, "stats", "--socket", str(tmp_path / "none.sock")], capture_output=True, text=True
     )
     assert p.returncode == 1 and "cannot read" in p.stderr
+    # the lab asks the socket itself (no program started): no gateway there is its error
+    with pytest.raises(LabError, match=r"ipsec-gw stats: .*none\.sock: "):
+        stats(tmp_path / "none.sock")
     with tunnel(tmp_path) as (tb, gw):
         tcp(tb, seconds=1)
         settle(gw, "gwA")
         sock = str(gw.sockets["gwA"])
+        # ... and gets the document `ipsec-gw stats --json` prints, counters and all
+        cli = json.loads(
+            subprocess.run(
+                [binary, "stats", "--socket", sock, "--json"],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout
+        )
+        lab = stats(Path(sock))
+        assert lab.keys() == cli.keys() and lab["outbound"].keys() == cli["outbound"].keys()
+        for d in ("outbound", "inbound"):
+            assert [(s["spi"], s["suite"]) for s in lab[d]["sas"]] == [
+                (s["spi"], s["suite"]) for s in cli[d]["sas"]
+            ]
+            assert lab[d]["sas"][0]["packets"] >= cli[d]["sas"][0]["packets"] > 0
         human = subprocess.run([binary, "stats", "--socket", sock], capture_output=True, text=True)
         prom = subprocess.run(
             [binary, "stats", "--socket", sock, "--prometheus"], capture_output=True, text=True

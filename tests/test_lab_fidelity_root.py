@@ -98,6 +98,9 @@ def test_each_role_runs_on_its_cpus_and_the_kernel_receives_there(tmp_path: Path
             # a program the lab runs in a node (not the IPsec's): the traffic's CPUs
             mine = tb.run("client", ["sh", "-c", "cat /proc/self/status"])
             assert _cpus_allowed(mine) == traffic
+            # ... and one of the IPsec's: the IPsec's CPUs
+            theirs = tb.run("gwA", ["sh", "-c", "cat /proc/self/status"], ipsec=True)
+            assert _cpus_allowed(theirs) == dut
         finally:
             ours.stop(tb)
 
@@ -153,12 +156,13 @@ def test_every_row_says_where_it_ran_and_a_run_placed_off_is_flagged(tmp_path: P
                                                           list(placement.dut))  # fmt: skip
             assert doc["summary"][0]["dut_shared_runs"] == 0
             assert "SHARED CORES" not in doc["summary"][0]["note"]
-        # what ran was placed so: the generator under taskset on the traffic's CPUs
+        # what ran was placed so: the generator on the traffic's CPUs (the testbed's log
+        # names them: the child is moved there before it starts the program)
         log = next(lab.rglob("commands.log")).read_text()
-        tasksets = [ln for ln in log.splitlines() if " trafgen " in ln and "taskset" in ln]
+        placed = [ln for ln in log.splitlines() if " trafgen " in ln and ln.startswith("[cpus ")]
         traffic = ",".join(map(str, placement.traffic))
-        assert bool(tasksets) is not shared, log[-2000:]
-        assert all(f"taskset -c {traffic} " in ln for ln in tasksets)
+        assert bool(placed) is not shared, log[-2000:]
+        assert all(ln.startswith(f"[cpus {traffic}] ") for ln in placed)
         out = cli("results", "1", "--lab", str(lab), "--csv")
         assert out.returncode == 0, out.stderr
         (rec,) = list(csv.DictReader(io.StringIO(out.stdout)))

@@ -198,3 +198,22 @@ def test_the_lost_continuation_check_sees_one() -> None:
     assert SPLIT_WITHOUT_CONTINUATION.search(line)
     assert not SPLIT_WITHOUT_CONTINUATION.search('"a key serves one SA, whatever \\')
     assert not SPLIT_WITHOUT_CONTINUATION.search('"  chain local {\\n    type filter"')
+
+
+# `make lint` runs clippy in the release profile (it then shares the release build's build
+# scripts' outputs): code compiled only without `--release` would go unlinted.
+ONLY_IN_DEBUG = re.compile(r"cfg!?\s*\(\s*(?:not\s*\(\s*)?debug_assertions")
+
+
+def test_no_rust_code_is_compiled_only_in_one_profile() -> None:
+    found = [
+        f"{p.relative_to(ROOT).as_posix()}:{i}"
+        for top in ("crates", "fuzz/fuzz_targets", "benchmarks")
+        for p in (ROOT / top).rglob("*.rs")
+        for i, line in enumerate(p.read_text().splitlines(), 1)
+        if ONLY_IN_DEBUG.search(line)
+    ]
+    assert found == []
+    assert ONLY_IN_DEBUG.search("#[cfg(not(debug_assertions))]")
+    assert ONLY_IN_DEBUG.search("if cfg!(debug_assertions) {")
+    assert not ONLY_IN_DEBUG.search("debug_assert!(len <= space);")

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import time
 
+import pytest
 
+
+@pytest.mark.quiet  # its calibration is of an idle machine's CPUs
 def test_the_cpu_soaker_sees_a_busy_cpu() -> None:
     import multiprocessing as mp
     import os

@@ -88,3 +88,57 @@ def test_a_transfer_between_namespaces_checks_every_byte_and_fails_named(tmp_pat
         # made in this namespace could not bind)
         with socket_in(tb.ns("hostB"), socket.AF_INET) as s:
             s.bind((b, 5301))
+
+
+@pytest.mark.root
+def test_a_testbeds_counters_and_sysctls_are_its_nodes_read_from_a_thread_there(
+    tmp_path: Path,
+) -> None:
+    """`Testbed.counters` and `Testbed.sysctl` start no program (`testbed.netns`): each
+    wire end's counters lie between two of ours around `ip -s link`'s, and grow with a
+    transfer; a sysctl set in one node is that node's alone; a bad key or an unknown
+    namespace is an error that names it."""
+    import json
+    import threading
+
+    from ipsec_lab.testbed import netns, pair
+    from ipsec_lab.testbed.build import LabError, Testbed
+    from netutil import transfer
+
+    data = tmp_path / "data.bin"
+    data.write_bytes(bytes(range(256)) * 1024)  # 256 KiB
+    host_pmtu = Path("/proc/sys/net/ipv4/ip_no_pmtu_disc").read_text()
+    with Testbed(pair(), tmp_path / "tb") as tb:
+        (w,) = tb.topo.wires
+        transfer(tb, ("hostA", ""), ("hostB", w.b_addr.split("/")[0]), data, timeout=30)
+        first = tb.counters()
+        ips = {}
+        for node, ifname in ((w.a, w.a_if), (w.b, w.b_if)):
+            (link,) = json.loads(tb.run(node, ["ip", "-j", "-s", "link", "show", "dev", ifname]))
+            st = link["stats64"]
+            ips[f"{node}/{ifname}"] = {f"{d}_{k}": st[d][k] for d in ("rx", "tx")
+                                       for k in ("bytes", "packets")}  # fmt: skip
+        second = tb.counters()
+        assert set(first) == set(ips) == {f"{w.a}/{w.a_if}", f"{w.b}/{w.b_if}"}
+        for end, got in ips.items():
+            for k, v in got.items():
+                assert first[end][k] <= v <= second[end][k], (end, k)
+        sent = f"{w.a}/{w.a_if}"
+        # (veth segments nothing: a packet here may be a 64-KiB TSO one)
+        n = len(data.read_bytes())
+        assert first[sent]["tx_bytes"] > n and first[sent]["tx_packets"] >= n // 65536
+
+        tb.sysctl("hostA", "net.ipv4.ip_no_pmtu_disc", "1")
+        values = [tb.run(n, ["sysctl", "-n", "net.ipv4.ip_no_pmtu_disc"]).strip()
+                  for n in ("hostA", "hostB")]  # fmt: skip
+        assert values == ["1", "0"]
+        with pytest.raises(LabError, match=r"sysctl net\.ipv4\.no_such_key=1 in hostB: "):
+            tb.sysctl("hostB", "net.ipv4.no_such_key", "1")
+        with pytest.raises(FileNotFoundError, match="ipl-none-such"):
+            netns.within("ipl-none-such", netns.net_dev)
+    assert Path("/proc/sys/net/ipv4/ip_no_pmtu_disc").read_text() == host_pmtu
+    assert threading.active_count() == 1  # every thread that entered a namespace ended
+    for bad in ("", "/etc/passwd", "net/../../etc"):
+        with pytest.raises(ValueError, match="not a sysctl key"):
+            netns.sysctl_path(bad)
+    assert netns.sysctl_path("net/ipv4/conf/eth0.1/forwarding").endswith("/eth0.1/forwarding")

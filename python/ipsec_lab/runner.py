@@ -36,9 +36,10 @@ from ipsec_lab.preflight import (
 from ipsec_lab.scenario import Scenario
 from ipsec_lab.store import RunKey, Store, group_results
 from ipsec_lab.testbed import Link, Topology, topology
-from ipsec_lab.testbed.build import LabError, link_mtu, require_root, require_tools
+from ipsec_lab.testbed.build import LabError, require_root, require_tools
 from ipsec_lab.testbed.build import Testbed as Namespaces
 from ipsec_lab.testbed.interface import Testbed, on_hosts
+from ipsec_lab.testbed.links import link_mtu
 from ipsec_lab.traffic import Meters, Row, soak
 from ipsec_lab.traffic.workload import Context, Lookup
 

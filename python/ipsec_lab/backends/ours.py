@@ -9,6 +9,7 @@ import os
 import shlex
 import shutil
 import signal
+import socket
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -19,8 +20,9 @@ from ipsec_lab.backends.base import Unsupported, exited, private_dir, private_fi
 from ipsec_lab.backends.sa_plan import IPCOMP_CPI, SPI, Keys, Layer, Layers, fresh_keys
 from ipsec_lab.meters import process_cpu_ns
 from ipsec_lab.testbed import Tunnel, build
-from ipsec_lab.testbed.build import LabError, link_mtu, tail, wait_for_path, wait_for_text
+from ipsec_lab.testbed.build import LabError, tail, wait_for_path, wait_for_text
 from ipsec_lab.testbed.interface import READY_S, OnHosts, Process, Testbed, on_hosts
+from ipsec_lab.testbed.links import link_mtu
 
 if TYPE_CHECKING:
     from ipsec_lab.hosts import Hosts
@@ -144,18 +146,25 @@ def gateway_config(
     )
 
 
-def stats(socket: Path, timeout: float = 5) -> dict[str, Any]:
-    """A running gateway's counters (its JSON)."""
-    binary = gateway_binary()
-    if binary is None:
-        raise LabError("ipsec-gw is not built")
-    p = subprocess.run(
-        [str(binary), "stats", "--socket", str(socket), "--json"],
-        capture_output=True, text=True, timeout=timeout, check=False,
-    )  # fmt: skip
-    if p.returncode != 0:
-        raise LabError(f"ipsec-gw stats: {p.stderr.strip()}")
-    data: dict[str, Any] = json.loads(p.stdout)
+def stats(path: Path, timeout: float = 5) -> dict[str, Any]:
+    """A running gateway's counters (its JSON), asked on its stats socket as `ipsec-gw
+    stats` asks (crates/ipsec-gw/src/stats.rs `fetch`: the line "json", then the answer
+    until the gateway closes): no program started (under the VM's emulation one costs
+    a tenth of a second or more, and the gateway tests ask many times)."""
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.settimeout(timeout)
+            s.connect(str(path))
+            s.sendall(b"json\n")
+            chunks = []
+            while chunk := s.recv(1 << 16):
+                chunks.append(chunk)
+    except OSError as e:
+        raise LabError(f"ipsec-gw stats: {path}: {e.strerror or e}") from None
+    try:
+        data: dict[str, Any] = json.loads(b"".join(chunks))
+    except ValueError as e:
+        raise LabError(f"ipsec-gw stats: {path}: not its JSON ({e})") from None
     return data
 
 

@@ -38,9 +38,9 @@ from ipsec_lab.hosts.readings import proc_cpu, proc_cpu_line, proc_stat, ssh_int
 from ipsec_lab.hosts.ssh import Ssh, SshError, each, same_process
 from ipsec_lab.hosts.workdir import LEDGER, Guard, UnsafeError, guard
 from ipsec_lab.testbed import Link, Topology
-from ipsec_lab.testbed import build as namespaces
-from ipsec_lab.testbed.build import STOCK_QDISCS, LabError, link_counters, root_qdisc, shape_ends
+from ipsec_lab.testbed.build import LabError
 from ipsec_lab.testbed.interface import READY_S, UDP_SOCKET_BUFFER_BYTES, OnHosts
+from ipsec_lab.testbed.links import STOCK_QDISCS, link_counters, link_mtu, root_qdisc, shape_ends
 
 
 class HostProcess:
@@ -460,7 +460,7 @@ class HostsTestbed:
             if not self.driven(node):
                 continue
             if link.mtu:
-                was = str(namespaces.link_mtu(self, node, ifname))
+                was = str(link_mtu(self, node, ifname))
                 self.record(node, f"MTU of {ifname}", shlex.join(
                     ["ip", "link", "set", "dev", ifname, "mtu", was]))  # fmt: skip
             root = root_qdisc(self, node, ifname)

@@ -10,7 +10,6 @@ each logged to the run directory's `commands.log`: a user can replay it by hand.
 from __future__ import annotations
 
 import functools
-import json
 import os
 import secrets
 import shutil
@@ -21,10 +20,11 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from ipsec_lab.testbed import Link, Topology, interface
+from ipsec_lab.testbed import Link, Topology, interface, netns
 from ipsec_lab.testbed.interface import Process
+from ipsec_lab.testbed.links import shape_ends
 from ipsec_lab.testbed.placement import Placement, steer
 
 NS_PREFIX = "ipl-"
@@ -199,22 +199,42 @@ class Testbed:
 
     # --- commands -----------------------------------------------------------------
 
-    def _cmd(
-        self, argv: Sequence[str], timeout: float = 30, check: bool = True, limited: bool = False
-    ) -> str:
+    def _note(self, line: str) -> None:
+        """A line in the testbed's command log (what was done, in the order done)."""
         with open(self._log, "a") as log:
-            log.write(" ".join(argv) + "\n")
-        pre = self.cgroup.join_self if (limited and self.cgroup) else None
+            log.write(line + "\n")
+
+    def _cmd(
+        self,
+        argv: Sequence[str],
+        timeout: float = 30,
+        check: bool = True,
+        limited: bool = False,
+        cpus: Sequence[int] = (),
+    ) -> str:
+        """Run `argv` here to completion; its stdout. `cpus`: on those CPUs (set in the
+        child before it starts the program, as `taskset` would, one program fewer)."""
+        self._note((f"[cpus {','.join(map(str, cpus))}] " if cpus else "") + " ".join(argv))
+        join = self.cgroup.join_self if (limited and self.cgroup) else None
+
+        def pre() -> None:
+            if join:
+                join()
+            if cpus:
+                os.sched_setaffinity(0, cpus)
+
         try:
             p = subprocess.run(
                 list(argv),
                 capture_output=True,
                 text=True,
                 timeout=timeout,
-                preexec_fn=pre,
+                preexec_fn=pre if (join or cpus) else None,
             )
         except subprocess.TimeoutExpired:
             raise LabError(f"timed out after {timeout:g} s: {' '.join(argv)}") from None
+        except subprocess.SubprocessError as e:  # the CPUs or the cgroup refused it
+            raise LabError(f"could not start {' '.join(argv)}: {e}") from None
         if check and p.returncode != 0:
             raise LabError(f"failed ({p.returncode}): {' '.join(argv)}\n{p.stderr.strip()}")
         return p.stdout
@@ -235,8 +255,9 @@ class Testbed:
         `limited`: under the CPU quota (study 4's slow client runs its programs so);
         `ipsec`: a program of the IPsec under test (on its CPUs, see `_placed`)."""
         ip = ["ip", "-n", self.ns(node), *argv[1:]] if argv and argv[0] == "ip" else None
-        cmd = self._placed(ip, ipsec) if ip else self.in_ns(node, self._placed(argv, ipsec))
-        return self._cmd(cmd, timeout=timeout, check=check, limited=limited)
+        cpus = self.cpus if ipsec else self.traffic_cpus
+        return self._cmd(ip or self.in_ns(node, argv), timeout=timeout, check=check,
+                         limited=limited, cpus=cpus or ())  # fmt: skip
 
     def _placed(self, argv: Sequence[str], ipsec: bool) -> list[str]:
         """`argv` on its role's CPUs: the IPsec's programs on the IPsec's (`[gateway]
@@ -341,9 +362,9 @@ class Testbed:
             family = ["-6"] if ":" in via else []  # `default` alone does not say which
             self.run(node, ["ip", *family, "route", "add", dest, "via", via])
         for node in t.forwarding:
-            self.run(node, ["sysctl", "-qw", "net.ipv4.ip_forward=1"])
+            self.sysctl(node, "net.ipv4.ip_forward", "1")
             if any(":" in w.a_addr for w in t.wires):
-                self.run(node, ["sysctl", "-qw", "net.ipv6.conf.all.forwarding=1"])
+                self.sysctl(node, "net.ipv6.conf.all.forwarding", "1")
 
     def shape(self, link: Link) -> None:
         """Put the link profile on both ends of every shaped wire (egress): netem for
@@ -367,8 +388,13 @@ class Testbed:
         return self.in_ns(node, self._placed(argv, False))
 
     def sysctl(self, node: str, key: str, value: str) -> None:
-        """Set a sysctl in `node` (the namespace goes with the testbed)."""
-        self.run(node, ["sysctl", "-qw", f"{key}={value}"])
+        """Set a sysctl in `node` (the namespace goes with the testbed): written from a
+        thread in its namespace (`netns`), as `sysctl -w` would, no program started."""
+        self._note(f"{self.ns(node)}: sysctl -w {key}={value}")
+        try:
+            netns.within(self.ns(node), lambda: netns.write_sysctl(key, value))
+        except (OSError, ValueError) as e:
+            raise LabError(f"sysctl {key}={value} in {node}: {e}") from None
 
     # Files and programs a workload uses in a node: here this machine's; on real hosts
     # (`hosts.testbed.HostsTestbed`, the same methods) the node's own.
@@ -404,13 +430,17 @@ class Testbed:
 
     def counters(self) -> dict[str, dict[str, int]]:
         """Interface counters of every wire end, `node/ifname` -> rx/tx bytes/packets."""
-        import json
-
         out: dict[str, dict[str, int]] = {}
         ends = {(w.a, w.a_if) for w in self.topo.wires} | {(w.b, w.b_if) for w in self.topo.wires}
-        for node, ifname in sorted(ends):
-            data = json.loads(self.run(node, ["ip", "-j", "-s", "link", "show", "dev", ifname]))
-            out[f"{node}/{ifname}"] = link_counters(data[0])
+        # each node's /proc/thread-self/net/dev, read from a thread in its namespace
+        # (`netns`): the counters `ip -s link` shows, no program started
+        for node in sorted({n for n, _ in ends}):
+            devs = netns.within(self.ns(node), netns.net_dev)
+            for n, ifname in sorted(ends):
+                if n == node:
+                    if ifname not in devs:
+                        raise LabError(f"{node} has no interface {ifname} (counters)")
+                    out[f"{node}/{ifname}"] = devs[ifname]
         return out
 
     def teardown(self) -> None:
@@ -428,71 +458,6 @@ class Testbed:
         if self._sockets is not None:
             shutil.rmtree(self._sockets, ignore_errors=True)
             self._sockets = None
-
-
-def shape_ends(tb: interface.Testbed, link: Link, ends: Sequence[tuple[str, str]]) -> None:
-    """`Testbed.shape` on the given (node, interface) ends of any testbed that runs
-    commands in its nodes (namespaces here, real hosts in `hosts.testbed`)."""
-    for node, ifname in ends:
-        if link.mtu:
-            tb.run(node, ["ip", "link", "set", "dev", ifname, "mtu", str(link.mtu)])
-        if link.rate_mbit:
-            off = ["tso", "gso", "tx-udp-segmentation", "gro"]
-            tb.run(node, ["ethtool", "-K", ifname, *[w for f in off for w in (f, "off")]])
-        tb.run(node, ["tc", "qdisc", "del", "dev", ifname, "root"], check=False)
-        parent = ["root"]
-        if link.needs_netem:
-            netem = ["netem", "limit", "10000"]
-            if link.delay_ms or link.jitter_ms:
-                netem += ["delay", f"{link.delay_ms}ms"]
-                if link.jitter_ms:
-                    netem += [f"{link.jitter_ms}ms", "distribution", "normal"]
-            if link.loss_pct:
-                netem += ["loss", f"{link.loss_pct}%"]
-            if link.reorder_pct:
-                netem += ["reorder", f"{link.reorder_pct}%"]
-            if link.duplicate_pct:
-                netem += ["duplicate", f"{link.duplicate_pct}%"]
-            root = ["tc", "qdisc", "add", "dev", ifname, "root", "handle", "1:"]
-            tb.run(node, [*root, *netem])
-            parent = ["parent", "1:1"]
-        if link.rate_mbit:
-            rate_bps = link.rate_mbit * 1e6 / 8
-            # A bucket of 4 ms of traffic (at least 10 full frames): big enough for the
-            # kernel's timer granularity, small against any measurement's seconds.
-            burst = max(15_140, int(rate_bps * 0.004))
-            tb.run(
-                node,
-                ["tc", "qdisc", "add", "dev", ifname, *parent, "handle", "10:", "tbf",
-                 "rate", f"{link.rate_mbit}mbit", "burst", str(burst), "latency", "50ms"],
-            )  # fmt: skip
-
-
-# The kernel's own root qdiscs: an interface with one of them the lab may shape (or pace)
-# and put back by deleting its own; any other is someone's, never replaced.
-STOCK_QDISCS = ("noqueue", "pfifo_fast", "fq_codel", "mq", "fq", "pfifo", "none")
-
-
-def link_mtu(tb: interface.Testbed, node: str, ifname: str) -> int:
-    """The MTU of `ifname` on `node` now."""
-    return int(json.loads(tb.run(node, ["ip", "-j", "link", "show", "dev", ifname]))[0]["mtu"])
-
-
-def root_qdisc(tb: interface.Testbed, node: str, ifname: str) -> str:
-    """The kind of `ifname`'s root qdisc on `node` (`none` when tc shows none)."""
-    text = tb.run(node, ["tc", "-j", "qdisc", "show", "dev", ifname, "root"], check=False)
-    try:
-        data = json.loads(text or "[]")
-    except json.JSONDecodeError:
-        return "none"
-    return str(data[0].get("kind", "none")) if data else "none"
-
-
-def link_counters(link: dict[str, Any]) -> dict[str, int]:
-    """rx/tx bytes and packets of one link of `ip -j -s link show`."""
-    st = link["stats64"]
-    return {"rx_bytes": st["rx"]["bytes"], "rx_packets": st["rx"]["packets"],
-            "tx_bytes": st["tx"]["bytes"], "tx_packets": st["tx"]["packets"]}  # fmt: skip
 
 
 def kill_namespace(ns: str) -> None:

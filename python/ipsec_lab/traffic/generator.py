@@ -53,8 +53,9 @@ import time
 from typing import Any, Protocol
 
 from ipsec_lab.testbed import Flow
-from ipsec_lab.testbed.build import STOCK_QDISCS, LabError, root_qdisc
+from ipsec_lab.testbed.build import LabError
 from ipsec_lab.testbed.interface import Testbed, on_hosts
+from ipsec_lab.testbed.links import STOCK_QDISCS, root_qdisc
 from ipsec_lab.traffic import IPV4_UDP, Row
 from ipsec_lab.traffic.iperf import IperfGenerator
 from ipsec_lab.traffic.workload import Workload
