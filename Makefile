@@ -32,22 +32,23 @@ LAB ?= lab
 run: native gateway
 	$(VENV)/bin/ipsec-lab reproduce all --quick --lab $(LAB) --if-changed
 
-# The host's root tests measure rates and CPU: they run with nothing beside them. The
-# micro-VM's (tests/test_vm_root.py: about 16 minutes under TCG, two lanes of steps at once
-# in the VM) then run beside the lints, cargo test and the fuzzers (CPU only: no network,
-# no namespaces; none rebuilds what the VM runs), each job's output printed whole when it
-# ends. CI's wall time from a fresh clone here: 40.2 min (setup 3, host pytest 19, the VM
-# and the Rust checks 18; both cores busy throughout the last: what shortens it is less
-# CPU, in the VM or in the builds beside it).
+# The host's root tests (and the few others that measure this machine: marker `quiet`)
+# run with nothing beside them. Then the micro-VM's (tests/test_vm_root.py: about 16
+# minutes under TCG, two lanes of steps at once in the VM) run beside the host's other
+# tests, the lints, cargo test and the fuzzers' build (CPU only: no network, no
+# namespaces; none rebuilds what the VM runs), each job's output printed whole when it
+# ends; then the fuzzers. CI's wall time from a fresh clone here: 37.3 min (docs/development.md
+# "CI"; both cores busy beside the VM: what shortens it is less CPU there).
 test: native gateway pytest-root
 	$(MAKE) --no-print-directory -j3 --output-sync=target pytest-vm pytest-unit rust-checks
+	$(MAKE) --no-print-directory -j2 --output-sync=target fuzz
 
 # the lints, cargo test and the fuzzers' build, one after the other, at the lowest
-# priority (a fixed amount of work: the VM beside them keeps its pace), then the fuzzers
-# in two lanes (their time is their bound: they keep theirs; by then the VM is done)
+# priority (a fixed amount of work: the VM beside them keeps its pace). The fuzzers run
+# after the VM, in two lanes (their time is their bound: they keep theirs, and the VM's
+# last step, the latency test, has the machine to itself).
 rust-checks: rust venv
 	nice -n 19 $(MAKE) --no-print-directory -j1 lint cargo-test fuzz-build
-	$(MAKE) --no-print-directory -j2 --output-sync=target fuzz
 
 deps: apt rust venv
 
@@ -113,14 +114,18 @@ cargo-test: rust
 # measure this machine's CPU or rates (markers `root`, `quiet`: nothing may run beside
 # them), then `pytest-unit`, the rest (CPU only: `make test` runs them beside the VM);
 # `pytest-vm`: the micro-VM's (`make test` runs all three).
-pytest: pytest-root pytest-unit
+pytest: native gateway  # one session after the other, even under -j
+	$(MAKE) --no-print-directory pytest-root
+	$(MAKE) --no-print-directory pytest-unit
 
 pytest-root: native gateway
 	IPSEC_LAB_REPRODUCE_LAB=$(abspath $(LAB)) \
 	  $(VENV)/bin/pytest -q --durations=25 -m "root or quiet" --ignore=tests/test_vm_root.py
 
+# below the VM's priority beside it (what it takes, the VM loses), above the Rust checks'
 pytest-unit: native gateway
-	$(VENV)/bin/pytest -q --durations=10 -m "not root and not quiet" --ignore=tests/test_vm_root.py
+	nice -n 10 $(VENV)/bin/pytest -q --durations=10 -m "not root and not quiet" \
+	  --ignore=tests/test_vm_root.py
 
 pytest-vm: native gateway
 	$(VENV)/bin/pytest -q --durations=5 tests/test_vm_root.py

@@ -155,6 +155,7 @@ def test_bench_config_stages_split_a_bundle() -> None:
     assert row["per_byte_ns"] == pytest.approx(per_byte)
 
 
+@pytest.mark.quiet  # a busy loop of its own: not beside other jobs
 def test_bench_on_a_busy_machine_says_so() -> None:
     """A bounded busy loop of the test's own beside the benchmark: flagged BUSY, in the
     JSON and the table."""

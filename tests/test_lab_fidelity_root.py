@@ -157,12 +157,12 @@ def test_every_row_says_where_it_ran_and_a_run_placed_off_is_flagged(tmp_path: P
             assert doc["summary"][0]["dut_shared_runs"] == 0
             assert "SHARED CORES" not in doc["summary"][0]["note"]
         # what ran was placed so: the generator on the traffic's CPUs (the testbed's log
-        # names them: the child is moved there before it starts the program)
+        # writes it as the `taskset` command with the same effect)
         log = next(lab.rglob("commands.log")).read_text()
-        placed = [ln for ln in log.splitlines() if " trafgen " in ln and ln.startswith("[cpus ")]
+        tasksets = [ln for ln in log.splitlines() if " trafgen " in ln and "taskset" in ln]
         traffic = ",".join(map(str, placement.traffic))
-        assert bool(placed) is not shared, log[-2000:]
-        assert all(ln.startswith(f"[cpus {traffic}] ") for ln in placed)
+        assert bool(tasksets) is not shared, log[-2000:]
+        assert all(f"taskset -c {traffic} " in ln for ln in tasksets)
         out = cli("results", "1", "--lab", str(lab), "--csv")
         assert out.returncode == 0, out.stderr
         (rec,) = list(csv.DictReader(io.StringIO(out.stdout)))

@@ -53,6 +53,7 @@ def test_bucket_edges() -> None:
         assert hi == pytest.approx(lo * 1.01)
 
 
+@pytest.mark.quiet  # probes every 2 ms: this machine's latencies
 def test_irtt_s_own_json_becomes_a_row(tmp_path: Path) -> None:
     """A real irtt server and client on loopback: every probe accounted for, the
     percentiles in order, the histogram holding every answered probe, one-way delays

@@ -134,11 +134,53 @@ def test_a_testbeds_counters_and_sysctls_are_its_nodes_read_from_a_thread_there(
         assert values == ["1", "0"]
         with pytest.raises(LabError, match=r"sysctl net\.ipv4\.no_such_key=1 in hostB: "):
             tb.sysctl("hostB", "net.ipv4.no_such_key", "1")
+        # the machine's own settings are not a node's to change
+        with pytest.raises(LabError, match=r"kernel\.hostname in hostA: not a network namespace"):
+            tb.sysctl("hostA", "kernel.hostname", "x")
+        log = (tmp_path / "tb" / "commands.log").read_text()
+        assert f"ip netns exec {tb.ns('hostA')} sysctl -qw net.ipv4.ip_no_pmtu_disc=1\n" in log
         with pytest.raises(FileNotFoundError, match="ipl-none-such"):
             netns.within("ipl-none-such", netns.net_dev)
     assert Path("/proc/sys/net/ipv4/ip_no_pmtu_disc").read_text() == host_pmtu
-    assert threading.active_count() == 1  # every thread that entered a namespace ended
+    # every thread that entered a namespace ended
+    assert not [t for t in threading.enumerate() if t.name.startswith("in-ipl-")]
     for bad in ("", "/etc/passwd", "net/../../etc"):
         with pytest.raises(ValueError, match="not a sysctl key"):
             netns.sysctl_path(bad)
-    assert netns.sysctl_path("net/ipv4/conf/eth0.1/forwarding").endswith("/eth0.1/forwarding")
+    # sysctl(8)'s two spellings of a name holding a dot (a VLAN's interface)
+    for key in ("net/ipv4/conf/eth0.1/forwarding", "net.ipv4.conf.eth0/1.forwarding"):
+        assert netns.sysctl_path(key) == "/proc/sys/net/ipv4/conf/eth0.1/forwarding"
+
+
+def test_work_on_a_thread_of_its_own_returns_raises_and_times_out_in_the_caller() -> None:
+    """`netns.on_thread`: what it returns or raises reaches the caller's thread, and a
+    work past its bound is a TimeoutError naming it (the caller's thread is not held)."""
+    import os
+    import threading
+    import time
+
+    from ipsec_lab.testbed import netns
+
+    me = threading.get_ident()
+    assert netns.on_thread(threading.get_ident, "ident") != me
+
+    def refuse() -> None:
+        raise PermissionError("no")
+
+    with pytest.raises(PermissionError, match="no"):
+        netns.on_thread(refuse, "refuse")
+    with pytest.raises(TimeoutError, match=r"slow: not done within 0\.05 s"):
+        netns.on_thread(lambda: time.sleep(2), "slow", timeout=0.05)
+    # CPUs set on that thread are its own (and its children's), never the caller's
+    before = os.sched_getaffinity(0)
+    one = min(before)
+
+    def move() -> set[int]:
+        os.sched_setaffinity(0, {one})
+        return os.sched_getaffinity(0)
+
+    assert netns.on_thread(move, "placed") == {one}
+    assert os.sched_getaffinity(0) == before
+    # a CPU this process may not use: the kernel's refusal, in the caller's thread
+    with pytest.raises(OSError):
+        netns.on_thread(lambda: os.sched_setaffinity(0, {max(before) + 4096}), "placed")

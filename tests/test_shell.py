@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from ipsec_lab.hosts.shell import Shell, ShellEnded, ShellTimeout
+from netutil import poll_until
 
 
 @pytest.fixture
@@ -103,15 +104,15 @@ def test_a_session_that_ends_before_the_marker_is_said_and_the_next_is_new(shell
 
 
 def test_output_a_command_left_behind_is_never_taken_for_a_later_commands(
-    shell: Shell,
+    shell: Shell, tmp_path: Path
 ) -> None:
     """A process an earlier command left running that writes after it ended: its bytes
     are found before the next command is sent (a new session is started), never
     returned as the next command's output."""
-    assert shell.run("(sleep 0.3; echo late) & echo now", None, 10) == (0, b"now\n", b"")
-    import time
-
-    time.sleep(0.6)  # the left-behind process has written by now
+    written = tmp_path / "written"
+    line = f"(sleep 0.3; echo late; : > {shlex.quote(str(written))}) & echo now"
+    assert shell.run(line, None, 10) == (0, b"now\n", b"")
+    poll_until("the left-behind process to write", written.exists)  # its bytes are out
     before = shell._p
     assert shell.run("printf file-bytes", None, 10) == (0, b"file-bytes", b"")
     assert shell._p is not before

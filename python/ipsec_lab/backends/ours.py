@@ -11,6 +11,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -146,20 +147,33 @@ def gateway_config(
     )
 
 
+# The most a stats answer may be (a gateway's counters of many SAs are a few MiB).
+STATS_MAX_BYTES = 64 << 20
+
+
 def stats(path: Path, timeout: float = 5) -> dict[str, Any]:
     """A running gateway's counters (its JSON), asked on its stats socket as `ipsec-gw
     stats` asks (crates/ipsec-gw/src/stats.rs `fetch`: the line "json", then the answer
     until the gateway closes): no program started (under the VM's emulation one costs
     a tenth of a second or more, and the gateway tests ask many times)."""
+    deadline = time.monotonic() + timeout  # for the whole answer, not each read
+    chunks: list[bytes] = []
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
             s.settimeout(timeout)
             s.connect(str(path))
             s.sendall(b"json\n")
-            chunks = []
-            while chunk := s.recv(1 << 16):
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError(f"no whole answer within {timeout:g} s")
+                s.settimeout(left)
+                if not (chunk := s.recv(1 << 16)):
+                    break
                 chunks.append(chunk)
-    except OSError as e:
+                if sum(map(len, chunks)) > STATS_MAX_BYTES:
+                    raise OSError(f"an answer over {STATS_MAX_BYTES >> 20} MiB")
+    except OSError as e:  # TimeoutError is one
         raise LabError(f"ipsec-gw stats: {path}: {e.strerror or e}") from None
     try:
         data: dict[str, Any] = json.loads(b"".join(chunks))

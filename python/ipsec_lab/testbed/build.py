@@ -212,32 +212,39 @@ class Testbed:
         limited: bool = False,
         cpus: Sequence[int] = (),
     ) -> str:
-        """Run `argv` here to completion; its stdout. `cpus`: on those CPUs (set in the
-        child before it starts the program, as `taskset` would, one program fewer)."""
-        self._note((f"[cpus {','.join(map(str, cpus))}] " if cpus else "") + " ".join(argv))
-        join = self.cgroup.join_self if (limited and self.cgroup) else None
+        """Run `argv` here to completion; its stdout. `cpus`: on those CPUs, started from
+        a thread of its own moved there first (affinity is a thread's, and a child
+        inherits its parent thread's): `taskset`'s effect with one program fewer, and
+        without a preexec_fn, which would fork the whole lab instead of vfork."""
+        placed = ["taskset", "-c", ",".join(map(str, cpus))] if cpus else []
+        self._note(" ".join([*placed, *argv]))  # the equivalent command, as typed
+        pre = self.cgroup.join_self if (limited and self.cgroup) else None
 
-        def pre() -> None:
-            if join:
-                join()
+        def start() -> subprocess.Popen[str]:
             if cpus:
-                os.sched_setaffinity(0, cpus)
+                os.sched_setaffinity(0, cpus)  # 0: this thread
+            pipe = subprocess.PIPE
+            return subprocess.Popen(list(argv), stdout=pipe, stderr=pipe, stdin=subprocess.DEVNULL,
+                                    text=True, preexec_fn=pre)  # fmt: skip
 
         try:
-            p = subprocess.run(
-                list(argv),
-                capture_output=True,
-                text=True,
-                timeout=timeout,
-                preexec_fn=pre if (join or cpus) else None,
-            )
-        except subprocess.TimeoutExpired:
-            raise LabError(f"timed out after {timeout:g} s: {' '.join(argv)}") from None
-        except subprocess.SubprocessError as e:  # the CPUs or the cgroup refused it
-            raise LabError(f"could not start {' '.join(argv)}: {e}") from None
+            p = netns.on_thread(start, "placed") if cpus else start()
+        except OSError as e:  # the CPUs refused (EINVAL: none of them usable), or no program
+            where = f" on CPUs {placed[-1]}" if cpus else ""
+            raise LabError(f"cannot run {' '.join(argv)}{where}: {e}") from None
+        with p:  # as subprocess.run: waited for here, killed on a timeout or an interrupt
+            try:
+                out, err = p.communicate(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.communicate()
+                raise LabError(f"timed out after {timeout:g} s: {' '.join(argv)}") from None
+            except BaseException:
+                p.kill()
+                raise
         if check and p.returncode != 0:
-            raise LabError(f"failed ({p.returncode}): {' '.join(argv)}\n{p.stderr.strip()}")
-        return p.stdout
+            raise LabError(f"failed ({p.returncode}): {' '.join(argv)}\n{err.strip()}")
+        return out
 
     def in_ns(self, node: str, argv: Sequence[str]) -> list[str]:
         return ["ip", "netns", "exec", self.ns(node), *argv]
@@ -390,7 +397,9 @@ class Testbed:
     def sysctl(self, node: str, key: str, value: str) -> None:
         """Set a sysctl in `node` (the namespace goes with the testbed): written from a
         thread in its namespace (`netns`), as `sysctl -w` would, no program started."""
-        self._note(f"{self.ns(node)}: sysctl -w {key}={value}")
+        if not key.startswith(("net.", "net/")):  # any other is the whole machine's
+            raise LabError(f"sysctl {key} in {node}: not a network namespace's own")
+        self._note(" ".join(self.in_ns(node, ["sysctl", "-qw", f"{key}={value}"])))
         try:
             netns.within(self.ns(node), lambda: netns.write_sysctl(key, value))
         except (OSError, ValueError) as e:
@@ -435,7 +444,10 @@ class Testbed:
         # each node's /proc/thread-self/net/dev, read from a thread in its namespace
         # (`netns`): the counters `ip -s link` shows, no program started
         for node in sorted({n for n, _ in ends}):
-            devs = netns.within(self.ns(node), netns.net_dev)
+            try:
+                devs = netns.within(self.ns(node), netns.net_dev)
+            except OSError as e:  # TimeoutError is one
+                raise LabError(f"{node}'s interface counters: {e}") from None
             for n, ifname in sorted(ends):
                 if n == node:
                     if ifname not in devs:

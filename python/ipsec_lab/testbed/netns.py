@@ -22,31 +22,43 @@ T = TypeVar("T")
 CLONE_NEWNET = 0x40000000  # setns(2)'s namespace type: a network namespace
 
 
-def within(ns: str, work: Callable[[], T], timeout: float = 30) -> T:
-    """`work()`'s value, called in a thread that entered network namespace `ns` (by its
-    name under /run/netns); what it raises is raised here, in the caller's thread."""
+def on_thread(work: Callable[[], T], name: str, timeout: float = 30) -> T:
+    """`work()`'s value, called on a thread of its own (what it raises is raised here, in
+    the caller's thread): for what changes the calling thread alone — its namespace,
+    its CPUs. A `work` still running after `timeout` is left to end by itself (it holds
+    nothing of the caller's; the caller gets a TimeoutError)."""
     done: list[T] = []
     failed: list[BaseException] = []
 
-    def enter_and_work() -> None:
+    def call() -> None:
         try:
-            libc = ctypes.CDLL(None, use_errno=True)
-            with open(f"/run/netns/{ns}") as there:
-                if libc.setns(there.fileno(), CLONE_NEWNET) != 0:
-                    e = ctypes.get_errno()
-                    raise OSError(e, f"setns into {ns}: {os.strerror(e)}")
             done.append(work())
         except BaseException as e:  # raised below, in the caller's thread
             failed.append(e)
 
-    t = threading.Thread(target=enter_and_work, name=f"in-{ns}", daemon=True)
+    t = threading.Thread(target=call, name=name, daemon=True)
     t.start()
     t.join(timeout)
     if failed:
         raise failed[0]
     if not done:
-        raise TimeoutError(f"nothing done in network namespace {ns} within {timeout:g} s")
+        raise TimeoutError(f"{name}: not done within {timeout:g} s")
     return done[0]
+
+
+def within(ns: str, work: Callable[[], T], timeout: float = 30) -> T:
+    """`work()`'s value, called in a thread that entered network namespace `ns` (by its
+    name under /run/netns); what it raises is raised here, in the caller's thread."""
+
+    def enter_and_work() -> T:
+        libc = ctypes.CDLL(None, use_errno=True)
+        with open(f"/run/netns/{ns}") as there:
+            if libc.setns(there.fileno(), CLONE_NEWNET) != 0:
+                e = ctypes.get_errno()
+                raise OSError(e, f"setns into {ns}: {os.strerror(e)}")
+        return work()
+
+    return on_thread(enter_and_work, f"in-{ns}", timeout)
 
 
 def net_dev() -> dict[str, dict[str, int]]:
@@ -65,10 +77,12 @@ def net_dev() -> dict[str, dict[str, int]]:
 
 
 def sysctl_path(key: str) -> str:
-    """/proc/sys's file for a sysctl key (`net.ipv4.ip_forward`), as sysctl(8) spells
-    it: dots separate, or slashes where a name holds a dot (`net/ipv4/conf/eth0.1/...`)."""
-    rel = key if "/" in key else key.replace(".", "/")
-    if not rel or rel.startswith("/") or ".." in rel.split("/"):
+    """/proc/sys's file for a sysctl key, as sysctl(8) reads one: when its first
+    separator is a dot, dots separate and a slash stands for a dot in a name
+    (`net.ipv4.conf.eth0/1.forwarding`); else it is the path (`net/ipv4/ip_forward`)."""
+    first = next((c for c in key if c in "./"), "/")
+    rel = key.translate(str.maketrans("./", "/.")) if first == "." else key
+    if not rel or rel.startswith("/") or ".." in rel.split("/") or "" in rel.split("/"):
         raise ValueError(f"not a sysctl key: {key!r}")
     return f"/proc/sys/{rel}"
 
