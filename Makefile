@@ -1,8 +1,9 @@
 # ipsec-lab — set-up and checks. Every target installs what it needs, idempotently.
 #   make run    install, build, reproduce the four seed studies (--quick, ~3 min, as root)
 #               and write the report; prints its path
-#   make test   install, build, then every check: lints, the host's pytest, then the
-#               micro-VM's tests beside cargo test and the bounded fuzzers
+#   make test   install, build, then every check: the host's root tests alone, then the
+#               micro-VM's tests beside the host's other tests, the lints and cargo test,
+#               then the bounded fuzzers
 
 SHELL := /bin/bash
 .DEFAULT_GOAL := run
@@ -114,18 +115,21 @@ cargo-test: rust
 # measure this machine's CPU or rates (markers `root`, `quiet`: nothing may run beside
 # them), then `pytest-unit`, the rest (CPU only: `make test` runs them beside the VM);
 # `pytest-vm`: the micro-VM's (`make test` runs all three).
+PYTEST_ROOT = IPSEC_LAB_REPRODUCE_LAB=$(abspath $(LAB)) \
+  $(VENV)/bin/pytest -q --durations=25 -m "root or quiet" --ignore=tests/test_vm_root.py
+# below the VM's priority beside it (what it takes, the VM loses), above the Rust checks'
+PYTEST_UNIT = nice -n 10 $(VENV)/bin/pytest -q --durations=10 -m "not root and not quiet" \
+  --ignore=tests/test_vm_root.py
+
 pytest: native gateway  # one session after the other, even under -j
-	$(MAKE) --no-print-directory pytest-root
-	$(MAKE) --no-print-directory pytest-unit
+	$(PYTEST_ROOT)
+	$(PYTEST_UNIT)
 
 pytest-root: native gateway
-	IPSEC_LAB_REPRODUCE_LAB=$(abspath $(LAB)) \
-	  $(VENV)/bin/pytest -q --durations=25 -m "root or quiet" --ignore=tests/test_vm_root.py
+	$(PYTEST_ROOT)
 
-# below the VM's priority beside it (what it takes, the VM loses), above the Rust checks'
 pytest-unit: native gateway
-	nice -n 10 $(VENV)/bin/pytest -q --durations=10 -m "not root and not quiet" \
-	  --ignore=tests/test_vm_root.py
+	$(PYTEST_UNIT)
 
 pytest-vm: native gateway
 	$(VENV)/bin/pytest -q --durations=5 tests/test_vm_root.py

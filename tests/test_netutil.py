@@ -184,3 +184,28 @@ def test_work_on_a_thread_of_its_own_returns_raises_and_times_out_in_the_caller(
     # a CPU this process may not use: the kernel's refusal, in the caller's thread
     with pytest.raises(OSError):
         netns.on_thread(lambda: os.sched_setaffinity(0, {max(before) + 4096}), "placed")
+
+
+@pytest.mark.root
+def test_a_command_past_its_time_ends_without_waiting_for_what_it_left_running(
+    tmp_path: Path,
+) -> None:
+    """`Testbed.run`'s bound holds when the command left a process holding its output
+    (a shell line's `&`): the command is killed and the error raised at once, not when
+    the process left behind closes the pipes."""
+    import os
+    import signal
+
+    from ipsec_lab.testbed import pair
+    from ipsec_lab.testbed.build import LabError, Testbed
+
+    pidfile = tmp_path / "left.pid"
+    with Testbed(pair(), tmp_path / "tb") as tb:
+        line = f"sleep 120 & echo $! > {pidfile}; wait"
+        with pytest.raises(LabError, match="timed out after 1 s"):
+            tb.run("hostA", ["sh", "-c", line], timeout=1)
+        pid = int(pidfile.read_text())
+        try:
+            assert Path(f"/proc/{pid}").exists(), "the process left behind was waited for"
+        finally:
+            os.kill(pid, signal.SIGKILL)

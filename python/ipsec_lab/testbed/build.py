@@ -12,10 +12,12 @@ from __future__ import annotations
 import functools
 import os
 import secrets
+import shlex
 import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -217,33 +219,49 @@ class Testbed:
         inherits its parent thread's): `taskset`'s effect with one program fewer, and
         without a preexec_fn, which would fork the whole lab instead of vfork."""
         placed = ["taskset", "-c", ",".join(map(str, cpus))] if cpus else []
-        self._note(" ".join([*placed, *argv]))  # the equivalent command, as typed
+        self._note(shlex.join([*placed, *argv]))  # the equivalent command, as typed
         pre = self.cgroup.join_self if (limited and self.cgroup) else None
+        made: list[subprocess.Popen[str]] = []
+        gave_up = threading.Event()
+        lock = threading.Lock()
 
         def start() -> subprocess.Popen[str]:
             if cpus:
                 os.sched_setaffinity(0, cpus)  # 0: this thread
             pipe = subprocess.PIPE
-            return subprocess.Popen(list(argv), stdout=pipe, stderr=pipe, stdin=subprocess.DEVNULL,
-                                    text=True, preexec_fn=pre)  # fmt: skip
+            p = subprocess.Popen(list(argv), stdout=pipe, stderr=pipe, stdin=subprocess.DEVNULL,
+                                 text=True, preexec_fn=pre)  # fmt: skip
+            with lock:  # a child started after the caller gave up is ended here
+                made.append(p)
+                if gave_up.is_set():
+                    p.kill()
+                    p.wait()
+            return p
 
         try:
             p = netns.on_thread(start, "placed") if cpus else start()
-        except OSError as e:  # the CPUs refused (EINVAL: none of them usable), or no program
-            where = f" on CPUs {placed[-1]}" if cpus else ""
-            raise LabError(f"cannot run {' '.join(argv)}{where}: {e}") from None
+        except BaseException as e:
+            with lock:
+                gave_up.set()
+                for q in made:
+                    q.kill()
+            if isinstance(e, (OSError, subprocess.SubprocessError, ValueError)):
+                # the CPUs or the cgroup refused it, or there is no such program
+                where = f" on CPUs {placed[-1]}" if cpus else ""
+                raise LabError(f"cannot run {shlex.join(argv)}{where}: {e}") from None
+            raise
         with p:  # as subprocess.run: waited for here, killed on a timeout or an interrupt
             try:
                 out, err = p.communicate(timeout=timeout)
             except subprocess.TimeoutExpired:
                 p.kill()
-                p.communicate()
-                raise LabError(f"timed out after {timeout:g} s: {' '.join(argv)}") from None
+                p.wait()  # not communicate: a grandchild may hold the pipes open
+                raise LabError(f"timed out after {timeout:g} s: {shlex.join(argv)}") from None
             except BaseException:
                 p.kill()
                 raise
         if check and p.returncode != 0:
-            raise LabError(f"failed ({p.returncode}): {' '.join(argv)}\n{err.strip()}")
+            raise LabError(f"failed ({p.returncode}): {shlex.join(argv)}\n{err.strip()}")
         return out
 
     def in_ns(self, node: str, argv: Sequence[str]) -> list[str]:
@@ -399,7 +417,7 @@ class Testbed:
         thread in its namespace (`netns`), as `sysctl -w` would, no program started."""
         if not key.startswith(("net.", "net/")):  # any other is the whole machine's
             raise LabError(f"sysctl {key} in {node}: not a network namespace's own")
-        self._note(" ".join(self.in_ns(node, ["sysctl", "-qw", f"{key}={value}"])))
+        self._note(shlex.join(self.in_ns(node, ["sysctl", "-qw", f"{key}={value}"])))
         try:
             netns.within(self.ns(node), lambda: netns.write_sysctl(key, value))
         except (OSError, ValueError) as e:

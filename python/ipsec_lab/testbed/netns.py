@@ -88,6 +88,10 @@ def sysctl_path(key: str) -> str:
 
 
 def write_sysctl(key: str, value: str) -> None:
-    """Set a sysctl of the calling thread's namespace (those under net. are per namespace)."""
-    with open(sysctl_path(key), "w") as f:
+    """Set a sysctl of the calling thread's network namespace: one under net. (any other
+    is the whole machine's, and refused)."""
+    path = sysctl_path(key)
+    if not path.startswith("/proc/sys/net/"):
+        raise ValueError(f"not a network namespace's own sysctl: {key!r}")
+    with open(path, "w") as f:
         f.write(value)
