@@ -135,7 +135,9 @@ def test_a_testbeds_counters_and_sysctls_are_its_nodes_read_from_a_thread_there(
         with pytest.raises(LabError, match=r"sysctl net\.ipv4\.no_such_key=1 in hostB: "):
             tb.sysctl("hostB", "net.ipv4.no_such_key", "1")
         # the machine's own settings are not a node's to change
-        with pytest.raises(LabError, match=r"kernel\.hostname in hostA: not a network namespace"):
+        with pytest.raises(
+            LabError, match=r"kernel\.hostname=x in hostA: not a network namespace's own sysctl"
+        ):
             tb.sysctl("hostA", "kernel.hostname", "x")
         log = (tmp_path / "tb" / "commands.log").read_text()
         assert f"ip netns exec {tb.ns('hostA')} sysctl -qw net.ipv4.ip_no_pmtu_disc=1\n" in log

@@ -218,7 +218,7 @@ class Testbed:
         a thread of its own moved there first (affinity is a thread's, and a child
         inherits its parent thread's): `taskset`'s effect with one program fewer, and
         without a preexec_fn, which would fork the whole lab instead of vfork."""
-        placed = ["taskset", "-c", ",".join(map(str, cpus))] if cpus else []
+        placed = taskset(cpus)
         self._note(shlex.join([*placed, *argv]))  # the equivalent command, as typed
         pre = self.cgroup.join_self if (limited and self.cgroup) else None
         made: list[subprocess.Popen[str]] = []
@@ -280,18 +280,18 @@ class Testbed:
         `limited`: under the CPU quota (study 4's slow client runs its programs so);
         `ipsec`: a program of the IPsec under test (on its CPUs, see `_placed`)."""
         ip = ["ip", "-n", self.ns(node), *argv[1:]] if argv and argv[0] == "ip" else None
-        cpus = self.cpus if ipsec else self.traffic_cpus
         return self._cmd(ip or self.in_ns(node, argv), timeout=timeout, check=check,
-                         limited=limited, cpus=cpus or ())  # fmt: skip
+                         limited=limited, cpus=self._cpus(ipsec))  # fmt: skip
 
-    def _placed(self, argv: Sequence[str], ipsec: bool) -> list[str]:
-        """`argv` on its role's CPUs: the IPsec's programs on the IPsec's (`[gateway]
+    def _cpus(self, ipsec: bool) -> Sequence[int]:
+        """A role's CPUs (none: unplaced): the IPsec's programs on the IPsec's (`[gateway]
         cpus` or the placement's), any other (traffic, probes, the lab's own commands)
         on the traffic's."""
-        cpus = self.cpus if ipsec else self.traffic_cpus
-        if not cpus:
-            return list(argv)
-        return ["taskset", "-c", ",".join(map(str, cpus)), *argv]
+        return (self.cpus if ipsec else self.traffic_cpus) or ()
+
+    def _placed(self, argv: Sequence[str], ipsec: bool) -> list[str]:
+        """`argv` on its role's CPUs (`_cpus`), through `taskset`."""
+        return [*taskset(self._cpus(ipsec)), *argv]
 
     def spawn(
         self,
@@ -415,8 +415,6 @@ class Testbed:
     def sysctl(self, node: str, key: str, value: str) -> None:
         """Set a sysctl in `node` (the namespace goes with the testbed): written from a
         thread in its namespace (`netns`), as `sysctl -w` would, no program started."""
-        if not key.startswith(("net.", "net/")):  # any other is the whole machine's
-            raise LabError(f"sysctl {key} in {node}: not a network namespace's own")
         self._note(shlex.join(self.in_ns(node, ["sysctl", "-qw", f"{key}={value}"])))
         try:
             netns.within(self.ns(node), lambda: netns.write_sysctl(key, value))
@@ -461,16 +459,18 @@ class Testbed:
         ends = {(w.a, w.a_if) for w in self.topo.wires} | {(w.b, w.b_if) for w in self.topo.wires}
         # each node's /proc/thread-self/net/dev, read from a thread in its namespace
         # (`netns`): the counters `ip -s link` shows, no program started
-        for node in sorted({n for n, _ in ends}):
+        by_node: dict[str, list[str]] = {}
+        for node, ifname in sorted(ends):
+            by_node.setdefault(node, []).append(ifname)
+        for node, ifnames in by_node.items():
             try:
                 devs = netns.within(self.ns(node), netns.net_dev)
             except OSError as e:  # TimeoutError is one
                 raise LabError(f"{node}'s interface counters: {e}") from None
-            for n, ifname in sorted(ends):
-                if n == node:
-                    if ifname not in devs:
-                        raise LabError(f"{node} has no interface {ifname} (counters)")
-                    out[f"{node}/{ifname}"] = devs[ifname]
+            for ifname in ifnames:
+                if ifname not in devs:
+                    raise LabError(f"{node} has no interface {ifname} (counters)")
+                out[f"{node}/{ifname}"] = devs[ifname]
         return out
 
     def teardown(self) -> None:
@@ -488,6 +488,11 @@ class Testbed:
         if self._sockets is not None:
             shutil.rmtree(self._sockets, ignore_errors=True)
             self._sockets = None
+
+
+def taskset(cpus: Sequence[int]) -> list[str]:
+    """The `taskset` words that put a program on `cpus` (none when there are none)."""
+    return ["taskset", "-c", ",".join(map(str, cpus))] if cpus else []
 
 
 def kill_namespace(ns: str) -> None:

@@ -82,7 +82,8 @@ def sysctl_path(key: str) -> str:
     (`net.ipv4.conf.eth0/1.forwarding`); else it is the path (`net/ipv4/ip_forward`)."""
     first = next((c for c in key if c in "./"), "/")
     rel = key.translate(str.maketrans("./", "/.")) if first == "." else key
-    if not rel or rel.startswith("/") or ".." in rel.split("/") or "" in rel.split("/"):
+    parts = rel.split("/")  # empty, absolute, `a//b`: an empty part
+    if "" in parts or ".." in parts:
         raise ValueError(f"not a sysctl key: {key!r}")
     return f"/proc/sys/{rel}"
 
