@@ -3,6 +3,8 @@ libipsec cannot do, ours-udp's configuration, swanctl.conf of the clients topolo
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from ipsec_lab import scenario
@@ -48,3 +50,47 @@ def test_swanctl_conf_of_the_clients_server_has_both_tunnels() -> None:
     assert "local_ts = 192.0.2.1/32" in text and "remote_ts = 192.0.2.2/32" in text
     assert "local_ts = 198.51.100.1/32" in text and "remote_ts = 198.51.100.2/32" in text
     assert text.count("secret = 0x" + "ab" * 32) == 2
+
+
+@pytest.mark.parametrize("answer", ["not json", "silent", "too long"])
+def test_a_stats_socket_that_answers_wrongly_is_an_error_naming_it(
+    tmp_path: Path, answer: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The lab asks a gateway's stats socket itself (`ours.stats`): an answer that is not
+    JSON, none within the bound (a peer that keeps the connection open), or one over the
+    size bound is a LabError naming the socket — never a hang or a parse of part of it."""
+    import socket
+    import threading
+
+    from ipsec_lab.backends import ours
+    from ipsec_lab.testbed.build import LabError
+
+    monkeypatch.setattr(ours, "STATS_MAX_BYTES", 4096)
+    path = tmp_path / "gw.sock"
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(path))
+    listener.listen(1)
+    release = threading.Event()
+
+    def serve() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            assert conn.recv(64) == b"json\n"
+            if answer == "not json":
+                conn.sendall(b"{ not json")
+            elif answer == "too long":
+                conn.sendall(b"[" + b"0," * 4096 + b"0]")
+            if answer == "silent":
+                release.wait(10)  # holds the connection open past the bound
+
+    t = threading.Thread(target=serve)
+    t.start()
+    want = {"not json": "not its JSON", "silent": r"no whole answer within 0\.5 s",
+            "too long": "an answer over 0 MiB"}[answer]  # fmt: skip
+    try:
+        with pytest.raises(LabError, match=rf"ipsec-gw stats: {path}: .*{want}"):
+            ours.stats(path, timeout=0.5)
+    finally:
+        release.set()
+        t.join()
+        listener.close()

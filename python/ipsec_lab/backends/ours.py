@@ -167,7 +167,7 @@ def stats(path: Path, timeout: float = 5) -> dict[str, Any]:
             while True:
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    raise TimeoutError(f"no whole answer within {timeout:g} s")
+                    raise TimeoutError
                 s.settimeout(left)
                 if not (chunk := s.recv(1 << 16)):
                     break
@@ -175,7 +175,9 @@ def stats(path: Path, timeout: float = 5) -> dict[str, Any]:
                 got += len(chunk)
                 if got > STATS_MAX_BYTES:
                     raise OSError(f"an answer over {STATS_MAX_BYTES >> 20} MiB")
-    except OSError as e:  # TimeoutError is one
+    except TimeoutError:  # the deadline, or a read that waited past it
+        raise LabError(f"ipsec-gw stats: {path}: no whole answer within {timeout:g} s") from None
+    except OSError as e:
         raise LabError(f"ipsec-gw stats: {path}: {e.strerror or e}") from None
     try:
         data: dict[str, Any] = json.loads(b"".join(chunks))
