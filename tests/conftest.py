@@ -25,8 +25,13 @@ def cli(
     e = {**os.environ, **(env or {})}
     if columns is not None:
         e |= {"COLUMNS": str(columns), "LINES": "40"}
-    return subprocess.run([sys.executable, "-m", "ipsec_lab.cli", *args], capture_output=True,
-                          text=True, timeout=timeout, check=check, env=e)  # fmt: skip
+    p = subprocess.run([sys.executable, "-m", "ipsec_lab.cli", *args], capture_output=True,
+                       text=True, timeout=timeout, env=e)  # fmt: skip
+    if check and p.returncode != 0:
+        # What the command said, not only its status: a failure in CI is read from the log.
+        pytest.fail(f"ipsec-lab {' '.join(args)}: exit {p.returncode}\n"
+                    f"stderr: {p.stderr[-4000:]}\nstdout: {p.stdout[-2000:]}")  # fmt: skip
+    return p
 
 
 # Root modules whose fixtures span the module (one campaign, one VM boot): they check
