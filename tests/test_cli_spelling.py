@@ -83,6 +83,7 @@ def test_overhead_warns_over_the_mtu_and_prints_sizes_in_words() -> None:
     assert "at 1000 B" not in out  # only the packet that does not fit
 
 
+@pytest.mark.quiet  # fits the engine's times: a busy machine may leave none to fit
 def test_plan_from_the_engine_alone_says_it_is_an_upper_bound() -> None:
     p = _cli("plan", "--bench", "aes128gcm16", "--target-mbps", "1G", "--budget-ms", "5",
              "--trials", "1")  # fmt: skip
@@ -96,7 +97,8 @@ def test_plan_from_the_engine_alone_says_it_is_an_upper_bound() -> None:
 
 def _engine_timed(monkeypatch: pytest.MonkeyPatch, busy: int) -> list[list[dict[str, Any]]]:
     """The real engine benchmark, its first `busy` timings as a busy machine can give them:
-    the packets under 512 B ten times dearer (a busy slice), so dearer than the large."""
+    every size far dearer than the engine is, and the small ones dearest (times that fall
+    with size, which no model of a packet's cost allows)."""
     from ipsec_lab import bench
 
     real, seen = bench.run, []
@@ -104,9 +106,7 @@ def _engine_timed(monkeypatch: pytest.MonkeyPatch, busy: int) -> list[list[dict[
     def timed(*a: Any, **k: Any) -> tuple[list[dict[str, Any]], float]:
         rows, other = real(*a, **k)
         if len(seen) < busy:
-            dear = [10.0 if int(r["size"]) < 512 else 1.0 for r in rows]
-            rows = [dict(r, ns_per_packet=float(r["ns_per_packet"]) * x)
-                    for r, x in zip(rows, dear, strict=True)]  # fmt: skip
+            rows = [dict(r, ns_per_packet=100_000.0 - 10 * int(r["size"])) for r in rows]
         seen.append(rows)
         return rows, other
 
@@ -118,6 +118,7 @@ PLAN_BENCH = ["plan", "--bench", "aes128gcm16", "--target-mbps", "100M", "--budg
               "--trials", "1"]  # fmt: skip
 
 
+@pytest.mark.quiet  # fits the engine's times: a busy machine may leave none to fit
 def test_plan_times_a_busy_engine_again_keeping_each_sizes_least_time(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -130,7 +131,7 @@ def test_plan_times_a_busy_engine_again_keeping_each_sizes_least_time(
     least = {s: min(float(r["ns_per_packet"]) for rows in seen for r in rows
                     if int(r["size"]) == s) for s in fitted}  # fmt: skip
     assert fitted == pytest.approx({s: s * 8e3 / ns for s, ns in least.items()})
-    assert all(fitted[s] > fitted[64] for s in fitted if s > 64)
+    assert all(ns < 80_000 for ns in least.values())  # the busy timing's were not kept
 
 
 def test_plan_says_when_the_engine_cannot_be_timed_here(

@@ -145,6 +145,7 @@ def test_one_size_gives_the_range_it_allows_and_tcp_alone_is_refused(tmp_path: P
     assert p.returncode == 2 and "GSO" in p.stderr
 
 
+@pytest.mark.quiet  # fits the engine's times: a busy machine may leave none to fit
 def test_campaign_and_engine_side_by_side_name_the_binding_one(tmp_path: Path) -> None:
     lab = tmp_path / "lab"
     cid = _campaign(lab, {128: 10.0, 1128: 20.0})
