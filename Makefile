@@ -16,7 +16,8 @@ APT_PKGS  := build-essential pkg-config python3 python3-venv python3-dev git ca-
              iproute2 util-linux procps ethtool iperf3 curl nginx-light tcpdump \
              strongswan-charon strongswan-swanctl libcharon-extra-plugins chromium \
              qemu-system-x86 linux-image-amd64 busybox-static tcpreplay nftables iputils-ping \
-             openssh-client openssh-server sudo python3-aiosmtpd netsniff-ng irtt
+             openssh-client openssh-server sudo python3-aiosmtpd netsniff-ng irtt \
+             wireguard-go wireguard-tools
 FUZZ_SECONDS ?= 60
 IPCOMP_FUZZ_SECONDS ?= 20
 SMALL_FUZZ_SECONDS ?= 20

@@ -94,3 +94,56 @@ def test_a_stats_socket_that_answers_wrongly_is_an_error_naming_it(
         release.set()
         t.join()
         listener.close()
+
+
+def test_ipsec_and_wireguard_backends_each_refuse_the_others_configuration() -> None:
+    """Every backend that runs IPsec refuses `wireguard` naming WireGuard's backend, and
+    every WireGuard backend refuses each IPsec configuration and none — over the whole
+    registry, so a backend added later is held to it too."""
+    from ipsec_lab import backends
+    from ipsec_lab.backends.base import ipsec_configuration
+
+    ipsec = ["esp:aes128gcm16", "esp:chacha20poly1305", "ah:sha1+esp:aes128-sha1",
+             "ipcomp+esp:aes128-sha1"]  # fmt: skip
+    checked = set()
+    for e in backends.REGISTRY:
+        if e.name in ("none", "external"):  # the baseline; a DUT the lab does not configure
+            continue
+        b = backends.make(e.name)
+        if "wireguard" in e.name:
+            for cfg in [*ipsec, "none"]:
+                with pytest.raises(Unsupported, match=f"{e.name} runs WireGuard's one suite"):
+                    b.check(cfg)
+        else:
+            with pytest.raises(Unsupported, match=f"^{e.name} runs IPsec; `wireguard` is "
+                               "WireGuard's configuration \\(backend wireguard-go\\)"):  # fmt: skip
+                b.check("wireguard")
+        checked.add(e.name)
+    assert {"ours", "ours-udp", "xfrm", "strongswan-libipsec", "wireguard-go"} <= checked
+    with pytest.raises(Unsupported, match="use backend `none`"):
+        ipsec_configuration("none", "x")
+
+
+def test_wireguard_go_keys_and_its_version_says_it_is_debians() -> None:
+    import base64
+
+    from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
+
+    from ipsec_lab.backends.wireguard import DEBIAN_NOTE, WireguardGo, overhead, x25519_pair
+
+    (a_priv, a_pub), (b_priv, b_pub) = x25519_pair(), x25519_pair()
+    assert len({a_priv, b_priv, a_pub, b_pub}) == 4  # fresh each time
+    for priv, pub in ((a_priv, a_pub), (b_priv, b_pub)):
+        k = X25519PrivateKey.from_private_bytes(base64.b64decode(priv))
+        assert base64.b64encode(k.public_key().public_bytes_raw()).decode() == pub
+    # what `wg pubkey` derives from the private key is the public key handed to the peer
+    import shutil
+    import subprocess
+
+    if shutil.which("wg"):
+        said = subprocess.run(["wg", "pubkey"], input=a_priv + "\n", capture_output=True,
+                              text=True, check=True).stdout.strip()  # fmt: skip
+        assert said == a_pub
+    assert overhead(4) == 60 and overhead(6) == 80  # wg-quick's 1420 on 1500: IPv6's 80
+    v = WireguardGo().version()
+    assert v.startswith("wireguard-go v0.0.") and DEBIAN_NOTE in v

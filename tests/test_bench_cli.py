@@ -70,6 +70,8 @@ def test_bench_json_shape() -> None:
         (["bench", "--suite", "aes999"], "is not a proposal"),
         (["bench", "--mode", "sideways"], "invalid choice"),
         (["bench", "--budget-ms", "0"], "must be at least 1"),
+        (["bench", "--config", "wireguard"], "the engine does IPsec"),
+        (["plan", "--bench", "wireguard"], "the engine benchmark measures one ESP SA"),
     ],
 )
 def test_bad_cli_arguments(

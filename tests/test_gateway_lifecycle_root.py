@@ -176,7 +176,7 @@ def test_a_killed_gateway_starts_again_and_leaves_one_rule(tmp_path: Path) -> No
         assert len(_rules(tb, "gwA")) == 1  # replaced, not doubled
         assert tcp(tb, seconds=1)["mbps"] > 10
         conf = gw.configs["gwA"]
-        gw.stop(tb)
+        tb.stop(gw.process("gwA"))  # the gateway's own clean stop (SIGTERM), not the lab's
         # a clean stop leaves the guard (the rule to the blackholes): fail closed
         assert len(_rules(tb, "gwA")) == 1
         p = tb.run("gwA", [str(gateway_binary()), "--config", str(conf), "--release"])

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from ipsec_lab.model import overhead as ovh
 from ipsec_lab.model import parse_configuration
 
@@ -41,3 +43,21 @@ def test_study4_load_increase_falls_with_size_inside_the_published_bands() -> No
     # AH on top of ESP adds load over ESP alone (study 4: ~6 % more for 1 KB files).
     by = {r["config"]: r["load_pct"] for r in small["configs"]}
     assert by["ah:md5+esp:3des"] > by["esp:3des-md5"]
+
+
+def test_wireguard_is_a_configuration_of_its_own_with_its_wire_sizes() -> None:
+    """WireGuard's transport data message (whitepaper §5.4.6): 16 bytes of header, the
+    packet zero-padded to 16, a 16-byte tag, in UDP; the largest whole inner packet is the
+    MTU less all that (its padding stops at the interface's MTU)."""
+    from ipsec_lab.model.overhead import largest_inner
+    from ipsec_lab.model.transforms import ConfigError, Layout, parse_configuration, wire_size
+
+    wg = parse_configuration(" WireGuard ")
+    assert wg.text == "wireguard" and wg.wireguard and not wg.is_none and not wg.esp
+    for size, padded in ((64, 64), (65, 80), (100, 112), (1440, 1440)):
+        assert wire_size(wg, size) == 20 + 8 + 16 + padded + 16
+        assert wire_size(wg, size, Layout(outer=6)) == 40 + 8 + 16 + padded + 16
+    assert largest_inner(wg, 1500) == 1440 and largest_inner(wg, 1500, Layout(outer=6)) == 1420
+    for bad in ("wireguard+esp:aes128gcm16", "ipcomp+wireguard"):
+        with pytest.raises(ConfigError, match="wireguard is a configuration of its own"):
+            parse_configuration(bad)

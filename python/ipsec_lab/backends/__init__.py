@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ipsec_lab.backends import external, none, ours, strongswan, xfrm
+from ipsec_lab.backends import external, none, ours, strongswan, wireguard, xfrm
 from ipsec_lab.backends.base import (
     Backend,
     Processless,
@@ -104,6 +104,10 @@ REGISTRY: tuple[Entry, ...] = (
     Entry("ours-udp", ours.Ours, "ipsec-gw with ESP in UDP, RFC 3948, and UDP GSO/GRO",
           (("udp_encap", True),), stage_timing=True, hosts=True, tools=("nft",),
           user=ours.GATEWAY_USER, start_s=1.5),
+    Entry("wireguard-go", wireguard.WireguardGo,
+          "WireGuard in user space on a TUN device, Debian's wireguard-go (configuration "
+          "`wireguard`; a 2022 release, before upstream's batching)",
+          tools=("wireguard-go", "wg"), start_s=1.5),
     Entry("external", external.External,
           "a gateway pair the lab does not configure (an appliance, a cloud VPN): it drives "
           "and meters the traffic ends only; real hosts only (--hosts)",

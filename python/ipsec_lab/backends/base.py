@@ -12,11 +12,26 @@ from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from ipsec_lab.hosts import Hosts
+    from ipsec_lab.model.transforms import Configuration
     from ipsec_lab.testbed.interface import Process, Testbed
 
 
 class Unsupported(Exception):
     """This backend cannot run this configuration here (the message says why)."""
+
+
+def ipsec_configuration(configuration: str, backend: str) -> Configuration:
+    """`configuration` parsed, for a backend that runs IPsec: `none` and `wireguard` are
+    refused with what runs them."""
+    from ipsec_lab.model.transforms import parse_configuration
+
+    c = parse_configuration(configuration)
+    if c.wireguard:
+        raise Unsupported(f"{backend} runs IPsec; `wireguard` is WireGuard's configuration "
+                          "(backend wireguard-go)")  # fmt: skip
+    if c.is_none:
+        raise Unsupported(f"{backend} runs an IPsec configuration; use backend `none` for none")
+    return c
 
 
 class Backend(Protocol):

@@ -309,11 +309,21 @@ class Ours:
         return data
 
     def stop(self, tb: Testbed) -> None:
+        """Each gateway stopped, then its guard released: a stopped gateway leaves its
+        guard (fail closed), but the lab stops it for good, and the next backend on the
+        testbed (WireGuard's, another IPsec's) must find the gateways as `none` left them —
+        the guard's rule to its blackholes would drop that backend's traffic."""
         for p in self._procs.values():
             tb.stop(p)
-        for key, (node, gw) in self._remote.items():
-            # on a real host nothing else removes the guard before the next backend
-            tb.run(node, [gw, "--config", str(self.configs[key]), "--release"], check=False)
+        binary = self._binary()
+        for key, conf in self.configs.items():
+            if key in self._remote:
+                node, gw = self._remote[key]
+            elif binary is not None and key in self._tuns:
+                node, gw = self._tuns[key][0], str(binary)
+            else:
+                continue
+            tb.run(node, [gw, "--config", str(conf), "--release"], check=False)
         self._procs.clear()
         self.sockets.clear()
         self._remote.clear()

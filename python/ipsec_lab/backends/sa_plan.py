@@ -12,8 +12,7 @@ import secrets
 from dataclasses import dataclass
 
 from ipsec_lab.algorithms import CIPHERS, INTEGRITIES
-from ipsec_lab.backends.base import Unsupported
-from ipsec_lab.model.transforms import parse_configuration
+from ipsec_lab.backends.base import ipsec_configuration
 
 
 @dataclass(frozen=True)
@@ -49,9 +48,7 @@ IPCOMP_CPI = 2  # DEFLATE's well-known CPI (RFC 3173 §3.3)
 
 def layers(configuration: str, backend: str) -> Layers:
     """The SAs of `configuration` for `backend` (named in the refusal of `none`)."""
-    c = parse_configuration(configuration)
-    if c.is_none:
-        raise Unsupported(f"{backend} runs an IPsec configuration; use backend `none` for none")
+    c = ipsec_configuration(configuration, backend)
     esp = Layer("esp", c.esp[0].name, c.esp[1].name, c.legacy) if c.esp else None
     ah = Layer("ah", "null", c.ah.name, c.legacy) if c.ah else None
     return Layers(esp, ah, c.ipcomp)

@@ -32,8 +32,13 @@ import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ipsec_lab.backends.base import Unsupported, exited, private_dir, private_file
-from ipsec_lab.model.transforms import parse_configuration
+from ipsec_lab.backends.base import (
+    Unsupported,
+    exited,
+    ipsec_configuration,
+    private_dir,
+    private_file,
+)
 from ipsec_lab.testbed import Tunnel, build
 from ipsec_lab.testbed.build import LabError, require_tools, tail, wait_for_path
 from ipsec_lab.testbed.interface import READY_S, OnHosts, Process, Testbed, on_hosts
@@ -59,12 +64,12 @@ TUN_MTU = 1400
 SWANCTL_DIRS = ("x509", "x509ca", "private", "pubkey", "rsa", "ecdsa", "pkcs8")
 
 
-def kernel_proposals(configuration: str) -> tuple[str | None, str | None, bool]:
+def kernel_proposals(
+    configuration: str, backend: str = "strongswan"
+) -> tuple[str | None, str | None, bool]:
     """(ESP proposal, AH proposal, IPComp) for charon on the kernel's xfrm: strongSwan's
     names are ours (`esp:aes128-sha1` -> `aes128-sha1`, `ah:sha256` -> `sha256`)."""
-    c = parse_configuration(configuration)
-    if c.is_none:
-        raise Unsupported("strongswan runs an IPsec configuration; use backend `none` for none")
+    c = ipsec_configuration(configuration, backend)
     if c.ah and c.ah.kernel is None:
         raise Unsupported(f"the kernel has no AH with {c.ah.title} ({c.ah.rfc} AH is not in Linux)")
     esp = ah = None
@@ -79,12 +84,10 @@ def kernel_proposals(configuration: str) -> tuple[str | None, str | None, bool]:
     return esp, ah, c.ipcomp
 
 
-def esp_proposal(configuration: str) -> str:
+def esp_proposal(configuration: str, backend: str = "strongswan") -> str:
     """`esp:aes128-sha1` -> strongSwan's ESP proposal `aes128-sha1`; refuses what
     kernel-libipsec cannot do."""
-    c = parse_configuration(configuration)
-    if c.is_none:
-        raise Unsupported("strongswan runs an IPsec configuration; use backend `none` for none")
+    c = ipsec_configuration(configuration, backend)
     if c.ah:
         raise Unsupported("strongSwan's kernel-libipsec does ESP only, no AH")
     if c.ipcomp:
@@ -266,17 +269,17 @@ class StrongSwan:
         if self.on_hosts:
             # the hosts' charon and kernels answer there (`hosts check`, and at start)
             if self.data_plane == "libipsec":
-                esp_proposal(configuration)
+                esp_proposal(configuration, self.name)
             else:
-                kernel_proposals(configuration)
+                kernel_proposals(configuration, self.name)
             return
         require_tools(CHARON, "swanctl", "unshare")
         if not self.kernel:
-            esp_proposal(configuration)
+            esp_proposal(configuration, self.name)
             return
         from ipsec_lab.backends.xfrm import kernel_has
 
-        esp, ah, ipcomp = kernel_proposals(configuration)
+        esp, ah, ipcomp = kernel_proposals(configuration, self.name)
         for kind, wanted in (("esp", esp), ("ah", ah), ("comp", ipcomp)):
             if not wanted:
                 continue
@@ -394,9 +397,9 @@ class StrongSwan:
             self._hosts_esp = self._host_has_esp(tb, list(topo.ipsec_nodes))
         kernel = self.kernel
         if kernel:
-            esp, ah, ipcomp = kernel_proposals(configuration)
+            esp, ah, ipcomp = kernel_proposals(configuration, self.name)
         else:
-            esp, ah, ipcomp = esp_proposal(configuration), None, False
+            esp, ah, ipcomp = esp_proposal(configuration, self.name), None, False
         psk = secrets.token_hex(32)  # fresh per run; written only to the run's own files
         for node in topo.ipsec_nodes:
             if on is not None:

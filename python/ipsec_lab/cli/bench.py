@@ -112,9 +112,14 @@ def _bench_configs(args: argparse.Namespace) -> int:
 
     for text in args.config or []:
         try:
-            parse_configuration(text)  # the words the lab uses, with a did-you-mean
+            cfg = parse_configuration(text)  # the words the lab uses, with a did-you-mean
         except ConfigError as e:
             print(f"ipsec-lab bench: --config {e}", file=sys.stderr)
+            return 2
+        if cfg.wireguard:
+            print("ipsec-lab bench: --config wireguard: the engine does IPsec (ESP, AH, "
+                  "IPComp); measure WireGuard through a lab backend (wireguard-go)",
+                  file=sys.stderr)  # fmt: skip
             return 2
     env = environment.describe()
     try:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ipsec_lab.model.transforms import (
+    WG_PAD,
     ConfigError,
     Configuration,
     Layout,
@@ -49,6 +50,9 @@ def largest_inner(cfg: Configuration, mtu: int, layout: Layout | None = None) ->
     lo = lay.inner_header + TCP_HEADER + TCP_TIMESTAMPS + 1
     if wire_size(cfg, lo, lay) > mtu:
         raise ConfigError(f"MTU {mtu} leaves no room for data under {cfg.text}")
+    if cfg.wireguard:
+        # its padding stops at the interface's MTU (whitepaper §5.4.6): none at the MTU
+        return mtu - (wire_size(cfg, 3 * WG_PAD, lay) - 3 * WG_PAD)
     size = mtu
     while wire_size(cfg, size, lay) > mtu:
         size -= 1

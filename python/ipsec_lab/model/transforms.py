@@ -2,7 +2,8 @@
 
 A *configuration* is a set of IPsec layers written as in strongSwan proposals and joined
 with ``+``: ``esp:aes128gcm16``, ``esp:aes128-sha1``, ``ah:sha1``, ``ah:sha1+esp:aes128``,
-``ipcomp+esp:aes128-sha1``, or ``none`` (no IPsec). Whatever order they are written in,
+``ipcomp+esp:aes128-sha1``, or ``none`` (no IPsec) — or ``wireguard``, WireGuard's one
+suite, for the peers engineers compare IPsec with. Whatever order they are written in,
 the layers are applied outbound in the order of RFC 4301 §4.5 / RFC 3173 §3:
 IPComp, then ESP, then AH (AH outermost, so it also covers the ESP header).
 
@@ -41,6 +42,13 @@ PAPER_AH_L_IP = 12
 PAPER_AH_L_AH = 24
 # Linux compresses nothing shorter than this (net/xfrm/xfrm_algo.c, deflate threshold).
 IPCOMP_DEFAULT_MIN = 90
+# WireGuard's transport data message (the whitepaper, §5.4.6): type, reserved, receiver
+# index and counter (1 + 3 + 4 + 8 bytes) before the packet, zero-padded to 16 bytes, and
+# Poly1305's 16-byte tag after it; always in UDP (8 bytes) and a tunnel.
+WIREGUARD = "wireguard"
+WG_HEADER = 16
+WG_PAD = 16
+WG_TAG = 16
 
 
 class ConfigError(ValueError):
@@ -92,6 +100,7 @@ class Configuration:
     ipcomp: bool = False
     esp: tuple[Cipher, Integrity] | None = None
     ah: Integrity | None = None
+    wireguard: bool = False  # WireGuard's one suite (ChaCha20-Poly1305), not IPsec
 
     @property
     def legacy(self) -> bool:
@@ -104,7 +113,7 @@ class Configuration:
 
     @property
     def is_none(self) -> bool:
-        return not (self.ipcomp or self.esp or self.ah)
+        return not (self.ipcomp or self.esp or self.ah or self.wireguard)
 
 
 def parse_configuration(text: str) -> Configuration:
@@ -112,6 +121,11 @@ def parse_configuration(text: str) -> Configuration:
     t = text.strip().lower()
     if t in ("none", "plain", ""):
         return Configuration("none")
+    if t == WIREGUARD:
+        return Configuration(WIREGUARD, wireguard=True)
+    if WIREGUARD in t.split("+"):
+        raise ConfigError(f"{text!r}: wireguard is a configuration of its own (WireGuard has "
+                          "one suite, ChaCha20-Poly1305); it joins no IPsec layer")  # fmt: skip
     ipcomp = False
     esp: tuple[Cipher, Integrity] | None = None
     ah: Integrity | None = None
@@ -161,7 +175,7 @@ def parse_configuration(text: str) -> Configuration:
         else:
             raise ConfigError(
                 f"{text!r}: {part!r} is not a layer; write ipcomp, esp:ENC[-INTEG] or ah:INTEG "
-                "joined by '+'"
+                "joined by '+' (or wireguard alone)"
             )
     return Configuration("+".join(canonical), ipcomp, esp, ah)
 
@@ -251,6 +265,8 @@ def packet_plan(
         raise ConfigError(f"packet size {size} is shorter than an IPv{lay.inner} header")
     # The part that IPsec protects: the whole inner packet (tunnel) or what follows the
     # IP header (transport, RFC 4303 §3.1.1).
+    if cfg.wireguard:
+        return _wireguard_plan(size, lay)
     head = lay.inner_header if lay.mode == "transport" else 0
     payload = size - head
     stages: dict[str, int] = {}
@@ -290,6 +306,20 @@ def packet_plan(
     else:
         wire = lay.ip_header + payload
     return PacketPlan(size, wire, compressed, stages)
+
+
+def _wireguard_plan(size: int, lay: Layout) -> PacketPlan:
+    """WireGuard carries the whole packet (it has no transport mode) zero-padded to 16
+    bytes — the whitepaper caps the padding at the interface's MTU, which this leaves out:
+    within 15 bytes of an MTU that is not a multiple of 16 the wire is up to 15 bytes
+    shorter — in a transport data message in UDP, the outer IP header the layout's outer
+    version (the inner's where the layout says transport: host to host)."""
+    padded = _ceil_to(size, WG_PAD)
+    version = lay.outer if lay.mode == "tunnel" else lay.inner
+    ip = IPV4_HEADER if version == 4 else IPV6_HEADER
+    wire = ip + UDP_ENCAP + WG_HEADER + padded + WG_TAG
+    chacha = CIPHERS["chacha20poly1305"]
+    return PacketPlan(size, wire, False, {"cipher": _ceil_to(padded, chacha.work_block)})
 
 
 def wire_size(cfg: Configuration, size: int, layout: Layout | None = None) -> int:

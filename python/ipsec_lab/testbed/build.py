@@ -52,10 +52,10 @@ def require_root() -> None:
 
 # Which Debian package gives each program the lab runs (for "missing tool" errors).
 PACKAGES = {
-    "ip": "iproute2", "tc": "iproute2", "ethtool": "ethtool", "iperf3": "iperf3",
+    "ip": "iproute2", "tc": "iproute2", "ethtool": "ethtool", "iperf3": "iperf3", "nft": "nftables",
     "nginx": "nginx-light", "curl": "curl", "swanctl": "strongswan-swanctl",
-    "/usr/lib/ipsec/charon": "strongswan-charon", "unshare": "util-linux",
-    "taskset": "util-linux", "tshark": "tshark",
+    "/usr/lib/ipsec/charon": "strongswan-charon", "unshare": "util-linux", "tshark": "tshark",
+    "taskset": "util-linux", "wireguard-go": "wireguard-go", "wg": "wireguard-tools",
 }  # fmt: skip
 
 

@@ -1,0 +1,254 @@
+"""WireGuard as the tunnel under test — the comparison engineers make most: should this
+link run IPsec or WireGuard? Its configuration is its one suite, `wireguard`
+(Noise_IKpsk2 handshake, ChaCha20-Poly1305 transport); any other is refused, as the
+IPsec backends refuse `wireguard`.
+
+`wireguard-go`: Debian's user-space WireGuard on a TUN device (runs on kernels without
+WireGuard), one process per tunnel end in its gateway's namespace, keyed with `wg` over
+its UAPI socket. Debian ships 0.0.20220316, which predates upstream's 2023 batching and
+offload work: every row's backend version says so, so that nobody reads its figures as
+today's wireguard-go.
+
+Per run each end gets a fresh X25519 key pair (the private key only in a 0600 file of
+the run's); the two ends hand-shake before `start` returns (a keepalive starts it), so no
+measurement pays for the first handshake. The interface's MTU is the path's less
+WireGuard's overhead (60 bytes over IPv4: outer IP, UDP, the data message's 16-byte
+header and 16-byte tag), so no full-size packet is fragmented after sealing.
+
+Routing fails closed: the remote network is routed into the WireGuard device from a
+table of the run's own (an `ip rule` for the remote network), beside an `unreachable`
+route of a higher metric in the same table — if wireguard-go dies and its device goes,
+the traffic meets the unreachable route, never the gateway's plain route. WireGuard's
+own UDP carries a firewall mark whose rule looks up the main table first, so host-to-host
+tunnels (whose endpoint is inside the remote network) do not route it into itself.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ipsec_lab.backends.base import Unsupported, exited, private_dir, private_file
+from ipsec_lab.model.transforms import WIREGUARD, Layout, parse_configuration, wire_size
+from ipsec_lab.testbed import Tunnel, build
+from ipsec_lab.testbed.build import LabError, tail, wait_for_path
+from ipsec_lab.testbed.interface import READY_S, Process, Testbed
+from ipsec_lab.testbed.links import link_mtu
+
+WG_GO = "wireguard-go"
+UAPI_DIR = Path("/var/run/wireguard")  # wireguard-go's control sockets, IFNAME.sock
+PORT = 51820  # the first end's UDP port; a node's k-th tunnel listens on PORT + k
+FWMARK = "0x4c4157"  # on WireGuard's own UDP: routed by the main table
+TABLE = 230  # a node's k-th tunnel's routes: table TABLE + k
+RULE_PREF = 1000  # its rules: the mark's at RULE_PREF + 2k, the remote network's + 1
+UNREACHABLE_METRIC = 4096  # below the device's route: what remains if the device goes
+HANDSHAKE_S = 15.0  # the most the first handshake may take
+DEBIAN_NOTE = (
+    "Debian's package: predates upstream's 2023 batching and offload work, so not "
+    "today's wireguard-go speed"
+)
+
+
+def x25519_pair() -> tuple[str, str]:
+    """A fresh (private, public) X25519 key pair in WireGuard's base64."""
+    from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
+    from cryptography.hazmat.primitives.serialization import (
+        Encoding,
+        NoEncryption,
+        PrivateFormat,
+        PublicFormat,
+    )
+
+    k = X25519PrivateKey.generate()
+    raw = k.private_bytes(Encoding.Raw, PrivateFormat.Raw, NoEncryption())
+    pub = k.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
+    return base64.b64encode(raw).decode(), base64.b64encode(pub).decode()
+
+
+def overhead(outer_version: int) -> int:
+    """Bytes WireGuard adds to a packet whose length is a multiple of 16 (the model's)."""
+    cfg = parse_configuration(WIREGUARD)
+    return wire_size(cfg, 48, Layout(outer=outer_version)) - 48
+
+
+def check_configuration(configuration: str, backend: str) -> None:
+    if not parse_configuration(configuration).wireguard:
+        raise Unsupported(
+            f"{backend} runs WireGuard's one suite: configuration `{WIREGUARD}` "
+            f"(not {configuration})"
+        )
+
+
+@dataclass
+class End:
+    """One tunnel end: its node, device, port, table and rules' preference."""
+
+    node: str
+    dev: str
+    port: int
+    table: int
+    pref: int
+    mine: str  # the local network (its traffic selector)
+    theirs: str  # the remote network, routed into the device
+    proc: Process | None = None
+    public: str = ""
+    outer_family: tuple[str, ...] = ()  # `ip`'s family words of its endpoint's addresses
+
+
+def _family(prefix: str) -> list[str]:
+    """`ip`'s words for the family of an address or prefix."""
+    return ["-6"] if ":" in prefix else []
+
+
+class WireguardGo:
+    name = "wireguard-go"
+
+    def __init__(self) -> None:
+        self._ends: list[End] = []
+        self._tb: Testbed | None = None
+
+    def use_hosts(self, hosts: object) -> None:
+        return None  # namespaces only (the registry says so)
+
+    def check(self, configuration: str) -> None:
+        check_configuration(configuration, self.name)
+        for tool, pkg in ((WG_GO, "wireguard-go"), ("wg", "wireguard-tools")):
+            if shutil.which(tool) is None:
+                raise Unsupported(f"no {tool} here (Debian package {pkg}; `make deps`)")
+
+    def _ends_of(self, tb: Testbed) -> list[tuple[End, End, Tunnel]]:
+        token = build.of_namespaces(tb, "wireguard-go").token
+        pairs: list[tuple[End, End, Tunnel]] = []
+        count: dict[str, int] = {}
+        n = 0
+        for t in tb.topo.tunnels:
+            ends = []
+            for node, mine, theirs in ((t.left, t.left_ts, t.right_ts),
+                                       (t.right, t.right_ts, t.left_ts)):  # fmt: skip
+                k = count.get(node, 0)
+                count[node] = k + 1
+                # the UAPI socket's directory is the machine's: a name of the testbed's
+                ends.append(End(node, f"wg{token}{n}", PORT + k, TABLE + k,
+                                RULE_PREF + 2 * k, mine, theirs))  # fmt: skip
+                n += 1
+            pairs.append((ends[0], ends[1], t))
+        return pairs
+
+    def start(self, tb: Testbed, configuration: str) -> None:
+        self.check(configuration)
+        self._tb = tb
+        d = private_dir(tb.rundir / "wireguard")
+        pairs = self._ends_of(tb)
+        keys: dict[str, Path] = {}
+        for a, b, _ in pairs:
+            for e in (a, b):
+                self._ends.append(e)
+                private, e.public = x25519_pair()
+                keys[e.dev] = d / f"{e.dev}.key"
+                private_file(keys[e.dev], private + "\n")
+                (UAPI_DIR / f"{e.dev}.sock").unlink(missing_ok=True)
+                e.proc = tb.spawn(e.node, [WG_GO, "--foreground", e.dev], f"wireguard-go-{e.dev}",
+                                  limited=e.node in tb.topo.limited_nodes, ipsec=True)  # fmt: skip
+        for e in self._ends:
+            assert e.proc is not None
+            if not wait_for_path(UAPI_DIR / f"{e.dev}.sock", e.proc, READY_S):
+                raise LabError(f"wireguard-go on {e.node} did not start (no UAPI socket "
+                               f"{UAPI_DIR / e.dev}.sock):\n"
+                               f"{tail(tb.rundir / f'wireguard-go-{e.dev}.log')}")  # fmt: skip
+        for a, b, t in pairs:
+            for e, peer, addr, peer_addr in ((a, b, t.left_outer, t.right_outer),
+                                             (b, a, t.right_outer, t.left_outer)):  # fmt: skip
+                self._up(tb, e, peer, addr, peer_addr, keys[e.dev])
+        for a, b, _ in pairs:  # both ends listen: the left one's keepalive starts it
+            tb.run(a.node, ["wg", "set", a.dev, "peer", b.public, "persistent-keepalive", "1"])
+        for a, b, _ in pairs:
+            self._handshake(tb, a, b)
+
+    def _up(self, tb: Testbed, e: End, peer: End, addr: str, peer_addr: str,
+            key: Path) -> None:  # fmt: skip
+        """Device `e` up at the path's MTU less WireGuard's overhead, keyed to `peer`, the
+        remote network routed into it (failing closed)."""
+        route = tb.run(e.node, ["ip", "-j", "route", "get", peer_addr])
+        out_dev = str(json.loads(route)[0]["dev"])
+        version = 6 if ":" in peer_addr else 4
+        mtu = link_mtu(tb, e.node, out_dev) - overhead(version)
+        tb.run(e.node, ["ip", "link", "set", "dev", e.dev, "mtu", str(mtu), "up"])
+        endpoint = f"[{peer_addr}]:{peer.port}" if version == 6 else f"{peer_addr}:{peer.port}"
+        tb.run(e.node, ["wg", "set", e.dev, "listen-port", str(e.port), "fwmark", FWMARK,
+                        "private-key", str(key), "peer", peer.public, "endpoint", endpoint,
+                        "allowed-ips", e.theirs])  # fmt: skip
+        fam = _family(e.theirs)
+        table = str(e.table)
+        tb.run(e.node, ["ip", *fam, "route", "replace", "unreachable", e.theirs, "metric",
+                        str(UNREACHABLE_METRIC), "table", table])  # fmt: skip
+        tb.run(e.node, ["ip", *fam, "route", "replace", e.theirs, "dev", e.dev, "table", table])
+        e.outer_family = tuple(_family(addr))
+        tb.run(e.node, ["ip", *e.outer_family, "rule", "add", "fwmark", FWMARK, "lookup",
+                        "main", "pref", str(e.pref)])  # fmt: skip
+        tb.run(e.node, ["ip", *fam, "rule", "add", "to", e.theirs, "lookup", table, "pref",
+                        str(e.pref + 1)])  # fmt: skip
+
+    def _handshake(self, tb: Testbed, a: End, b: End) -> None:
+        """Wait (bounded) until both ends have a session, then stop the keepalives that
+        started it (a measurement carries only its own traffic)."""
+        deadline = time.monotonic() + HANDSHAKE_S
+        while True:
+            done = all(self._shaken(tb, e) for e in (a, b))
+            if done or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        if not done:
+            logs = "".join(f"\n--- {e.node} ---\n{tail(tb.rundir / f'wireguard-go-{e.dev}.log')}"
+                           for e in (a, b))  # fmt: skip
+            raise LabError(f"wireguard-go: {a.node} and {b.node} did not hand-shake within "
+                           f"{HANDSHAKE_S:g} s{logs}")  # fmt: skip
+        tb.run(a.node, ["wg", "set", a.dev, "peer", b.public, "persistent-keepalive", "off"])
+
+    @staticmethod
+    def _shaken(tb: Testbed, e: End) -> bool:
+        out = tb.run(e.node, ["wg", "show", e.dev, "latest-handshakes"], check=False)
+        return any(int(f[1]) > 0 for f in (ln.split() for ln in out.splitlines()) if len(f) == 2)
+
+    def stop(self, tb: Testbed) -> None:
+        for e in self._ends:
+            if e.proc is not None:
+                tb.stop(e.proc)  # its device and routes go with it
+            for argv in (
+                ["ip", *_family(e.theirs), "rule", "del", "pref", str(e.pref + 1)],
+                ["ip", *e.outer_family, "rule", "del", "pref", str(e.pref)],
+                ["ip", *_family(e.theirs), "route", "flush", "table", str(e.table)],
+            ):
+                tb.run(e.node, argv, check=False)  # fmt: skip
+            (UAPI_DIR / f"{e.dev}.sock").unlink(missing_ok=True)
+        self._ends.clear()
+
+    def inner_mtu(self) -> int | None:
+        """The smallest MTU of the running WireGuard devices, read from them."""
+        tb = self._tb
+        got = [link_mtu(tb, e.node, e.dev) for e in self._ends if tb is not None]
+        return min(got) if got else None
+
+    def pids(self) -> list[int]:
+        return [e.proc.pid for e in self._ends if e.proc is not None and e.proc.poll() is None]
+
+    def host_pids(self) -> dict[str, list[int]]:
+        return {}
+
+    def plane_clock(self) -> dict[str, tuple[int, int]]:
+        return {}  # wireguard-go counts no packets where the lab can read them per process
+
+    def died(self) -> str | None:
+        return exited({f"{e.node} ({e.dev})": e.proc for e in self._ends if e.proc}, WG_GO)
+
+    def version(self) -> str:
+        try:
+            p = subprocess.run([WG_GO, "--version"], capture_output=True, text=True, timeout=5)
+            said = p.stdout.strip().splitlines()[0] if p.stdout.strip() else ""
+        except (OSError, subprocess.TimeoutExpired):
+            said = ""
+        return f"{said or 'wireguard-go (unknown version)'} ({DEBIAN_NOTE})"
