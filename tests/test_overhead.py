@@ -58,6 +58,15 @@ def test_wireguard_is_a_configuration_of_its_own_with_its_wire_sizes() -> None:
         assert wire_size(wg, size) == 20 + 8 + 16 + padded + 16
         assert wire_size(wg, size, Layout(outer=6)) == 40 + 8 + 16 + padded + 16
     assert largest_inner(wg, 1500) == 1440 and largest_inner(wg, 1500, Layout(outer=6)) == 1420
+    # the padding stops at the device's MTU: the largest packet fills the link exactly,
+    # whatever the MTU and the outer family (1420 and 1340 are not multiples of 16)
+    for mtu, outer in ((1500, 4), (1500, 6), (1400, 4), (9000, 4), (1280, 6)):
+        top = largest_inner(wg, mtu, Layout(outer=outer))
+        assert wire_size(wg, top, Layout(outer=outer, tunnel_mtu=top)) == mtu, (mtu, outer)
+        assert wire_size(wg, top - 1, Layout(outer=outer, tunnel_mtu=top)) == mtu  # padded to it
+    # a TCP transfer's full-size segments fill the link, not 4 bytes past it
+    down = ovh.transfer(wg, 10 << 20, 1500, Layout(outer=6)).server_to_client
+    assert down.ip_bytes <= down.packets * 1500
     for bad in ("wireguard+esp:aes128gcm16", "ipcomp+wireguard"):
         with pytest.raises(ConfigError, match="wireguard is a configuration of its own"):
             parse_configuration(bad)

@@ -217,6 +217,8 @@ class Ours:
         self._remote: dict[str, tuple[str, str]] = {}
         # gateway key -> (node, its TUN device)
         self._tuns: dict[str, tuple[str, str]] = {}
+        # gateway key -> (node, the binary it ran): what releases its guard at stop
+        self._release: dict[str, tuple[str, str]] = {}
         self._tb: Testbed | None = None
         self._on: OnHosts | None = None  # the testbed, when it is of real hosts
 
@@ -276,6 +278,7 @@ class Ours:
                     conf = d / f"{key}.toml"
                     private_file(conf, text)
                 self.configs[key] = conf
+                self._release[key] = (node, str(gw))  # the binary that ran, for --release
                 self.sockets[key] = sock
                 self._tuns[key] = (node, f"ipsec{k}")
                 # fresh keys, never used before: the one case for --init-state
@@ -315,15 +318,9 @@ class Ours:
         the guard's rule to its blackholes would drop that backend's traffic."""
         for p in self._procs.values():
             tb.stop(p)
-        binary = self._binary()
-        for key, conf in self.configs.items():
-            if key in self._remote:
-                node, gw = self._remote[key]
-            elif binary is not None and key in self._tuns:
-                node, gw = self._tuns[key][0], str(binary)
-            else:
-                continue
-            tb.run(node, [gw, "--config", str(conf), "--release"], check=False)
+        for key, (node, gw) in self._release.items():
+            tb.run(node, [gw, "--config", str(self.configs[key]), "--release"], check=False)
+        self._release.clear()
         self._procs.clear()
         self.sockets.clear()
         self._remote.clear()

@@ -273,6 +273,7 @@ class StrongSwan:
             else:
                 kernel_proposals(configuration, self.name)
             return
+        ipsec_configuration(configuration, self.name)  # what it runs, before what it needs
         require_tools(CHARON, "swanctl", "unshare")
         if not self.kernel:
             esp_proposal(configuration, self.name)

@@ -9,10 +9,12 @@ its UAPI socket. Debian ships 0.0.20220316, which predates upstream's 2023 batch
 offload work: every row's backend version says so, so that nobody reads its figures as
 today's wireguard-go.
 
-Per run each end gets a fresh X25519 key pair (the private key only in a 0600 file of
-the run's); the two ends hand-shake before `start` returns (a keepalive starts it), so no
-measurement pays for the first handshake. The interface's MTU is the path's less
-WireGuard's overhead (60 bytes over IPv4: outer IP, UDP, the data message's 16-byte
+Per run each end gets a fresh X25519 key pair from `wg genkey` (the private key only in
+a 0600 file of the run's); the two ends hand-shake before `start` returns (a keepalive
+starts it, and one every 25 s keeps the session up), so no measurement pays for a
+handshake. Devices are named `ipl<testbed token>w<n>`: their control sockets in
+/var/run/wireguard are the machine's, and the name says whose. The interface's MTU is
+the path's less WireGuard's overhead (60 bytes over IPv4: outer IP, UDP, the data message's 16-byte
 header and 16-byte tag), so no full-size packet is fragmented after sealing.
 
 Routing fails closed: the remote network is routed into the WireGuard device from a
@@ -26,7 +28,9 @@ tunnels (whose endpoint is inside the remote network) do not route it into itsel
 from __future__ import annotations
 
 import base64
+import functools
 import json
+import re
 import shutil
 import subprocess
 import time
@@ -49,25 +53,25 @@ RULE_PREF = 1000  # its rules: the mark's at RULE_PREF + 2k, the remote network'
 UNREACHABLE_METRIC = 4096  # below the device's route: what remains if the device goes
 HANDSHAKE_S = 15.0  # the most the first handshake may take
 DEBIAN_NOTE = (
-    "Debian's package: predates upstream's 2023 batching and offload work, so not "
-    "today's wireguard-go speed"
+    "predates upstream's 2023 batching and offload work, so not today's wireguard-go speed"
 )
+BATCHING_SINCE = 20230000  # the first upstream release date with them (v0.0.2023MMDD)
+KEEPALIVE_S = "25"  # keeps the session up between a backend's runs (as wg-quick users do)
 
 
 def x25519_pair() -> tuple[str, str]:
-    """A fresh (private, public) X25519 key pair in WireGuard's base64."""
-    from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
-    from cryptography.hazmat.primitives.serialization import (
-        Encoding,
-        NoEncryption,
-        PrivateFormat,
-        PublicFormat,
-    )
-
-    k = X25519PrivateKey.generate()
-    raw = k.private_bytes(Encoding.Raw, PrivateFormat.Raw, NoEncryption())
-    pub = k.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
-    return base64.b64encode(raw).decode(), base64.b64encode(pub).decode()
+    """A fresh (private, public) X25519 key pair in WireGuard's base64, from `wg genkey`
+    and `wg pubkey` (the private key through pipes only, never an argument)."""
+    try:
+        private = subprocess.run(["wg", "genkey"], capture_output=True, text=True,
+                                 timeout=10, check=True).stdout.strip()  # fmt: skip
+        public = subprocess.run(["wg", "pubkey"], input=private + "\n", capture_output=True,
+                                text=True, timeout=10, check=True).stdout.strip()  # fmt: skip
+    except (OSError, subprocess.SubprocessError) as e:
+        raise LabError(f"wg could not make a key pair: {e}") from None
+    if len(base64.b64decode(private)) != 32 or len(base64.b64decode(public)) != 32:
+        raise LabError("wg made a key that is not 32 bytes of base64")
+    return private, public
 
 
 def overhead(outer_version: int) -> int:
@@ -133,7 +137,7 @@ class WireguardGo:
                 k = count.get(node, 0)
                 count[node] = k + 1
                 # the UAPI socket's directory is the machine's: a name of the testbed's
-                ends.append(End(node, f"wg{token}{n}", PORT + k, TABLE + k,
+                ends.append(End(node, f"ipl{token}w{n}", PORT + k, TABLE + k,
                                 RULE_PREF + 2 * k, mine, theirs))  # fmt: skip
                 n += 1
             pairs.append((ends[0], ends[1], t))
@@ -151,7 +155,10 @@ class WireguardGo:
                 private, e.public = x25519_pair()
                 keys[e.dev] = d / f"{e.dev}.key"
                 private_file(keys[e.dev], private + "\n")
-                (UAPI_DIR / f"{e.dev}.sock").unlink(missing_ok=True)
+                # its control socket, should the lab not reach stop (wireguard-go
+                # watches the file and exits when it goes)
+                sock = UAPI_DIR / f"{e.dev}.sock"
+                tb.on_teardown(functools.partial(sock.unlink, missing_ok=True))
                 e.proc = tb.spawn(e.node, [WG_GO, "--foreground", e.dev], f"wireguard-go-{e.dev}",
                                   limited=e.node in tb.topo.limited_nodes, ipsec=True)  # fmt: skip
         for e in self._ends:
@@ -166,6 +173,8 @@ class WireguardGo:
                 self._up(tb, e, peer, addr, peer_addr, keys[e.dev])
         for a, b, _ in pairs:  # both ends listen: the left one's keepalive starts it
             tb.run(a.node, ["wg", "set", a.dev, "peer", b.public, "persistent-keepalive", "1"])
+        # the keepalive started it; every KEEPALIVE_S seconds it keeps the session up, so
+        # no later run of this backend pays for a handshake either
         for a, b, _ in pairs:
             self._handshake(tb, a, b)
 
@@ -194,8 +203,9 @@ class WireguardGo:
                         str(e.pref + 1)])  # fmt: skip
 
     def _handshake(self, tb: Testbed, a: End, b: End) -> None:
-        """Wait (bounded) until both ends have a session, then stop the keepalives that
-        started it (a measurement carries only its own traffic)."""
+        """Wait (bounded) until both ends have a session, then slow the keepalive that
+        started it to one every KEEPALIVE_S seconds (the session stays up between a
+        backend's runs; a 32-byte packet each time, nothing beside a measurement)."""
         deadline = time.monotonic() + HANDSHAKE_S
         while True:
             done = all(self._shaken(tb, e) for e in (a, b))
@@ -207,7 +217,8 @@ class WireguardGo:
                            for e in (a, b))  # fmt: skip
             raise LabError(f"wireguard-go: {a.node} and {b.node} did not hand-shake within "
                            f"{HANDSHAKE_S:g} s{logs}")  # fmt: skip
-        tb.run(a.node, ["wg", "set", a.dev, "peer", b.public, "persistent-keepalive", "off"])
+        tb.run(a.node, ["wg", "set", a.dev, "peer", b.public, "persistent-keepalive",
+                        KEEPALIVE_S])  # fmt: skip
 
     @staticmethod
     def _shaken(tb: Testbed, e: End) -> bool:
@@ -215,17 +226,31 @@ class WireguardGo:
         return any(int(f[1]) > 0 for f in (ln.split() for ln in out.splitlines()) if len(f) == 2)
 
     def stop(self, tb: Testbed) -> None:
+        """Every wireguard-go stopped first (its device goes: the unreachable routes hold
+        the remote networks closed), then each end's rules and table removed — by their
+        whole selectors, so only the run's own — each step tried whatever the last did."""
+        errors: list[str] = []
         for e in self._ends:
-            if e.proc is not None:
-                tb.stop(e.proc)  # its device and routes go with it
-            for argv in (
-                ["ip", *_family(e.theirs), "rule", "del", "pref", str(e.pref + 1)],
-                ["ip", *e.outer_family, "rule", "del", "pref", str(e.pref)],
-                ["ip", *_family(e.theirs), "route", "flush", "table", str(e.table)],
-            ):
-                tb.run(e.node, argv, check=False)  # fmt: skip
+            try:
+                if e.proc is not None:
+                    tb.stop(e.proc)
+            except Exception as x:  # every step is tried; all are reported
+                errors.append(f"stopping wireguard-go on {e.node}: {x}")
+        for e in self._ends:
+            fam, out = _family(e.theirs), list(e.outer_family)
+            for argv in (["ip", *fam, "rule", "del", "to", e.theirs, "lookup", str(e.table),
+                          "pref", str(e.pref + 1)],
+                         ["ip", *out, "rule", "del", "fwmark", FWMARK, "lookup", "main", "pref",
+                          str(e.pref)],
+                         ["ip", *fam, "route", "flush", "table", str(e.table)]):  # fmt: skip
+                try:
+                    tb.run(e.node, argv, check=False)
+                except Exception as x:
+                    errors.append(f"{e.node}: {' '.join(argv)}: {x}")
             (UAPI_DIR / f"{e.dev}.sock").unlink(missing_ok=True)
         self._ends.clear()
+        if errors:
+            raise LabError("wireguard-go did not stop cleanly: " + "; ".join(errors))
 
     def inner_mtu(self) -> int | None:
         """The smallest MTU of the running WireGuard devices, read from them."""
@@ -251,4 +276,13 @@ class WireguardGo:
             said = p.stdout.strip().splitlines()[0] if p.stdout.strip() else ""
         except (OSError, subprocess.TimeoutExpired):
             said = ""
-        return f"{said or 'wireguard-go (unknown version)'} ({DEBIAN_NOTE})"
+        return versioned(said)
+
+
+def versioned(said: str) -> str:
+    """The row's version: what wireguard-go says, and — for a release from before
+    upstream's batching (v0.0.YYYYMMDD before 2023) — that its figures are not today's."""
+    m = re.search(r"v0\.0\.(\d{8})", said)
+    if not said:
+        return "wireguard-go (unknown version)"
+    return f"{said} ({DEBIAN_NOTE})" if m and int(m.group(1)) < BATCHING_SINCE else said

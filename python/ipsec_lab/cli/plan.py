@@ -79,7 +79,8 @@ def _bench_fit(args: argparse.Namespace, suite: str, lalg: SecuredLength, notes:
             f"the engine's times at {BENCH_SIZES} B did not fit the model in "
             f"{BENCH_ATTEMPTS} tries ({why}); other processes used {busiest:.2f} CPUs "
             f"meanwhile: rerun on a quiet machine, or with more --trials (now {args.trials}) "
-            f"or a larger --budget-ms (now {args.budget_ms})"
+            f"or a larger --budget-ms (now {args.budget_ms}) — if the machine was quiet, "
+            "the engine itself is wrong: report it"
         )
     if busiest > BUSY_CPUS:
         notes.append(

@@ -11,7 +11,7 @@ protected segment still fits the MTU (as gateways do; the alternative is fragmen
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ipsec_lab.model.transforms import (
@@ -51,8 +51,8 @@ def largest_inner(cfg: Configuration, mtu: int, layout: Layout | None = None) ->
     if wire_size(cfg, lo, lay) > mtu:
         raise ConfigError(f"MTU {mtu} leaves no room for data under {cfg.text}")
     if cfg.wireguard:
-        # its padding stops at the interface's MTU (whitepaper §5.4.6): none at the MTU
-        return mtu - (wire_size(cfg, 3 * WG_PAD, lay) - 3 * WG_PAD)
+        # its padding stops at the device's MTU (whitepaper §5.4.6): none at the MTU
+        return mtu - (wire_size(cfg, 3 * WG_PAD, replace(lay, tunnel_mtu=None)) - 3 * WG_PAD)
     size = mtu
     while wire_size(cfg, size, lay) > mtu:
         size -= 1
@@ -113,6 +113,8 @@ def transfer(
     hdr = lay.inner_header + TCP_HEADER + TCP_TIMESTAMPS
     syn = lay.inner_header + TCP_HEADER + TCP_SYN_OPTIONS
     inner_max = mtu if cfg.is_none else largest_inner(cfg, mtu, lay)
+    if cfg.wireguard:  # the device's MTU is what fits the link: no padding past it
+        lay = replace(lay, tunnel_mtu=inner_max)
     seg = inner_max - hdr
     if seg < 1:
         raise ConfigError(f"MTU {mtu} leaves no room for TCP data")

@@ -69,6 +69,8 @@ class Layout:
     outer: int = 4  # outer IP version (tunnel mode)
     inner: int = 4  # inner IP version (its header stays in front in transport mode)
     udp_encap: bool = False
+    # WireGuard pads a packet to 16 bytes but never past its device's MTU (None: no cap)
+    tunnel_mtu: int | None = None
 
     def __post_init__(self) -> None:
         if self.mode not in ("tunnel", "transport"):
@@ -310,11 +312,12 @@ def packet_plan(
 
 def _wireguard_plan(size: int, lay: Layout) -> PacketPlan:
     """WireGuard carries the whole packet (it has no transport mode) zero-padded to 16
-    bytes — the whitepaper caps the padding at the interface's MTU, which this leaves out:
-    within 15 bytes of an MTU that is not a multiple of 16 the wire is up to 15 bytes
-    shorter — in a transport data message in UDP, the outer IP header the layout's outer
+    bytes but not past the device's MTU (`lay.tunnel_mtu`, when given), in a transport
+    data message in UDP (whitepaper §5.4.6); the outer IP header is the layout's outer
     version (the inner's where the layout says transport: host to host)."""
     padded = _ceil_to(size, WG_PAD)
+    if lay.tunnel_mtu is not None:
+        padded = min(padded, max(size, lay.tunnel_mtu))
     version = lay.outer if lay.mode == "tunnel" else lay.inner
     ip = IPV4_HEADER if version == 4 else IPV6_HEADER
     wire = ip + UDP_ENCAP + WG_HEADER + padded + WG_TAG
