@@ -54,9 +54,12 @@ rust-checks: rust venv
 
 deps: apt rust venv
 
-# Debian packages: installed only when one is missing (needs root on a fresh machine).
+# Debian packages: installed only when one is missing (needs root on a fresh machine). A
+# package removed but not purged still answers `dpkg -s`: its status must say installed.
 apt:
-	@missing=""; for p in $(APT_PKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	@missing=""; for p in $(APT_PKGS); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'install ok installed' \
+	    || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing Debian packages:$$missing"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
