@@ -129,7 +129,11 @@ def test_wireguard_go_keys_and_its_version_says_it_is_debians() -> None:
 
     from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
-    from ipsec_lab.backends.wireguard import DEBIAN_NOTE, overhead, versioned, x25519_pair
+    from ipsec_lab.backends.wireguard import DEBIAN_NOTE, versioned, x25519_pair
+    from ipsec_lab.model.transforms import Layout, wireguard_overhead
+
+    def overhead(outer: int) -> int:
+        return wireguard_overhead(Layout(outer=outer))
 
     # wg's key pairs, checked with another X25519 (the cryptography package's)
     (a_priv, a_pub), (b_priv, b_pub) = x25519_pair(), x25519_pair()

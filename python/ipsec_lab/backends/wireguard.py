@@ -14,8 +14,9 @@ a 0600 file of the run's); the two ends hand-shake before `start` returns (a kee
 starts it, and one every 25 s keeps the session up), so no measurement pays for a
 handshake. Devices are named `ipl<testbed token>w<n>`: their control sockets in
 /var/run/wireguard are the machine's, and the name says whose. The interface's MTU is
-the path's less WireGuard's overhead (60 bytes over IPv4: outer IP, UDP, the data message's 16-byte
-header and 16-byte tag), so no full-size packet is fragmented after sealing.
+the path's less WireGuard's overhead (60 bytes over IPv4: outer IP, UDP, the data
+message's 16-byte header and 16-byte tag), so no full-size packet is fragmented after
+sealing.
 
 Routing fails closed: the remote network is routed into the WireGuard device from a
 table of the run's own (an `ip rule` for the remote network), beside an `unreachable`
@@ -38,7 +39,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ipsec_lab.backends.base import Unsupported, exited, private_dir, private_file
-from ipsec_lab.model.transforms import WIREGUARD, Layout, parse_configuration, wire_size
+from ipsec_lab.model.transforms import (
+    WIREGUARD,
+    Layout,
+    parse_configuration,
+    wireguard_overhead,
+)
 from ipsec_lab.testbed import Tunnel, build
 from ipsec_lab.testbed.build import LabError, tail, wait_for_path
 from ipsec_lab.testbed.interface import READY_S, Process, Testbed
@@ -72,12 +78,6 @@ def x25519_pair() -> tuple[str, str]:
     if len(base64.b64decode(private)) != 32 or len(base64.b64decode(public)) != 32:
         raise LabError("wg made a key that is not 32 bytes of base64")
     return private, public
-
-
-def overhead(outer_version: int) -> int:
-    """Bytes WireGuard adds to a packet whose length is a multiple of 16 (the model's)."""
-    cfg = parse_configuration(WIREGUARD)
-    return wire_size(cfg, 48, Layout(outer=outer_version)) - 48
 
 
 def check_configuration(configuration: str, backend: str) -> None:
@@ -185,7 +185,7 @@ class WireguardGo:
         route = tb.run(e.node, ["ip", "-j", "route", "get", peer_addr])
         out_dev = str(json.loads(route)[0]["dev"])
         version = 6 if ":" in peer_addr else 4
-        mtu = link_mtu(tb, e.node, out_dev) - overhead(version)
+        mtu = link_mtu(tb, e.node, out_dev) - wireguard_overhead(Layout(outer=version))
         tb.run(e.node, ["ip", "link", "set", "dev", e.dev, "mtu", str(mtu), "up"])
         endpoint = f"[{peer_addr}]:{peer.port}" if version == 6 else f"{peer_addr}:{peer.port}"
         tb.run(e.node, ["wg", "set", e.dev, "listen-port", str(e.port), "fwmark", FWMARK,

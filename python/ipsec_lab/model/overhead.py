@@ -15,13 +15,13 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ipsec_lab.model.transforms import (
-    WG_PAD,
     ConfigError,
     Configuration,
     Layout,
     packet_plan,
     parse_configuration,
     wire_size,
+    wireguard_overhead,
 )
 
 TCP_HEADER = 20
@@ -52,7 +52,7 @@ def largest_inner(cfg: Configuration, mtu: int, layout: Layout | None = None) ->
         raise ConfigError(f"MTU {mtu} leaves no room for data under {cfg.text}")
     if cfg.wireguard:
         # its padding stops at the device's MTU (whitepaper §5.4.6): none at the MTU
-        return mtu - (wire_size(cfg, 3 * WG_PAD, replace(lay, tunnel_mtu=None)) - 3 * WG_PAD)
+        return mtu - wireguard_overhead(lay)
     size = mtu
     while wire_size(cfg, size, lay) > mtu:
         size -= 1

@@ -310,6 +310,15 @@ def packet_plan(
     return PacketPlan(size, wire, compressed, stages)
 
 
+def wireguard_overhead(lay: Layout) -> int:
+    """What WireGuard adds to a packet besides its padding: the outer IP header (the
+    layout's outer version; the inner's where it says transport, host to host), UDP, the
+    data message's header and Poly1305's tag — 60 bytes over IPv4, 80 over IPv6."""
+    version = lay.outer if lay.mode == "tunnel" else lay.inner
+    ip = IPV4_HEADER if version == 4 else IPV6_HEADER
+    return ip + UDP_ENCAP + WG_HEADER + WG_TAG
+
+
 def _wireguard_plan(size: int, lay: Layout) -> PacketPlan:
     """WireGuard carries the whole packet (it has no transport mode) zero-padded to 16
     bytes but not past the device's MTU (`lay.tunnel_mtu`, when given), in a transport
@@ -318,9 +327,7 @@ def _wireguard_plan(size: int, lay: Layout) -> PacketPlan:
     padded = _ceil_to(size, WG_PAD)
     if lay.tunnel_mtu is not None:
         padded = min(padded, max(size, lay.tunnel_mtu))
-    version = lay.outer if lay.mode == "tunnel" else lay.inner
-    ip = IPV4_HEADER if version == 4 else IPV6_HEADER
-    wire = ip + UDP_ENCAP + WG_HEADER + padded + WG_TAG
+    wire = wireguard_overhead(lay) + padded
     chacha = CIPHERS["chacha20poly1305"]
     return PacketPlan(size, wire, False, {"cipher": _ceil_to(padded, chacha.work_block)})
 
