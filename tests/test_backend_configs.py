@@ -115,11 +115,12 @@ def test_ipsec_and_wireguard_backends_each_refuse_the_others_configuration() -> 
                 with pytest.raises(Unsupported, match=f"{e.name} runs WireGuard's one suite"):
                     b.check(cfg)
         else:
-            with pytest.raises(Unsupported, match=f"^{e.name} runs IPsec; `wireguard` is "
-                               "WireGuard's configuration \\(backend wireguard-go\\)"):  # fmt: skip
+            said = "WireGuard's configuration \\(backends wireguard, wireguard-go\\)"
+            with pytest.raises(Unsupported, match=f"^{e.name} runs IPsec; `wireguard` is {said}"):
                 b.check("wireguard")
         checked.add(e.name)
-    assert {"ours", "ours-udp", "xfrm", "strongswan-libipsec", "wireguard-go"} <= checked
+    assert {"ours", "ours-udp", "xfrm", "strongswan-libipsec", "wireguard",
+            "wireguard-go"} <= checked  # fmt: skip
     with pytest.raises(Unsupported, match="use backend `none`"):
         ipsec_configuration("none", "x")
 
@@ -147,3 +148,35 @@ def test_wireguard_go_keys_and_its_version_says_it_is_debians() -> None:
     assert versioned("wireguard-go v0.0.20220316") == f"wireguard-go v0.0.20220316 ({DEBIAN_NOTE})"
     assert versioned("wireguard-go v0.0.20230223") == "wireguard-go v0.0.20230223"
     assert versioned("") == "wireguard-go (unknown version)"
+
+
+def test_the_kernels_wireguard_says_why_it_cannot_run_on_a_kernel_without_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Where `ip link add … type wireguard` is refused (this project's development kernel),
+    the kernel's WireGuard is refused with the kernel's answer and where it does run (the
+    micro-VM); where the kernel makes the device, only the configuration decides."""
+    import platform
+    import shutil
+
+    from ipsec_lab import backends
+    from ipsec_lab.backends import wireguard
+
+    monkeypatch.setattr(shutil, "which", lambda tool: f"/usr/bin/{tool}")
+    said = "Error: Unknown device type."
+    monkeypatch.setattr(wireguard, "kernel_has_wireguard", lambda: (False, said))
+    b = backends.make("wireguard")
+    with pytest.raises(Unsupported) as e:
+        b.check("wireguard")
+    assert str(e.value) == (
+        f"this kernel ({platform.release()}) makes no WireGuard devices ({said}): run it in "
+        "the micro-VM (--vm), whose Debian kernel has the wireguard module, or on a kernel "
+        "that has it"
+    )
+    monkeypatch.setattr(wireguard, "kernel_has_wireguard", lambda: (True, ""))
+    b.check("wireguard")
+    with pytest.raises(Unsupported, match="runs WireGuard's one suite"):
+        b.check("esp:chacha20poly1305")
+    monkeypatch.setattr(shutil, "which", lambda tool: None)
+    with pytest.raises(Unsupported, match=r"no wg here \(Debian package wireguard-tools"):
+        b.check("wireguard")

@@ -28,7 +28,7 @@ from pathlib import Path
 # What the lab's IPsec and links need from the kernel; loaded before the command runs.
 MODULES = (
     "esp4", "esp6", "ah4", "ah6", "ipcomp", "ipcomp6", "xfrm_user", "xfrm4_tunnel",
-    "xfrm6_tunnel", "tunnel4", "tunnel6", "sch_netem", "sch_tbf", "tun", "veth",
+    "xfrm6_tunnel", "tunnel4", "tunnel6", "sch_netem", "sch_tbf", "tun", "veth", "wireguard",
 )  # fmt: skip
 # A kernel is usable when its modules directory has these (compressed or not).
 REQUIRED = ("kernel/net/ipv4/esp4.ko", "kernel/net/ipv4/ah4.ko", "kernel/net/sched/sch_netem.ko")

@@ -104,6 +104,10 @@ REGISTRY: tuple[Entry, ...] = (
     Entry("ours-udp", ours.Ours, "ipsec-gw with ESP in UDP, RFC 3948, and UDP GSO/GRO",
           (("udp_encap", True),), stage_timing=True, hosts=True, tools=("nft",),
           user=ours.GATEWAY_USER, start_s=1.5),
+    Entry("wireguard", wireguard.Wireguard,
+          "the Linux kernel's WireGuard (configuration `wireguard`), where the kernel has "
+          "the module: in the micro-VM here (--vm)",
+          tools=("wg",), probes_kernel=True),
     Entry("wireguard-go", wireguard.WireguardGo,
           "WireGuard in user space on a TUN device, Debian's wireguard-go (configuration "
           "`wireguard`; a 2022 release, before upstream's batching)",

@@ -3,6 +3,11 @@ link run IPsec or WireGuard? Its configuration is its one suite, `wireguard`
 (Noise_IKpsk2 handshake, ChaCha20-Poly1305 transport); any other is refused, as the
 IPsec backends refuse `wireguard`.
 
+`wireguard`: the Linux kernel's WireGuard (a `wireguard` device per tunnel end, made with
+`ip link` in its gateway's namespace and keyed with `wg`), where the kernel has the module:
+Debian's kernel does (the micro-VM here, `--vm`), this machine's development kernel does
+not, and the backend says so.
+
 `wireguard-go`: Debian's user-space WireGuard on a TUN device (runs on kernels without
 WireGuard), one process per tunnel end in its gateway's namespace, keyed with `wg` over
 its UAPI socket. Debian ships 0.0.20220316, which predates upstream's 2023 batching and
@@ -31,6 +36,7 @@ from __future__ import annotations
 import base64
 import functools
 import json
+import platform
 import re
 import shutil
 import subprocess
@@ -46,7 +52,7 @@ from ipsec_lab.model.transforms import (
     wireguard_overhead,
 )
 from ipsec_lab.testbed import Tunnel, build
-from ipsec_lab.testbed.build import LabError, tail, wait_for_path
+from ipsec_lab.testbed.build import LabError, probe, tail, wait_for_path
 from ipsec_lab.testbed.interface import READY_S, Process, Testbed
 from ipsec_lab.testbed.links import link_mtu
 
@@ -109,8 +115,13 @@ def _family(prefix: str) -> list[str]:
     return ["-6"] if ":" in prefix else []
 
 
-class WireguardGo:
-    name = "wireguard-go"
+class _WireGuard:
+    """What both WireGuards share: ends, keys, the handshake, fail-closed routing and a
+    stop that undoes it. A subclass makes each end's device (`_devices`) and takes them
+    down (`_down`)."""
+
+    name = "wireguard"
+    what = "WireGuard"  # its name in messages
 
     def __init__(self) -> None:
         self._ends: list[End] = []
@@ -121,12 +132,11 @@ class WireguardGo:
 
     def check(self, configuration: str) -> None:
         check_configuration(configuration, self.name)
-        for tool, pkg in ((WG_GO, "wireguard-go"), ("wg", "wireguard-tools")):
-            if shutil.which(tool) is None:
-                raise Unsupported(f"no {tool} here (Debian package {pkg}; `make deps`)")
+        if shutil.which("wg") is None:
+            raise Unsupported("no wg here (Debian package wireguard-tools; `make deps`)")
 
     def _ends_of(self, tb: Testbed) -> list[tuple[End, End, Tunnel]]:
-        token = build.of_namespaces(tb, "wireguard-go").token
+        token = build.of_namespaces(tb, self.name).token
         pairs: list[tuple[End, End, Tunnel]] = []
         count: dict[str, int] = {}
         n = 0
@@ -136,12 +146,22 @@ class WireguardGo:
                                        (t.right, t.right_ts, t.left_ts)):  # fmt: skip
                 k = count.get(node, 0)
                 count[node] = k + 1
-                # the UAPI socket's directory is the machine's: a name of the testbed's
+                # wireguard-go's UAPI socket's directory is the machine's: a name of the
+                # testbed's (the kernel's devices take the same names)
                 ends.append(End(node, f"ipl{token}w{n}", PORT + k, TABLE + k,
                                 RULE_PREF + 2 * k, mine, theirs))  # fmt: skip
                 n += 1
             pairs.append((ends[0], ends[1], t))
         return pairs
+
+    def _devices(self, tb: Testbed, ends: list[End]) -> None:
+        raise NotImplementedError
+
+    def _down(self, tb: Testbed, e: End) -> None:
+        raise NotImplementedError
+
+    def _log(self, tb: Testbed, e: End) -> str:
+        return ""
 
     def start(self, tb: Testbed, configuration: str) -> None:
         self.check(configuration)
@@ -155,18 +175,7 @@ class WireguardGo:
                 private, e.public = x25519_pair()
                 keys[e.dev] = d / f"{e.dev}.key"
                 private_file(keys[e.dev], private + "\n")
-                # its control socket, should the lab not reach stop (wireguard-go
-                # watches the file and exits when it goes)
-                sock = UAPI_DIR / f"{e.dev}.sock"
-                tb.on_teardown(functools.partial(sock.unlink, missing_ok=True))
-                e.proc = tb.spawn(e.node, [WG_GO, "--foreground", e.dev], f"wireguard-go-{e.dev}",
-                                  limited=e.node in tb.topo.limited_nodes, ipsec=True)  # fmt: skip
-        for e in self._ends:
-            assert e.proc is not None
-            if not wait_for_path(UAPI_DIR / f"{e.dev}.sock", e.proc, READY_S):
-                raise LabError(f"wireguard-go on {e.node} did not start (no UAPI socket "
-                               f"{UAPI_DIR / e.dev}.sock):\n"
-                               f"{tail(tb.rundir / f'wireguard-go-{e.dev}.log')}")  # fmt: skip
+        self._devices(tb, self._ends)
         for a, b, t in pairs:
             for e, peer, addr, peer_addr in ((a, b, t.left_outer, t.right_outer),
                                              (b, a, t.right_outer, t.left_outer)):  # fmt: skip
@@ -213,9 +222,8 @@ class WireguardGo:
                 break
             time.sleep(0.05)
         if not done:
-            logs = "".join(f"\n--- {e.node} ---\n{tail(tb.rundir / f'wireguard-go-{e.dev}.log')}"
-                           for e in (a, b))  # fmt: skip
-            raise LabError(f"wireguard-go: {a.node} and {b.node} did not hand-shake within "
+            logs = "".join(f"\n--- {e.node} ---\n{self._log(tb, e)}" for e in (a, b))
+            raise LabError(f"{self.name}: {a.node} and {b.node} did not hand-shake within "
                            f"{HANDSHAKE_S:g} s{logs}")  # fmt: skip
         tb.run(a.node, ["wg", "set", a.dev, "peer", b.public, "persistent-keepalive",
                         KEEPALIVE_S])  # fmt: skip
@@ -226,16 +234,15 @@ class WireguardGo:
         return any(int(f[1]) > 0 for f in (ln.split() for ln in out.splitlines()) if len(f) == 2)
 
     def stop(self, tb: Testbed) -> None:
-        """Every wireguard-go stopped first (its device goes: the unreachable routes hold
-        the remote networks closed), then each end's rules and table removed — by their
-        whole selectors, so only the run's own — each step tried whatever the last did."""
+        """Every device taken down first (the unreachable routes then hold the remote
+        networks closed), then each end's rules and table removed — by their whole
+        selectors, so only the run's own — each step tried whatever the last did."""
         errors: list[str] = []
         for e in self._ends:
             try:
-                if e.proc is not None:
-                    tb.stop(e.proc)
+                self._down(tb, e)
             except Exception as x:  # every step is tried; all are reported
-                errors.append(f"stopping wireguard-go on {e.node}: {x}")
+                errors.append(f"taking down {e.dev} on {e.node}: {x}")
         for e in self._ends:
             fam, out = _family(e.theirs), list(e.outer_family)
             for argv in (["ip", *fam, "rule", "del", "to", e.theirs, "lookup", str(e.table),
@@ -247,10 +254,9 @@ class WireguardGo:
                     tb.run(e.node, argv, check=False)
                 except Exception as x:
                     errors.append(f"{e.node}: {' '.join(argv)}: {x}")
-            (UAPI_DIR / f"{e.dev}.sock").unlink(missing_ok=True)
         self._ends.clear()
         if errors:
-            raise LabError("wireguard-go did not stop cleanly: " + "; ".join(errors))
+            raise LabError(f"{self.name} did not stop cleanly: " + "; ".join(errors))
 
     def inner_mtu(self) -> int | None:
         """The smallest MTU of the running WireGuard devices, read from them."""
@@ -258,14 +264,50 @@ class WireguardGo:
         got = [link_mtu(tb, e.node, e.dev) for e in self._ends if tb is not None]
         return min(got) if got else None
 
-    def pids(self) -> list[int]:
-        return [e.proc.pid for e in self._ends if e.proc is not None and e.proc.poll() is None]
-
     def host_pids(self) -> dict[str, list[int]]:
         return {}
 
     def plane_clock(self) -> dict[str, tuple[int, int]]:
-        return {}  # wireguard-go counts no packets where the lab can read them per process
+        return {}  # neither counts packets where the lab can read them per process
+
+
+class WireguardGo(_WireGuard):
+    """wireguard-go: one process per end, in its node's namespace, on a TUN device it
+    makes; `wg` reaches it through its UAPI socket (/var/run/wireguard/DEV.sock)."""
+
+    name = "wireguard-go"
+
+    def check(self, configuration: str) -> None:
+        super().check(configuration)
+        if shutil.which(WG_GO) is None:
+            raise Unsupported(f"no {WG_GO} here (Debian package wireguard-go; `make deps`)")
+
+    def _devices(self, tb: Testbed, ends: list[End]) -> None:
+        for e in ends:
+            # its control socket, should the lab not reach stop (wireguard-go watches the
+            # file and exits when it goes)
+            sock = UAPI_DIR / f"{e.dev}.sock"
+            tb.on_teardown(functools.partial(sock.unlink, missing_ok=True))
+            e.proc = tb.spawn(e.node, [WG_GO, "--foreground", e.dev], f"wireguard-go-{e.dev}",
+                              limited=e.node in tb.topo.limited_nodes, ipsec=True)  # fmt: skip
+        for e in ends:
+            assert e.proc is not None
+            if not wait_for_path(UAPI_DIR / f"{e.dev}.sock", e.proc, READY_S):
+                raise LabError(f"wireguard-go on {e.node} did not start (no UAPI socket "
+                               f"{UAPI_DIR / e.dev}.sock):\n{self._log(tb, e)}")  # fmt: skip
+
+    def _log(self, tb: Testbed, e: End) -> str:
+        return tail(tb.rundir / f"wireguard-go-{e.dev}.log")
+
+    def _down(self, tb: Testbed, e: End) -> None:
+        try:
+            if e.proc is not None:
+                tb.stop(e.proc)  # its device goes with it
+        finally:
+            (UAPI_DIR / f"{e.dev}.sock").unlink(missing_ok=True)
+
+    def pids(self) -> list[int]:
+        return [e.proc.pid for e in self._ends if e.proc is not None and e.proc.poll() is None]
 
     def died(self) -> str | None:
         return exited({f"{e.node} ({e.dev})": e.proc for e in self._ends if e.proc}, WG_GO)
@@ -277,6 +319,56 @@ class WireguardGo:
         except (OSError, subprocess.TimeoutExpired):
             said = ""
         return versioned(said)
+
+
+@functools.cache
+def kernel_has_wireguard() -> tuple[bool, str]:
+    """Whether this kernel makes WireGuard devices (the `wireguard` module, loaded on
+    demand); probed once per process in a scratch namespace."""
+    return probe("wgprobe", [], ["ip", "link", "add", "wgprobe0", "type", "wireguard"])
+
+
+class Wireguard(_WireGuard):
+    """The Linux kernel's WireGuard (5.6 and later; Debian's kernel has the module): a
+    `wireguard` device per end made with `ip link`, keyed with `wg` over netlink. Its work
+    is the kernel's — softirq and its own kernel threads, like xfrm's: no process of its
+    own for the lab to meter apart."""
+
+    name = "wireguard"
+
+    def check(self, configuration: str) -> None:
+        super().check(configuration)
+        ok, said = kernel_has_wireguard()
+        if not ok:
+            raise Unsupported(
+                f"this kernel ({platform.release()}) makes no WireGuard devices "
+                f"({said or 'refused'}): run it in the micro-VM (--vm), whose Debian kernel "
+                "has the wireguard module, or on a kernel that has it"
+            )
+
+    def _devices(self, tb: Testbed, ends: list[End]) -> None:
+        for e in ends:  # in the node's namespace: its UDP socket is that namespace's too
+            tb.run(e.node, ["ip", "link", "add", "dev", e.dev, "type", "wireguard"])
+
+    def _down(self, tb: Testbed, e: End) -> None:
+        tb.run(e.node, ["ip", "link", "del", "dev", e.dev], check=False)
+
+    def pids(self) -> list[int]:
+        return []
+
+    def died(self) -> str | None:
+        """Which device went (deleted under the run): its traffic met the unreachable
+        route, not the tunnel."""
+        tb = self._tb
+        if tb is None:
+            return None
+        gone = [f"{e.node}'s device {e.dev} is gone" for e in self._ends
+                if not re.search(rf"^\d+: {re.escape(e.dev)}:", tb.run(
+                    e.node, ["ip", "-o", "link", "show"], check=False), re.M)]  # fmt: skip
+        return "; ".join(gone) or None
+
+    def version(self) -> str:
+        return f"Linux {platform.release()} WireGuard"
 
 
 def versioned(said: str) -> str:
