@@ -75,3 +75,30 @@ def test_a_campaign_compares_ipsec_and_wireguard_on_one_testbed(tmp_path: Path) 
     wg = status["wireguard-go", "wireguard"]
     assert wg["results"][0]["ipsec_cpu_s"] > 0  # its processes' CPU, metered apart
     assert wg["results"][0]["inner_mtu"] == wg["results"][0]["link_mtu"] - 60
+    # The report's peers view, read as a person reads it (headless Chromium's DOM): one row
+    # per tunnel, none first, each rate the run's, each version and where it ran.
+    import re
+    import shutil
+    import subprocess
+
+    from ipsec_lab.metrics import BY_KEY
+
+    cid = json.loads(p.stdout)["campaign"]
+    out = tmp_path / "report"
+    cli("report", str(cid), "--lab", str(tmp_path / "lab"), "--out", str(out), check=True)
+    chromium = shutil.which("chromium")
+    assert chromium, "Debian's chromium is not installed (the Makefile installs it)"
+    dom = subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu",
+                          "--dump-dom", (out / "report.html").as_uri()],
+                         capture_output=True, text=True, timeout=120).stdout  # fmt: skip
+    view = dom.split("Peers side by side (unshaped, client-server)</h3>")[1].split("</table>")[0]
+    rows = [re.findall(r"<td[^>]*>(.*?)</td>", tr) for tr in view.split("<tr>")[2:]]
+    assert [r[:2] for r in rows] == [["none", "none"], ["ours-udp", "esp:aes128gcm16"],
+                                     ["wireguard-go", "wireguard"]], rows  # fmt: skip
+    for r, key in zip(rows, (("none", "none"), ("ours-udp", "esp:aes128gcm16"),
+                             ("wireguard-go", "wireguard"))):  # fmt: skip
+        run = status[key]
+        assert r[2].startswith(BY_KEY["mbps"].show(run["results"][0]["mbps"]) + " ("), r
+        assert r[-2] == run["backend_version"], r
+        assert r[-1].startswith("host, Linux "), r
+    assert rows[1][4] != "—" and rows[2][4] != "—"  # each user-space tunnel's own CPU

@@ -41,8 +41,11 @@ def ping(tb: Testbed, size: int, check: bool = True) -> str:
 WIRE = {"line": ("gwA", "wan"), "pair": ("hostA", "eth0")}
 
 
-def carries_a_file_whole(tmp_path: Path, topo: str, wg: _WireGuard) -> tuple[list[int], str]:
-    """`wg` between the ends of `topo`; (its PIDs, its version) while it ran."""
+def carries_a_file_whole(
+    tmp_path: Path, topo: str, wg: _WireGuard, mib: int = 4
+) -> tuple[list[int], str]:
+    """`wg` between the ends of `topo`, a file of `mib` MiB carried; (its PIDs, its
+    version) while it ran."""
     node, iface = WIRE[topo]
     with Testbed(topology(topo), tmp_path / "run") as tb:
         link = link_mtu(tb, node, iface)
@@ -51,7 +54,7 @@ def carries_a_file_whole(tmp_path: Path, topo: str, wg: _WireGuard) -> tuple[lis
                 wg.start(tb, "wireguard")  # returns once both ends have a session
                 for n in PINGS:
                     ping(tb, n)
-            data = planted(tb, 4)
+            data = planted(tb, mib)
             with capture(tb, node, iface, "bulk") as bulk:
                 flow = tb.topo.flows[0]
                 transfer(tb, (flow.source, ""), (flow.sink, flow.sink_addr), data, 60)

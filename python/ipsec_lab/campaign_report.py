@@ -52,6 +52,7 @@ def footnoted(rows: list[list[Any]]) -> tuple[list[list[Any]], list[str]]:
 def analyse(
     cid: int, name: str, runs: list[dict[str, Any]], scenario_path: str = "",
     lab_dir: Path | None = None, earlier: ceiling.Lookup | None = None,
+    environment: dict[str, Any] | None = None,
 ) -> Analysis:  # fmt: skip
     """One campaign's analysis: tables and plots, no findings (there is no paper)."""
     an = Analysis(f"campaign-{cid}", f"Campaign {cid} — {name}", f"ipsec-lab run campaign {cid}")
@@ -90,6 +91,7 @@ def analyse(
                 f"campaign {cid}: {r['backend']} {r['configuration']} on {r['link']} "
                 f"{r['workload']} #{r['repetition']} failed — {(r['reason'] or '').splitlines()[0]}"
             )
+    an.tables += peers(summary, runs, environment or {})
     # latency and soak rows have plots of their own (below): their rate is a background's
     probed = {r["measurement"] for r in measured if r.get("rtt_p50_us_median") is not None}
     for meas in sorted({r["measurement"] for r in measured} - probed):
@@ -256,3 +258,82 @@ def _soak_plots(an: Analysis, runs: list[dict[str, Any]], cid: int) -> None:
             "lines", "Soak: the IPsec processes' resident memory", "time (min)", "MiB",
             lines=rss, note=f"campaign {cid}; a leak shows as a steady climb",
         ))  # fmt: skip
+
+
+# a rate that is the lab's, not the tunnel's (the summary's notes say why)
+BOUND = ("generator-bound", "testbed-bound")
+GIB_PER_KB = 2**30 / 1024  # kB (1024 B) in a GiB: µs/kB x this / 1e6 = CPU s per GiB
+
+
+def where_ran(env: dict[str, Any]) -> str:
+    """Where a campaign's runs ran, for the peers view: the host's kernel, or the micro-VM
+    (whose figures under TCG are for correctness, not speed)."""
+    vm = env.get("vm")
+    if vm:
+        emulated = str(vm).startswith("tcg")
+        return f"VM ({vm})" + ("; emulated: not a speed figure" if emulated else "")
+    return f"host, Linux {env.get('kernel') or '?'}"
+
+
+def peers(
+    summary: list[dict[str, Any]], runs: list[dict[str, Any]], env: dict[str, Any]
+) -> list[Table]:
+    """The peers view (issue: IPsec or WireGuard?): where a campaign measured two tunnels
+    or more, each backend and configuration on one row — every measurement's figure side
+    by side (a rate with its ratio to `none`; a latency row's RTT p50 / p99), the CPU
+    seconds per GiB of payload the machine and the tunnel's own processes spent in the
+    first bulk measurement, its version and where it ran. One table per link and flow."""
+    measured = [r for r in summary if r.get("n")]
+    if len({r["backend"] for r in measured if r["backend"] != "none"}) < 2:
+        return []
+    versions = {r["backend"]: r.get("backend_version") or "" for r in runs
+                if r["status"] == "done"}  # fmt: skip
+    place = where_ran(env)
+    tables = []
+    for link, flow in sorted({(r["link"], r["flow"]) for r in measured}):
+        of = [r for r in measured if r["link"] == link and r["flow"] == flow]
+        meas = list(dict.fromkeys(r["measurement"] for r in of))
+        probed = {r["measurement"] for r in of if r.get("rtt_p50_us_median") is not None}
+        bulk = next((m for m in meas if m not in probed), None)
+        keys = list(dict.fromkeys((r["backend"], r["configuration"]) for r in of))
+        keys.sort(key=lambda k: k[0] != "none")
+        rows = []
+        for b, cfg in keys:
+            mine = {
+                r["measurement"]: r for r in of if (r["backend"], r["configuration"]) == (b, cfg)
+            }
+            cells: list[Any] = [next(iter(mine.values())).get("backend_label") or b, cfg]
+            for m in meas:
+                r = mine.get(m)
+                if r is None:
+                    cells.append("—")
+                elif m in probed:
+                    cells.append(f"{metrics._rtt(r)} µs")
+                else:
+                    vs = r.get("mbps_vs_none")
+                    bound = [b for b in BOUND if b in str(r.get("note") or "")]
+                    cells.append(metrics._main(r) + (f" ({vs:.2f}x)" if vs is not None else "")
+                                 + "".join(f", {b}" for b in bound))  # fmt: skip
+            r = mine.get(bulk or "")
+            effort = r.get("effort_median") if r else None
+            own = r.get("ipsec_effort_median") if r else None
+            cells.append(fmt(effort * GIB_PER_KB / 1e6) if effort else "—")
+            cells.append(fmt(own * GIB_PER_KB / 1e6) if own else
+                         "—" if b == "none" else "the kernel's")  # fmt: skip
+            cells += [versions.get(b) or "—", place]
+            rows.append(cells)
+        tables.append(Table(
+            f"Peers side by side ({link}, {flow})",
+            ["backend", "configuration", *meas,
+             f"CPU s/GiB{f' ({bulk})' if bulk else ''}", "tunnel's own s/GiB", "version",
+             "ran on"],
+            rows,
+            note="Each measurement's median: a rate (Mbit/s of payload, ratio to none; "
+            "generator- or testbed-bound: the lab's ceiling, not the tunnel's), "
+            "a latency row's probe RTT p50 / p99. CPU s/GiB: the whole machine's busy CPU "
+            "seconds per GiB of payload in the first bulk measurement (traffic ends, "
+            "forwarding and the tunnel); the tunnel's own: its processes' alone (the "
+            "kernel's work — xfrm, the kernel's WireGuard — is not a process's: see the "
+            "machine's). Figures from a VM under TCG are for correctness, not speed.",
+        ))  # fmt: skip
+    return tables

@@ -40,6 +40,7 @@ def write_report(lab: Path, ids: list[int] | None, out: str | None) -> Path:
                 camps[i]["scenario_path"],
                 lab,
                 ceiling.earlier(store, i),
+                json.loads(camps[i]["environment"] or "{}"),
             )
             for i in own
         ]
