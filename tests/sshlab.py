@@ -12,7 +12,8 @@ mounted directory, would have it).
 
 `SshLab` is a context manager; it removes every namespace, process and file it made.
 `residue()` lists what a host holds beyond what the SshLab gave it (addresses, routes,
-qdiscs, nftables tables, processes, files in the work directory): empty after every lab run.
+policy rules, routes in tables of their own, links, qdiscs, nftables tables, processes,
+files in the work directory): empty after every lab run.
 """
 
 from __future__ import annotations
@@ -289,6 +290,18 @@ class SshLab:
         # nftables tables (trafgen's sink counter, ipsec-gw's guard)
         nft = sorted(_run("ip", "netns", "exec", h.ns, "nft", "list", "tables",
                           check=False).split("\n"))  # fmt: skip
+        # policy rules, routes in tables of their own (WireGuard's, ours' guard) and links
+        rules = sorted(_run("ip", "-n", h.ns, *fam, "rule", "show", check=False).strip()
+                       for fam in ([], ["-6"]))  # fmt: skip
+
+        def own_tables(fam: list[str]) -> list[str]:
+            text = _run("ip", "-n", h.ns, *fam, "-j", "route", "show", "table", "all",
+                        check=False)  # fmt: skip
+            return [json.dumps(r, sort_keys=True) for r in json.loads(text or "[]")
+                    if r.get("table") not in (None, "main", "local")]  # fmt: skip
+
+        tables = sorted(own_tables([]) + own_tables(["-6"]))
+        links = sorted(i["ifname"] for i in json.loads(ip("-j", "link", "show") or "[]"))
         disk = self.disk(h.name)  # the host's WORKDIR
         files = sorted(os.listdir(disk)) if disk.is_dir() else []
         procs = sorted(
@@ -296,7 +309,8 @@ class SshLab:
             for p in self.pids(h)
             if Path(f"/proc/{p}/comm").exists() and not self._is_sshd(p)
         )
-        return {"addresses": addrs, "routes": routes, "qdiscs": qdiscs, "xfrm": xfrm.strip(),
+        return {"addresses": addrs, "routes": routes, "rules": rules, "tables": tables,
+                "links": links, "qdiscs": qdiscs, "xfrm": xfrm.strip(),
                 "nft": [t for t in nft if t], "sysctl": sysctl.split(), "files": files,
                 "processes": procs}  # fmt: skip
 

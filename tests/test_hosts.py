@@ -485,3 +485,23 @@ def test_the_charon_check_finds_a_running_charon_by_its_name_alone(tmp_path: Pat
             p.wait(timeout=10)
     assert str(named["charon"].pid) not in found()
     assert running("/proc/12/comm\n/proc/self/comm\n/tmp/x\n") == ["12"]
+
+
+def test_hosts_check_knows_every_tool_a_backend_or_a_shipped_scenario_needs() -> None:
+    """Every tool any backend or workload asks a host for is one `hosts check` can name
+    (what it is for, how to ask its version, the Debian package): a tool it did not know
+    crashed `hosts check` (wireguard-go's, once) instead of checking the host."""
+    from ipsec_lab import scenario
+    from ipsec_lab.hosts.check import TOOLS, needed_tools, optional_tools
+    from ipsec_lab.testbed import TOPOLOGIES
+
+    root = Path(__file__).resolve().parents[1]
+    workloads = tuple(w for f in sorted((root / "scenarios").glob("*.toml"))
+                      for w in scenario.load(f).workloads)  # fmt: skip
+    names = tuple(e.name for e in backends.REGISTRY)
+    for topo in TOPOLOGIES:
+        for node in topology(topo).nodes:
+            need = needed_tools(node, topo, names, workloads)
+            for t in need + optional_tools(node, topo, need, workloads):
+                assert t in TOOLS, (topo, node, t)
+    assert {"wireguard-go", "wg", "swanctl", "nft", "trafgen", "irtt"} <= set(TOOLS)

@@ -457,6 +457,75 @@ def test_strongswan_on_real_hosts_runs_the_hosts_own_charon(lab: SshLab, tmp_pat
     assert lab.residue() == {}
 
 
+def test_wireguard_on_real_hosts_keys_each_host_and_leaves_nothing(
+    lab: SshLab, tmp_path: Path
+) -> None:
+    """wireguard-go on the gateway hosts, driven over ssh: its process on each host, keys
+    made there (never on this side), the handshake done, TCP carried at the link's rate,
+    its CPU from each host's /proc, what it added in each host's ledger and nothing left;
+    a port the host's own WireGuard holds is refused by name, never shared; the kernel's
+    WireGuard, where the hosts' kernel (this one) has no module, is skipped with why."""
+    from ipsec_lab.backends.wireguard import PORT, UAPI_DIR, kernel_has_wireguard
+
+    hosts = lab.hosts_toml(tmp_path / "hosts.toml")
+    sc = _scenario(tmp_path, backends='["wireguard-go", "wireguard"]',
+                   configurations='["wireguard"]')  # fmt: skip
+    has = kernel_has_wireguard()[0]
+    p = _lab("hosts", "check", str(hosts), "--scenario", str(sc), "--json")
+    assert p.returncode == (0 if has else 1), p.stdout  # a module a backend needs: fail
+    rows = {(r["host"], r["check"]): r for r in json.loads(p.stdout)["checks"]}
+    assert rows[("gwA", "tool wireguard-go")]["status"] == "ok"
+    assert rows[("gwB", "tool wg")]["status"] == "ok"
+    assert rows[("gwA", "module wireguard")]["status"] == ("ok" if has else "fail")
+    assert ("client", "module wireguard") not in rows  # a traffic end makes no tunnel
+
+    p = _lab("run", str(sc), "--hosts", str(hosts), "--lab", str(tmp_path / "lab"), "--json")
+    assert p.returncode == 0, p.stderr[-3000:]
+    runs = {r["backend"]: r for r in json.loads(p.stdout)["runs"]}
+    go = runs["wireguard-go"]
+    assert go["status"] == "done", go["reason"]
+    assert go["backend_version"].startswith("wireguard-go v")
+    assert go["backend_version"].endswith("(on the hosts)")
+    row = go["results"][0]
+    assert 50 < row["mbps"] <= 100  # the 100 Mbit/s link, not wireguard-go, bounds it
+    assert row["inner_mtu"] == row["link_mtu"] - 60
+    assert set(row["hosts_ipsec"]) == {"gwA", "gwB"} and row["ipsec_cpu_s"] > 0
+    if not has:
+        kernel = runs["wireguard"]
+        assert kernel["status"] == "skipped", kernel
+        assert "gwA's kernel makes no WireGuard devices" in kernel["reason"], kernel["reason"]
+    run_dir = next((tmp_path / "lab").glob("campaign-*/*/hosts"))
+    whats = [json.loads(x)["what"] for x in (run_dir / "gwA.ledger").read_text().splitlines()]
+    assert any(w.startswith("WireGuard ipl") and w.endswith("'s fwmark rule") for w in whats)
+    assert any(w.startswith("wireguard-go ipl") and "control socket" in w for w in whats)
+    # the private keys stayed on the hosts: nothing that came back holds one
+    assert not [f for f in (tmp_path / "lab").rglob("*.key")]
+    assert not list(UAPI_DIR.glob("ipl*.sock"))  # the hosts' sockets (this machine's)
+    assert lab.residue() == {}
+
+    # gwB's own WireGuard (a socket on the port the lab's first end would take): the run
+    # fails naming the host, the port and who holds it, and leaves nothing
+    holder = subprocess.Popen(["ip", "netns", "exec", lab.hosts["gwB"].ns, sys.executable,
+                               "-c", f"import socket,time; s=socket.socket(socket.AF_INET, "
+                               f"socket.SOCK_DGRAM); s.bind(('0.0.0.0', {PORT})); "
+                               "print('bound', flush=True); time.sleep(60)"],
+                              stdout=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "bound"
+        lab.hosts["gwB"].baseline = lab.state(lab.hosts["gwB"])
+        sc = _scenario(tmp_path, backends='["wireguard-go"]', configurations='["wireguard"]')
+        p = _lab("run", str(sc), "--hosts", str(hosts), "--lab", str(tmp_path / "lab2"),
+                 "--json")  # fmt: skip
+        (run,) = json.loads(p.stdout)["runs"]
+        assert p.returncode == 1 and run["status"] == "failed", run
+        assert "gwB: WireGuard end ipl" in run["reason"] and f"UDP port {PORT}:" in run["reason"]
+        assert lab.residue() == {}
+    finally:
+        holder.kill()  # the test's own process
+        holder.wait(10)
+        lab.hosts["gwB"].baseline = lab.state(lab.hosts["gwB"])
+
+
 def test_a_user_with_passwordless_sudo_drives_the_gateways_and_one_without_is_named(
     lab: SshLab, tmp_path: Path
 ) -> None:

@@ -54,6 +54,7 @@ def carries_a_file_whole(
                 wg.start(tb, "wireguard")  # returns once both ends have a session
                 for n in PINGS:
                     ping(tb, n)
+            keys_made_fresh_and_private(tb, wg)
             data = planted(tb, mib)
             with capture(tb, node, iface, "bulk") as bulk:
                 flow = tb.topo.flows[0]
@@ -91,6 +92,28 @@ def carries_a_file_whole(
     for n in PINGS:
         assert lengths.count(wire_size(wg_cfg, 28 + n)) == 2, (n, lengths)
     return pids, version
+
+
+def keys_made_fresh_and_private(tb: Testbed, wg: _WireGuard) -> None:
+    """Each end's private key: a file of the run's, 0600 in a 0700 directory, its public
+    key as another X25519 (the cryptography package's) derives it, the one the device
+    holds — and every key of the run its own."""
+    import base64
+    import stat
+
+    from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
+
+    seen = set()
+    for e in wg._ends:
+        f = tb.rundir / "wireguard" / f"{e.dev}.key"
+        assert stat.S_IMODE(f.stat().st_mode) == 0o600
+        assert stat.S_IMODE(f.parent.stat().st_mode) == 0o700
+        private = f.read_text().strip()
+        k = X25519PrivateKey.from_private_bytes(base64.b64decode(private))
+        assert base64.b64encode(k.public_key().public_bytes_raw()).decode() == e.public
+        assert tb.run(e.node, ["wg", "show", e.dev, "public-key"]).strip() == e.public
+        seen |= {private, e.public}
+    assert len(seen) == 2 * len(wg._ends)
 
 
 Kill = Callable[[Testbed, _WireGuard], str]

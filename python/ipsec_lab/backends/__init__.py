@@ -52,6 +52,8 @@ class Entry:
     start_s: float = 1.0
     # its ESP is the kernel's xfrm: the hosts need the ESP/AH/IPComp modules
     kernel_esp: bool = False
+    # other kernel modules each IPsec host must have for it (`hosts check`): name, what
+    modules: tuple[tuple[str, str], ...] = ()
     # whether it can run a configuration depends on this kernel (ESP, AH, IPComp in
     # xfrm): `check` without root, which cannot probe, says "unknown"
     probes_kernel: bool = False
@@ -106,12 +108,13 @@ REGISTRY: tuple[Entry, ...] = (
           user=ours.GATEWAY_USER, start_s=1.5),
     Entry("wireguard", wireguard.Wireguard,
           "the Linux kernel's WireGuard (configuration `wireguard`), where the kernel has "
-          "the module: in the micro-VM here (--vm)",
-          tools=("wg",), probes_kernel=True),
+          "the module: in the micro-VM here (--vm), or on real hosts",
+          hosts=True, tools=("wg",), probes_kernel=True,
+          modules=(("wireguard", "WireGuard (the kernel's)"),)),
     Entry("wireguard-go", wireguard.WireguardGo,
           "WireGuard in user space on a TUN device, Debian's wireguard-go (configuration "
           "`wireguard`; a 2022 release, before upstream's batching)",
-          tools=("wireguard-go", "wg"), start_s=1.5),
+          hosts=True, tools=("wireguard-go", "wg"), start_s=1.5),
     Entry("external", external.External,
           "a gateway pair the lab does not configure (an appliance, a cloud VPN): it drives "
           "and meters the traffic ends only; real hosts only (--hosts)",

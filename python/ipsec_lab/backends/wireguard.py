@@ -38,6 +38,7 @@ import functools
 import json
 import platform
 import re
+import shlex
 import shutil
 import subprocess
 import time
@@ -51,9 +52,9 @@ from ipsec_lab.model.transforms import (
     parse_configuration,
     wireguard_overhead,
 )
-from ipsec_lab.testbed import Tunnel, build
+from ipsec_lab.testbed import Tunnel
 from ipsec_lab.testbed.build import LabError, probe, tail, wait_for_path
-from ipsec_lab.testbed.interface import READY_S, Process, Testbed
+from ipsec_lab.testbed.interface import READY_S, Process, Testbed, on_hosts
 from ipsec_lab.testbed.links import link_mtu
 
 WG_GO = "wireguard-go"
@@ -71,19 +72,27 @@ BATCHING_SINCE = 20230000  # the first upstream release date with them (v0.0.202
 KEEPALIVE_S = "25"  # keeps the session up between a backend's runs (as wg-quick users do)
 
 
-def x25519_pair() -> tuple[str, str]:
-    """A fresh (private, public) X25519 key pair in WireGuard's base64, from `wg genkey`
-    and `wg pubkey` (the private key through pipes only, never an argument)."""
+def key_pair(tb: Testbed, node: str, dev: str) -> tuple[str, str]:
+    """A fresh X25519 key pair made on `node` by `wg genkey`: the private key written to
+    a 0600 file of the run's (here: its 0700 directory, never through a symlink; on a
+    real host: pushed into the run's directory there past the work directory's check)
+    and never into an argument or a log; (that file's path, the public key in
+    WireGuard's base64)."""
+    private = tb.run(node, ["wg", "genkey"]).strip()
+    if on_hosts(tb):
+        path = tb.put(node, f"wireguard-{dev}.key", private + "\n")
+    else:
+        local = private_dir(tb.rundir / "wireguard") / f"{dev}.key"
+        private_file(local, private + "\n")
+        path = str(local)
+    said = tb.run(node, ["sh", "-c", f"wg pubkey < {shlex.quote(path)}"]).split()
     try:
-        private = subprocess.run(["wg", "genkey"], capture_output=True, text=True,
-                                 timeout=10, check=True).stdout.strip()  # fmt: skip
-        public = subprocess.run(["wg", "pubkey"], input=private + "\n", capture_output=True,
-                                text=True, timeout=10, check=True).stdout.strip()  # fmt: skip
-    except (OSError, subprocess.SubprocessError) as e:
-        raise LabError(f"wg could not make a key pair: {e}") from None
-    if len(base64.b64decode(private)) != 32 or len(base64.b64decode(public)) != 32:
-        raise LabError("wg made a key that is not 32 bytes of base64")
-    return private, public
+        ok = len(said) == 1 and len(base64.b64decode(said[0], validate=True)) == 32
+    except ValueError:
+        ok = False
+    if not ok:
+        raise LabError(f"{node}: wg made no 32-byte public key (said {said!r})")
+    return path, said[0]
 
 
 def check_configuration(configuration: str, backend: str) -> None:
@@ -121,22 +130,50 @@ class _WireGuard:
     down (`_down`)."""
 
     name = "wireguard"
-    what = "WireGuard"  # its name in messages
 
     def __init__(self) -> None:
         self._ends: list[End] = []
         self._tb: Testbed | None = None
+        self._version = ""  # what the nodes ran, once started
+        self.on_hosts = False  # real hosts: their tools and kernels, not this machine's
 
     def use_hosts(self, hosts: object) -> None:
-        return None  # namespaces only (the registry says so)
+        self.on_hosts = True
 
     def check(self, configuration: str) -> None:
         check_configuration(configuration, self.name)
-        if shutil.which("wg") is None:
+        if not self.on_hosts and shutil.which("wg") is None:
             raise Unsupported("no wg here (Debian package wireguard-tools; `make deps`)")
 
+    @staticmethod
+    def _do(tb: Testbed, node: str, argv: list[str], undo: list[str], what: str) -> None:
+        """Run `argv` on `node`; on a real host, first write down in its ledger how to undo
+        it (the teardown and `clean --hosts` undo it should the lab not reach `stop`)."""
+        if on_hosts(tb):
+            tb.record(node, what, shlex.join(undo))
+        tb.run(node, argv)
+
+    @staticmethod
+    def _free(tb: Testbed, e: End) -> None:
+        """Refuse to start where what `e` needs is taken — on a real host, the host's own
+        rules, routing table or WireGuard port: the lab adds to a host, never replaces."""
+        taken = []
+        for fam in ([], ["-6"]):
+            for ln in tb.run(e.node, ["ip", *fam, "rule", "show"]).splitlines():
+                if ln.split(":")[0].strip() in (str(e.pref), str(e.pref + 1)):
+                    taken.append(f"rule {ln.strip()}")
+            if out := tb.run(e.node, ["ip", *fam, "route", "show", "table", str(e.table)],
+                             check=False).strip():  # fmt: skip
+                taken.append(f"table {e.table}: {out.splitlines()[0]}")
+        if out := tb.run(e.node, ["ss", "-Hlun", f"sport = :{e.port}"], check=False).strip():
+            taken.append(f"UDP port {e.port}: {out.splitlines()[0]}")
+        if taken:
+            raise LabError(f"{e.node}: WireGuard end {e.dev} needs rule preferences "
+                           f"{e.pref}-{e.pref + 1}, routing table {e.table} and UDP port "
+                           f"{e.port}, and they are in use: " + "; ".join(taken))  # fmt: skip
+
     def _ends_of(self, tb: Testbed) -> list[tuple[End, End, Tunnel]]:
-        token = build.of_namespaces(tb, self.name).token
+        token = tb.token
         pairs: list[tuple[End, End, Tunnel]] = []
         count: dict[str, int] = {}
         n = 0
@@ -166,15 +203,14 @@ class _WireGuard:
     def start(self, tb: Testbed, configuration: str) -> None:
         self.check(configuration)
         self._tb = tb
-        d = private_dir(tb.rundir / "wireguard")
         pairs = self._ends_of(tb)
-        keys: dict[str, Path] = {}
+        keys: dict[str, str] = {}
         for a, b, _ in pairs:
             for e in (a, b):
+                self._free(tb, e)
                 self._ends.append(e)
-                private, e.public = x25519_pair()
-                keys[e.dev] = d / f"{e.dev}.key"
-                private_file(keys[e.dev], private + "\n")
+                keys[e.dev], e.public = key_pair(tb, e.node, e.dev)
+        self._version = self._node_version(tb, self._ends[0].node) if self._ends else ""
         self._devices(tb, self._ends)
         for a, b, t in pairs:
             for e, peer, addr, peer_addr in ((a, b, t.left_outer, t.right_outer),
@@ -187,8 +223,11 @@ class _WireGuard:
         for a, b, _ in pairs:
             self._handshake(tb, a, b)
 
+    def _node_version(self, tb: Testbed, node: str) -> str:
+        raise NotImplementedError
+
     def _up(self, tb: Testbed, e: End, peer: End, addr: str, peer_addr: str,
-            key: Path) -> None:  # fmt: skip
+            key: str) -> None:  # fmt: skip
         """Device `e` up at the path's MTU less WireGuard's overhead, keyed to `peer`, the
         remote network routed into it (failing closed)."""
         route = tb.run(e.node, ["ip", "-j", "route", "get", peer_addr])
@@ -198,18 +237,33 @@ class _WireGuard:
         tb.run(e.node, ["ip", "link", "set", "dev", e.dev, "mtu", str(mtu), "up"])
         endpoint = f"[{peer_addr}]:{peer.port}" if version == 6 else f"{peer_addr}:{peer.port}"
         tb.run(e.node, ["wg", "set", e.dev, "listen-port", str(e.port), "fwmark", FWMARK,
-                        "private-key", str(key), "peer", peer.public, "endpoint", endpoint,
+                        "private-key", key, "peer", peer.public, "endpoint", endpoint,
                         "allowed-ips", e.theirs])  # fmt: skip
         fam = _family(e.theirs)
         table = str(e.table)
-        tb.run(e.node, ["ip", *fam, "route", "replace", "unreachable", e.theirs, "metric",
-                        str(UNREACHABLE_METRIC), "table", table])  # fmt: skip
+        flush = ["ip", *fam, "route", "flush", "table", table]  # a table that was empty
+        self._do(tb, e.node, ["ip", *fam, "route", "replace", "unreachable", e.theirs, "metric",
+                              str(UNREACHABLE_METRIC), "table", table], flush,
+                 f"WireGuard {e.dev}'s routing table {table}")  # fmt: skip
         tb.run(e.node, ["ip", *fam, "route", "replace", e.theirs, "dev", e.dev, "table", table])
         e.outer_family = tuple(_family(addr))
-        tb.run(e.node, ["ip", *e.outer_family, "rule", "add", "fwmark", FWMARK, "lookup",
-                        "main", "pref", str(e.pref)])  # fmt: skip
-        tb.run(e.node, ["ip", *fam, "rule", "add", "to", e.theirs, "lookup", table, "pref",
-                        str(e.pref + 1)])  # fmt: skip
+        mark = ["ip", *e.outer_family, "rule", "{}", "fwmark", FWMARK, "lookup", "main", "pref",
+                str(e.pref)]  # fmt: skip
+        self._do(
+            tb,
+            e.node,
+            [a.replace("{}", "add") for a in mark],
+            [a.replace("{}", "del") for a in mark],
+            f"WireGuard {e.dev}'s fwmark rule",
+        )
+        to = ["ip", *fam, "rule", "{}", "to", e.theirs, "lookup", table, "pref", str(e.pref + 1)]
+        self._do(
+            tb,
+            e.node,
+            [a.replace("{}", "add") for a in to],
+            [a.replace("{}", "del") for a in to],
+            f"WireGuard {e.dev}'s rule",
+        )
 
     def _handshake(self, tb: Testbed, a: End, b: End) -> None:
         """Wait (bounded) until both ends have a session, then slow the keepalive that
@@ -272,47 +326,78 @@ class _WireGuard:
 
 
 class WireguardGo(_WireGuard):
-    """wireguard-go: one process per end, in its node's namespace, on a TUN device it
-    makes; `wg` reaches it through its UAPI socket (/var/run/wireguard/DEV.sock)."""
+    """wireguard-go: one process per end, in its node's namespace (or on its real host),
+    on a TUN device it makes; `wg` reaches it through its UAPI socket
+    (/var/run/wireguard/DEV.sock)."""
 
     name = "wireguard-go"
 
     def check(self, configuration: str) -> None:
         super().check(configuration)
-        if shutil.which(WG_GO) is None:
+        if not self.on_hosts and shutil.which(WG_GO) is None:
             raise Unsupported(f"no {WG_GO} here (Debian package wireguard-go; `make deps`)")
 
     def _devices(self, tb: Testbed, ends: list[End]) -> None:
+        on = tb if on_hosts(tb) else None
         for e in ends:
             # its control socket, should the lab not reach stop (wireguard-go watches the
             # file and exits when it goes)
             sock = UAPI_DIR / f"{e.dev}.sock"
-            tb.on_teardown(functools.partial(sock.unlink, missing_ok=True))
+            if on is not None:
+                on.record(e.node, f"wireguard-go {e.dev}'s control socket",
+                          shlex.join(["rm", "-f", str(sock)]))  # fmt: skip
+            else:
+                tb.on_teardown(functools.partial(sock.unlink, missing_ok=True))
             e.proc = tb.spawn(e.node, [WG_GO, "--foreground", e.dev], f"wireguard-go-{e.dev}",
                               limited=e.node in tb.topo.limited_nodes, ipsec=True)  # fmt: skip
         for e in ends:
             assert e.proc is not None
-            if not wait_for_path(UAPI_DIR / f"{e.dev}.sock", e.proc, READY_S):
+            sock = UAPI_DIR / f"{e.dev}.sock"
+            up = (on.wait_path(e.node, str(sock), e.proc, READY_S) if on is not None
+                  else wait_for_path(sock, e.proc, READY_S))  # fmt: skip
+            if not up:
                 raise LabError(f"wireguard-go on {e.node} did not start (no UAPI socket "
-                               f"{UAPI_DIR / e.dev}.sock):\n{self._log(tb, e)}")  # fmt: skip
+                               f"{sock}):\n{self._log(tb, e)}")  # fmt: skip
 
     def _log(self, tb: Testbed, e: End) -> str:
+        if on_hosts(tb):
+            return tb.log_tail(e.node, f"wireguard-go-{e.dev}")
         return tail(tb.rundir / f"wireguard-go-{e.dev}.log")
 
     def _down(self, tb: Testbed, e: End) -> None:
+        sock = UAPI_DIR / f"{e.dev}.sock"
         try:
             if e.proc is not None:
                 tb.stop(e.proc)  # its device goes with it
         finally:
-            (UAPI_DIR / f"{e.dev}.sock").unlink(missing_ok=True)
+            if on_hosts(tb):
+                tb.run(e.node, ["rm", "-f", str(sock)], check=False)
+            else:
+                sock.unlink(missing_ok=True)
 
     def pids(self) -> list[int]:
-        return [e.proc.pid for e in self._ends if e.proc is not None and e.proc.poll() is None]
+        """This machine's wireguard-go processes (on real hosts, none here)."""
+        return [e.proc.pid for e in self._ends if e.proc is not None and e.proc.poll() is None
+                and not self.on_hosts]  # fmt: skip
+
+    def host_pids(self) -> dict[str, list[int]]:
+        """On real hosts: node -> its running wireguard-go processes there."""
+        out: dict[str, list[int]] = {}
+        for e in self._ends:
+            if self.on_hosts and e.proc is not None and e.proc.poll() is None:
+                out.setdefault(e.node, []).append(e.proc.pid)
+        return out
 
     def died(self) -> str | None:
         return exited({f"{e.node} ({e.dev})": e.proc for e in self._ends if e.proc}, WG_GO)
 
+    def _node_version(self, tb: Testbed, node: str) -> str:
+        said = tb.run(node, [WG_GO, "--version"], check=False).strip()
+        return versioned(said.splitlines()[0] if said else "")
+
     def version(self) -> str:
+        if self._version:
+            return self._version + (" (on the hosts)" if self.on_hosts else "")
         try:
             p = subprocess.run([WG_GO, "--version"], capture_output=True, text=True, timeout=5)
             said = p.stdout.strip().splitlines()[0] if p.stdout.strip() else ""
@@ -338,6 +423,8 @@ class Wireguard(_WireGuard):
 
     def check(self, configuration: str) -> None:
         super().check(configuration)
+        if self.on_hosts:
+            return  # each host's kernel answers when the lab makes its device
         ok, said = kernel_has_wireguard()
         if not ok:
             raise Unsupported(
@@ -348,7 +435,17 @@ class Wireguard(_WireGuard):
 
     def _devices(self, tb: Testbed, ends: list[End]) -> None:
         for e in ends:  # in the node's namespace: its UDP socket is that namespace's too
-            tb.run(e.node, ["ip", "link", "add", "dev", e.dev, "type", "wireguard"])
+            add = ["ip", "link", "add", "dev", e.dev, "type", "wireguard"]
+            try:
+                self._do(tb, e.node, add, ["ip", "link", "del", "dev", e.dev],
+                         f"WireGuard device {e.dev}")  # fmt: skip
+            except LabError as x:
+                if on_hosts(tb) and "Unknown device type" in str(x):
+                    why = "no wireguard module: use wireguard-go there"
+                    raise Unsupported(
+                        f"{e.node}'s kernel makes no WireGuard devices ({why})"
+                    ) from None
+                raise
 
     def _down(self, tb: Testbed, e: End) -> None:
         tb.run(e.node, ["ip", "link", "del", "dev", e.dev], check=False)
@@ -367,7 +464,12 @@ class Wireguard(_WireGuard):
                     e.node, ["ip", "-o", "link", "show"], check=False), re.M)]  # fmt: skip
         return "; ".join(gone) or None
 
+    def _node_version(self, tb: Testbed, node: str) -> str:
+        return tb.run(node, ["uname", "-r"], check=False).strip()
+
     def version(self) -> str:
+        if self.on_hosts:
+            return f"Linux {self._version or '?'} WireGuard (on the hosts)"
         return f"Linux {platform.release()} WireGuard"
 
 

@@ -54,6 +54,8 @@ TOOLS: dict[str, tuple[str, str, str]] = {
     "trafgen": ("the fast UDP generator", "trafgen --version || true", "netsniff-ng"),
     "ping": ("resolving trafgen's next hop", "ping -V", "iputils-ping"),
     "irtt": ("latency probes", "irtt version", "irtt"),
+    "wireguard-go": ("WireGuard in user space", "wireguard-go --version", "wireguard-go"),
+    "wg": ("WireGuard's keys and peers", "wg --version", "wireguard-tools"),
 }
 # Tools the lab does without, saying what it does instead (a `warn`, not a `fail`).
 OPTIONAL = {
@@ -129,7 +131,7 @@ def check_host(hosts: Hosts, node: str, topo_name: str, backends: tuple[str, ...
         need = needed_tools(node, topo_name, backends, workloads)
         out += _tools(s, node, need)
         out += _tools(s, node, optional_tools(node, topo_name, need, workloads), optional=True)
-        out += _modules(s, node, backends)
+        out += _modules(s, node, backends, node in topology(topo_name).ipsec_nodes)
         users = {u for b in backends if (u := registry.BY_NAME[b].user)}
         if node in topology(topo_name).ipsec_nodes and users:
             out += _ours(s, node, h.ipsec_gw, sorted(users))
@@ -216,14 +218,17 @@ def _strongswan(s: Ssh, node: str, backends: tuple[str, ...]) -> list[Row]:
     return out
 
 
-def _modules(s: Ssh, node: str, backends: tuple[str, ...]) -> list[Row]:
+def _modules(s: Ssh, node: str, backends: tuple[str, ...], ipsec: bool) -> list[Row]:
     kernel = any(registry.BY_NAME[b].kernel_esp for b in backends)
+    # a backend's own modules (the kernel's WireGuard): needed on its IPsec nodes only,
+    # listed only where it is chosen
+    own = {m: what for b in backends if ipsec for m, what in registry.BY_NAME[b].modules}
     out = []
-    for m, what in MODULES.items():
+    for m, what in {**MODULES, **own}.items():
         line = (f"test -d /sys/module/{m} && echo loaded || "
                 f"(modinfo -n {m} >/dev/null 2>&1 && echo available) || echo missing")  # fmt: skip
         state = s.run(line, check=False, timeout=20).stdout.strip() or "missing"
-        needed = kernel and m != "sch_netem"
+        needed = (kernel and m != "sch_netem") or m in own
         status = "ok" if state != "missing" else ("fail" if needed else "warn")
         out.append(Row(node, f"module {m}", status, f"{state} ({what})"))
     return out

@@ -51,6 +51,7 @@ class Testbed(Protocol):
     topo: Topology  # as placed (real hosts: their interfaces and addresses)
     rundir: Path  # this machine's directory for its logs and files
     remote: bool  # real hosts (`OnHosts`), not namespaces of this machine
+    token: str  # this testbed's own, in the names it gives what it makes
 
     def run(self, node: str, argv: Sequence[str], timeout: float = 60, check: bool = True,
             limited: bool = False, ipsec: bool = False) -> str:  # fmt: skip
