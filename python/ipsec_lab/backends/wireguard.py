@@ -124,6 +124,21 @@ def _family(prefix: str) -> list[str]:
     return ["-6"] if ":" in prefix else []
 
 
+RULES_WHAT = ("fwmark rule", "rule")
+
+
+def _rules(e: End, op: str) -> list[list[str]]:
+    """`e`'s two policy rules, `ip rule add` or `del` (`op`) by their whole selectors:
+    WireGuard's own marked UDP looks up the main table first; the remote network, the
+    end's table (its device's route, the unreachable one behind it)."""
+    return [
+        ["ip", *e.outer_family, "rule", op, "fwmark", FWMARK, "lookup", "main", "pref",
+         str(e.pref)],
+        ["ip", *_family(e.theirs), "rule", op, "to", e.theirs, "lookup", str(e.table), "pref",
+         str(e.pref + 1)],
+    ]  # fmt: skip
+
+
 class _WireGuard:
     """What both WireGuards share: ends, keys, the handshake, fail-closed routing and a
     stop that undoes it. A subclass makes each end's device (`_devices`) and takes them
@@ -247,23 +262,8 @@ class _WireGuard:
                  f"WireGuard {e.dev}'s routing table {table}")  # fmt: skip
         tb.run(e.node, ["ip", *fam, "route", "replace", e.theirs, "dev", e.dev, "table", table])
         e.outer_family = tuple(_family(addr))
-        mark = ["ip", *e.outer_family, "rule", "{}", "fwmark", FWMARK, "lookup", "main", "pref",
-                str(e.pref)]  # fmt: skip
-        self._do(
-            tb,
-            e.node,
-            [a.replace("{}", "add") for a in mark],
-            [a.replace("{}", "del") for a in mark],
-            f"WireGuard {e.dev}'s fwmark rule",
-        )
-        to = ["ip", *fam, "rule", "{}", "to", e.theirs, "lookup", table, "pref", str(e.pref + 1)]
-        self._do(
-            tb,
-            e.node,
-            [a.replace("{}", "add") for a in to],
-            [a.replace("{}", "del") for a in to],
-            f"WireGuard {e.dev}'s rule",
-        )
+        for add, delete, what in zip(_rules(e, "add"), _rules(e, "del"), RULES_WHAT):
+            self._do(tb, e.node, add, delete, f"WireGuard {e.dev}'s {what}")
 
     def _handshake(self, tb: Testbed, a: End, b: End) -> None:
         """Wait (bounded) until both ends have a session, then slow the keepalive that
@@ -298,12 +298,9 @@ class _WireGuard:
             except Exception as x:  # every step is tried; all are reported
                 errors.append(f"taking down {e.dev} on {e.node}: {x}")
         for e in self._ends:
-            fam, out = _family(e.theirs), list(e.outer_family)
-            for argv in (["ip", *fam, "rule", "del", "to", e.theirs, "lookup", str(e.table),
-                          "pref", str(e.pref + 1)],
-                         ["ip", *out, "rule", "del", "fwmark", FWMARK, "lookup", "main", "pref",
-                          str(e.pref)],
-                         ["ip", *fam, "route", "flush", "table", str(e.table)]):  # fmt: skip
+            fam = _family(e.theirs)
+            for argv in [*reversed(_rules(e, "del")),
+                         ["ip", *fam, "route", "flush", "table", str(e.table)]]:  # fmt: skip
                 try:
                     tb.run(e.node, argv, check=False)
                 except Exception as x:
