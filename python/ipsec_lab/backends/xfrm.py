@@ -350,8 +350,8 @@ class Xfrm(Processless):
             if not ok:
                 raise Unsupported(
                     f"this kernel ({platform.release()}) has no {kind.upper()} in xfrm "
-                    f"({said or 'refused'}): run the lab on a kernel that has it, e.g. "
-                    "Debian's linux-image-amd64"
+                    f"({said or 'refused'}): run it in the micro-VM (--vm) or on a kernel "
+                    "that has it, e.g. Debian's linux-image-amd64"
                 )
 
     def start(self, tb: Testbed, configuration: str) -> None:
