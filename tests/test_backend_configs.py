@@ -140,6 +140,12 @@ def test_wireguards_overhead_and_wireguard_gos_version_says_it_is_debians() -> N
     assert versioned("wireguard-go v0.0.20220316") == f"wireguard-go v0.0.20220316 ({DEBIAN_NOTE})"
     assert versioned("wireguard-go v0.0.20230223") == "wireguard-go v0.0.20230223"
     assert versioned("") == "wireguard-go (unknown version)"
+    from ipsec_lab.backends.wireguard import versions
+
+    # what the gateways said: once where they agree, each node's where they do not
+    assert versions({"gwA": "Linux 6.1", "gwB": "Linux 6.1"}) == "Linux 6.1"
+    assert versions({"gwA": "Linux 6.1", "gwB": "Linux 6.12"}) == "gwA: Linux 6.1; gwB: Linux 6.12"
+    assert versions({}) == ""
 
 
 def test_the_kernels_wireguard_says_why_it_cannot_run_on_a_kernel_without_it(

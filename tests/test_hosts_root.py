@@ -463,8 +463,10 @@ def test_wireguard_on_real_hosts_keys_each_host_and_leaves_nothing(
     """wireguard-go on the gateway hosts, driven over ssh: its process on each host, keys
     made there (never on this side), the handshake done, TCP carried at the link's rate,
     its CPU from each host's /proc, what it added in each host's ledger and nothing left;
-    a port the host's own WireGuard holds is refused by name, never shared; the kernel's
-    WireGuard, where the hosts' kernel (this one) has no module, is skipped with why."""
+    a port the host's own WireGuard holds is passed over, never shared; a rule of the
+    host's own that would route the remote network around the tunnel is refused by name;
+    the kernel's WireGuard, where the hosts' kernel (this one) has no module, is skipped
+    with why."""
     from ipsec_lab.backends.wireguard import PORT, UAPI_DIR, kernel_has_wireguard
 
     hosts = lab.hosts_toml(tmp_path / "hosts.toml")
@@ -503,27 +505,47 @@ def test_wireguard_on_real_hosts_keys_each_host_and_leaves_nothing(
     assert not list(UAPI_DIR.glob("ipl*.sock"))  # the hosts' sockets (this machine's)
     assert lab.residue() == {}
 
-    # gwB's own WireGuard (a socket on the port the lab's first end would take): the run
-    # fails naming the host, the port and who holds it, and leaves nothing
+    # gwB's own WireGuard (a socket on the port the lab's end there would take): the lab's
+    # moves past it, the host's is untouched; then a rule of gwA's own ahead of the lab's
+    # that sends the remote network by the main table (in clear): refused, naming it
+    sc = _scenario(tmp_path, backends='["wireguard-go"]', configurations='["wireguard"]')
+    port = PORT + 1  # the run's second end: gwB's
     holder = subprocess.Popen(["ip", "netns", "exec", lab.hosts["gwB"].ns, sys.executable,
                                "-c", f"import socket,time; s=socket.socket(socket.AF_INET, "
-                               f"socket.SOCK_DGRAM); s.bind(('0.0.0.0', {PORT})); "
-                               "print('bound', flush=True); time.sleep(60)"],
+                               f"socket.SOCK_DGRAM); s.bind(('0.0.0.0', {port})); "
+                               "print('bound', flush=True); time.sleep(120)"],
                               stdout=subprocess.PIPE, text=True)  # fmt: skip
+    own_rule = "rule add to 10.2.0.0/24 lookup main pref 500"
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "bound"
         lab.hosts["gwB"].baseline = lab.state(lab.hosts["gwB"])
-        sc = _scenario(tmp_path, backends='["wireguard-go"]', configurations='["wireguard"]')
         p = _lab("run", str(sc), "--hosts", str(hosts), "--lab", str(tmp_path / "lab2"),
+                 "--json")  # fmt: skip
+        assert p.returncode == 0, p.stderr[-3000:]
+        (run,) = json.loads(p.stdout)["runs"]
+        assert run["status"] == "done" and 50 < run["results"][0]["mbps"] <= 100, run
+        gwb = [x for x in (next((tmp_path / "lab2").glob("campaign-*/*")) / "commands.log")
+               .read_text().splitlines() if x.startswith("[gwB] wg set")]  # fmt: skip
+        assert any(f"listen-port {port + 100} " in x for x in gwb), gwb
+        assert holder.poll() is None  # the host's own socket still holds its port
+        assert lab.residue() == {}
+
+        subprocess.run(["ip", "-n", lab.hosts["gwA"].ns, *own_rule.split()], check=True)
+        lab.hosts["gwA"].baseline = lab.state(lab.hosts["gwA"])
+        p = _lab("run", str(sc), "--hosts", str(hosts), "--lab", str(tmp_path / "lab3"),
                  "--json")  # fmt: skip
         (run,) = json.loads(p.stdout)["runs"]
         assert p.returncode == 1 and run["status"] == "failed", run
-        assert "gwB: WireGuard end ipl" in run["reason"] and f"UDP port {PORT}:" in run["reason"]
-        assert lab.residue() == {}
+        assert "gwA: traffic for 10.2.0.0/24 would not enter WireGuard end ipl" in run["reason"]
+        assert "refused rather than measured in clear" in run["reason"]
+        assert lab.residue() == {}  # the host's own rule kept, the lab's gone
     finally:
         holder.kill()  # the test's own process
         holder.wait(10)
-        lab.hosts["gwB"].baseline = lab.state(lab.hosts["gwB"])
+        subprocess.run(["ip", "-n", lab.hosts["gwA"].ns, *own_rule.replace("add", "del").split()],
+                       capture_output=True, check=False)  # fmt: skip
+        for h in ("gwA", "gwB"):
+            lab.hosts[h].baseline = lab.state(lab.hosts[h])
 
 
 def test_a_user_with_passwordless_sudo_drives_the_gateways_and_one_without_is_named(

@@ -82,5 +82,13 @@ def test_the_peers_view_puts_each_tunnel_on_one_row_with_where_it_ran() -> None:
     ]  # fmt: skip
     assert where_ran({"vm": "kvm, kernel 6.1"}) == "VM (kvm, kernel 6.1)"
     assert where_ran({"vm": None, "kernel": "6.18.44"}) == "host, Linux 6.18.44"
+    hosts = {"gwA": {"kernel": "6.1.0-57-amd64"}, "gwB": {"kernel": "6.12.1"}}
+    assert where_ran({"kernel": "6.18.44", "hosts": hosts}) == (
+        "real hosts, Linux 6.1.0-57-amd64, 6.12.1"  # theirs, not the lab machine's
+    )
+    # a DUT the lab does not configure has no CPU figure of its own: not "the kernel's"
+    ext = [*summary, row("external", "tcp", configuration="esp:aes128gcm16")]
+    (t,) = peers(ext, runs, {})
+    assert t.rows[-1][:2] == ["external", "esp:aes128gcm16"] and t.rows[-1][6] == "—"
     one = [r for r in summary if r["backend"] != "wireguard"]
     assert peers(one, runs, env) == []

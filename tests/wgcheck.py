@@ -60,6 +60,10 @@ def carries_a_file_whole(
                 flow = tb.topo.flows[0]
                 transfer(tb, (flow.source, ""), (flow.sink, flow.sink_addr), data, 60)
             ends = list(wg._ends)
+            for e in ends:  # a host's own traffic leaves by its address (host to host)
+                host = "/" not in e.mine or e.mine.endswith(("/32", "/128"))
+                route = tb.run(e.node, ["ip", "route", "show", "table", str(e.table), "dev", e.dev])
+                assert (f"src {e.mine.split('/')[0]}" in route) == host, (e.mine, route)
             mtu, pids, version = wg.inner_mtu(), wg.pids(), wg.version()
             assert wg.died() is None
         finally:

@@ -12,7 +12,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from ipsec_lab import ceiling, metrics, runner
+from ipsec_lab import backends, ceiling, metrics, runner
 from ipsec_lab.studies import Analysis, Plot, Table, fmt
 
 TERMS = (
@@ -266,8 +266,13 @@ GIB_PER_KB = 2**30 / 1024  # kB (1024 B) in a GiB: µs/kB x this / 1e6 = CPU s p
 
 
 def where_ran(env: dict[str, Any]) -> str:
-    """Where a campaign's runs ran, for the peers view: the host's kernel, or the micro-VM
-    (whose figures under TCG are for correctness, not speed)."""
+    """Where a campaign's runs ran, for the peers view: real hosts (each one's kernel),
+    this machine's kernel, or the micro-VM (whose figures under TCG are for correctness,
+    not speed)."""
+    hosts = env.get("hosts")
+    if isinstance(hosts, dict) and hosts:
+        kernels = {str(h.get("kernel", "?")) for h in hosts.values() if isinstance(h, dict)}
+        return "real hosts, Linux " + ", ".join(sorted(kernels))
     vm = env.get("vm")
     if vm:
         emulated = str(vm).startswith("tcg")
@@ -310,16 +315,17 @@ def peers(
                 elif m in probed:
                     cells.append(f"{metrics._rtt(r)} µs")
                 else:
-                    vs = r.get("mbps_vs_none")
+                    vs = metrics._vs(r)  # a transfer's time against none's time
                     bound = [b for b in BOUND if b in str(r.get("note") or "")]
-                    cells.append(metrics._main(r) + (f" ({vs:.2f}x)" if vs is not None else "")
+                    cells.append(metrics._main(r) + (f" ({vs}x)" if vs != "—" else "")
                                  + "".join(f", {b}" for b in bound))  # fmt: skip
             r = mine.get(bulk or "")
             effort = r.get("effort_median") if r else None
             own = r.get("ipsec_effort_median") if r else None
             cells.append(fmt(effort * GIB_PER_KB / 1e6) if effort else "—")
+            kernel = b in backends.BY_NAME and backends.BY_NAME[b].kernel_plane
             cells.append(fmt(own * GIB_PER_KB / 1e6) if own else
-                         "—" if b == "none" else "the kernel's")  # fmt: skip
+                         "the kernel's" if kernel else "—")  # fmt: skip
             cells += [versions.get(b) or "—", place]
             rows.append(cells)
         tables.append(Table(

@@ -54,6 +54,8 @@ class Entry:
     kernel_esp: bool = False
     # other kernel modules each IPsec host must have for it (`hosts check`): name, what
     modules: tuple[tuple[str, str], ...] = ()
+    # its tunnel is the kernel's (no process of its own to meter), ESP or not
+    kernel_tunnel: bool = False
     # whether it can run a configuration depends on this kernel (ESP, AH, IPComp in
     # xfrm): `check` without root, which cannot probe, says "unknown"
     probes_kernel: bool = False
@@ -62,6 +64,12 @@ class Entry:
     resolve: Callable[[Hosts | None], tuple[str, str]] | None = None
     # said whenever another backend resolves to this one: why it is not what was asked
     slower: str = ""
+
+    @property
+    def kernel_plane(self) -> bool:
+        """Whether its data plane is the kernel's (xfrm's ESP, the kernel's WireGuard): its
+        CPU is softirq and kernel threads, no process of its own."""
+        return self.kernel_esp or self.kernel_tunnel
 
     @property
     def ipsec(self) -> bool:
@@ -109,7 +117,7 @@ REGISTRY: tuple[Entry, ...] = (
     Entry("wireguard", wireguard.Wireguard,
           "the Linux kernel's WireGuard (configuration `wireguard`), where the kernel has "
           "the module: in the micro-VM here (--vm), or on real hosts",
-          hosts=True, tools=("wg",), probes_kernel=True,
+          hosts=True, tools=("wg",), probes_kernel=True, kernel_tunnel=True,
           modules=(("wireguard", "WireGuard (the kernel's)"),)),
     Entry("wireguard-go", wireguard.WireguardGo,
           "WireGuard in user space on a TUN device, Debian's wireguard-go (configuration "

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import base64
 import functools
+import ipaddress
 import json
 import platform
 import re
@@ -45,7 +46,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ipsec_lab.backends.base import Unsupported, exited, private_dir, private_file
+from ipsec_lab.backends.base import Unsupported, exited, private_dir
 from ipsec_lab.model.transforms import (
     WIREGUARD,
     Layout,
@@ -59,10 +60,11 @@ from ipsec_lab.testbed.links import link_mtu
 
 WG_GO = "wireguard-go"
 UAPI_DIR = Path("/var/run/wireguard")  # wireguard-go's control sockets, IFNAME.sock
-PORT = 51820  # the first end's UDP port; a node's k-th tunnel listens on PORT + k
+PORT = 51820  # the first end's UDP port; the run's n-th end listens on PORT + n
+PORT_STEP, PORT_TRIES = 100, 20  # past a port in use (the host's own WireGuard's)
 FWMARK = "0x4c4157"  # on WireGuard's own UDP: routed by the main table
-TABLE = 230  # a node's k-th tunnel's routes: table TABLE + k
-RULE_PREF = 1000  # its rules: the mark's at RULE_PREF + 2k, the remote network's + 1
+TABLE = 230  # the run's n-th end's routes: table TABLE + n
+RULE_PREF = 1000  # its rules: the mark's at RULE_PREF + 2n, the remote network's + 1
 UNREACHABLE_METRIC = 4096  # below the device's route: what remains if the device goes
 HANDSHAKE_S = 15.0  # the most the first handshake may take
 DEBIAN_NOTE = (
@@ -73,19 +75,17 @@ KEEPALIVE_S = "25"  # keeps the session up between a backend's runs (as wg-quick
 
 
 def key_pair(tb: Testbed, node: str, dev: str) -> tuple[str, str]:
-    """A fresh X25519 key pair made on `node` by `wg genkey`: the private key written to
-    a 0600 file of the run's (here: its 0700 directory, never through a symlink; on a
-    real host: pushed into the run's directory there past the work directory's check)
-    and never into an argument or a log; (that file's path, the public key in
-    WireGuard's base64)."""
-    private = tb.run(node, ["wg", "genkey"]).strip()
+    """A fresh X25519 key pair made on `node` by `wg genkey`, in one command there: the
+    private key goes straight into a file of the run's, 0600 from its first byte (here:
+    the run's 0700 directory; on a real host: the run's directory there, the command
+    passing the work directory's check first) — never to the lab, into an argument or a
+    log; (that file's path, the public key in WireGuard's base64)."""
     if on_hosts(tb):
-        path = tb.put(node, f"wireguard-{dev}.key", private + "\n")
+        path = f"{tb.workdir(node)}/wireguard-{dev}.key"
     else:
-        local = private_dir(tb.rundir / "wireguard") / f"{dev}.key"
-        private_file(local, private + "\n")
-        path = str(local)
-    said = tb.run(node, ["sh", "-c", f"wg pubkey < {shlex.quote(path)}"]).split()
+        path = str(private_dir(tb.rundir / "wireguard") / f"{dev}.key")
+    q = shlex.quote(path)
+    said = tb.run(node, ["sh", "-c", f"umask 077 && wg genkey > {q} && wg pubkey < {q}"]).split()
     try:
         ok = len(said) == 1 and len(base64.b64decode(said[0], validate=True)) == 32
     except ValueError:
@@ -169,39 +169,62 @@ class _WireGuard:
         tb.run(node, argv)
 
     @staticmethod
-    def _free(tb: Testbed, e: End) -> None:
-        """Refuse to start where what `e` needs is taken — on a real host, the host's own
-        rules, routing table or WireGuard port: the lab adds to a host, never replaces."""
+    def _free(tb: Testbed, e: End, ports: set[int]) -> None:
+        """Refuse to start where the rules' preferences or the routing table `e` needs are
+        taken — on a real host, the host's own: the lab adds to a host, never replaces —
+        and move its UDP port past any in use (the host's own WireGuard's, another end's
+        of this run: `ports`)."""
         taken = []
-        for fam in ([], ["-6"]):
-            for ln in tb.run(e.node, ["ip", *fam, "rule", "show"]).splitlines():
+        for fam in ([], ["-6"]):  # (a host without IPv6 answers nothing for -6)
+            for ln in tb.run(e.node, ["ip", *fam, "rule", "show"], check=False).splitlines():
                 if ln.split(":")[0].strip() in (str(e.pref), str(e.pref + 1)):
                     taken.append(f"rule {ln.strip()}")
             if out := tb.run(e.node, ["ip", *fam, "route", "show", "table", str(e.table)],
                              check=False).strip():  # fmt: skip
                 taken.append(f"table {e.table}: {out.splitlines()[0]}")
-        if out := tb.run(e.node, ["ss", "-Hlun", f"sport = :{e.port}"], check=False).strip():
-            taken.append(f"UDP port {e.port}: {out.splitlines()[0]}")
         if taken:
             raise LabError(f"{e.node}: WireGuard end {e.dev} needs rule preferences "
-                           f"{e.pref}-{e.pref + 1}, routing table {e.table} and UDP port "
-                           f"{e.port}, and they are in use: " + "; ".join(taken))  # fmt: skip
+                           f"{e.pref}-{e.pref + 1} and routing table {e.table}, and they are "
+                           "in use: " + "; ".join(taken))  # fmt: skip
+        for _ in range(PORT_TRIES):
+            busy = e.port in ports or tb.run(e.node, ["ss", "-Hlun", f"sport = :{e.port}"],
+                                             check=False).strip()  # fmt: skip
+            if not busy:
+                ports.add(e.port)
+                return
+            e.port += PORT_STEP
+        raise LabError(f"{e.node}: no free UDP port for WireGuard end {e.dev} "
+                       f"({PORT_TRIES} tried from {PORT}, every {PORT_STEP})")  # fmt: skip
+
+    @staticmethod
+    def _routed(tb: Testbed, e: End) -> None:
+        """The remote network does reach the device: a rule of the host's own ahead of the
+        run's (a lower preference, matching it) would send it by another table — on a
+        gateway with the plain route, in clear. Refused, naming what the kernel chose."""
+        net = ipaddress.ip_network(e.theirs, strict=False)
+        probe_addr = str(net.network_address + (1 if net.num_addresses > 1 else 0))
+        got = json.loads(tb.run(e.node, ["ip", "-j", "route", "get", probe_addr]) or "[]")
+        dev = got[0].get("dev") if got else None
+        if dev != e.dev:
+            raise LabError(f"{e.node}: traffic for {e.theirs} would not enter WireGuard end "
+                           f"{e.dev} but {dev or got} (a rule of the host's own ahead of the "
+                           f"lab's at preference {e.pref + 1}? `ip rule show` there): "
+                           "refused rather than measured in clear")  # fmt: skip
 
     def _ends_of(self, tb: Testbed) -> list[tuple[End, End, Tunnel]]:
         token = tb.token
         pairs: list[tuple[End, End, Tunnel]] = []
-        count: dict[str, int] = {}
         n = 0
         for t in tb.topo.tunnels:
             ends = []
             for node, mine, theirs in ((t.left, t.left_ts, t.right_ts),
                                        (t.right, t.right_ts, t.left_ts)):  # fmt: skip
-                k = count.get(node, 0)
-                count[node] = k + 1
-                # wireguard-go's UAPI socket's directory is the machine's: a name of the
-                # testbed's (the kernel's devices take the same names)
-                ends.append(End(node, f"ipl{token}w{n}", PORT + k, TABLE + k,
-                                RULE_PREF + 2 * k, mine, theirs))  # fmt: skip
+                # numbered across the run, not per node: two nodes on one machine (real
+                # hosts) never share a table, a rule's preference or a port. wireguard-go's
+                # UAPI socket's directory is the machine's: a name of the testbed's (the
+                # kernel's devices take the same names)
+                ends.append(End(node, f"ipl{token}w{n}", PORT + n, TABLE + n,
+                                RULE_PREF + 2 * n, mine, theirs))  # fmt: skip
                 n += 1
             pairs.append((ends[0], ends[1], t))
         return pairs
@@ -220,17 +243,20 @@ class _WireGuard:
         self._tb = tb
         pairs = self._ends_of(tb)
         keys: dict[str, str] = {}
+        ports: set[int] = set()
         for a, b, _ in pairs:
             for e in (a, b):
-                self._free(tb, e)
+                self._free(tb, e, ports)
                 self._ends.append(e)
                 keys[e.dev], e.public = key_pair(tb, e.node, e.dev)
-        self._version = self._node_version(tb, self._ends[0].node) if self._ends else ""
+        self._version = versions({e.node: self._node_version(tb, e.node) for e in self._ends})
         self._devices(tb, self._ends)
         for a, b, t in pairs:
             for e, peer, addr, peer_addr in ((a, b, t.left_outer, t.right_outer),
                                              (b, a, t.right_outer, t.left_outer)):  # fmt: skip
                 self._up(tb, e, peer, addr, peer_addr, keys[e.dev])
+        for e in self._ends:
+            self._routed(tb, e)
         for a, b, _ in pairs:  # both ends listen: the left one's keepalive starts it
             tb.run(a.node, ["wg", "set", a.dev, "peer", b.public, "persistent-keepalive", "1"])
         # the keepalive started it; every KEEPALIVE_S seconds it keeps the session up, so
@@ -245,8 +271,10 @@ class _WireGuard:
             key: str) -> None:  # fmt: skip
         """Device `e` up at the path's MTU less WireGuard's overhead, keyed to `peer`, the
         remote network routed into it (failing closed)."""
-        route = tb.run(e.node, ["ip", "-j", "route", "get", peer_addr])
-        out_dev = str(json.loads(route)[0]["dev"])
+        route = json.loads(tb.run(e.node, ["ip", "-j", "route", "get", peer_addr]) or "[]")
+        if not route or "dev" not in route[0]:
+            raise LabError(f"{e.node}: no route to its WireGuard peer {peer_addr} ({route})")
+        out_dev = str(route[0]["dev"])
         version = 6 if ":" in peer_addr else 4
         mtu = link_mtu(tb, e.node, out_dev) - wireguard_overhead(Layout(outer=version))
         tb.run(e.node, ["ip", "link", "set", "dev", e.dev, "mtu", str(mtu), "up"])
@@ -260,10 +288,19 @@ class _WireGuard:
         self._do(tb, e.node, ["ip", *fam, "route", "replace", "unreachable", e.theirs, "metric",
                               str(UNREACHABLE_METRIC), "table", table], flush,
                  f"WireGuard {e.dev}'s routing table {table}")  # fmt: skip
-        tb.run(e.node, ["ip", *fam, "route", "replace", e.theirs, "dev", e.dev, "table", table])
+        # a host's own traffic (host to host: `mine` is its address) leaves with that
+        # address, not the one the kernel would pick for a device without any (the first
+        # interface's: a real host's management NIC, which the peer's allowed-ips drop)
+        mine = ipaddress.ip_network(e.mine, strict=False)
+        src = ["src", str(mine.network_address)] if mine.num_addresses == 1 else []
+        tb.run(e.node, ["ip", *fam, "route", "replace", e.theirs, "dev", e.dev, *src, "table",
+                        table])  # fmt: skip
         e.outer_family = tuple(_family(addr))
         for add, delete, what in zip(_rules(e, "add"), _rules(e, "del"), RULES_WHAT):
             self._do(tb, e.node, add, delete, f"WireGuard {e.dev}'s {what}")
+        if on_hosts(tb):  # undone newest first: the device down before its rules go
+            tb.record(e.node, f"WireGuard {e.dev} down before its rules go",
+                      shlex.join(["ip", "link", "set", "dev", e.dev, "down"]))  # fmt: skip
 
     def _handshake(self, tb: Testbed, a: End, b: End) -> None:
         """Wait (bounded) until both ends have a session, then slow the keepalive that
@@ -437,7 +474,8 @@ class Wireguard(_WireGuard):
                 self._do(tb, e.node, add, ["ip", "link", "del", "dev", e.dev],
                          f"WireGuard device {e.dev}")  # fmt: skip
             except LabError as x:
-                if on_hosts(tb) and "Unknown device type" in str(x):
+                said = str(x)
+                if on_hosts(tb) and ("Unknown device type" in said or "not supported" in said):
                     why = "no wireguard module: use wireguard-go there"
                     raise Unsupported(
                         f"{e.node}'s kernel makes no WireGuard devices ({why})"
@@ -462,12 +500,20 @@ class Wireguard(_WireGuard):
         return "; ".join(gone) or None
 
     def _node_version(self, tb: Testbed, node: str) -> str:
-        return tb.run(node, ["uname", "-r"], check=False).strip()
+        return f"Linux {tb.run(node, ['uname', '-r'], check=False).strip() or '?'}"
 
     def version(self) -> str:
         if self.on_hosts:
-            return f"Linux {self._version or '?'} WireGuard (on the hosts)"
+            return f"{self._version or 'Linux ?'} WireGuard (on the hosts)"
         return f"Linux {platform.release()} WireGuard"
+
+
+def versions(by_node: dict[str, str]) -> str:
+    """What the nodes said of their version: once where they agree, else each node's."""
+    said = set(by_node.values())
+    if len(said) <= 1:
+        return next(iter(said), "")
+    return "; ".join(f"{node}: {v}" for node, v in by_node.items())
 
 
 def versioned(said: str) -> str:
