@@ -88,7 +88,7 @@ def in_the_vm(tmp_path_factory: pytest.TempPathFactory) -> Path:
     # At stop 54's CI, the interop cases' ends sockets of the test process: interop 530,
     # clients 249 | every 472, hosts 716, impairment 92, so the longest step and the
     # short ones share a lane: 1,057 s against 1,002.)
-    # The kernel's WireGuard (172 s alone under TCG) takes impairment's place beside the
+    # The kernel's WireGuard (170-200 s alone under TCG) takes impairment's place beside the
     # hosts, which moves to the interop lane: 1,137 s against 1,094 by the times above.
     lanes = (("hosts", "clients", "wireguard"), ("interop", "every", "impairment"))
     # a script file: the VM's command travels on the kernel's command line, which holds
