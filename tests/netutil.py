@@ -166,10 +166,25 @@ def capture(
     try:
         yield pcap
     finally:
-        # What the kernel handed tcpdump's socket reaches the file (-U: at once); no
-        # event says tcpdump has read its ring, so this one wait stays a time.
-        time.sleep(0.3)
+        # What the kernel handed tcpdump's socket reaches the file (-U: at once), but a
+        # tcpdump that lags (under TCG, beside other work: thousands of packets behind)
+        # is stopped before it has read its ring, and they are lost: wait until the file
+        # has stopped growing (no event says tcpdump is done), bounded.
+        drained(pcap)
         tb.stop(p)
+
+
+def drained(pcap: Path, still_s: float = 0.3, most_s: float = 30.0) -> None:
+    """Until `pcap` has not grown for `still_s` (at most `most_s`)."""
+    deadline = time.monotonic() + most_s
+    last, since = -1, time.monotonic()
+    while time.monotonic() < deadline:
+        size = pcap.stat().st_size if pcap.exists() else 0
+        if size != last:
+            last, since = size, time.monotonic()
+        elif time.monotonic() - since >= still_s:
+            return
+        time.sleep(0.05)
 
 
 def count(pcap: Path, bpf: str) -> int:
