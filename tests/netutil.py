@@ -167,9 +167,9 @@ def capture(
         yield pcap
     finally:
         # What the kernel handed tcpdump's socket reaches the file (-U: at once), but a
-        # tcpdump that lags (under TCG, beside other work: thousands of packets behind)
-        # is stopped before it has read its ring, and they are lost: wait until the file
-        # has stopped growing (no event says tcpdump is done), bounded.
+        # tcpdump still behind its ring when stopped loses the rest: wait until the file
+        # has stopped growing (no event says tcpdump is done), bounded. (It did not cure
+        # the kernel WireGuard VM step's short captures in CI: see tests/vm/wireguard.py.)
         drained(pcap)
         tb.stop(p)
 

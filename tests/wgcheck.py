@@ -43,7 +43,7 @@ WIRE = {"line": ("gwA", "wan"), "pair": ("hostA", "eth0")}
 
 def carries_a_file_whole(tmp_path: Path, topo: str, wg: _WireGuard) -> tuple[list[int], str]:
     """`wg` between the ends of `topo`, a 4 MiB file carried; (its PIDs, its version)
-    while it ran. (2 MiB under TCG: the capture saw fewer than 1,000 data messages.)"""
+    while it ran."""
     node, iface = WIRE[topo]
     with Testbed(topology(topo), tmp_path / "run") as tb:
         link = link_mtu(tb, node, iface)
