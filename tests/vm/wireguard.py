@@ -3,9 +3,10 @@ host's kernel has no wireguard module). NOT in CI's VM lanes for now: alone in t
 four pass, but twice in CI's lane beside the unit tests the `line` case's capture of a
 4 MiB transfer held fewer than 1,000 data messages, cause not yet found. By hand:
 `vm.run(["sh", "-c", ".venv/bin/pytest tests/vm/wireguard.py"], [dir])` as root.
-It checks: a file carried whole with only WireGuard on the outer link, between gateways (`line`) and host to host
-(`pair`), the packets' sizes against the model's, a deleted device failing closed and
-nothing left after — the same checks as wireguard-go's on the host (tests/wgcheck.py)."""
+It checks: a file carried whole with only WireGuard on the outer link, between gateways
+(`line`) and host to host (`pair`), the packets' sizes against the model's, a deleted
+device failing closed and nothing left after — the same checks as wireguard-go's on the
+host (tests/wgcheck.py)."""
 
 from __future__ import annotations
 
