@@ -16,20 +16,23 @@ from typing import Any
 from ipsec_lab import environment
 from ipsec_lab.testbed import topology
 from ipsec_lab.testbed.build import Testbed
+from ipsec_lab.testbed.placement import Placement
 from ipsec_lab.traffic import iperf, udp
 from ipsec_lab.traffic.workload import Workload
 
 
 @contextmanager
-def tunnel(backend: Any, configuration: str, prefix: str) -> Iterator[Testbed]:
-    """A fresh `line` testbed (client - gwA - gwB - server) with `backend` up; both are
+def tunnel(backend: Any, configuration: str, prefix: str,
+           placement: Placement | None = None) -> Iterator[Testbed]:  # fmt: skip
+    """A fresh `line` testbed (client - gwA - gwB - server) with `backend` up (its roles
+    on `placement`'s CPUs, where one is given); both are
     taken down on leaving, even on failure. Its run directory (commands and logs) is
     removed after a run that went well and kept, its path printed, after one that
     failed."""
     root = Path(tempfile.mkdtemp(prefix=prefix))
     ok = False
     try:
-        with Testbed(topology("line"), root / "run") as tb:
+        with Testbed(topology("line"), root / "run", placement=placement) as tb:
             backend.start(tb, configuration)
             try:
                 yield tb

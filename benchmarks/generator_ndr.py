@@ -22,9 +22,13 @@ from typing import Any
 from bench_common import emit, tunnel
 
 from ipsec_lab import backends, meters
+from ipsec_lab.testbed.build import LabError
+from ipsec_lab.testbed.placement import choose
 from ipsec_lab.traffic import rfc2544
-from ipsec_lab.traffic.generator import Trafgen
+from ipsec_lab.traffic.generator import PACED, Trafgen, UdpGso
 from ipsec_lab.traffic.workload import Workload
+
+GENERATORS = ("iperf3", *PACED)
 
 
 def _ndr(tb: Any, backend: Any, generator: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -57,29 +61,41 @@ def main() -> int:
     ap.add_argument("--resolution", type=float, default=2.0, help="Mbit/s")
     ap.add_argument("--max-trials", type=int, default=14)
     ap.add_argument("--flat-out-packets", type=int, default=2_000_000)
+    ap.add_argument(
+        "--unplaced",
+        action="store_true",
+        help="every role on every CPU (placement off), as before placement",
+    )
     args = ap.parse_args()
     names = args.backend or ["none", "ours", "ours-udp"]
     for n in names:
         if n not in backends.NAMES:
             ap.error(f"--backend: unknown {n!r} (known: {', '.join(backends.NAMES)})")
+    # as a campaign here places its roles (traffic on CPU 0 of 2, the IPsec on the rest)
+    placement = choose("off" if args.unplaced else "auto", trafgen=True)
     out: dict[str, Any] = {"size": args.size, "configuration": args.configuration,
-                           "repetitions": args.repetitions, "backends": {}}  # fmt: skip
+                           "repetitions": args.repetitions, "placement": placement.record(),
+                           "backends": {}}  # fmt: skip
     for name in names:
         print(f"{name}…", file=sys.stderr)
-        runs: dict[str, list[dict[str, Any]]] = {"iperf3": [], "trafgen": []}
-        flat: list[dict[str, Any]] = []
+        runs: dict[str, list[dict[str, Any]]] = {g: [] for g in GENERATORS}
+        flat: dict[str, list[dict[str, Any]]] = {g: [] for g in PACED}
+        flat_errors: dict[str, str] = {}
         backend = backends.make(name)
-        with tunnel(backend, args.configuration, "gen-ndr-") as tb:
+        with tunnel(backend, args.configuration, "gen-ndr-", placement) as tb:
             for _ in range(args.repetitions):
-                for gen in ("iperf3", "trafgen"):
+                for gen in GENERATORS:
                     runs[gen].append(_ndr(tb, backend, gen, args))
-            if name == "none":  # what trafgen can send here, into a sink that counts
-                tg = Trafgen(tb, tb.topo.flows[0])
-                try:
-                    for _ in range(args.repetitions):
-                        flat.append(tg.flat_out(args.size, args.flat_out_packets))
-                finally:
-                    tg.close()
+            if name == "none":  # what each paced one sends here flat out, counted
+                for gen in PACED:
+                    tg = (Trafgen if gen == "trafgen" else UdpGso)(tb, tb.topo.flows[0])
+                    try:
+                        for _ in range(args.repetitions):
+                            flat[gen].append(tg.flat_out(args.size, args.flat_out_packets))
+                    except LabError as e:  # trafgen's TX_RING gives up on a full socket
+                        flat_errors[gen] = str(e).splitlines()[-1]
+                    finally:
+                        tg.close()
         b: dict[str, Any] = {}
         for gen, rs in runs.items():
             ndrs = [float(r["ndr_mbps"]) for r in rs]
@@ -88,14 +104,17 @@ def main() -> int:
                 "kpps_median": statistics.median(ndrs) * 1e3 / (8 * args.size),
                 "generator_bound": [r["generator_bound"] for r in rs], "runs": rs,
             }  # fmt: skip
-        ip, tg_ = b["iperf3"]["ndr_mbps_median"], b["trafgen"]["ndr_mbps_median"]
-        b["trafgen_over_iperf3"] = tg_ / ip if ip else None
-        if flat:
-            b["trafgen_flat_out"] = {
-                "sent_kpps_median": statistics.median(f["sent_pps"] for f in flat) / 1e3,
-                "delivered_share_median": statistics.median(
-                    f["received_packets"] / f["sender_packets"] for f in flat),
-                "runs": flat}  # fmt: skip
+        ip = b["iperf3"]["ndr_mbps_median"]
+        for gen in PACED:
+            b[f"{gen}_over_iperf3"] = b[gen]["ndr_mbps_median"] / ip if ip else None
+            if gen in flat_errors:
+                b[f"{gen}_flat_out"] = {"error": flat_errors[gen]}
+            elif flat[gen]:
+                b[f"{gen}_flat_out"] = {
+                    "sent_kpps_median": statistics.median(f["sent_pps"] for f in flat[gen]) / 1e3,
+                    "delivered_share_median": statistics.median(
+                        f["received_packets"] / f["sender_packets"] for f in flat[gen]),
+                    "runs": flat[gen]}  # fmt: skip
         out["backends"][name] = b
     return emit(out)
 

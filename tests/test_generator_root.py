@@ -21,7 +21,7 @@ from ipsec_lab.testbed import topology
 from ipsec_lab.testbed.build import Testbed
 from ipsec_lab.testbed.placement import choose
 from ipsec_lab.traffic import Meters, soak
-from ipsec_lab.traffic.generator import ETHERNET, NFT_TABLE, Trafgen
+from ipsec_lab.traffic.generator import ETHERNET, NFT_TABLE, Paced, Trafgen, UdpGso
 from ipsec_lab.traffic.workload import Workload
 
 pytestmark = pytest.mark.root
@@ -35,14 +35,19 @@ def _qdisc(tb: Testbed, node: str, dev: str) -> dict[str, Any]:
     return json.loads(tb.run(node, ["tc", "-s", "-j", "qdisc", "show", "dev", dev, "root"]))[0]  # type: ignore[no-any-return]
 
 
-def test_what_trafgen_sends_is_what_the_row_says_and_the_sink_counts(tmp_path: Path) -> None:
-    """Plain forwarding (no gateway): every packet trafgen sent reaches the sink's
+@pytest.mark.parametrize("gen", [Trafgen, UdpGso], ids=["trafgen", "udp-gso"])
+def test_what_a_paced_generator_sends_is_what_the_row_says_and_the_sink_counts(
+    tmp_path: Path, gen: type[Paced]
+) -> None:
+    """Plain forwarding (no gateway): every packet the generator sent reaches the sink's
     counter (within 0.1 %), the count is the rate x the time asked, the pacing bucket's
-    rate is the offered rate in frames, and closing removes the counter and the bucket."""
+    rate is the offered rate in frames, and closing removes the counter and the bucket.
+    The sink's interface counts one buffer per packet: no UDP GSO message of udp-gso's
+    crossed the links whole (the bucket cut each into its datagrams)."""
     with Testbed(topology("line"), tmp_path / "run") as tb:
         flow = tb.topo.flows[0]
         rx0 = json.loads(tb.run("server", ["ip", "-s", "-j", "link", "show", "eth0"]))[0]
-        tg = Trafgen(tb, flow, flows=4)
+        tg = gen(tb, flow, flows=4)
         try:
             row = tg.trial(64, 20.0, 1.5)
             bucket = tg.bucket()
@@ -56,7 +61,7 @@ def test_what_trafgen_sends_is_what_the_row_says_and_the_sink_counts(tmp_path: P
         # the sink's own interface saw them too (and perhaps an ARP or two)
         seen = rx1["stats64"]["rx"]["packets"] - rx0["stats64"]["rx"]["packets"]
         assert row["sender_packets"] <= seen <= row["sender_packets"] + 10
-        assert row["generator"] == "trafgen" and row["offered_mbps"] == 20.0
+        assert row["generator"] == gen.name and row["offered_mbps"] == 20.0
         # the bucket paced the frames (IP + Ethernet header) at the offered packet rate
         assert bucket["kind"] == "tbf"
         assert bucket["options"]["rate"] == pytest.approx(pps * (64 + ETHERNET), rel=0.01)
@@ -67,7 +72,7 @@ def test_what_trafgen_sends_is_what_the_row_says_and_the_sink_counts(tmp_path: P
         assert _qdisc(tb, "client", "eth0")["kind"] == "noqueue"
 
 
-@pytest.mark.parametrize("generator", ["trafgen", "iperf3"])
+@pytest.mark.parametrize("generator", ["udp-gso", "trafgen", "iperf3"])
 def test_a_search_finds_the_rate_of_a_shaped_link(tmp_path: Path, generator: str) -> None:
     f = tmp_path / "s.toml"
     f.write_text(f"""
@@ -141,7 +146,7 @@ seconds = 2
     assert half["pdr_source"].startswith("this campaign's rfc2544")
     assert half["background_offered_mbps"] == pytest.approx(search["pdr_mbps"] / 2)
     assert half["background_mbps"] == pytest.approx(search["pdr_mbps"] / 2, rel=0.1)
-    assert idle.get("background_mbps") is None and half["generator"] == "trafgen"
+    assert idle.get("background_mbps") is None and half["generator"] == "udp-gso"
     summary = {s["measurement"]: s for s in data["summary"]}
     assert summary["latency-50%"]["rtt_p99_us_median"] == half["rtt_p99_us"]
     # the report draws RTT against load and the distribution at the highest load
@@ -193,4 +198,4 @@ def test_a_soak_reports_the_interval_its_gateway_stopped_in(tmp_path: Path) -> N
     # a second's traffic at 20 Mbit/s of 1024 B is ~2400 packets: the TUN queue holds 500
     assert series[3]["sent_packets"] - series[3]["received_packets"] > 1000
     assert all(s["ipsec_rss_bytes"] > 0 for s in series)
-    assert row["rss_growth_bytes_per_hour"] is not None and row["generator"] == "trafgen"
+    assert row["rss_growth_bytes_per_hour"] is not None and row["generator"] == "udp-gso"

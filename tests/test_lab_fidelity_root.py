@@ -14,6 +14,7 @@ import os
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -22,7 +23,7 @@ from ipsec_lab.backends.ours import Ours
 from ipsec_lab.testbed import topology
 from ipsec_lab.testbed.build import Testbed
 from ipsec_lab.testbed.placement import choose
-from ipsec_lab.traffic.generator import Trafgen
+from ipsec_lab.traffic.generator import Trafgen, UdpGso
 from netutil import running
 
 # The lab tests' own check: no namespace, cgroup or process of a test left behind.
@@ -43,6 +44,19 @@ def _cpus_allowed(status: str) -> set[int]:
                 out |= set(range(int(lo), int(hi or lo) + 1))
             return out
     raise AssertionError(f"no Cpus_allowed_list in {status[:200]!r}")
+
+
+def _udpsend() -> list[int]:
+    """The PIDs of udp-gso's senders running now (their command line names the script)."""
+    out = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                if b"udpsend.py" in (d / "cmdline").read_bytes():
+                    out.append(int(d.name))
+            except OSError:
+                pass
+    return out
 
 
 def _allowed(pid: int) -> set[int]:
@@ -71,30 +85,33 @@ def test_each_role_runs_on_its_cpus_and_the_kernel_receives_there(tmp_path: Path
             for pid in gateways:  # the gateway process and every thread it started
                 for task in Path(f"/proc/{pid}/task").iterdir():
                     assert _allowed(int(task.name)) == dut, (pid, task.name)
-            # the generator while it sends, seen from outside
-            seen: dict[int, set[int]] = {}
-            stop = threading.Event()
+            # each paced generator while it sends, seen from outside: trafgen by its
+            # name, udp-gso's sender (a Python) by its script on its command line
+            for gen, mine in ((Trafgen, lambda: running("trafgen")), (UdpGso, _udpsend)):
+                seen: dict[int, set[int]] = {}
+                stop = threading.Event()
 
-            def watch() -> None:
-                while not stop.is_set():
-                    for pid in running("trafgen"):
-                        try:
-                            seen[pid] = _allowed(pid)
-                        except (OSError, AssertionError):
-                            pass
-                    time.sleep(0.02)
+                def watch(find: Any = mine, seen: dict[int, set[int]] = seen,
+                          stop: threading.Event = stop) -> None:  # fmt: skip
+                    while not stop.is_set():
+                        for pid in find():
+                            try:
+                                seen[pid] = _allowed(pid)
+                            except (OSError, AssertionError):
+                                pass
+                        time.sleep(0.02)
 
-            th = threading.Thread(target=watch)
-            th.start()
-            tg = Trafgen(tb, tb.topo.flows[0], flows=2)
-            try:
-                row = tg.trial(64, 5.0, 1.0)
-            finally:
-                stop.set()
-                th.join()
-                tg.close()
-            assert row["sender_packets"] > 0 and row["lost_packets"] == 0, row
-            assert seen and all(cpus <= traffic for cpus in seen.values()), seen
+                th = threading.Thread(target=watch)
+                th.start()
+                tg = gen(tb, tb.topo.flows[0], flows=2)
+                try:
+                    row = tg.trial(64, 5.0, 1.0)
+                finally:
+                    stop.set()
+                    th.join()
+                    tg.close()
+                assert row["sender_packets"] > 0 and row["lost_packets"] == 0, (gen, row)
+                assert seen and all(cpus <= traffic for cpus in seen.values()), (gen, seen)
             # a program the lab runs in a node (not the IPsec's): the traffic's CPUs
             mine = tb.run("client", ["sh", "-c", "cat /proc/self/status"])
             assert _cpus_allowed(mine) == traffic
@@ -159,7 +176,10 @@ def test_every_row_says_where_it_ran_and_a_run_placed_off_is_flagged(tmp_path: P
         # what ran was placed so: the generator on the traffic's CPUs (the testbed's log
         # writes it as the `taskset` command with the same effect)
         log = next(lab.rglob("commands.log")).read_text()
-        tasksets = [ln for ln in log.splitlines() if " trafgen " in ln and "taskset" in ln]
+        # (auto's generator here: udp-gso, its sender the script udpsend.py)
+        sends = [ln for ln in log.splitlines() if "udpsend.py" in ln]
+        assert sends, log[-2000:]
+        tasksets = [ln for ln in sends if "taskset" in ln]
         traffic = ",".join(map(str, placement.traffic))
         assert bool(tasksets) is not shared, log[-2000:]
         assert all(f"taskset -c {traffic} " in ln for ln in tasksets)

@@ -140,9 +140,16 @@ def test_scenario_rates_and_sizes_take_the_cli_grammar() -> None:
         ("[[workloads]]\nkind = 'rfc2544'\nsizes = [64, 32]", "workloads[0].sizes", "outside"),
         ("[[workloads]]\nkind = 'rfc2544'\nsizes = [64, 64]", "workloads[0].sizes", "twice"),
         ("stage_timing = 'yes'", "stage_timing", "true or false"),
-        # the UDP generator: a known one, and trafgen only where the source does no IPsec
-        ("generator = 'pktgen'", "generator", "auto, trafgen, iperf3"),
+        # the UDP generator: a known one, and the paced ones only where the source does no
+        # IPsec of its own (each refused by name, on every topology that has such sources)
+        ("generator = 'pktgen'", "generator", "auto, udp-gso, trafgen, iperf3"),
         ("topology = 'pair'\ngenerator = 'trafgen'", "generator", "cannot drive the pair"),
+        ("topology = 'pair'\ngenerator = 'udp-gso'", "generator", "udp-gso cannot drive the pair"),
+        (
+            "topology = 'clients'\n[[workloads]]\nkind = 'udp'\ngenerator = 'udp-gso'",
+            "workloads[0].generator",
+            "udp-gso cannot drive the clients topology",
+        ),
         ("[[workloads]]\nkind = 'udp'\ngenerator = 'fast'", "workloads[0].generator", "auto,"),
         (
             "topology = 'clients'\n[[workloads]]\nkind = 'rfc2544'\ngenerator = 'trafgen'",

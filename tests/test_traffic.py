@@ -94,9 +94,11 @@ def test_one_stall_of_the_generator_does_not_end_a_search() -> None:
     assert r.trials[0]["repeated"] and "repeated" not in r.trials[1]
 
 
-def test_trafgen_never_drives_a_source_that_does_its_own_ipsec(tmp_path: Path) -> None:
+def test_no_paced_generator_drives_a_source_that_does_its_own_ipsec(tmp_path: Path) -> None:
     """trafgen writes frames below the source's IP stack: host-to-host IPsec there would
-    not see them. auto falls back to iperf3 saying why; trafgen asked for is an error."""
+    not see them; udp-gso is paced on the source's test interface, there its IPsec's.
+    auto falls back to iperf3 saying why for each; either asked for is an error; on
+    `line` (sources without IPsec) auto takes udp-gso, the fastest."""
     from ipsec_lab.testbed import topology
     from ipsec_lab.testbed.build import LabError, Testbed
     from ipsec_lab.traffic import generator
@@ -106,9 +108,17 @@ def test_trafgen_never_drives_a_source_that_does_its_own_ipsec(tmp_path: Path) -
         flow = tb.topo.flows[0]
         name, why = generator.choose(tb, flow, "auto")
         assert name == "iperf3" and "IPsec would not see them" in why, why
+        assert "udp-gso is paced on the source's test interface" in why, why
         with pytest.raises(LabError, match=r"generator trafgen: .*below"):
             generator.choose(tb, flow, "trafgen")
+        with pytest.raises(LabError, match=r"generator udp-gso: .*own \(host-to-host\) IPsec"):
+            generator.choose(tb, flow, "udp-gso")
         assert generator.choose(tb, flow, "iperf3") == ("iperf3", "asked for")
+    tb = Testbed(topology("line"), tmp_path / "line")
+    flow = tb.topo.flows[0]
+    assert generator.choose(tb, flow, "auto") == ("udp-gso", "the fastest here")
+    assert generator.choose(tb, flow, "trafgen") == ("trafgen", "asked for")
+    assert generator.choose(tb, flow, "udp-gso") == ("udp-gso", "asked for")
 
 
 def test_search_with_nothing_passing_reports_zero() -> None:

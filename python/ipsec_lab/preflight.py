@@ -167,19 +167,27 @@ def generators(sc: Scenario, hosts: Hosts | None = None) -> dict[str, str]:
     for w in sc.workloads:
         if not workloads.of(w).generated(w):
             continue
+        auto = w.generator == "auto"
         if w.generator == "iperf3":
             out[w.name] = "iperf3 (asked for)"
         elif sc.topology != "line":
-            out[w.name] = ("iperf3 (trafgen cannot drive the sources' own host-to-host "
-                           "IPsec)")  # fmt: skip
+            out[w.name] = ("iperf3 (the paced generators cannot drive the sources' own "
+                           "host-to-host IPsec)")  # fmt: skip
         elif hosts is not None:
-            both = "trafgen where the client host has it (netsniff-ng) and the server nft"
-            out[w.name] = both + ", else iperf3" if w.generator == "auto" else "trafgen"
-        elif shutil.which("trafgen") and shutil.which("nft"):
-            out[w.name] = "trafgen" + (" (the fastest here)" if w.generator == "auto" else "")
-        else:
-            out[w.name] = ("iperf3 (no trafgen here: Debian netsniff-ng)" if w.generator
-                           == "auto" else "trafgen: missing here (Debian netsniff-ng)")  # fmt: skip
+            out[w.name] = (
+                "udp-gso where the client host has python3 (else trafgen, netsniff-ng) and "
+                "the server nft, else iperf3"
+                if auto
+                else w.generator
+            )
+        elif not shutil.which("nft"):
+            out[w.name] = ("iperf3 (no nft here to count a paced generator's packets: "
+                           "Debian nftables)" if auto else f"{w.generator}: no nft here to "
+                           "count its packets (Debian nftables)")  # fmt: skip
+        elif w.generator == "trafgen" and not shutil.which("trafgen"):
+            out[w.name] = "trafgen: missing here (Debian netsniff-ng)"
+        else:  # udp-gso needs only the lab's own Python here
+            out[w.name] = "udp-gso (the fastest here)" if auto else w.generator
     return out
 
 

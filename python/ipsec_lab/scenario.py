@@ -44,7 +44,7 @@ TOPOLOGIES = ("pair", "line", "clients")
 BACKENDS = backends.NAMES  # the registry's (ipsec_lab.backends.REGISTRY)
 WORKLOAD_KINDS = workloads.KINDS  # the registry's (ipsec_lab.workloads.REGISTRY)
 LATENCY_BACKGROUNDS = ("udp", "tcp")
-GENERATORS = ("auto", "trafgen", "iperf3")  # traffic.generator's
+GENERATORS = ("auto", "udp-gso", "trafgen", "iperf3")  # traffic.generator's
 TCP_DATA = ("iperf", "text", "random")
 
 
@@ -205,8 +205,9 @@ def _size(r: _Reader, v: Any, key: str) -> int:
 
 
 def _generator(r: _Reader, t: dict[str, Any], key: str, default: str, topology: str) -> str:
-    """A UDP generator's name; trafgen only where the traffic's source does no IPsec of
-    its own (it writes frames below the source's IP stack)."""
+    """A UDP generator's name; the paced ones (udp-gso, trafgen) only where the traffic's
+    source does no IPsec of its own (trafgen writes frames below the source's IP stack;
+    both are paced on the source's test interface)."""
     v = t.get(key.rsplit(".", 1)[-1], default)
     if v not in GENERATORS:
         raise r.fail(key, f"must be one of {', '.join(GENERATORS)}, not {v!r}")
@@ -214,6 +215,10 @@ def _generator(r: _Reader, t: dict[str, Any], key: str, default: str, topology: 
         raise r.fail(key, f"trafgen cannot drive the {topology} topology: its sources do "
                      "their own (host-to-host) IPsec, which frames written below their IP "
                      "stack would bypass; use iperf3 or auto")  # fmt: skip
+    if v == "udp-gso" and topology != "line":
+        raise r.fail(key, f"udp-gso cannot drive the {topology} topology: its sources do "
+                     "their own (host-to-host) IPsec, and the lab paces udp-gso on the "
+                     "source's test interface; use iperf3 or auto")  # fmt: skip
     return str(v)
 
 

@@ -80,7 +80,7 @@ def test_the_kernels_ipsec_on_real_hosts(tmp_path: Path) -> None:
         rows = {(r["backend"], r["configuration"]): r["results"][0] for r in runs}
         for key, row in rows.items():
             assert 0 < row["mbps"] <= 20 * 1.05, (key, row["mbps"])  # 20 Mbit/s offered
-            assert row["generator"] == "trafgen", key
+            assert row["generator"] == "udp-gso", key
             assert set(row["hosts_cpu"]) == {"client", "gwA", "gwB", "server"}, key
         versions = {r["backend"]: r["backend_version"] for r in runs}
         assert versions["xfrm"].startswith("Linux ") and "on the hosts" in versions["xfrm"]

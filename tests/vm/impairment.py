@@ -90,4 +90,4 @@ def test_latency_percentiles_land_on_a_known_delay(tmp_path: Path) -> None:
         back = latency.histogram_percentile(r["histogram"], 50) / 1e3
         assert back == pytest.approx(r["rtt_p50_us"], rel=0.01)
     assert rows[1]["background_mbps"] == pytest.approx(5.0, rel=0.1)
-    assert rows[1]["generator"] == "trafgen"
+    assert rows[1]["generator"] == "udp-gso"

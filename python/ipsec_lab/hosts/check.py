@@ -42,7 +42,11 @@ TOOLS: dict[str, tuple[str, str, str]] = {
     ),
     "tcpdump": ("captures", "tcpdump --version", "tcpdump"),
     "nft": ("ipsec-gw's guard (fail closed)", "nft --version", "nftables"),
-    "python3": ("xfrm-udp's ESP-in-UDP socket", "python3 --version", "python3"),
+    "python3": (
+        "xfrm-udp's ESP-in-UDP socket; the lab's UDP sender (udp-gso)",
+        "python3 --version",
+        "python3",
+    ),
     "/usr/lib/ipsec/charon": (
         "strongSwan's IKE daemon",
         "/usr/lib/ipsec/charon --version",
@@ -52,16 +56,18 @@ TOOLS: dict[str, tuple[str, str, str]] = {
     "aiosmtpd": ("the SMTP workload's server", "python3 -m aiosmtpd --version", "python3-aiosmtpd"),
     # (trafgen --version exits 1 after printing it)
     "trafgen": ("the fast UDP generator", "trafgen --version || true", "netsniff-ng"),
-    "ping": ("resolving trafgen's next hop", "ping -V", "iputils-ping"),
+    "ping": ("resolving a paced generator's next hop", "ping -V", "iputils-ping"),
     "irtt": ("latency probes", "irtt version", "irtt"),
     "wireguard-go": ("WireGuard in user space", "wireguard-go --version", "wireguard-go"),
     "wg": ("WireGuard's keys and peers", "wg --version", "wireguard-tools"),
 }
 # Tools the lab does without, saying what it does instead (a `warn`, not a `fail`).
 OPTIONAL = {
-    "trafgen": "UDP workloads fall back to iperf3, whose sender runs out of small packets first",
-    "nft": "trafgen's packets cannot be counted at this sink: UDP workloads use iperf3",
-    "ping": "trafgen's next hop must already be in the neighbour table",
+    "python3": "the lab's UDP sender (udp-gso) cannot run here: UDP workloads fall back to "
+    "trafgen, else iperf3, whose sender runs out of small packets first",
+    "trafgen": "a workload asking for trafgen cannot run; auto uses udp-gso (python3), else iperf3",
+    "nft": "a paced generator's packets cannot be counted at this sink: UDP workloads use iperf3",
+    "ping": "a paced generator's next hop must already be in the neighbour table",
 }
 # Tools every driven host needs, then per backend and per workload.
 BASE_TOOLS = ("ip", "sysctl", "ss")
@@ -102,14 +108,17 @@ def needed_tools(node: str, topo_name: str, backends: tuple[str, ...] = (),
 
 def optional_tools(node: str, topo_name: str, required: list[str],
                    workloads: tuple[Workload, ...] = ()) -> list[str]:  # fmt: skip
-    """Tools the lab does without on `node` (OPTIONAL), for the workloads given: trafgen
-    on a UDP source and nft on its sink where trafgen can drive the topology."""
+    """Tools the lab does without on `node` (OPTIONAL), for the workloads given: the
+    paced generators' (python3 for udp-gso, trafgen) on a UDP source and nft on its sink
+    where they can drive the topology."""
     topo = topology(topo_name)
-    # trafgen sends a generated workload's UDP (from the source) and nft counts it (at
-    # the sink) where the topology lets it (`line`: the sources do no IPsec of their own)
+    # udp-gso or trafgen sends a generated workload's UDP (from the source) and nft counts
+    # it (at the sink) where the topology lets it (`line`: the sources do no IPsec of
+    # their own)
     if topo_name != "line" or not any(kinds.of(w).generated(w) for w in workloads):
         return []
-    want = (["trafgen", "ping"] if node in {f.source for f in topo.flows} else []) + (
+    source = ["python3", "trafgen", "ping"]
+    want = (source if node in {f.source for f in topo.flows} else []) + (
         ["nft"] if node in {f.sink for f in topo.flows} else [])  # fmt: skip
     return [t for t in want if t not in required]
 

@@ -50,6 +50,7 @@ import re
 import shlex
 import shutil
 import time
+from pathlib import Path
 from typing import Any, Protocol
 
 from ipsec_lab.testbed import Flow
@@ -120,30 +121,50 @@ def _has(tb: Testbed, node: str, tool: str) -> bool:
     return bool(out.strip())
 
 
-def trafgen_refusal(tb: Testbed, flow: Flow) -> str | None:
-    """Why trafgen cannot drive `flow` on this testbed (None: it can)."""
+def refusal(tb: Testbed, flow: Flow, name: str) -> str | None:
+    """Why the paced generator `name` (trafgen, udp-gso) cannot drive `flow` on this
+    testbed (None: it can). Both are paced by a bucket on the source's test interface
+    and counted at the sink: a source that does its own (host-to-host) IPsec would have
+    the bucket on its IPsec's device — and trafgen's frames, written below its IP stack,
+    would leave in clear."""
     if flow.source in tb.topo.ipsec_nodes:
-        return (f"trafgen writes frames below {flow.source}'s IP stack, where its own "
-                "(host-to-host) IPsec would not see them")  # fmt: skip
-    if not _has(tb, flow.source, "trafgen"):
+        if name == "trafgen":
+            return (f"trafgen writes frames below {flow.source}'s IP stack, where its own "
+                    "(host-to-host) IPsec would not see them")  # fmt: skip
+        return (f"{name} is paced on the source's test interface, which on {flow.source} "
+                "is its own (host-to-host) IPsec's")  # fmt: skip
+    if name == "trafgen" and not _has(tb, flow.source, "trafgen"):
         return f"no trafgen on {flow.source} (Debian package netsniff-ng)"
+    if name == "udp-gso" and on_hosts(tb) and not _has(tb, flow.source, "python3"):
+        return f"no python3 on {flow.source} for the lab's UDP sender (Debian package python3)"
     if not _has(tb, flow.sink, "nft"):
         return f"no nft on {flow.sink} to count the flow (Debian package nftables)"
     return None
 
 
+# auto's order: the fastest paced sender first (benchmarks/generator_ndr.py measures them)
+PACED = ("udp-gso", "trafgen")
+
+
 def choose(tb: Testbed, flow: Flow, want: str) -> tuple[str, str]:
-    """The generator for `flow` (`want`: auto, trafgen or iperf3) and why: auto takes
-    trafgen where it can go, iperf3 elsewhere; trafgen asked for where it cannot go is
-    an error naming why."""
+    """The generator for `flow` (`want`: auto, udp-gso, trafgen or iperf3) and why:
+    auto takes the first of PACED that can go, iperf3 elsewhere; a paced one asked for
+    where it cannot go is an error naming why."""
     if want == "iperf3":
         return "iperf3", "asked for"
-    why = trafgen_refusal(tb, flow)
-    if why is None:
-        return "trafgen", "asked for" if want == "trafgen" else "the fastest here"
-    if want == "trafgen":
-        raise LabError(f"generator trafgen: {why}")
-    return "iperf3", why
+    if want in PACED:
+        why = refusal(tb, flow, want)
+        if why is not None:
+            raise LabError(f"generator {want}: {why}")
+        return want, "asked for"
+    whys = []
+    for name in PACED:
+        why = refusal(tb, flow, name)
+        if why is None:
+            return name, "the fastest here"
+        if why not in whys:
+            whys.append(why)
+    return "iperf3", "; ".join(whys)
 
 
 def make(tb: Testbed, flow: Flow, want: str, flows: int = 1) -> Generator:
@@ -151,6 +172,8 @@ def make(tb: Testbed, flow: Flow, want: str, flows: int = 1) -> Generator:
     name, why = choose(tb, flow, want)
     if name == "trafgen":
         return Trafgen(tb, flow, flows, why)
+    if name == "udp-gso":
+        return UdpGso(tb, flow, flows, why)
     return IperfGenerator(tb, flow, why)
 
 
@@ -232,38 +255,38 @@ def delivered(buffers: int, ip_bytes: int, sizes: tuple[tuple[int, int], ...]) -
     return packets, payload + IPV4_UDP * packets
 
 
-class Trafgen:
-    """trafgen on the flow's source, an nftables counter on its sink."""
+class Paced:
+    """A sender on the flow's source, paced by the lab's token bucket there, and an
+    nftables counter on its sink: what trafgen and the lab's UDP sender share. `send`
+    is each sender's own."""
 
-    name = "trafgen"
+    name = ""
 
     def __init__(self, tb: Testbed, flow: Flow, flows: int = 1, why: str = "") -> None:
         self.tb, self.flow, self.flows, self.why = tb, flow, max(1, flows), why
-        self._configs: dict[tuple[tuple[int, int], ...], str] = {}
         src = flow.source
         # The way the kernel would send to the sink: the interface, the next hop.
         route = json.loads(tb.run(src, ["ip", "-j", "route", "get", flow.sink_addr]))[0]
         self.dev = str(route["dev"])
         self.saddr = str(route.get("prefsrc") or "")
-        hop = str(route.get("gateway") or flow.sink_addr)
+        self.hop = str(route.get("gateway") or flow.sink_addr)
         if not self.saddr:
             raise LabError(f"{src} has no source address towards {flow.sink_addr}")
         # what the host's routing table says goes into nft's rule and trafgen's packet
         # file (languages of their own): addresses only, as a MAC is only a MAC (_mac)
-        self.saddr, hop = _address(self.saddr, src), _address(hop, src)
-        link = json.loads(tb.run(src, ["ip", "-j", "link", "show", "dev", self.dev]))[0]
-        if link.get("link_type") != "ether":
-            raise LabError(f"trafgen: {src}'s {self.dev} is not Ethernet ({link.get('link_type')})")
-        self.smac = _mac(str(link["address"]))
-        self.mtu = int(link.get("mtu", 1500))
-        self.dmac = self._neighbour(hop)
+        self.saddr, self.hop = _address(self.saddr, src), _address(self.hop, src)
+        self.link = json.loads(tb.run(src, ["ip", "-j", "link", "show", "dev", self.dev]))[0]
+        self.mtu = int(self.link.get("mtu", 1500))
         self._counter_added = False
         self._paced = False
+        self.burst = 0  # the bucket's depth in bytes, once paced
         self._add_counter()
 
     def _neighbour(self, hop: str) -> str:
         """The next hop's MAC, as the source's kernel resolves it (one ping fills the
-        neighbour table; the reply is not needed, the resolution is)."""
+        neighbour table; the reply is not needed, the resolution is). trafgen writes it
+        into its frames; for udp-gso the kernel must have it before the first datagram
+        (an unresolved hop holds only 200 KiB of them: the rest is lost, uncounted)."""
         src = self.flow.source
         for _ in range(3):
             self.tb.run(src, ["ping", "-c", "1", "-W", "1", "-I", self.dev, hop],
@@ -274,6 +297,13 @@ class Trafgen:
                     return _mac(str(n["lladdr"]))
             time.sleep(0.2)
         raise LabError(f"{src} cannot resolve the next hop {hop}'s MAC on {self.dev}")
+
+    def send(self, sizes: tuple[tuple[int, int], ...], pps: int | None, count: int,
+             timeout: float) -> tuple[int, float, float]:  # fmt: skip
+        """Send `count` packets of the mix at `pps` (None: flat out, unpaced);
+        (packets that left the source, seconds from the first packet until the last
+        leaves the source, seconds of that still to come)."""
+        raise NotImplementedError
 
     # --- the sink's counter ------------------------------------------------------------
 
@@ -317,18 +347,6 @@ class Trafgen:
             last = now
         return last
 
-    # --- sending -------------------------------------------------------------------------
-
-    def config(self, sizes: tuple[tuple[int, int], ...]) -> str:
-        """The trafgen packet file of a mix (`packets`), pushed to the source once."""
-        if sizes not in self._configs:
-            text = packets(sizes, self.dmac, self.smac, self.saddr, self.flow.sink_addr,
-                           self.flows)  # fmt: skip
-            name = "-".join(f"{s}x{n}" for s, n in sizes)
-            self._configs[sizes] = self.tb.file_for(self.flow.source, f"trafgen/{name}.cfg",
-                                                    text.encode())  # fmt: skip
-        return self._configs[sizes]
-
     # --- pacing: a token bucket on the source's test interface -------------------------------
 
     def _pace(self, bytes_per_s: float, frame: int) -> None:
@@ -351,7 +369,7 @@ class Trafgen:
             if on_hosts(self.tb):
                 # the device's name is the host's (its routing table's): quoted, as
                 # every ledger line's values are (Linux allows `;` and `$(…)` in one)
-                self.tb.record(src, f"trafgen's pacing qdisc on {dev}",
+                self.tb.record(src, f"{self.name}'s pacing qdisc on {dev}",
                        shlex.join(["tc", "qdisc", "del", "dev", dev, "root"]))  # fmt: skip
             self._paced = True
             quantum = str(self.mtu + ETHERNET)
@@ -374,6 +392,7 @@ class Trafgen:
         # a bucket below the device's MTU is refused by the kernel's complaint in its log
         depth = min(bytes_per_s * PACING_BURST_S, PACING_BURST_FRAMES * frame)
         burst = max(self.mtu + ETHERNET, 2 * frame, round(depth))
+        self.burst = burst
         self.tb.run(src, ["tc", "qdisc", "replace", "dev", dev, "parent", "1:3", "handle",
                           f"{PACING_HANDLE}:", "tbf", "rate", bits, "burst", str(burst),
                           "limit", str(PACING_LIMIT_BYTES)])  # fmt: skip
@@ -401,43 +420,28 @@ class Trafgen:
     def _bucket_drops(self) -> int:
         return int(self.bucket().get("drops", 0))
 
-    def send(self, sizes: tuple[tuple[int, int], ...], pps: int | None, count: int,
-             timeout: float) -> tuple[int, float, float]:  # fmt: skip
-        """Send `count` packets of the mix at `pps` (None: flat out, past the qdisc);
-        (packets that left the source, seconds from trafgen's first packet until the
-        last leaves the source, seconds of that still to come). trafgen's own time ends
-        when it handed over its last packet, a socket buffer's worth before the bucket
-        let it out: what the bucket still holds then leaves at the bucket's rate."""
-        argv = ["trafgen", "--dev", self.dev, "--conf", self.config(sizes), "--num", str(count),
-                "--cpus", "1", "--no-sock-mem", "--notouch-irq"]  # fmt: skip
-        before: dict[str, Any] = {}
-        if pps is not None:
-            mean = sum(s * n for s, n in sizes) / sum(n for _, n in sizes)
-            self._pace(pps * (mean + ETHERNET), max(s for s, _ in sizes) + ETHERNET)
-            # `--gap 0`: trafgen's packet-at-a-time path, whose send blocks while the
-            # socket's buffer is full (its TX_RING's flush fails with EAGAIN instead)
-            argv += ["--qdisc-path", "--gap", "0"]
-            before = self.bucket()
-        else:
+    def _start(self, sizes: tuple[tuple[int, int], ...], pps: int | None) -> dict[str, Any]:
+        """Before a send: the bucket at `pps` (None: no bucket); its counts now."""
+        if pps is None:
             self._unpace()
-        # trafgen makes a scratch file (`.tmp_mmap.*`, mapped shared, unlinked at once) in
-        # its working directory: run it in a tmpfs (the micro-VM's root, where a lab
-        # command's working directory is, is read-only, and its shared 9p directories
-        # cannot be mapped so)
-        argv = ["sh", "-c", 'cd /dev/shm 2>/dev/null || cd /tmp && exec "$@"', "sh", *argv]
-        out = self.tb.run(self.flow.source, argv, timeout=timeout)
-        sent_m = re.search(r"(\d+) packets outgoing", out)
-        took_m = re.search(r"(\d+) sec, (\d+) usec on CPU", out)
-        if not sent_m or not took_m:
-            raise LabError(f"trafgen on {self.flow.source} gave no count: {out[-400:]}")
-        sent, took = int(sent_m.group(1)), int(took_m.group(1)) + int(took_m.group(2)) / 1e6
-        if pps is not None:
-            after = self.bucket()
-            sent -= int(after.get("drops", 0)) - int(before.get("drops", 0))
-            out_now = int(after.get("packets", 0)) - int(before.get("packets", 0))
-            rest = max(sent - out_now, 0) / pps  # what the bucket still holds
-            return sent, took + rest, rest
-        return sent, took, 0.0
+            return {}
+        mean = sum(s * n for s, n in sizes) / sum(n for _, n in sizes)
+        self._pace(pps * (mean + ETHERNET), max(s for s, _ in sizes) + ETHERNET)
+        return self.bucket()
+
+    def _finish(self, sent: int, took: float, pps: int | None,
+                before: dict[str, Any]) -> tuple[int, float, float]:  # fmt: skip
+        """`send`'s answer from what the sender says it handed over in `took` seconds:
+        the sender's time ends when it handed over its last packet, a socket buffer's
+        worth before the bucket let it out — what the bucket still holds then leaves at
+        the bucket's rate; what the bucket dropped never left."""
+        if pps is None:
+            return sent, took, 0.0
+        after = self.bucket()
+        sent -= int(after.get("drops", 0)) - int(before.get("drops", 0))
+        out_now = int(after.get("packets", 0)) - int(before.get("packets", 0))
+        rest = max(sent - out_now, 0) / pps  # what the bucket still holds
+        return sent, took + rest, rest
 
     def _row(self, sizes: tuple[tuple[int, int], ...], rate_mbit: float,
              seconds: float) -> Row:  # fmt: skip
@@ -504,3 +508,97 @@ class Trafgen:
             self._counter_added = False
             self.tb.run(self.flow.sink, ["nft", "delete", "table", "inet", NFT_TABLE],
                         check=False)  # fmt: skip
+
+
+class Trafgen(Paced):
+    """netsniff-ng's trafgen on the flow's source: Ethernet frames it builds itself, on a
+    packet socket below the source's IP stack (paced: one frame per system call)."""
+
+    name = "trafgen"
+
+    def __init__(self, tb: Testbed, flow: Flow, flows: int = 1, why: str = "") -> None:
+        super().__init__(tb, flow, flows, why)
+        self._configs: dict[tuple[tuple[int, int], ...], str] = {}
+        if self.link.get("link_type") != "ether":
+            self.close()
+            raise LabError(f"trafgen: {flow.source}'s {self.dev} is not Ethernet "
+                           f"({self.link.get('link_type')})")  # fmt: skip
+        self.smac = _mac(str(self.link["address"]))
+        self.dmac = self._neighbour(self.hop)
+
+    def config(self, sizes: tuple[tuple[int, int], ...]) -> str:
+        """The trafgen packet file of a mix (`packets`), pushed to the source once."""
+        if sizes not in self._configs:
+            text = packets(sizes, self.dmac, self.smac, self.saddr, self.flow.sink_addr,
+                           self.flows)  # fmt: skip
+            name = "-".join(f"{s}x{n}" for s, n in sizes)
+            self._configs[sizes] = self.tb.file_for(self.flow.source, f"trafgen/{name}.cfg",
+                                                    text.encode())  # fmt: skip
+        return self._configs[sizes]
+
+    def send(self, sizes: tuple[tuple[int, int], ...], pps: int | None, count: int,
+             timeout: float) -> tuple[int, float, float]:  # fmt: skip
+        argv = ["trafgen", "--dev", self.dev, "--conf", self.config(sizes), "--num", str(count),
+                "--cpus", "1", "--no-sock-mem", "--notouch-irq"]  # fmt: skip
+        before = self._start(sizes, pps)
+        if pps is not None:
+            # `--gap 0`: trafgen's packet-at-a-time path, whose send blocks while the
+            # socket's buffer is full (its TX_RING's flush fails with EAGAIN instead);
+            # flat out it goes past the qdisc through its TX_RING
+            argv += ["--qdisc-path", "--gap", "0"]
+        # trafgen makes a scratch file (`.tmp_mmap.*`, mapped shared, unlinked at once) in
+        # its working directory: run it in a tmpfs (the micro-VM's root, where a lab
+        # command's working directory is, is read-only, and its shared 9p directories
+        # cannot be mapped so)
+        argv = ["sh", "-c", 'cd /dev/shm 2>/dev/null || cd /tmp && exec "$@"', "sh", *argv]
+        out = self.tb.run(self.flow.source, argv, timeout=timeout)
+        sent_m = re.search(r"(\d+) packets outgoing", out)
+        took_m = re.search(r"(\d+) sec, (\d+) usec on CPU", out)
+        if not sent_m or not took_m:
+            raise LabError(f"trafgen on {self.flow.source} gave no count: {out[-400:]}")
+        took = int(took_m.group(1)) + int(took_m.group(2)) / 1e6
+        return self._finish(int(sent_m.group(1)), took, pps, before)
+
+
+class UdpGso(Paced):
+    """The lab's UDP sender (`udpsend.py`) on the flow's source: datagrams of the
+    source's own IP stack, many per system call (UDP GSO for one size, `sendmmsg` for
+    a mix), paced by the same bucket as trafgen, which cuts each GSO message into its
+    datagrams. It needs a Python 3 there. Flat out (no bucket) it sends a message per
+    datagram, `sendmmsg` still batching them."""
+
+    name = "udp-gso"
+
+    def __init__(self, tb: Testbed, flow: Flow, flows: int = 1, why: str = "") -> None:
+        super().__init__(tb, flow, flows, why)
+        self._neighbour(self.hop)
+        self.script = tb.file_for(flow.source, "udpsend.py", _udpsend_source())
+        self.python = tb.python(flow.source)
+
+    def send(self, sizes: tuple[tuple[int, int], ...], pps: int | None, count: int,
+             timeout: float) -> tuple[int, float, float]:  # fmt: skip
+        before = self._start(sizes, pps)
+        mix = ",".join(f"{s}x{n}" for s, n in sizes)
+        # -I -S: the standard library alone (no site, no user directories); a start
+        # costs seconds under the micro-VM's emulation
+        argv = [self.python, "-I", "-S", self.script, "--dst", self.flow.sink_addr,
+                "--dport", str(SINK_PORT), "--sport", str(SOURCE_PORT), "--flows",
+                str(self.flows), "--sizes", mix, "--count", str(count)]  # fmt: skip
+        # Each GSO message must be cut into its datagrams before it leaves: the bucket
+        # cuts what is larger than its depth and lets a smaller one out whole, which a
+        # veth would carry on as one buffer. So every message is larger than the
+        # bucket's depth; unpaced, none is a GSO message.
+        argv += ["--gso-over", str(self.burst)] if pps is not None else ["--no-gso"]
+        out = self.tb.run(self.flow.source, argv, timeout=timeout)
+        try:
+            said = json.loads(out.strip().splitlines()[-1])
+            sent, took = int(said["sent"]), float(said["seconds"])
+        except (IndexError, ValueError, KeyError, TypeError):
+            raise LabError(f"udp-gso on {self.flow.source} gave no count: {out[-400:]}") from None
+        return self._finish(sent, took, pps, before)
+
+
+def _udpsend_source() -> bytes:
+    from ipsec_lab.traffic import udpsend
+
+    return Path(udpsend.__file__).read_bytes()

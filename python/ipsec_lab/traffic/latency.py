@@ -10,7 +10,7 @@ transaction, not a packet.) One-way delays need the two ends' clocks to agree: i
 namespace testbed they are one clock; on real hosts they are as good as the hosts' sync
 (`hosts check` reports each clock's offset), and each row says which.
 
-The background is the campaign's UDP generator (trafgen where it can go) at `loads`
+The background is the campaign's UDP generator (a paced one where it can go) at `loads`
 percent of the PDR the same campaign measured for the configuration, or — none stored —
 of the PDR a search run here first finds (FD.io CSIT measures latency at 0, 10, 50 and
 90 % of its PDR); or bulk TCP, four streams each way (`background = "tcp"`, as flent's

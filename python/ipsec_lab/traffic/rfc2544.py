@@ -201,7 +201,7 @@ def forwarding_rate_at_overload(
 def loss_trial(gen: Generator, size: int, rate: float, seconds: float) -> Row:
     """One trial; an iperf3 whose control connection broke (it shares the overloaded
     path with the flood) is tried once more, then counted as a failed trial. iperf3's
-    loss is counted against what its sender sent (`with_unarrived`); trafgen's is so
+    loss is counted against what its sender sent (`with_unarrived`); a paced one's is so
     already (the sink's count after the path emptied)."""
     for attempt in (1, 2):
         try:

@@ -5,11 +5,12 @@ resident memory grow (FD.io CSIT soaks 30 minutes; a gateway that leaks or drift
 nothing in 5-second trials).
 
 The load is the campaign's UDP generator at `load_pct` of the NDR the campaign measured
-for the configuration (a search first when none is stored) or at `rate_mbit`. With
-trafgen it is one paced stream for the whole soak and each interval's loss is what left
+for the configuration (a search first when none is stored) or at `rate_mbit`. With a
+paced generator (udp-gso, trafgen) it is one paced stream for the whole soak and each
+interval's loss is what left
 the source (the pacing bucket's own count) against what reached the sink (the flow's
 nftables counter); packets in flight across an interval's edge (20 ms of traffic) are not
-loss. With iperf3 (where trafgen cannot go) each interval is its own trial, a fraction
+loss. With iperf3 (where neither can go) each interval is its own trial, a fraction
 of a second apart. Beside it, irtt probes each interval (every `probe_interval_ms`,
 10 ms unless given).
 """
@@ -24,7 +25,7 @@ from ipsec_lab.testbed import Flow
 from ipsec_lab.testbed.build import LabError
 from ipsec_lab.testbed.interface import Testbed
 from ipsec_lab.traffic import Metered, Meters, Row, rfc2544
-from ipsec_lab.traffic.generator import Generator, Trafgen, delivered, for_workload, noted
+from ipsec_lab.traffic.generator import Generator, Paced, delivered, for_workload, noted
 from ipsec_lab.traffic.latency import (
     Background,
     Probe,
@@ -118,7 +119,7 @@ def soak(tb: Testbed, flow: Flow, w: Workload, metered: Metered, warmup_s: float
             raise LabError(f"soak: no rate to offer ({how})")
 
         def run() -> Row:
-            if isinstance(gen, Trafgen):
+            if isinstance(gen, Paced):
                 series = _stream(gen, tb, w, probe, procs, rate, n)
             else:
                 series = _trials(gen, tb, w, probe, procs, rate, n)
@@ -169,7 +170,7 @@ def _procs_now(procs: Procs | None) -> tuple[float, int] | None:
     return procs() if procs else None
 
 
-def _until_sending(gen: Trafgen, bg: Background, within: float = 15.0) -> None:
+def _until_sending(gen: Paced, bg: Background, within: float = 15.0) -> None:
     """Until the paced stream has packets leaving the source (its bucket set up over
     SSH on a real host takes a moment)."""
     deadline = time.monotonic() + within
@@ -185,9 +186,9 @@ def _until_sending(gen: Trafgen, bg: Background, within: float = 15.0) -> None:
     raise LabError(f"soak: the stream did not start within {within:g} s")
 
 
-def _stream(gen: Trafgen, tb: Testbed, w: Workload, probe: Probe, procs: Procs | None,
+def _stream(gen: Paced, tb: Testbed, w: Workload, probe: Probe, procs: Procs | None,
             rate: float, n: int) -> list[Row]:  # fmt: skip
-    """One paced trafgen stream for the whole soak, read at every interval's end (the
+    """One paced stream (udp-gso or trafgen) for the whole soak, read at every interval's end (the
     intervals' edges fixed on the clock; each interval's probes end before its edge)."""
     pps = max(1, round(rate * 1e6 / (8 * w.size)))
     total = n * w.interval_s

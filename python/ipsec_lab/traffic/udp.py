@@ -1,6 +1,6 @@
 """The udp and imix workloads: a fixed-size UDP stream or a simple IMIX at an offered
-rate, sent by the campaign's generator (`traffic.generator`: trafgen where it can go,
-else iperf3)."""
+rate, sent by the campaign's generator (`traffic.generator`: udp-gso, else trafgen, where
+a paced one can go, else iperf3)."""
 
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ def udp(tb: Testbed, flow: Flow, w: Workload, metered: Metered, warmup_s: float)
 
 def imix(tb: Testbed, flow: Flow, w: Workload, metered: Metered, warmup_s: float) -> list[Row]:
     """Simple IMIX at `rate_mbit` offered in all: 7 : 4 : 1 packets of 40, 576 and 1500
-    bytes — trafgen sends them interleaved, iperf3 as three concurrent streams (and its
+    bytes — udp-gso and trafgen send them interleaved, iperf3 as three concurrent streams (and its
     40-byte packets as 44)."""
     gen = for_workload(tb, flow, w)
 
@@ -66,7 +66,7 @@ def _seconds(w: Workload, rate_mbit: float) -> float:
 
 UDP = Kind(
     "udp",
-    "fixed-size UDP at `rate_mbit` for `seconds` (trafgen or iperf3)",
+    "fixed-size UDP at `rate_mbit` for `seconds` (udp-gso, trafgen or iperf3)",
     frozenset({"seconds", "size", "rate_mbit"}) | GENERATED_KEYS,
     lambda c: udp(c.tb, c.flow, c.workload, c.meters, c.warmup_s),
     _seconds,

@@ -70,8 +70,9 @@ class Kind:
     seconds: Callable[[Workload, float], float]
     # the programs it needs at the traffic's ends, besides iperf3 (`hosts check`)
     tools: Callable[[Workload], tuple[str, ...]] = _no_tools
-    # whether a UDP generator (trafgen or iperf3) sends it: the scenario's `generator`
-    # applies, trafgen's pinning is placed, and `hosts check` looks for trafgen and nft
+    # whether a UDP generator (udp-gso, trafgen or iperf3) sends it: the scenario's
+    # `generator` applies, trafgen's pinning is placed, and `hosts check` looks for the
+    # paced generators' tools and nft
     generated: Callable[[Workload], bool] = _never
     # its UDP goes without DF (the source's ip_no_pmtu_disc for the run): a datagram
     # larger than a tunnel's inner MTU is fragmented by the gateway, as a DF-less one is
@@ -112,10 +113,11 @@ class Workload:
     # prose: DEFLATE shrinks it by about half, as study 1's compressible data) or "random"
     # (urandom: incompressible); the two are sent alike, so only the bytes differ.
     data: str = "iperf"
-    # udp / imix / rfc2544: the UDP generator — "auto" (trafgen where it can go, else
-    # iperf3), "trafgen" or "iperf3" (the scenario's `generator` unless the workload's)
+    # udp / imix / rfc2544: the UDP generator — "auto" (udp-gso, else trafgen, where a
+    # paced one can go, else iperf3), "udp-gso", "trafgen" or "iperf3" (the scenario's
+    # `generator` unless the workload's)
     generator: str = "auto"
-    flows: int = 1  # trafgen: UDP flows (source ports) the packets go round
+    flows: int = 1  # udp-gso, trafgen: UDP flows (source ports) the packets go round
     # latency: the background at these % of the PDR (udp), or bulk TCP (tcp); the probes
     # every `probe_interval_ms`, `probe_bytes` long (0: irtt's smallest, its header)
     loads: tuple[float, ...] = (0.0, 10.0, 50.0, 90.0)

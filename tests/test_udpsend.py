@@ -1,0 +1,149 @@
+"""The lab's UDP sender (generator udp-gso, `traffic/udpsend.py`) as the program it is:
+run over loopback into a socket of this test, every datagram is counted and read back —
+its size, its flow's source port, the mix's order — whether it went as a UDP GSO
+message cut by the kernel or a message of its own. No root needed."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from ipsec_lab.traffic import udpsend
+
+SCRIPT = Path(udpsend.__file__)
+
+
+class Sink:
+    """A UDP socket on loopback that reads every datagram into `got` (source port,
+    payload length, first byte) until told to stop."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.settimeout(0.5)
+        self.port = self.sock.getsockname()[1]
+        self.got: list[tuple[int, int, int]] = []
+        self._t = threading.Thread(target=self._read, daemon=True)
+        self._t.start()
+
+    def _read(self) -> None:
+        while True:
+            try:
+                data, (_, port) = self.sock.recvfrom(65536)
+            except TimeoutError:
+                return
+            self.got.append((port, len(data), data[0] if data else -1))
+
+    def wait(self) -> list[tuple[int, int, int]]:
+        self._t.join(30)
+        self.sock.close()
+        return self.got
+
+
+def _free_ports(n: int) -> int:
+    """A first port with the n after it free for UDP here (binds and lets go)."""
+    for base in range(42000, 60000, 97):
+        socks = []
+        try:
+            for i in range(n):
+                s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+                socks.append(s)
+                s.bind(("0.0.0.0", base + i))
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    raise AssertionError("no free UDP ports")
+
+
+def _run(sink: Sink, sizes: str, count: int, flows: int = 1, *extra: str) -> dict[str, object]:
+    sport = _free_ports(flows)
+    p = subprocess.run([sys.executable, "-I", "-S", str(SCRIPT), "--dst", "127.0.0.1",
+                        "--dport", str(sink.port), "--sport", str(sport), "--flows", str(flows),
+                        "--sizes", sizes, "--count", str(count), *extra],
+                       capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout)
+    out["sport"] = sport
+    return out  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("extra", [(), ("--no-gso",), ("--gso-over", "2000")])
+@pytest.mark.parametrize("size", [29, 64, 576, 1500])
+def test_every_datagram_arrives_at_its_size(size: int, extra: tuple[str, ...]) -> None:
+    """A count that is no multiple of a GSO message (the rest goes a datagram each):
+    exactly that many datagrams arrive, each of the size's payload and the sender's fill."""
+    sink = Sink()
+    count = 150
+    out = _run(sink, f"{size}x1", count, 1, *extra)
+    got = sink.wait()
+    assert out["sent"] == count
+    assert len(got) == count, (len(got), out)
+    assert {n for _, n, _ in got} == {size - udpsend.IPV4_UDP}
+    assert {b for _, _, b in got} == {ord("A")}
+    assert {p for p, _, _ in got} == {out["sport"]}
+    # GSO where a message of the size exceeds the bucket's depth given (never for a
+    # 1-byte payload: a message would hold fewer frames than the depth's)
+    want_gso = "--no-gso" not in extra and udpsend.segments(size, int(dict(
+        zip(extra[::2], extra[1::2])).get("--gso-over", 0))) > 0  # fmt: skip
+    assert out["gso"] is want_gso, out
+    # one system call carries many datagrams either way
+    assert int(out["calls"]) < count / 4, out  # type: ignore[call-overload]
+
+
+@pytest.mark.parametrize("flows", [1, 3])
+def test_a_mix_goes_interleaved_and_flows_take_turns(flows: int) -> None:
+    """7:4:1 of 40, 576 and 1500 bytes in trafgen's interleaving (S M L S M S M S M S S S),
+    whole rounds in every call (the shares stay exact); with three flows each source port
+    gets whole rounds in turn, in order (loopback reorders nothing)."""
+    sink = Sink()
+    rounds = 13  # more than one call's (5 rounds a call), no multiple of it
+    out = _run(sink, "40x7,576x4,1500x1", 12 * rounds, flows)
+    got = sink.wait()
+    assert out["sent"] == 12 * rounds and len(got) == 12 * rounds and out["gso"] is False
+    round_ = [40, 576, 1500, 40, 576, 40, 576, 40, 576, 40, 40, 40]
+    by_port: dict[int, list[int]] = {}
+    for port, n, _ in got:
+        by_port.setdefault(port, []).append(n + udpsend.IPV4_UDP)
+    sport = int(out["sport"])  # type: ignore[call-overload]
+    assert sorted(by_port) == list(range(sport, sport + flows))
+    for sizes in by_port.values():
+        assert len(sizes) % 12 == 0 and sizes == round_ * (len(sizes) // 12), sizes
+    if flows == 3:  # a round each in turn: 13 rounds go 5, 4, 4
+        assert sorted(len(v) // 12 for v in by_port.values()) == [4, 4, 5]
+
+
+def test_segments_exceed_the_buckets_depth_or_none_are_made() -> None:
+    """A GSO message holds up to 64 datagrams (under 64 KiB) and its frames (IP + 14
+    each) always exceed the pacing bucket's depth, which is what makes the bucket cut it;
+    where they cannot, no GSO at all."""
+    assert udpsend.segments(64, 0) == 64
+    assert udpsend.segments(64, 64 * 78 - 1) == 64
+    assert udpsend.segments(64, 64 * 78) == 0  # 64 frames would not exceed the depth
+    assert udpsend.segments(1500, 0) == (65_507 - 8) // 1472
+    assert udpsend.segments(28, 0) == 0  # no payload to segment
+    for size in range(29, 1501, 37):
+        for depth in (0, 1514, 2496, 9014, 48_448):
+            k = udpsend.segments(size, depth)
+            assert k == 0 or (k * (size + 14) > depth and k * (size - 28) <= 65_499), (size, depth)
+
+
+@pytest.mark.parametrize("bad", [["--sizes", "20x1"], ["--count", "0"], ["--flows", "0"]])
+def test_bad_arguments_are_refused_with_a_message(bad: list[str]) -> None:
+    args = {"--dst": "127.0.0.1", "--dport": "9", "--sport": "0", "--sizes": "64x1",
+            "--count": "1", "--flows": "1"}  # fmt: skip
+    args[bad[0]] = bad[1]
+    argv = [x for kv in args.items() for x in kv]
+    p = subprocess.run([sys.executable, "-I", "-S", str(SCRIPT), *argv], capture_output=True,
+                       text=True, timeout=30, check=False)  # fmt: skip
+    assert p.returncode != 0 and p.stderr.strip(), p
+    assert "Traceback" not in p.stderr
