@@ -195,6 +195,30 @@ def test_the_generator_is_the_scenario_s_unless_a_workload_names_its_own() -> No
     assert scenario.parse("[[workloads]]\nkind = 'imix'", "d.toml").workloads[0].generator == "auto"
 
 
+def test_check_says_which_generator_each_udp_workload_gets_and_why(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """auto on `line` is udp-gso here (it needs only nft beside the lab's Python); one
+    asked for is said so; host-to-host topologies get iperf3 with the reason; without nft
+    no paced generator can be counted; bulk TCP has no generator."""
+    import shutil
+
+    text = ("topology = '{t}'\n[[workloads]]\nkind = 'udp'\n[[workloads]]\nkind = 'rfc2544'\n"
+            "label = 'tg'\ngenerator = 'trafgen'\n[[workloads]]\nkind = 'tcp'\n")  # fmt: skip
+    gens = preflight.generators(scenario.parse(text.format(t="line"), "g.toml"))
+    assert gens == {"udp-1420": "udp-gso (the fastest here)", "tg": "trafgen (asked for)"}
+    sc = scenario.parse(text.format(t="pair").replace("generator = 'trafgen'", ""), "p.toml")
+    assert set(preflight.generators(sc).values()) == {
+        "iperf3 (the paced generators cannot drive the sources' own host-to-host IPsec)"
+    }
+    real = shutil.which
+    monkeypatch.setattr(shutil, "which", lambda t: None if t == "nft" else real(t))
+    gens = preflight.generators(scenario.parse(text.format(t="line"), "g.toml"))
+    assert gens["udp-1420"].startswith("iperf3 (no nft here") and gens["tg"].startswith(
+        "trafgen: no nft"
+    )
+
+
 def test_a_missing_scenario_file_is_a_scenario_error(tmp_path: Path) -> None:
     with pytest.raises(scenario.ScenarioError, match="No such file"):
         scenario.load(tmp_path / "nope.toml")

@@ -416,3 +416,30 @@ def test_a_fixed_rate_row_says_when_its_figure_is_the_generators(
     (s,) = runner.summarize([run])
     assert s["note"].startswith("generator-bound" if bound else "offered 2000 Mbit/s")
     assert f"sent {sent:.0f} Mbit/s" in s["note"] and s["loss_pct_median"] == loss
+
+
+def test_a_load_is_waited_for_until_its_packets_leave_not_for_a_fixed_time() -> None:
+    """Latency and soak start their probes once the paced generator's bucket has let out
+    packets beyond what it had (a warm-up's count stays in the bucket): not before, however
+    long the sender took to start; a sender that died ends the wait at once; one that never
+    sends is an error naming it."""
+    from ipsec_lab.testbed import Flow
+    from ipsec_lab.testbed.build import LabError
+    from ipsec_lab.traffic.generator import Paced
+
+    counts = iter([500, 500, 500, 501])
+    g = Paced.__new__(Paced)
+    g.name, g.flow = "udp-gso", Flow("f", "client", "server", "10.0.0.2", "gwA/eth0")
+    g.sent = lambda: next(counts)  # type: ignore[method-assign]
+    g.until_sending(500, lambda: True, 5.0)
+    assert next(counts, None) is None  # it read until the count moved past 500
+    g.sent = lambda: 500  # type: ignore[method-assign]
+    g.until_sending(500, lambda: False, 5.0)  # the sender's thread ended: no wait
+    with pytest.raises(LabError, match=r"udp-gso on client sent nothing within 0\.2 s"):
+        g.until_sending(500, lambda: True, 0.2)
+
+    def no_bucket() -> int:
+        raise LabError("not paced")
+
+    g.sent = no_bucket  # type: ignore[method-assign]
+    assert g.left_so_far() == 0

@@ -178,7 +178,7 @@ def generators(sc: Scenario, hosts: Hosts | None = None) -> dict[str, str]:
                 "udp-gso where the client host has python3 (else trafgen, netsniff-ng) and "
                 "the server nft, else iperf3"
                 if auto
-                else w.generator
+                else f"{w.generator} (asked for)"
             )
         elif not shutil.which("nft"):
             out[w.name] = ("iperf3 (no nft here to count a paced generator's packets: "
@@ -187,7 +187,7 @@ def generators(sc: Scenario, hosts: Hosts | None = None) -> dict[str, str]:
         elif w.generator == "trafgen" and not shutil.which("trafgen"):
             out[w.name] = "trafgen: missing here (Debian netsniff-ng)"
         else:  # udp-gso needs only the lab's own Python here
-            out[w.name] = "udp-gso (the fastest here)" if auto else w.generator
+            out[w.name] = "udp-gso (the fastest here)" if auto else f"{w.generator} (asked for)"
     return out
 
 

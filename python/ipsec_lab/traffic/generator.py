@@ -50,6 +50,7 @@ import re
 import shlex
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -416,6 +417,27 @@ class Paced:
     def sent(self) -> int:
         """Packets of the flow the pacing bucket has let out so far."""
         return int(self.bucket().get("packets", 0))
+
+    def left_so_far(self) -> int:
+        """Packets of the flow the bucket has let out so far (0: no bucket yet)."""
+        try:
+            return self.sent()
+        except LabError:
+            return 0
+
+    def until_sending(self, since: int, alive: Callable[[], bool], within: float) -> None:
+        """Until the bucket has let out more than `since` packets: a send started in
+        another thread is under way (a program's start takes seconds over SSH or under
+        the micro-VM's emulation: a fixed lead would measure before the load). Returns
+        at once when `alive()` turns false (the sender's thread ended: its caller reads
+        why); LabError when nothing left within `within` s."""
+        deadline = time.monotonic() + within
+        while time.monotonic() < deadline and alive():
+            if self.left_so_far() > since:
+                return
+            time.sleep(0.05)
+        if alive():
+            raise LabError(f"{self.name} on {self.flow.source} sent nothing within {within:g} s")
 
     def _bucket_drops(self) -> int:
         return int(self.bucket().get("drops", 0))

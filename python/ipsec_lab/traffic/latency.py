@@ -30,9 +30,9 @@ from typing import Any
 
 from ipsec_lab.testbed import Flow
 from ipsec_lab.testbed.build import LabError
-from ipsec_lab.testbed.interface import Testbed, on_hosts
+from ipsec_lab.testbed.interface import READY_S, Testbed, on_hosts
 from ipsec_lab.traffic import Metered, Row, rfc2544, wait_listening
-from ipsec_lab.traffic.generator import Generator, for_workload, noted
+from ipsec_lab.traffic.generator import Generator, Paced, for_workload, noted
 from ipsec_lab.traffic.iperf import PORT, Servers
 from ipsec_lab.traffic.workload import Kind, Lookup, Workload
 
@@ -272,10 +272,13 @@ def _under_udp(gen: Generator, w: Workload, probe: Probe, same: bool, load: floa
                 "background": "udp", "size": w.size,
                 "background_offered_mbps": offered}  # fmt: skip
     span = w.seconds + 2 * LEAD_S
+    since = gen.left_so_far() if isinstance(gen, Paced) else 0
     bg = Background(lambda: gen.trial(w.size, offered, span)) if offered > 0 else None
     c0 = c1 = None
     try:
         if bg:
+            if isinstance(gen, Paced):  # the load under way first, however long it took
+                gen.until_sending(since, bg.thread.is_alive, READY_S)
             time.sleep(LEAD_S)
         c0 = clock() if clock else None
         data = probe.run(w.seconds, w.probe_interval_ms, w.probe_bytes)

@@ -23,7 +23,7 @@ from typing import Any
 
 from ipsec_lab.testbed import Flow
 from ipsec_lab.testbed.build import LabError
-from ipsec_lab.testbed.interface import Testbed
+from ipsec_lab.testbed.interface import READY_S, Testbed
 from ipsec_lab.traffic import Metered, Meters, Row, rfc2544
 from ipsec_lab.traffic.generator import Generator, Paced, delivered, for_workload, noted
 from ipsec_lab.traffic.latency import (
@@ -170,22 +170,6 @@ def _procs_now(procs: Procs | None) -> tuple[float, int] | None:
     return procs() if procs else None
 
 
-def _until_sending(gen: Paced, bg: Background, within: float = 15.0) -> None:
-    """Until the paced stream has packets leaving the source (its bucket set up over
-    SSH on a real host takes a moment)."""
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline and bg.thread.is_alive():
-        try:
-            if gen.sent() > 0:
-                return
-        except LabError:
-            pass  # the bucket is not there yet
-        time.sleep(0.05)
-    if not bg.thread.is_alive():
-        bg.result(0)  # its error, if it failed
-    raise LabError(f"soak: the stream did not start within {within:g} s")
-
-
 def _stream(gen: Paced, tb: Testbed, w: Workload, probe: Probe, procs: Procs | None,
             rate: float, n: int) -> list[Row]:  # fmt: skip
     """One paced stream (udp-gso or trafgen) for the whole soak, read at every interval's end (the
@@ -194,10 +178,13 @@ def _stream(gen: Paced, tb: Testbed, w: Workload, probe: Probe, procs: Procs | N
     total = n * w.interval_s
     same = same_clock(tb)
     probe_s, wait_s = w.interval_s * PROBE_SHARE, min(w.interval_s * 0.15, 1.0)
+    since = gen.left_so_far()  # the warm-up's packets went through the same bucket
     bg = Background(lambda: gen.trial(w.size, rate, total + STREAM_MARGIN_S))
     series: list[Row] = []
     try:
-        _until_sending(gen, bg)
+        gen.until_sending(since, bg.thread.is_alive, READY_S)
+        if not bg.thread.is_alive():
+            bg.result(0)  # its error, if it failed
         t0 = last = time.monotonic()
         s0, (r0, b0), q0 = gen.sent(), gen.received(), _procs_now(procs)
         for i in range(n):
