@@ -1,14 +1,19 @@
-"""The 64-byte NDR through each backend, searched with iperf3 and with trafgen in the same
-run, on the `line` testbed (client - gwA - gwB - server), and what trafgen can send here
-flat out into plain forwarding's sink: which figure is the generator's, which the
-gateway's. Prints JSON: per backend and generator the NDR (median over repetitions) and
-the gateways' CPU share at the top of the search; trafgen's NDR over iperf3's per backend.
+"""The 64-byte NDR through each backend, searched with iperf3, trafgen and udp-gso in the
+same run, on the `line` testbed (client - gwA - gwB - server) placed as a campaign places
+it (traffic on CPU 0 of 2, the IPsec on the rest; `--unplaced`: every role anywhere), and
+what each paced generator sends here flat out into plain forwarding's sink: which figure
+is the generator's, which the gateway's. Prints JSON: per backend and generator the NDR
+(median over repetitions) and the gateways' CPU share at the top of the search; each paced
+generator's NDR over iperf3's per backend. Plain forwarding's generator-bound NDR is each
+generator's paced ceiling here.
 
     sudo .venv/bin/python benchmarks/generator_ndr.py [--backend none --backend ours ...]
-        [--size 64] [--repetitions 3] [--trial-s 2]
+        [--size 64] [--repetitions 3] [--trial-s 2] [--unplaced]
 
-The generators alternate within each backend's tunnel (iperf3, trafgen, iperf3, …) so a
-machine's drift lands on both. Not a test: nothing here asserts a rate.
+The generators alternate within each backend's tunnel (iperf3, trafgen, udp-gso, iperf3,
+…) so a machine's drift lands on all. Not a test: nothing here asserts a rate. trafgen's
+flat out (its TX_RING) gives up with EAGAIN where its socket's buffer fills (placed, the
+veth's frames wait on the IPsec's CPU): the JSON says so instead of a rate.
 """
 
 from __future__ import annotations

@@ -58,7 +58,7 @@ from ipsec_lab.testbed import Flow
 from ipsec_lab.testbed.build import LabError
 from ipsec_lab.testbed.interface import Testbed, on_hosts
 from ipsec_lab.testbed.links import STOCK_QDISCS, root_qdisc
-from ipsec_lab.traffic import IPV4_UDP, Row
+from ipsec_lab.traffic import IPV4_UDP, Row, udpsend
 from ipsec_lab.traffic.iperf import IperfGenerator
 from ipsec_lab.traffic.workload import Workload
 
@@ -217,13 +217,7 @@ def packets(sizes: tuple[tuple[int, int], ...], dmac: str, smac: str, saddr: str
     carry whole, as the lab's UDP workloads ask) and with an IP ID that counts up (each
     fragmented datagram its own); with several `flows` the source port steps through
     SOURCE_PORT… packet by packet. trafgen computes the IP and UDP checksums of each."""
-    order: list[int] = []
-    left = dict(sizes)
-    while any(left.values()):
-        for s, _ in sizes:
-            if left[s]:
-                order.append(s)
-                left[s] -= 1
+    order = udpsend.interleaved(sizes)
     last = SOURCE_PORT + flows - 1
     sport = str(SOURCE_PORT) if flows == 1 else f"dinc({SOURCE_PORT}, {last})"
     lines = []
@@ -621,6 +615,4 @@ class UdpGso(Paced):
 
 
 def _udpsend_source() -> bytes:
-    from ipsec_lab.traffic import udpsend
-
     return Path(udpsend.__file__).read_bytes()

@@ -41,6 +41,7 @@ import socket
 import struct
 import sys
 import time
+from collections.abc import Sequence
 
 IPV4_UDP = 28  # an IPv4 header and a UDP header: what a datagram's IP size holds besides
 ETHERNET = 14  # the frame header the pacing bucket counts with each datagram
@@ -113,6 +114,20 @@ def segments(size: int, over: int) -> int:
     return k if k * (size + ETHERNET) > over and k > 1 else 0
 
 
+def interleaved(sizes: Sequence[tuple[int, int]]) -> list[int]:
+    """One round of a mix of (size, packets a round): one of each size in turn while it
+    has any left (7:4:1 goes S M L S M S M S M S S S). trafgen's packet file is written
+    in this order too (`generator.packets`)."""
+    order: list[int] = []
+    left = dict(sizes)
+    while any(left.values()):
+        for s, _ in sizes:
+            if left[s]:
+                order.append(s)
+                left[s] -= 1
+    return order
+
+
 def plan(sizes: list[tuple[int, int]], gso: bool,
          over: int = 0) -> tuple[list[int], int | None, list[int]]:  # fmt: skip
     """(payload bytes per message of one full call, the GSO segment size or None, the
@@ -123,13 +138,7 @@ def plan(sizes: list[tuple[int, int]], gso: bool,
     if len(sizes) == 1 and gso and (k := segments(sizes[0][0], over)):
         payload = sizes[0][0] - IPV4_UDP
         return [payload * k] * MESSAGES, payload, [k] * MESSAGES
-    order: list[int] = []  # one of each size in turn while it has any left (trafgen's)
-    left = dict(sizes)
-    while any(left.values()):
-        for s, _ in sizes:
-            if left[s]:
-                order.append(s)
-                left[s] -= 1
+    order = interleaved(sizes)
     # whole rounds in a call (each call starts a round: the mix's shares stay exact)
     rounds = max(1, MIX_MESSAGES // len(order))
     lengths = [s - IPV4_UDP for s in order] * rounds
