@@ -21,7 +21,14 @@ from ipsec_lab.testbed import topology
 from ipsec_lab.testbed.build import Testbed
 from ipsec_lab.testbed.placement import choose
 from ipsec_lab.traffic import Meters, soak
-from ipsec_lab.traffic.generator import ETHERNET, NFT_TABLE, Paced, Trafgen, UdpGso
+from ipsec_lab.traffic.generator import (
+    ETHERNET,
+    GSO_ABOVE_PPS,
+    NFT_TABLE,
+    Paced,
+    Trafgen,
+    UdpGso,
+)
 from ipsec_lab.traffic.workload import Workload
 
 pytestmark = pytest.mark.root
@@ -35,26 +42,33 @@ def _qdisc(tb: Testbed, node: str, dev: str) -> dict[str, Any]:
     return json.loads(tb.run(node, ["tc", "-s", "-j", "qdisc", "show", "dev", dev, "root"]))[0]  # type: ignore[no-any-return]
 
 
-@pytest.mark.parametrize("gen", [Trafgen, UdpGso], ids=["trafgen", "udp-gso"])
+@pytest.mark.parametrize(
+    ("gen", "size", "rate"),
+    [(Trafgen, 64, 20.0), (UdpGso, 64, 20.0), (UdpGso, 1000, 2400.0)],
+    ids=["trafgen", "udp-gso", "udp-gso-gso"],
+)
 def test_what_a_paced_generator_sends_is_what_the_row_says_and_the_sink_counts(
-    tmp_path: Path, gen: type[Paced]
+    tmp_path: Path, gen: type[Paced], size: int, rate: float
 ) -> None:
     """Plain forwarding (no gateway): every packet the generator sent reaches the sink's
     counter (within 0.1 %), the count is the rate x the time asked, the pacing bucket's
     rate is the offered rate in frames, and closing removes the counter and the bucket.
-    The sink's interface counts one buffer per packet: no UDP GSO message of udp-gso's
-    crossed the links whole (the bucket cut each into its datagrams)."""
+    The sink's interface counts one buffer per packet: at 300 k packets/s, where udp-gso
+    sends UDP GSO messages, none of them crossed the links whole (the bucket cut each
+    into its datagrams); at 39 k/s it sends a datagram a message."""
     with Testbed(topology("line"), tmp_path / "run") as tb:
         flow = tb.topo.flows[0]
         rx0 = json.loads(tb.run("server", ["ip", "-s", "-j", "link", "show", "eth0"]))[0]
         tg = gen(tb, flow, flows=4)
         try:
-            row = tg.trial(64, 20.0, 1.5)
+            row = tg.trial(size, rate, 1.5)
             bucket = tg.bucket()
         finally:
             tg.close()
         rx1 = json.loads(tb.run("server", ["ip", "-s", "-j", "link", "show", "eth0"]))[0]
-        pps = round(20e6 / (8 * 64))
+        pps = round(rate * 1e6 / (8 * size))
+        if isinstance(tg, UdpGso):
+            assert tg.gso is (pps > GSO_ABOVE_PPS), (pps, tg.gso)
         assert row["sender_packets"] == round(pps * 1.5), row
         got = row["sender_packets"] - row["lost_packets"] + row["extra_packets"]
         assert abs(got - row["sender_packets"]) <= 0.001 * row["sender_packets"], row
@@ -62,10 +76,10 @@ def test_what_a_paced_generator_sends_is_what_the_row_says_and_the_sink_counts(
         # that crossed whole would count once for many), and perhaps an ARP or two
         seen = rx1["stats64"]["rx"]["packets"] - rx0["stats64"]["rx"]["packets"]
         assert got <= seen <= row["sender_packets"] + 10, (got, seen, row)
-        assert row["generator"] == gen.name and row["offered_mbps"] == 20.0
+        assert row["generator"] == gen.name and row["offered_mbps"] == rate
         # the bucket paced the frames (IP + Ethernet header) at the offered packet rate
         assert bucket["kind"] == "tbf"
-        assert bucket["options"]["rate"] == pytest.approx(pps * (64 + ETHERNET), rel=0.01)
+        assert bucket["options"]["rate"] == pytest.approx(pps * (size + ETHERNET), rel=0.01)
         # ... and counted the flow's packets alone (an ARP or ping goes by another band)
         assert bucket["packets"] == row["sender_packets"] and bucket["drops"] == 0
         # nothing of the generator's is left on the nodes
