@@ -33,7 +33,7 @@ from ipsec_lab.testbed import topology
 from ipsec_lab.testbed.build import Testbed
 from ipsec_lab.testbed.placement import choose
 from ipsec_lab.traffic import rfc2544
-from ipsec_lab.traffic.generator import Trafgen
+from ipsec_lab.traffic.paced import Trafgen
 from ipsec_lab.traffic.workload import Workload
 
 USER_HZ = 100

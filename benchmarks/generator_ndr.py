@@ -30,7 +30,8 @@ from ipsec_lab import backends, meters
 from ipsec_lab.testbed.build import LabError
 from ipsec_lab.testbed.placement import choose
 from ipsec_lab.traffic import rfc2544
-from ipsec_lab.traffic.generator import PACED, Trafgen, UdpGso
+from ipsec_lab.traffic.generator import PACED
+from ipsec_lab.traffic.paced import Trafgen, UdpGso
 from ipsec_lab.traffic.workload import Workload
 
 GENERATORS = ("iperf3", *PACED)

@@ -238,7 +238,7 @@ def test_ah_keeps_the_packet_whose_outer_identification_comes_round_to_0(
     raw packet of identification 0 and DF clear one of its own choosing after AH's ICV
     covered the 0, and gwB refused it (icv_failure; found by trafgen, whose UDP is
     DF-less, where iperf3's had DF set)."""
-    from ipsec_lab.traffic.generator import Trafgen
+    from ipsec_lab.traffic.paced import Trafgen
 
     with tunnel(tmp_path, configuration) as (tb, gw):
         tg = Trafgen(tb, _flow(tb))

@@ -12,7 +12,7 @@ import pytest
 from scapy.all import IP, UDP, Ether, rdpcap  # type: ignore[attr-defined]
 
 from ipsec_lab.testbed.build import LabError
-from ipsec_lab.traffic.generator import SINK_PORT, SOURCE_PORT, packets
+from ipsec_lab.traffic.paced import SINK_PORT, SOURCE_PORT, packets
 
 DMAC, SMAC = "02:00:00:00:00:02", "02:00:00:00:00:01"
 
@@ -71,7 +71,7 @@ def test_the_sink_counts_packets_a_gateway_coalesced_into_one_buffer() -> None:
     """ours writes a flow's datagrams into its TUN device as one UDP GSO buffer (one IP
     and UDP header for them all): the sink's counter sees one buffer. 10 packets of 64 B
     as 3 buffers of 4 + 4 + 2 carry 3 headers and 10 payloads of 36 bytes."""
-    from ipsec_lab.traffic.generator import delivered
+    from ipsec_lab.traffic.paced import delivered
 
     buffers, ip_bytes = 3, 3 * 28 + 10 * 36
     assert delivered(buffers, ip_bytes, ((64, 1),)) == (10, 10 * 64)

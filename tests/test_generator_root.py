@@ -21,7 +21,7 @@ from ipsec_lab.testbed import topology
 from ipsec_lab.testbed.build import Testbed
 from ipsec_lab.testbed.placement import choose
 from ipsec_lab.traffic import Meters, soak
-from ipsec_lab.traffic.generator import (
+from ipsec_lab.traffic.paced import (
     ETHERNET,
     GSO_ABOVE_PPS,
     NFT_TABLE,

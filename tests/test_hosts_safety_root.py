@@ -253,7 +253,7 @@ def test_a_hostile_interface_name_in_the_ledger_runs_nothing(tmp_path: Path) -> 
     named `e;touch${IFS}pw` (a real one, in a namespace) is undone by its ledger line,
     run by a shell as a host runs it, and nothing else runs."""
     from ipsec_lab.testbed import Flow
-    from ipsec_lab.traffic.generator import Trafgen
+    from ipsec_lab.traffic.paced import Trafgen
 
     ns, dev = f"{NS_PREFIX}{secrets.token_hex(2)}-if", "e;touch${IFS}pw"
     subprocess.run(["ip", "netns", "add", ns], check=True)

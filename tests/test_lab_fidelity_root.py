@@ -23,7 +23,7 @@ from ipsec_lab.backends.ours import Ours
 from ipsec_lab.testbed import topology
 from ipsec_lab.testbed.build import Testbed
 from ipsec_lab.testbed.placement import choose
-from ipsec_lab.traffic.generator import Trafgen, UdpGso
+from ipsec_lab.traffic.paced import Trafgen, UdpGso
 from netutil import running
 
 # The lab tests' own check: no namespace, cgroup or process of a test left behind.

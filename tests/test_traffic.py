@@ -425,7 +425,7 @@ def test_a_load_is_waited_for_until_its_packets_leave_not_for_a_fixed_time() -> 
     sends is an error naming it."""
     from ipsec_lab.testbed import Flow
     from ipsec_lab.testbed.build import LabError
-    from ipsec_lab.traffic.generator import Paced
+    from ipsec_lab.traffic.paced import Paced
 
     counts = iter([500, 500, 500, 501])
     g = Paced.__new__(Paced)

@@ -17,7 +17,8 @@ from ipsec_lab.testbed import Flow
 from ipsec_lab.testbed.build import LabError
 from ipsec_lab.testbed.interface import Testbed
 from ipsec_lab.traffic import Metered, Meters, Row
-from ipsec_lab.traffic.generator import SHORT_OF_RATE, Generator, for_workload, noted
+from ipsec_lab.traffic.generator import Generator, for_workload, noted
+from ipsec_lab.traffic.paced import SHORT_OF_RATE
 from ipsec_lab.traffic.workload import Kind, Workload
 
 

@@ -25,7 +25,7 @@ from ipsec_lab.testbed import Flow
 from ipsec_lab.testbed.build import LabError
 from ipsec_lab.testbed.interface import READY_S, Testbed
 from ipsec_lab.traffic import Metered, Meters, Row, rfc2544
-from ipsec_lab.traffic.generator import Generator, Paced, delivered, for_workload, noted
+from ipsec_lab.traffic.generator import Generator, for_workload, noted
 from ipsec_lab.traffic.latency import (
     Background,
     Probe,
@@ -33,6 +33,7 @@ from ipsec_lab.traffic.latency import (
     probes_row,
     same_clock,
 )
+from ipsec_lab.traffic.paced import Paced, delivered
 from ipsec_lab.traffic.workload import Context, Kind, Lookup, Workload
 
 IN_FLIGHT_S = 0.02  # traffic in flight across an interval's edge: not counted as loss

@@ -117,7 +117,7 @@ def segments(size: int, over: int) -> int:
 def interleaved(sizes: Sequence[tuple[int, int]]) -> list[int]:
     """One round of a mix of (size, packets a round): one of each size in turn while it
     has any left (7:4:1 goes S M L S M S M S M S S S). trafgen's packet file is written
-    in this order too (`generator.packets`)."""
+    in this order too (`paced.packets`)."""
     order: list[int] = []
     left = dict(sizes)
     while any(left.values()):
