@@ -5,6 +5,8 @@ message cut by the kernel or a message of its own. No root needed."""
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import json
 import socket
 import subprocess
@@ -104,7 +106,7 @@ def test_every_datagram_arrives_at_its_size(size: int, extra: tuple[str, ...]) -
 def test_a_mix_goes_interleaved_and_flows_take_turns(flows: int) -> None:
     """7:4:1 of 40, 576 and 1500 bytes in trafgen's interleaving (S M L S M S M S M S S S),
     whole rounds in every call (the shares stay exact); with three flows each source port
-    gets whole rounds in turn, in order (loopback reorders nothing)."""
+    gets a call's whole rounds in turn, in order (loopback reorders nothing)."""
     sink = Sink()
     rounds = 13  # more than one call's (5 rounds a call), no multiple of it
     out = _run(sink, "40x7,576x4,1500x1", 12 * rounds, flows)
@@ -118,8 +120,8 @@ def test_a_mix_goes_interleaved_and_flows_take_turns(flows: int) -> None:
     assert sorted(by_port) == list(range(sport, sport + flows))
     for sizes in by_port.values():
         assert len(sizes) % 12 == 0 and sizes == round_ * (len(sizes) // 12), sizes
-    if flows == 3:  # a round each in turn: 13 rounds go 5, 4, 4
-        assert sorted(len(v) // 12 for v in by_port.values()) == [4, 4, 5]
+    if flows == 3:  # a call's 5 rounds each in turn: 13 rounds go 5, 5, 3
+        assert sorted(len(v) // 12 for v in by_port.values()) == [3, 5, 5]
 
 
 def test_segments_exceed_the_buckets_depth_or_none_are_made() -> None:
@@ -147,3 +149,31 @@ def test_bad_arguments_are_refused_with_a_message(bad: list[str]) -> None:
                        text=True, timeout=30, check=False)  # fmt: skip
     assert p.returncode != 0 and p.stderr.strip(), p
     assert "Traceback" not in p.stderr
+
+
+def test_an_icmp_error_for_an_earlier_datagram_does_not_end_the_count(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A connected UDP socket reports an ICMP error (port unreachable: a sink without its
+    counter; host unreachable: a gateway's route) that came back for an earlier datagram
+    on a later send, which then sends nothing: the sender counts it and goes on until
+    every datagram went (before, the first such report ended it: `Connection refused`).
+    Over loopback to a port nobody listens on, a report lands at the start of a call
+    whenever it came between two calls on that socket: here, a call that fails so first."""
+    real = udpsend._libc()
+    failed: list[int] = []
+
+    class Libc:
+        def sendmmsg(self, fd: int, msgs: object, n: int, flags: int) -> int:
+            if len(failed) < 3:  # the first three calls: the report, nothing sent
+                failed.append(fd)
+                ctypes.set_errno(errno.ECONNREFUSED)
+                return -1
+            return int(real.sendmmsg(fd, msgs, n, flags))
+
+    monkeypatch.setattr(udpsend, "_libc", Libc)
+    sink = Sink()
+    out = udpsend.send("127.0.0.1", sink.port, _free_ports(2), 2, [(100, 1)], 300, False)
+    got = sink.wait()
+    assert out["sent"] == 300 and out["icmp_errors"] == 3 and len(got) == 300, out
+    assert len(failed) == 3

@@ -23,8 +23,8 @@ ask), its checksum the kernel's. The socket blocks while its send buffer is full
 bucket has not yet let out holds the sender back, as with trafgen's qdisc path.
 
 With several flows each flow is a socket of its own bound to SPORT + i; the flows take turns
-per GSO message (a call each) or per round of a mix (trafgen's turn per packet), so a flow's
-packets go in runs of up to SEGMENTS.
+per GSO message (a call each) or per call of datagrams (whole rounds of a mix, up to 64;
+trafgen's turn is per packet), so a flow's packets go in runs of up to 64.
 Where UDP GSO is refused (a route through the kernel's IPsec: `EIO`; a kernel before 4.18:
 `ENOPROTOOPT`) the same datagrams go one message each.
 """
@@ -50,6 +50,9 @@ UDP_SEGMENT = 103  # linux/udp.h
 IP_MTU_DISCOVER, IP_PMTUDISC_DONT = 10, 0  # linux/in.h (Python's socket has neither)
 SEGMENTS = 64  # datagrams in one GSO message (the kernel's UDP_MAX_SEGMENTS is 64 or more)
 MAX_GSO_PAYLOAD = 65_507 - 8  # one message's payload, under an IP packet's 64 KiB
+# what a connected UDP socket's send says when an ICMP error came back for an earlier
+# datagram (port or host unreachable: a sink without its counter, a gateway's own route)
+ICMP_REPORTS = (errno.ECONNREFUSED, errno.EHOSTUNREACH, errno.ENETUNREACH)
 MESSAGES = 8  # messages per sendmmsg: GSO messages of one size, or a mix's datagrams
 MIX_MESSAGES = 64
 
@@ -162,9 +165,8 @@ def send(dst: str, dport: int, sport: int, flows: int, sizes: list[tuple[int, in
         socks.append(s)
     lengths, segment, per = plan(sizes, gso, over)
     batch = Batch(lengths, segment)
-    round_len = sum(n for _, n in sizes)
     sent = calls = 0
-    used_gso, refused = segment is not None, 0
+    used_gso, refused, icmp = segment is not None, 0, 0
     t0 = time.monotonic()
     turn = 0
     while sent < count:
@@ -180,14 +182,19 @@ def send(dst: str, dport: int, sport: int, flows: int, sizes: list[tuple[int, in
         want = count - sent
         if segment:  # several flows: their turn each GSO message
             takes = [per[0]] * min(len(per) if flows == 1 else 1, want // per[0])
-        else:  # several flows: their turn each round of the mix
-            takes = [1] * min(len(per) if flows == 1 else round_len, want)
+        else:  # whole rounds, up to MIX_MESSAGES datagrams: a flow's turn each call
+            takes = [1] * min(len(per), want)
         m = len(takes)
         r = libc.sendmmsg(fd, batch.msgs, m, 0)
         calls += 1
         if r < 0:
             e = ctypes.get_errno()
             if e == errno.EINTR:
+                continue
+            if e in ICMP_REPORTS:
+                # an ICMP error for an earlier datagram, reported on this call, which
+                # sent nothing: the count goes on (trafgen's frames never see one)
+                icmp += 1
                 continue
             if segment is not None and e in (errno.EIO, errno.ENOPROTOOPT, errno.EINVAL):
                 # GSO refused on this route: the same datagrams, a message each
@@ -206,6 +213,7 @@ def send(dst: str, dport: int, sport: int, flows: int, sizes: list[tuple[int, in
         "calls": calls,
         "gso": used_gso and not refused,
         "gso_refused": errno.errorcode.get(refused, "") if refused else "",
+        "icmp_errors": icmp,
     }
 
 
