@@ -177,3 +177,34 @@ def test_an_icmp_error_for_an_earlier_datagram_does_not_end_the_count(
     got = sink.wait()
     assert out["sent"] == 300 and out["icmp_errors"] == 3 and len(got) == 300, out
     assert len(failed) == 3
+
+
+def test_a_sender_that_sends_nothing_or_runs_too_long_gives_up(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A route that went away answers every call with an error: the sender gives up after
+    STALL_S without a datagram sent, naming how far it got, instead of spinning as root
+    for ever; and a count that cannot be sent in `--deadline` seconds ends there (exit 1,
+    a message, no traceback): the lab's bound ends only the shell that started it."""
+
+    class Gone:
+        def sendmmsg(self, fd: int, msgs: object, n: int, flags: int) -> int:
+            ctypes.set_errno(errno.EHOSTUNREACH)
+            return -1
+
+    monkeypatch.setattr(udpsend, "_libc", Gone)
+    monkeypatch.setattr(udpsend, "STALL_S", 0.2)
+    with pytest.raises(udpsend.Stalled, match=r"nothing sent for 0\.2 s \(0 of 100 sent"):
+        udpsend.send("127.0.0.1", 9, _free_ports(1), 1, [(64, 1)], 100, False)
+    monkeypatch.undo()
+    sink = Sink()
+    p = subprocess.run([sys.executable, "-I", "-S", str(SCRIPT), "--dst", "127.0.0.1",
+                        "--dport", str(sink.port), "--sport", str(_free_ports(1)), "--sizes",
+                        "64x1", "--count", str(10**9), "--no-gso", "--deadline", "0.5"],
+                       capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+    sink.wait()
+    assert p.returncode == 1 and "past its deadline of 0.5 s" in p.stderr, p.stderr
+    assert "Traceback" not in p.stderr
+    # and this kernel takes UDP GSO (4.18 and later), found by its socket option
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        assert udpsend.has_gso(s)

@@ -1,5 +1,8 @@
-"""The UDP traffic generator of the udp, imix, rfc2544, latency and soak workloads: iperf3,
-or netsniff-ng's `trafgen` (Debian `netsniff-ng`) where it can go.
+"""The UDP traffic generator of the udp, imix, rfc2544, latency and soak workloads: the
+lab's own UDP sender (`udp-gso`, `udpsend.py`: many datagrams per system call, UDP GSO
+above 120 k packets/s) or netsniff-ng's `trafgen` (Debian `netsniff-ng`) where a paced
+generator can go, else iperf3 (`choose`). Below: why a paced one, and how pacing works —
+the paced generators themselves are in `paced`.
 
 iperf3's UDP sender writes one datagram per system call: at 64 B it runs out of packets
 a second before a gateway does, and an RFC 2544 search through the gateway then measures
@@ -84,6 +87,15 @@ def _has(tb: Testbed, node: str, tool: str) -> bool:
     return bool(out.strip())
 
 
+def _python_for_udpsend(tb: Testbed, node: str) -> bool:
+    """Whether `node`'s python3 runs udpsend.py: 3.8 or later (it uses `:=`), with ctypes
+    (python3-minimal has none), as the lab runs it (`-I -S`)."""
+    probe = "import sys, ctypes, argparse, json; sys.exit(sys.version_info < (3, 8))"
+    out = tb.run(node, ["sh", "-c", 'python3 -I -S -c "$1" 2>/dev/null && echo ok || true',
+                        "sh", probe], timeout=30)  # fmt: skip
+    return out.strip() == "ok"
+
+
 def refusal(tb: Testbed, flow: Flow, name: str) -> str | None:
     """Why the paced generator `name` (trafgen, udp-gso) cannot drive `flow` on this
     testbed (None: it can). Both are paced by a bucket on the source's test interface
@@ -98,8 +110,9 @@ def refusal(tb: Testbed, flow: Flow, name: str) -> str | None:
                 "is its own (host-to-host) IPsec's")  # fmt: skip
     if name == "trafgen" and not _has(tb, flow.source, "trafgen"):
         return f"no trafgen on {flow.source} (Debian package netsniff-ng)"
-    if name == "udp-gso" and on_hosts(tb) and not _has(tb, flow.source, "python3"):
-        return f"no python3 on {flow.source} for the lab's UDP sender (Debian package python3)"
+    if name == "udp-gso" and on_hosts(tb) and not _python_for_udpsend(tb, flow.source):
+        return (f"no Python 3.8 or later with ctypes on {flow.source} for the lab's UDP "
+                "sender (Debian package python3)")  # fmt: skip
     if not _has(tb, flow.sink, "nft"):
         return f"no nft on {flow.sink} to count the flow (Debian package nftables)"
     return None

@@ -34,7 +34,7 @@ from ipsec_lab.testbed.interface import READY_S, Testbed, on_hosts
 from ipsec_lab.traffic import Metered, Row, rfc2544, wait_listening
 from ipsec_lab.traffic.generator import Generator, for_workload, noted
 from ipsec_lab.traffic.iperf import PORT, Servers
-from ipsec_lab.traffic.paced import Paced
+from ipsec_lab.traffic.paced import Paced, UdpGso
 from ipsec_lab.traffic.workload import Kind, Lookup, Workload
 
 IRTT_PORT = 2112
@@ -247,6 +247,8 @@ def latency(tb: Testbed, flow: Flow, w: Workload, metered: Metered, warmup_s: fl
             rate, source = _pdr(gen, w, pdr) if max(w.loads) > 0 else (0.0, "no load asked")
             clock = rfc2544.plane_clock(metered)
             clock = clock if clock and clock() else None  # {}: no plane to read
+            if isinstance(gen, UdpGso):  # the backgrounds beside the probes: no GSO
+                gen.gso_allowed = False
             rows = []
             for load in w.loads:
 
@@ -280,6 +282,8 @@ def _under_udp(gen: Generator, w: Workload, probe: Probe, same: bool, load: floa
         if bg:
             if isinstance(gen, Paced):  # the load under way first, however long it took
                 gen.until_sending(since, bg.thread.is_alive, READY_S)
+                if not bg.thread.is_alive():
+                    bg.result(0)  # it failed: its error, before any probe
             time.sleep(LEAD_S)
         c0 = clock() if clock else None
         data = probe.run(w.seconds, w.probe_interval_ms, w.probe_bytes)

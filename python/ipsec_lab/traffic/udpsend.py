@@ -25,8 +25,10 @@ bucket has not yet let out holds the sender back, as with trafgen's qdisc path.
 With several flows each flow is a socket of its own bound to SPORT + i; the flows take turns
 per GSO message (a call each) or per call of datagrams (whole rounds of a mix, up to 64;
 trafgen's turn is per packet), so a flow's packets go in runs of up to 64.
-Where UDP GSO is refused (a route through the kernel's IPsec: `EIO`; a kernel before 4.18:
-`ENOPROTOOPT`) the same datagrams go one message each.
+Where UDP GSO is refused (a route through the kernel's IPsec: `EIO`; a kernel before 4.18,
+found by its socket option) the same datagrams go one message each. An ICMP error for an
+earlier datagram, reported on a later call, is counted and the count goes on; a sender
+that sends nothing for STALL_S, or runs past `--deadline`, gives up (exit 1).
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ MAX_GSO_PAYLOAD = 65_507 - 8  # one message's payload, under an IP packet's 64 K
 # what a connected UDP socket's send says when an ICMP error came back for an earlier
 # datagram (port or host unreachable: a sink without its counter, a gateway's own route)
 ICMP_REPORTS = (errno.ECONNREFUSED, errno.EHOSTUNREACH, errno.ENETUNREACH)
+STALL_S = 2.0  # no datagram sent for this long: the sender gives up (Stalled)
 MESSAGES = 8  # messages per sendmmsg: GSO messages of one size, or a mix's datagrams
 MIX_MESSAGES = 64
 
@@ -77,10 +80,15 @@ class _Mmsghdr(ctypes.Structure):
     _fields_ = [("msg_hdr", _Msghdr), ("msg_len", ctypes.c_uint)]
 
 
+# struct cmsghdr (cmsg_len size_t, cmsg_level int, cmsg_type int) and CMSG_SPACE of a u16:
+# 16 and 24 bytes on a 64-bit host, 12 and 16 on a 32-bit one
+CMSG_HDR = struct.calcsize("@Nii")
+CMSG_SPACE = CMSG_HDR + -(-2 // struct.calcsize("@N")) * struct.calcsize("@N")
+
+
 def _cmsg_segment(size: int) -> bytes:
     """One control message: UDP_SEGMENT = `size` (struct cmsghdr, then a u16, padded)."""
-    # cmsg_len (size_t), cmsg_level (int), cmsg_type (int), data: CMSG_LEN(2) = 18, space 24
-    return struct.pack("@NiiH", 16 + 2, SOL_UDP, UDP_SEGMENT, size).ljust(24, b"\0")
+    return struct.pack("@NiiH", CMSG_HDR + 2, SOL_UDP, UDP_SEGMENT, size).ljust(CMSG_SPACE, b"\0")
 
 
 class Batch:
@@ -102,7 +110,7 @@ class Batch:
             h.msg_iovlen = 1
             if self.cmsg is not None:
                 h.msg_control = ctypes.addressof(self.cmsg)
-                h.msg_controllen = 24
+                h.msg_controllen = CMSG_SPACE
 
 
 def segments(size: int, over: int) -> int:
@@ -152,9 +160,28 @@ def _libc() -> ctypes.CDLL:
     return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
 
 
+def has_gso(s: socket.socket) -> bool:
+    """Whether this kernel takes UDP_SEGMENT (4.18 and later): an older one refuses the
+    socket option, and would pass the control message over silently (each GSO message
+    would leave as one datagram, fragmented)."""
+    try:
+        s.setsockopt(SOL_UDP, UDP_SEGMENT, 0)  # 0: no segmenting by default
+    except OSError:
+        return False
+    return True
+
+
+class Stalled(OSError):
+    """Nothing sent for STALL_S, or past the deadline: the sender gives up."""
+
+
 def send(dst: str, dport: int, sport: int, flows: int, sizes: list[tuple[int, int]],
-         count: int, gso: bool = True, over: int = 0) -> dict[str, object]:  # fmt: skip
-    """Send `count` datagrams; what was sent (see the module's docstring)."""
+         count: int, gso: bool = True, over: int = 0,
+         deadline_s: float = 3600.0) -> dict[str, object]:  # fmt: skip
+    """Send `count` datagrams within `deadline_s` seconds; what was sent (see the
+    module's docstring). Stalled when no call sent anything for STALL_S (a route that
+    went away answers every call with an error) or past the deadline: the lab's own
+    bound on the command may end only the shell that started this on a host."""
     libc = _libc()
     socks = []
     for i in range(flows):
@@ -163,13 +190,19 @@ def send(dst: str, dport: int, sport: int, flows: int, sizes: list[tuple[int, in
         s.bind(("0.0.0.0", sport + i))
         s.connect((dst, dport))
         socks.append(s)
+    gso = gso and has_gso(socks[0])
     lengths, segment, per = plan(sizes, gso, over)
     batch = Batch(lengths, segment)
     sent = calls = 0
     used_gso, refused, icmp = segment is not None, 0, 0
     t0 = time.monotonic()
-    turn = 0
+    turn, progress = 0, t0
     while sent < count:
+        now = time.monotonic()
+        if now - progress > STALL_S or now - t0 > deadline_s:
+            why = f"nothing sent for {STALL_S:g} s" if now - t0 <= deadline_s else (
+                f"past its deadline of {deadline_s:g} s")  # fmt: skip
+            raise Stalled(f"{why} ({sent} of {count} sent, {icmp} ICMP errors reported)")
         fd = socks[turn % flows].fileno()
         turn += 1
         if segment is not None and count - sent < per[0]:
@@ -196,7 +229,7 @@ def send(dst: str, dport: int, sport: int, flows: int, sizes: list[tuple[int, in
                 # sent nothing: the count goes on (trafgen's frames never see one)
                 icmp += 1
                 continue
-            if segment is not None and e in (errno.EIO, errno.ENOPROTOOPT, errno.EINVAL):
+            if segment is not None and e in (errno.EIO, errno.EINVAL):
                 # GSO refused on this route: the same datagrams, a message each
                 lengths, segment, per = plan(sizes, False)
                 batch = Batch(lengths, None)
@@ -204,6 +237,8 @@ def send(dst: str, dport: int, sport: int, flows: int, sizes: list[tuple[int, in
                 continue
             raise OSError(e, f"sendmmsg: {os.strerror(e)}")
         sent += sum(takes[:r])
+        if r > 0:
+            progress = time.monotonic()
     took = time.monotonic() - t0
     for s in socks:
         s.close()
@@ -235,6 +270,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--count", type=int, required=True)
     ap.add_argument("--no-gso", action="store_true", help="a message per datagram")
     ap.add_argument(
+        "--deadline",
+        type=float,
+        default=3600.0,
+        metavar="S",
+        help="give up (exit 1) after S seconds, sent or not",
+    )
+    ap.add_argument(
         "--gso-over",
         type=int,
         default=0,
@@ -246,7 +288,9 @@ def main(argv: list[str] | None = None) -> int:
     if a.count < 1 or a.flows < 1:
         ap.error("--count and --flows must be at least 1")
     try:
-        out = send(a.dst, a.dport, a.sport, a.flows, a.sizes, a.count, not a.no_gso, a.gso_over)
+        out = send(
+            a.dst, a.dport, a.sport, a.flows, a.sizes, a.count, not a.no_gso, a.gso_over, a.deadline
+        )
     except (OSError, ValueError) as e:
         print(f"udpsend: {e}", file=sys.stderr)
         return 1
