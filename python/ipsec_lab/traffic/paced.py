@@ -136,18 +136,24 @@ class Paced:
         # what the host's routing table says goes into nft's rule and trafgen's packet
         # file (languages of their own): addresses only, as a MAC is only a MAC (_mac)
         self.saddr, self.hop = _address(self.saddr, src), _address(self.hop, src)
-        self.link = json.loads(tb.run(src, ["ip", "-j", "link", "show", "dev", self.dev]))[0]
-        self.mtu = int(self.link.get("mtu", 1500))
+        link = json.loads(tb.run(src, ["ip", "-j", "link", "show", "dev", self.dev]))[0]
+        if link.get("link_type") != "ether":  # the bucket counts Ethernet frames
+            raise LabError(f"{self.name}: {src}'s {self.dev} is not Ethernet "
+                           f"({link.get('link_type')})")  # fmt: skip
+        self.mtu = int(link.get("mtu", 1500))
+        self.smac = _mac(str(link["address"]))
+        # trafgen writes the next hop's MAC into its frames; for udp-gso the kernel must
+        # have it before the first datagram (an unresolved hop holds only 200 KiB of
+        # them: the rest is lost, uncounted)
+        self.dmac = self._neighbour(self.hop)
         self._counter_added = False
         self._paced = False
         self.burst = 0  # the bucket's depth in bytes, once paced
-        self._add_counter()
+        self._add_counter()  # last: nothing after it can fail and leave it behind
 
     def _neighbour(self, hop: str) -> str:
         """The next hop's MAC, as the source's kernel resolves it (one ping fills the
-        neighbour table; the reply is not needed, the resolution is). trafgen writes it
-        into its frames; for udp-gso the kernel must have it before the first datagram
-        (an unresolved hop holds only 200 KiB of them: the rest is lost, uncounted)."""
+        neighbour table; the reply is not needed, the resolution is)."""
         src = self.flow.source
         for _ in range(3):
             self.tb.run(src, ["ping", "-c", "1", "-W", "1", "-I", self.dev, hop],
@@ -299,9 +305,6 @@ class Paced:
         if alive():
             raise LabError(f"{self.name} on {self.flow.source} sent nothing within {within:g} s")
 
-    def _bucket_drops(self) -> int:
-        return int(self.bucket().get("drops", 0))
-
     def _start(self, sizes: tuple[tuple[int, int], ...], pps: int | None) -> dict[str, Any]:
         """Before a send: the bucket at `pps` (None: no bucket); its counts now."""
         if pps is None:
@@ -399,18 +402,8 @@ class Trafgen(Paced):
     name = "trafgen"
 
     def __init__(self, tb: Testbed, flow: Flow, flows: int = 1, why: str = "") -> None:
-        super().__init__(tb, flow, flows, why)
         self._configs: dict[tuple[tuple[int, int], ...], str] = {}
-        if self.link.get("link_type") != "ether":
-            self.close()
-            raise LabError(f"trafgen: {flow.source}'s {self.dev} is not Ethernet "
-                           f"({self.link.get('link_type')})")  # fmt: skip
-        try:
-            self.smac = _mac(str(self.link["address"]))
-            self.dmac = self._neighbour(self.hop)
-        except BaseException:
-            self.close()  # the sink's counter, added by the base
-            raise
+        super().__init__(tb, flow, flows, why)
 
     def config(self, sizes: tuple[tuple[int, int], ...]) -> str:
         """The trafgen packet file of a mix (`packets`), pushed to the source once."""
@@ -462,17 +455,9 @@ class UdpGso(Paced):
     gso_allowed = True
 
     def __init__(self, tb: Testbed, flow: Flow, flows: int = 1, why: str = "") -> None:
+        self.script = tb.file_for(flow.source, "udpsend.py", _udpsend_source())
+        self.python = tb.python(flow.source)
         super().__init__(tb, flow, flows, why)
-        try:
-            if self.link.get("link_type") != "ether":  # the bucket counts Ethernet frames
-                raise LabError(f"udp-gso: {flow.source}'s {self.dev} is not Ethernet "
-                               f"({self.link.get('link_type')})")  # fmt: skip
-            self._neighbour(self.hop)
-            self.script = tb.file_for(flow.source, "udpsend.py", _udpsend_source())
-            self.python = tb.python(flow.source)
-        except BaseException:
-            self.close()  # the sink's counter, added by the base
-            raise
 
     def send(self, sizes: tuple[tuple[int, int], ...], pps: int | None, count: int,
              timeout: float) -> tuple[int, float, float]:  # fmt: skip
