@@ -12,7 +12,6 @@ import re
 import signal
 import subprocess
 import sys
-import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -22,7 +21,7 @@ import pytest
 
 from ipsec_lab.backends.ours import Ours, gateway_binary, stats
 from ipsec_lab.testbed import Link, topology
-from ipsec_lab.testbed.build import LabError, Testbed
+from ipsec_lab.testbed.build import CpuLimit, LabError, Testbed
 from ipsec_lab.traffic import iperf
 from ipsec_lab.traffic.udp import udp as udp_workload
 from ipsec_lab.traffic.workload import Workload
@@ -832,39 +831,41 @@ def test_without_tun_offloads_every_packet_is_one_read_and_write(tmp_path: Path)
     assert "offloads: TCP off, UDP off" in log
 
 
+def home_cgroup(pid: int, root: Path) -> Path:
+    """The directory, under the CPU controller's `root` (v2's /sys/fs/cgroup, v1's
+    /sys/fs/cgroup/cpu), of the cgroup process `pid` is in for that controller."""
+    for line in Path("/proc", str(pid), "cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        v2 = root == Path("/sys/fs/cgroup")
+        if (v2 and controllers == "") or (not v2 and "cpu" in controllers.split(",")):
+            return root / path.lstrip("/")
+    raise AssertionError(f"process {pid} is in no cgroup of {root}")
+
+
 @contextmanager
-def starved(p: Any, run_s: float = 0.004, stop_s: float = 0.096) -> Iterator[None]:
-    """`p` let run `run_s` of every `run_s + stop_s` (SIGSTOP, SIGCONT) for the block: a
-    gateway that takes datagrams slower than they come, so its receive queue stands.
-    Bounded by the block; `p` is running again after it, whatever happened."""
-    done = threading.Event()
-
-    def cycle() -> None:
-        try:
-            while not done.is_set():
-                p.send_signal(signal.SIGSTOP)
-                done.wait(stop_s)
-                p.send_signal(signal.SIGCONT)
-                done.wait(run_s)
-        finally:
-            p.send_signal(signal.SIGCONT)
-
-    t = threading.Thread(target=cycle)
-    t.start()
+def starved(p: Any, cpus_worth: float = 0.01) -> Iterator[None]:
+    """`p` held to `cpus_worth` of a CPU for the block (a cgroup's `cpu.max`: 1 ms in
+    every 100 by default), the kernel's quota: a gateway that takes datagrams slower than
+    they come, whatever this test's own threads are given, so its receive queue stands.
+    (Stopping and continuing it from a thread here let it run as long as that thread took
+    to wake: at 2.4 us a datagram a few ms more in every 100 kept it up with 12.5 k/s.)
+    `p` is back in its own cgroup after the block, whatever happened."""
+    limit = CpuLimit(f"test-starved-{os.getpid()}", cpus_worth)
+    back = home_cgroup(p.pid, limit.path.parent) / "cgroup.procs"
     try:
+        limit.procs.write_text(str(p.pid))
         yield
     finally:
-        done.set()
-        t.join(5)
-        p.send_signal(signal.SIGCONT)
+        back.write_text(str(p.pid))
+        limit.remove()
 
 
 @pytest.mark.parametrize(("aqm", "udp_encap"), [(True, False), (True, True), (False, False)])
 def test_codel_drops_from_a_standing_receive_queue_and_counts_them(
     tmp_path: Path, aqm: bool, udp_encap: bool
 ) -> None:
-    """`aqm = true` (RFC 8289): gwB takes ESP slower than it comes (it runs 4 ms in
-    100), so its socket's queue stands far above CoDel's 5 ms: packets are dropped as
+    """`aqm = true` (RFC 8289): gwB takes ESP slower than it comes (held to 1 ms of CPU in
+    every 100), so its socket's queue stands far above CoDel's 5 ms: packets are dropped as
     they are taken, unopened, and counted as `queue_delay_drops` (raw ESP, and ESP in UDP
     whose datagrams the kernel coalesces: one packet per decision); every packet gwB
     received is accounted for. Without `aqm` the same queue is only the kernel's tail
@@ -877,6 +878,9 @@ def test_codel_drops_from_a_standing_receive_queue_and_counts_them(
     io = b["inbound"]["io"]
     (sa,) = b["inbound"]["sas"]
     assert u["sent_packets"] > 20_000, u
+    # the premise: gwB fell behind, its socket's queue filled and the kernel dropped at
+    # its tail (what a gateway keeping up never loses)
+    assert io["rx_packets"] < u["sent_packets"] * 0.9, (io, u)
     assert sa["drops"] == {} and b["inbound"]["drops"] == {}, b["inbound"]
     # every packet received was opened, dropped by CoDel, or not ESP (4500's keepalives)
     assert sa["packets"] + io["queue_delay_drops"] + io["not_esp"] == io["rx_packets"], io
