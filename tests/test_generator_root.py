@@ -214,3 +214,103 @@ def test_a_soak_reports_the_interval_its_gateway_stopped_in(tmp_path: Path) -> N
     assert series[3]["sent_packets"] - series[3]["received_packets"] > 1000
     assert all(s["ipsec_rss_bytes"] > 0 for s in series)
     assert row["rss_growth_bytes_per_hour"] is not None and row["generator"] == "udp-gso"
+
+
+def _nice(pid: int) -> int:
+    """Process `pid`'s nice value (field 19 of /proc/PID/stat, after its name)."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return int(stat.rsplit(")", 1)[1].split()[16])
+
+
+def _loads_and_probes() -> dict[str, dict[int, int]]:
+    """Now: the nice values of the lab's load senders and of irtt, by PID and kind
+    (`udpsend`: udp-gso's sender by its script among its arguments; `trafgen`, `iperf3`,
+    `irtt` by name)."""
+    out: dict[str, dict[int, int]] = {"udpsend": {}, "trafgen": {}, "iperf3": {}, "irtt": {}}
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            comm = (d / "comm").read_text().strip()
+            args = (d / "cmdline").read_bytes().split(b"\0")
+            if any(Path(a.decode(errors="replace")).name == "udpsend.py" for a in args):
+                out["udpsend"][int(d.name)] = _nice(int(d.name))
+            elif comm in out:
+                out[comm][int(d.name)] = _nice(int(d.name))
+        except (OSError, IndexError, ValueError):
+            continue  # gone meanwhile
+    return out
+
+
+def _watched(fn: Any) -> tuple[Any, dict[str, dict[int, int]]]:
+    """`fn()`'s result and every load sender and probe seen while it ran (every 20 ms)."""
+    seen: dict[str, dict[int, int]] = {}
+    stop = threading.Event()
+
+    def watch() -> None:
+        while not stop.is_set():
+            for kind, pids in _loads_and_probes().items():
+                seen.setdefault(kind, {}).update(pids)
+            time.sleep(0.02)
+
+    th = threading.Thread(target=watch)
+    th.start()
+    try:
+        return fn(), seen
+    finally:
+        stop.set()
+        th.join()
+
+
+@pytest.mark.parametrize("generator", ["udp-gso", "trafgen", "tcp"])
+def test_a_load_beside_latency_probes_runs_at_the_lowest_priority(
+    tmp_path: Path, generator: str
+) -> None:
+    """Beside irtt's probes (latency, and a soak's), the load's senders run at nice 19 and
+    the probes at the default: on the traffic CPU a woken probe does not wait for the
+    load's process (this kernel let it wait for the sender's tick: p99 4 ms beside 30
+    Mbit/s of 64-B packets through plain forwarding, against 0.5-1 ms so). The same
+    generator measuring alone (a trial) runs at the default priority."""
+    from ipsec_lab import backends
+    from ipsec_lab.traffic import latency
+    from ipsec_lab.traffic.generator import make
+
+    with Testbed(topology("line"), tmp_path / "run", placement=choose("auto")) as tb:
+        none = backends.make("none")
+        none.start(tb, "none")
+        flow = tb.topo.flows[0]
+        try:
+            if generator == "tcp":
+                w = Workload("latency", background="tcp", seconds=1.0)
+            else:
+                w = Workload("latency", size=256, loads=(20,), seconds=1.0,
+                             generator=generator)  # fmt: skip
+            rows, seen = _watched(lambda: latency.latency(
+                tb, flow, w, _plain, 0, lambda size: (10.0, "given")))  # fmt: skip
+            assert rows and all(r["probes_sent"] > 500 for r in rows), rows
+            senders = seen["iperf3"] if generator == "tcp" else seen[generator.replace(
+                "udp-gso", "udpsend")]  # fmt: skip
+            # (iperf3: the client, and the server the load's own: both ends of each stream)
+            assert len(senders) >= (2 if generator == "tcp" else 1), seen
+            assert set(senders.values()) == {19}, seen
+            assert seen["irtt"] and set(seen["irtt"].values()) == {0}, seen
+            if generator != "tcp":
+                # a soak's load beside its probes too
+                s = Workload("soak", size=256, rate_mbit=5.0, load_pct=None, minutes=0.05,
+                             interval_s=1.0, probe_interval_ms=10.0,
+                             generator=generator)  # fmt: skip
+                (row,), seen = _watched(lambda: soak.soak(tb, flow, s, _plain, 0))
+                assert row["intervals"] >= 2 and row["series"], row
+                mine = seen[generator.replace("udp-gso", "udpsend")]
+                assert mine and set(mine.values()) == {19}, seen
+                # and alone, measuring: the default
+                gen = make(tb, flow, generator, 1)
+                try:
+                    trial, seen = _watched(lambda: gen.trial(256, 5.0, 1.0))
+                finally:
+                    gen.close()
+                assert trial["sender_packets"] > 0, trial
+                mine = seen[generator.replace("udp-gso", "udpsend")]
+                assert mine and set(mine.values()) == {0}, seen
+        finally:
+            none.stop(tb)

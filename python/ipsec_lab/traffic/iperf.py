@@ -31,10 +31,12 @@ def _udp_args(port: int, app_rate: float, payload: int, seconds: float) -> list[
 class Servers:
     """iperf3 servers in the sink node, one per port, for the life of a measurement."""
 
-    def __init__(self, tb: Testbed, node: str, ports: list[int]) -> None:
+    def __init__(self, tb: Testbed, node: str, ports: list[int], nice: int = 0) -> None:
         self.tb = tb
+        first = ["nice", "-n", str(nice)] if nice else []
         self.procs = [
-            tb.spawn(node, ["iperf3", "-s", "-p", str(p)], f"iperf3-server-{p}") for p in ports
+            tb.spawn(node, [*first, "iperf3", "-s", "-p", str(p)], f"iperf3-server-{p}")
+            for p in ports
         ]
         for p in ports:
             wait_listening(tb, node, p)
@@ -44,8 +46,11 @@ class Servers:
             self.tb.stop(p)
 
 
-def _client(tb: Testbed, flow: Flow, args: list[str], seconds: float) -> dict[str, Any]:
+def _client(tb: Testbed, flow: Flow, args: list[str], seconds: float,
+            nice: int = 0) -> dict[str, Any]:  # fmt: skip
+    """iperf3's client on the flow's source (at `nice`), its JSON."""
     argv = ["iperf3", "-c", flow.sink_addr, "-J", "--connect-timeout", "5000", *args]
+    argv = ["nice", "-n", str(nice), *argv] if nice else argv
     text = tb.run(flow.source, argv, timeout=seconds + 30, check=False)
     try:
         data: dict[str, Any] = json.loads(text)

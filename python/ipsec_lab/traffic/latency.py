@@ -34,7 +34,7 @@ from ipsec_lab.testbed.interface import READY_S, Testbed, on_hosts
 from ipsec_lab.traffic import Metered, Row, rfc2544, wait_listening
 from ipsec_lab.traffic.generator import Generator, for_workload, noted
 from ipsec_lab.traffic.iperf import PORT, Servers
-from ipsec_lab.traffic.paced import Paced, UdpGso
+from ipsec_lab.traffic.paced import BACKGROUND_NICE, Paced
 from ipsec_lab.traffic.workload import Kind, Lookup, Workload
 
 IRTT_PORT = 2112
@@ -247,8 +247,8 @@ def latency(tb: Testbed, flow: Flow, w: Workload, metered: Metered, warmup_s: fl
             rate, source = _pdr(gen, w, pdr) if max(w.loads) > 0 else (0.0, "no load asked")
             clock = rfc2544.plane_clock(metered)
             clock = clock if clock and clock() else None  # {}: no plane to read
-            if isinstance(gen, UdpGso):  # the backgrounds beside the probes: no GSO
-                gen.gso_allowed = False
+            if isinstance(gen, Paced):  # the backgrounds beside the probes (no GSO, nice)
+                gen.beside_probes()
             rows = []
             for load in w.loads:
 
@@ -311,10 +311,12 @@ def _under_tcp(tb: Testbed, flow: Flow, w: Workload, probe: Probe, same: bool) -
     from ipsec_lab.traffic.iperf import _client, _tcp_row
 
     span = w.seconds + 2 * LEAD_S
-    srv = Servers(tb, flow.sink, [PORT])
+    # the load at the lowest priority, as a paced one beside probes (Paced.beside_probes):
+    # bulk TCP keeps the traffic CPU busy, and the probes are the instrument
+    srv = Servers(tb, flow.sink, [PORT], nice=BACKGROUND_NICE)
     try:
         args = ["-p", str(PORT), "-P", "4", "--bidir", "-t", f"{span:g}"]
-        bg = Background(lambda: _tcp_row(_client(tb, flow, args, span)))
+        bg = Background(lambda: _tcp_row(_client(tb, flow, args, span, BACKGROUND_NICE)))
         try:
             time.sleep(LEAD_S)
             data = probe.run(w.seconds, w.probe_interval_ms, w.probe_bytes)

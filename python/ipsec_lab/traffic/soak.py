@@ -33,7 +33,7 @@ from ipsec_lab.traffic.latency import (
     probes_row,
     same_clock,
 )
-from ipsec_lab.traffic.paced import Paced, UdpGso, delivered
+from ipsec_lab.traffic.paced import Paced, delivered
 from ipsec_lab.traffic.workload import Context, Kind, Lookup, Workload
 
 IN_FLIGHT_S = 0.02  # traffic in flight across an interval's edge: not counted as loss
@@ -118,8 +118,8 @@ def soak(tb: Testbed, flow: Flow, w: Workload, metered: Metered, warmup_s: float
         rate, how = _rate(gen, w, ndr)
         if rate <= 0:
             raise LabError(f"soak: no rate to offer ({how})")
-        if isinstance(gen, UdpGso):  # the load beside the probes: no GSO (paced.UdpGso)
-            gen.gso_allowed = False
+        if isinstance(gen, Paced):  # the load beside the probes: no GSO, nice (paced)
+            gen.beside_probes()
 
         def run() -> Row:
             if isinstance(gen, Paced):
