@@ -25,7 +25,7 @@ export PATH := $(HOME)/.cargo/bin:$(PATH)
 
 .PHONY: run test deps apt rust venv native gateway lint cargo-test pytest pytest-root \
         pytest-unit pytest-vm \
-        rust-checks fuzz fuzz-build fuzz-inbound fuzz-others bench-json clean
+        rust-checks fuzz fuzz-build fuzz-inbound fuzz-others bench-json clean boringtun
 
 LAB ?= lab
 
@@ -52,7 +52,17 @@ test: native gateway pytest-root
 rust-checks: rust venv
 	nice -n 19 $(MAKE) --no-print-directory -j1 lint cargo-test fuzz-build
 
-deps: apt rust venv
+deps: apt rust venv boringtun
+
+# boringtun-cli (Cloudflare's user-space WireGuard: the `boringtun` backend), crates.io's,
+# at the version backends/wireguard.py names (BORINGTUN_VERSION there; a test holds the two
+# equal), into /usr/local/bin once — a tool, as cargo-fuzz, not this project's build: on
+# every root's PATH, sudo's and a host's over ssh alike. Its first build takes a few CPU-min.
+BORINGTUN_VERSION := 0.7.1
+boringtun: rust
+	@/usr/local/bin/boringtun-cli --version 2>/dev/null | grep -qx "boringtun $(BORINGTUN_VERSION)" || { \
+	  echo "installing boringtun-cli $(BORINGTUN_VERSION) (crates.io) into /usr/local/bin"; \
+	  cargo install -q --locked boringtun-cli --version $(BORINGTUN_VERSION) --root /usr/local; }
 
 # Debian packages: installed only when one is missing (needs root on a fresh machine). A
 # package removed but not purged still answers `dpkg -s`: its status must say installed.
@@ -125,11 +135,11 @@ PYTEST_ROOT = IPSEC_LAB_REPRODUCE_LAB=$(abspath $(LAB)) \
 PYTEST_UNIT = nice -n 10 $(VENV)/bin/pytest -q --durations=10 -m "not root and not quiet" \
   --ignore=tests/test_vm_root.py
 
-pytest: native gateway  # one session after the other, even under -j
+pytest: native gateway boringtun  # one session after the other, even under -j
 	$(PYTEST_ROOT)
 	$(PYTEST_UNIT)
 
-pytest-root: native gateway
+pytest-root: native gateway boringtun
 	$(PYTEST_ROOT)
 
 pytest-unit: native gateway

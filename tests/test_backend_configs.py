@@ -102,6 +102,7 @@ def test_ipsec_and_wireguard_backends_each_refuse_the_others_configuration() -> 
     registry, so a backend added later is held to it too."""
     from ipsec_lab import backends
     from ipsec_lab.backends.base import ipsec_configuration
+    from ipsec_lab.backends.wireguard import _WireGuard
 
     ipsec = ["esp:aes128gcm16", "esp:chacha20poly1305", "ah:sha1+esp:aes128-sha1",
              "ipcomp+esp:aes128-sha1"]  # fmt: skip
@@ -110,17 +111,17 @@ def test_ipsec_and_wireguard_backends_each_refuse_the_others_configuration() -> 
         if e.name in ("none", "external"):  # the baseline; a DUT the lab does not configure
             continue
         b = backends.make(e.name)
-        if "wireguard" in e.name:
+        if isinstance(b, _WireGuard):
             for cfg in [*ipsec, "none"]:
                 with pytest.raises(Unsupported, match=f"{e.name} runs WireGuard's one suite"):
                     b.check(cfg)
         else:
-            said = "WireGuard's configuration \\(backends wireguard, wireguard-go\\)"
+            said = "WireGuard's configuration \\(backends wireguard, wireguard-go, boringtun\\)"
             with pytest.raises(Unsupported, match=f"^{e.name} runs IPsec; `wireguard` is {said}"):
                 b.check("wireguard")
         checked.add(e.name)
     assert {"ours", "ours-udp", "xfrm", "strongswan-libipsec", "wireguard",
-            "wireguard-go"} <= checked  # fmt: skip
+            "wireguard-go", "boringtun"} <= checked  # fmt: skip
     with pytest.raises(Unsupported, match="use backend `none`"):
         ipsec_configuration("none", "x")
 
@@ -178,3 +179,16 @@ def test_the_kernels_wireguard_says_why_it_cannot_run_on_a_kernel_without_it(
     monkeypatch.setattr(shutil, "which", lambda tool: None)
     with pytest.raises(Unsupported, match=r"no wg here \(Debian package wireguard-tools"):
         b.check("wireguard")
+
+
+def test_the_makefile_installs_the_boringtun_the_lab_names() -> None:
+    """`make deps` installs boringtun-cli at the version backends/wireguard.py names (and
+    `hosts check` tells a host to install): one figure in two files, held equal here."""
+    import re
+
+    from ipsec_lab.backends.wireguard import BORINGTUN_VERSION
+
+    make = (Path(__file__).parent.parent / "Makefile").read_text()
+    m = re.search(r"^BORINGTUN_VERSION := (\S+)$", make, re.M)
+    assert m and m.group(1) == BORINGTUN_VERSION, m
+    assert "--version $(BORINGTUN_VERSION)" in make

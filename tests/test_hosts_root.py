@@ -464,23 +464,30 @@ def test_strongswan_on_real_hosts_runs_the_hosts_own_charon(lab: SshLab, tmp_pat
 def test_wireguard_on_real_hosts_keys_each_host_and_leaves_nothing(
     lab: SshLab, tmp_path: Path
 ) -> None:
-    """wireguard-go on the gateway hosts, driven over ssh: its process on each host, keys
+    """wireguard-go and boringtun on the gateway hosts, driven over ssh: each one's process
+    on each host (the host's own program, on its PATH), keys
     made there (never on this side), the handshake done, TCP carried at the link's rate,
     its CPU from each host's /proc, what it added in each host's ledger and nothing left;
     a port the host's own WireGuard holds is passed over, never shared; a rule of the
     host's own that would route the remote network around the tunnel is refused by name;
     the kernel's WireGuard, where the hosts' kernel (this one) has no module, is skipped
     with why."""
-    from ipsec_lab.backends.wireguard import PORT, UAPI_DIR, kernel_has_wireguard
+    from ipsec_lab.backends.wireguard import (
+        BORINGTUN_VERSION,
+        PORT,
+        UAPI_DIR,
+        kernel_has_wireguard,
+    )
 
     hosts = lab.hosts_toml(tmp_path / "hosts.toml")
-    sc = _scenario(tmp_path, backends='["wireguard-go", "wireguard"]',
+    sc = _scenario(tmp_path, backends='["wireguard-go", "boringtun", "wireguard"]',
                    configurations='["wireguard"]')  # fmt: skip
     has = kernel_has_wireguard()[0]
     p = _lab("hosts", "check", str(hosts), "--scenario", str(sc), "--json")
     assert p.returncode == (0 if has else 1), p.stdout  # a module a backend needs: fail
     rows = {(r["host"], r["check"]): r for r in json.loads(p.stdout)["checks"]}
     assert rows[("gwA", "tool wireguard-go")]["status"] == "ok"
+    assert rows[("gwB", "tool boringtun-cli")]["status"] == "ok"
     assert rows[("gwB", "tool wg")]["status"] == "ok"
     assert rows[("gwA", "module wireguard")]["status"] == ("ok" if has else "fail")
     assert ("client", "module wireguard") not in rows  # a traffic end makes no tunnel
@@ -496,14 +503,22 @@ def test_wireguard_on_real_hosts_keys_each_host_and_leaves_nothing(
     assert 50 < row["mbps"] <= 100  # the 100 Mbit/s link, not wireguard-go, bounds it
     assert row["inner_mtu"] == row["link_mtu"] - 60
     assert set(row["hosts_ipsec"]) == {"gwA", "gwB"} and row["ipsec_cpu_s"] > 0
+    bt = runs["boringtun"]
+    assert bt["status"] == "done", bt["reason"]
+    assert bt["backend_version"] == f"boringtun-cli {BORINGTUN_VERSION} (on the hosts)", bt
+    row = bt["results"][0]
+    assert 50 < row["mbps"] <= 100 and row["inner_mtu"] == row["link_mtu"] - 60, row
+    assert set(row["hosts_ipsec"]) == {"gwA", "gwB"} and row["ipsec_cpu_s"] > 0
     if not has:
         kernel = runs["wireguard"]
         assert kernel["status"] == "skipped", kernel
         assert "gwA's kernel makes no WireGuard devices" in kernel["reason"], kernel["reason"]
-    run_dir = next((tmp_path / "lab").glob("campaign-*/*/hosts"))
-    whats = [json.loads(x)["what"] for x in (run_dir / "gwA.ledger").read_text().splitlines()]
+    whats = [json.loads(x)["what"] for d in (tmp_path / "lab").glob("campaign-*/*/hosts")
+             if (d / "gwA.ledger").exists()
+             for x in (d / "gwA.ledger").read_text().splitlines()]  # fmt: skip
     assert any(w.startswith("WireGuard ipl") and w.endswith("'s fwmark rule") for w in whats)
     assert any(w.startswith("wireguard-go ipl") and "control socket" in w for w in whats)
+    assert any(w.startswith("boringtun ipl") and "control socket" in w for w in whats)
     # the private keys stayed on the hosts: nothing that came back holds one
     assert not [f for f in (tmp_path / "lab").rglob("*.key")]
     assert not list(UAPI_DIR.glob("ipl*.sock"))  # the hosts' sockets (this machine's)

@@ -1,8 +1,8 @@
-"""wireguard-go, the lab's user-space WireGuard backend, with real traffic: client - gwA -
-gwB - server in namespaces (and host to host on `pair`), checked by tests/wgcheck.py —
-a file carried whole, tcpdump on the outer link, the packets' sizes against the model's,
-a dead wireguard-go failing closed, nothing left after — and a campaign beside IPsec and
-the kernel's WireGuard. Needs root (CI runs as root)."""
+"""wireguard-go and boringtun, the lab's user-space WireGuard backends, with real traffic:
+client - gwA - gwB - server in namespaces (and host to host on `pair`), checked by
+tests/wgcheck.py — a file carried whole, tcpdump on the outer link, the packets' sizes
+against the model's, a dead tunnel process failing closed, nothing left after — and a
+campaign beside IPsec and the kernel's WireGuard. Needs root (CI runs as root)."""
 
 from __future__ import annotations
 
@@ -12,31 +12,49 @@ from pathlib import Path
 
 import pytest
 
-from ipsec_lab.backends.wireguard import WireguardGo, _WireGuard, kernel_has_wireguard, versioned
+from ipsec_lab.backends.wireguard import (
+    BORINGTUN_VERSION,
+    Boringtun,
+    WireguardGo,
+    _UserSpace,
+    _WireGuard,
+    kernel_has_wireguard,
+    versioned,
+)
 from ipsec_lab.testbed.build import Testbed
 from wgcheck import WIRE, carries_a_file_whole, fails_closed
 
 pytestmark = pytest.mark.root
 
 
+USER_SPACE = {"wireguard-go": WireguardGo, "boringtun": Boringtun}
+
+
 @pytest.mark.parametrize("topo", WIRE)
-def test_wireguard_go_carries_a_file_whole_with_only_wireguard_on_the_link(
-    tmp_path: Path, topo: str
+@pytest.mark.parametrize("backend", USER_SPACE)
+def test_a_user_space_wireguard_carries_a_file_whole_with_only_wireguard_on_the_link(
+    tmp_path: Path, topo: str, backend: str
 ) -> None:
-    pids, version = carries_a_file_whole(tmp_path, topo, WireguardGo())
-    assert len(pids) == 2  # one wireguard-go per end, metered apart
-    assert version == versioned(version.split(" (")[0]) and version.startswith("wireguard-go v")
+    pids, version = carries_a_file_whole(tmp_path, topo, USER_SPACE[backend]())
+    assert len(pids) == 2  # one process per end, metered apart
+    if backend == "wireguard-go":
+        assert version == versioned(version.split(" (")[0])
+        assert version.startswith("wireguard-go v")
+    else:  # what the Makefile installed, said by the program itself
+        assert version == f"boringtun-cli {BORINGTUN_VERSION}", version
 
 
-def test_a_dead_wireguard_go_fails_closed(tmp_path: Path) -> None:
+@pytest.mark.parametrize("backend", USER_SPACE)
+def test_a_dead_user_space_wireguard_fails_closed(tmp_path: Path, backend: str) -> None:
     def kill(tb: Testbed, wg: _WireGuard) -> str:
         gw_a = next(e for e in wg._ends if e.node == "gwA")
         assert gw_a.proc is not None
         os.killpg(gw_a.proc.pid, signal.SIGKILL)  # a process the test's backend started
         gw_a.proc.wait(10)
-        return r"wireguard-go gwA \(ipl\w+\) exited"
+        assert isinstance(wg, _UserSpace)
+        return rf"{wg.program} gwA \(ipl\w+\) exited"
 
-    fails_closed(tmp_path, WireguardGo(), kill)
+    fails_closed(tmp_path, USER_SPACE[backend](), kill)
 
 
 def test_a_campaign_compares_ipsec_and_wireguard_on_one_testbed(tmp_path: Path) -> None:
@@ -50,7 +68,8 @@ def test_a_campaign_compares_ipsec_and_wireguard_on_one_testbed(tmp_path: Path) 
 
     f = tmp_path / "peers.toml"
     f.write_text('topology = "line"\nbackends = ["none", "ours-udp", "wireguard-go", '
-                 '"wireguard"]\nconfigurations = ["esp:aes128gcm16", "wireguard"]\nwarmup_s = 0\n'
+                 '"boringtun", "wireguard"]\n'
+                 'configurations = ["esp:aes128gcm16", "wireguard"]\nwarmup_s = 0\n'
                  '[[workloads]]\nkind = "tcp"\nseconds = 2\n')  # fmt: skip
     has, said = kernel_has_wireguard()
     groups = json.loads(cli("check", str(f), "--json").stdout)["groups"]
@@ -63,7 +82,9 @@ def test_a_campaign_compares_ipsec_and_wireguard_on_one_testbed(tmp_path: Path) 
     assert p.returncode == 0, p.stderr[-3000:]
     runs = json.loads(p.stdout)["runs"]
     status = {(r["backend"], r["configuration"]): r for r in runs}
-    for key in (("none", "none"), ("ours-udp", "esp:aes128gcm16"), ("wireguard-go", "wireguard")):
+    done = (("none", "none"), ("ours-udp", "esp:aes128gcm16"), ("wireguard-go", "wireguard"),
+            ("boringtun", "wireguard"))  # fmt: skip
+    for key in done:
         assert status[key]["status"] == "done", status[key]
         assert status[key]["results"][0]["mbps"] > 10, key
     assert "runs IPsec; `wireguard` is WireGuard's" in status["ours-udp", "wireguard"]["reason"]
@@ -72,9 +93,10 @@ def test_a_campaign_compares_ipsec_and_wireguard_on_one_testbed(tmp_path: Path) 
     assert kernel["status"] == ("done" if has else "skipped"), kernel
     if not has:  # the same reason as check's, stored with the run
         assert kernel["reason"] == kernels["wireguard"]["reason"], kernel
-    wg = status["wireguard-go", "wireguard"]
-    assert wg["results"][0]["ipsec_cpu_s"] > 0  # its processes' CPU, metered apart
-    assert wg["results"][0]["inner_mtu"] == wg["results"][0]["link_mtu"] - 60
+    for name in USER_SPACE:
+        wg = status[name, "wireguard"]
+        assert wg["results"][0]["ipsec_cpu_s"] > 0  # its processes' CPU, metered apart
+        assert wg["results"][0]["inner_mtu"] == wg["results"][0]["link_mtu"] - 60
     # The report's peers view, read as a person reads it (headless Chromium's DOM): one row
     # per tunnel, none first, each rate the run's, each version and where it ran.
     import re
@@ -93,12 +115,10 @@ def test_a_campaign_compares_ipsec_and_wireguard_on_one_testbed(tmp_path: Path) 
                          capture_output=True, text=True, timeout=120).stdout  # fmt: skip
     view = dom.split("Peers side by side (unshaped, client-server)</h3>")[1].split("</table>")[0]
     rows = [re.findall(r"<td[^>]*>(.*?)</td>", tr) for tr in view.split("<tr>")[2:]]
-    assert [r[:2] for r in rows] == [["none", "none"], ["ours-udp", "esp:aes128gcm16"],
-                                     ["wireguard-go", "wireguard"]], rows  # fmt: skip
-    for r, key in zip(rows, (("none", "none"), ("ours-udp", "esp:aes128gcm16"),
-                             ("wireguard-go", "wireguard"))):  # fmt: skip
+    assert [r[:2] for r in rows] == [list(k) for k in done], rows
+    for r, key in zip(rows, done):
         run = status[key]
         assert r[2].startswith(BY_KEY["mbps"].show(run["results"][0]["mbps"]) + " ("), r
         assert r[-2] == run["backend_version"], r
         assert r[-1].startswith("host, Linux "), r
-    assert rows[1][4] != "—" and rows[2][4] != "—"  # each user-space tunnel's own CPU
+    assert all(r[4] != "—" for r in rows[1:]), rows  # each user-space tunnel's own CPU

@@ -123,6 +123,11 @@ REGISTRY: tuple[Entry, ...] = (
           "WireGuard in user space on a TUN device, Debian's wireguard-go (configuration "
           "`wireguard`; a 2022 release, before upstream's batching)",
           hosts=True, tools=("wireguard-go", "wg"), start_s=1.5),
+    Entry("boringtun", wireguard.Boringtun,
+          "WireGuard in user space on a TUN device, Cloudflare's boringtun in Rust "
+          f"(configuration `wireguard`; boringtun-cli {wireguard.BORINGTUN_VERSION} from "
+          "crates.io)",
+          hosts=True, tools=("boringtun-cli", "wg"), start_s=1.5),
     Entry("external", external.External,
           "a gateway pair the lab does not configure (an appliance, a cloud VPN): it drives "
           "and meters the traffic ends only; real hosts only (--hosts)",

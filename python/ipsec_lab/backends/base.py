@@ -28,7 +28,7 @@ def ipsec_configuration(configuration: str, backend: str) -> Configuration:
     c = parse_configuration(configuration)
     if c.wireguard:
         raise Unsupported(f"{backend} runs IPsec; `wireguard` is WireGuard's configuration "
-                          "(backends wireguard, wireguard-go)")  # fmt: skip
+                          "(backends wireguard, wireguard-go, boringtun)")  # fmt: skip
     if c.is_none:
         raise Unsupported(f"{backend} runs an IPsec configuration; use backend `none` for none")
     return c

@@ -14,6 +14,9 @@ its UAPI socket. Debian ships 0.0.20220316, which predates upstream's 2023 batch
 offload work: every row's backend version says so, so that nobody reads its figures as
 today's wireguard-go.
 
+`boringtun`: Cloudflare's user-space WireGuard in Rust (`boringtun-cli` from crates.io),
+the same way: a process per end on a TUN device, keyed with `wg` over the same UAPI.
+
 Per run each end gets a fresh X25519 key pair from `wg genkey` (the private key only in
 a 0600 file of the run's); the two ends hand-shake before `start` returns (a keepalive
 starts it, and one every 25 s keeps the session up), so no measurement pays for a
@@ -37,6 +40,7 @@ import base64
 import functools
 import ipaddress
 import json
+import os
 import platform
 import re
 import shlex
@@ -59,6 +63,8 @@ from ipsec_lab.testbed.interface import READY_S, Process, Testbed, on_hosts
 from ipsec_lab.testbed.links import link_mtu
 
 WG_GO = "wireguard-go"
+BORINGTUN = "boringtun-cli"
+BORINGTUN_VERSION = "0.7.1"  # the one the Makefile installs (crates.io)
 UAPI_DIR = Path("/var/run/wireguard")  # wireguard-go's control sockets, IFNAME.sock
 PORT = 51820  # the first end's UDP port; the run's n-th end listens on PORT + n
 PORT_STEP, PORT_TRIES = 100, 20  # past a port in use (the host's own WireGuard's)
@@ -359,30 +365,38 @@ class _WireGuard:
         return {}  # neither counts packets where the lab can read them per process
 
 
-class WireguardGo(_WireGuard):
-    """wireguard-go: one process per end, in its node's namespace (or on its real host),
-    on a TUN device it makes; `wg` reaches it through its UAPI socket
-    (/var/run/wireguard/DEV.sock)."""
+class _UserSpace(_WireGuard):
+    """A user-space WireGuard (`program`): one process per end, in its node's namespace
+    (or on its real host), on a TUN device it makes; `wg` reaches it through its UAPI
+    socket (/var/run/wireguard/DEV.sock), as the kernel's through netlink."""
 
-    name = "wireguard-go"
+    program = ""
+    package = ""  # where `program` comes from, for the refusal
+    args: tuple[str, ...] = ("--foreground",)
 
     def check(self, configuration: str) -> None:
         super().check(configuration)
-        if not self.on_hosts and shutil.which(WG_GO) is None:
-            raise Unsupported(f"no {WG_GO} here (Debian package wireguard-go; `make deps`)")
+        if not self.on_hosts and self.binary() is None:
+            raise Unsupported(f"no {self.program} here ({self.package}; `make deps`)")
+
+    def binary(self) -> str | None:
+        """`program` on this machine's PATH (None: not here)."""
+        return shutil.which(self.program)
 
     def _devices(self, tb: Testbed, ends: list[End]) -> None:
         on = tb if on_hosts(tb) else None
+        # on a host: the program on its PATH; here: the one `check` found
+        program = self.program if on is not None else (self.binary() or self.program)
         for e in ends:
             # its control socket, should the lab not reach stop (wireguard-go watches the
-            # file and exits when it goes)
+            # file and exits when it goes; either way the file is the run's to remove)
             sock = UAPI_DIR / f"{e.dev}.sock"
             if on is not None:
-                on.record(e.node, f"wireguard-go {e.dev}'s control socket",
+                on.record(e.node, f"{self.name} {e.dev}'s control socket",
                           shlex.join(["rm", "-f", str(sock)]))  # fmt: skip
             else:
                 tb.on_teardown(functools.partial(sock.unlink, missing_ok=True))
-            e.proc = tb.spawn(e.node, [WG_GO, "--foreground", e.dev], f"wireguard-go-{e.dev}",
+            e.proc = tb.spawn(e.node, [program, *self.args, e.dev], f"{self.name}-{e.dev}",
                               limited=e.node in tb.topo.limited_nodes, ipsec=True)  # fmt: skip
         for e in ends:
             assert e.proc is not None
@@ -390,13 +404,13 @@ class WireguardGo(_WireGuard):
             up = (on.wait_path(e.node, str(sock), e.proc, READY_S) if on is not None
                   else wait_for_path(sock, e.proc, READY_S))  # fmt: skip
             if not up:
-                raise LabError(f"wireguard-go on {e.node} did not start (no UAPI socket "
+                raise LabError(f"{self.name} on {e.node} did not start (no UAPI socket "
                                f"{sock}):\n{self._log(tb, e)}")  # fmt: skip
 
     def _log(self, tb: Testbed, e: End) -> str:
         if on_hosts(tb):
-            return tb.log_tail(e.node, f"wireguard-go-{e.dev}")
-        return tail(tb.rundir / f"wireguard-go-{e.dev}.log")
+            return tb.log_tail(e.node, f"{self.name}-{e.dev}")
+        return tail(tb.rundir / f"{self.name}-{e.dev}.log")
 
     def _down(self, tb: Testbed, e: End) -> None:
         sock = UAPI_DIR / f"{e.dev}.sock"
@@ -410,12 +424,12 @@ class WireguardGo(_WireGuard):
                 sock.unlink(missing_ok=True)
 
     def pids(self) -> list[int]:
-        """This machine's wireguard-go processes (on real hosts, none here)."""
+        """This machine's processes of the tunnel (on real hosts, none here)."""
         return [e.proc.pid for e in self._ends if e.proc is not None and e.proc.poll() is None
                 and not self.on_hosts]  # fmt: skip
 
     def host_pids(self) -> dict[str, list[int]]:
-        """On real hosts: node -> its running wireguard-go processes there."""
+        """On real hosts: node -> its running processes of the tunnel there."""
         out: dict[str, list[int]] = {}
         for e in self._ends:
             if self.on_hosts and e.proc is not None and e.proc.poll() is None:
@@ -423,21 +437,64 @@ class WireguardGo(_WireGuard):
         return out
 
     def died(self) -> str | None:
-        return exited({f"{e.node} ({e.dev})": e.proc for e in self._ends if e.proc}, WG_GO)
+        return exited({f"{e.node} ({e.dev})": e.proc for e in self._ends if e.proc},
+                      self.program)  # fmt: skip
+
+    def said(self, text: str) -> str:
+        """The row's version from what `program --version` printed."""
+        return text
 
     def _node_version(self, tb: Testbed, node: str) -> str:
-        said = tb.run(node, [WG_GO, "--version"], check=False).strip()
-        return versioned(said.splitlines()[0] if said else "")
+        said = tb.run(node, [self.program, "--version"], check=False).strip()
+        return self.said(said.splitlines()[0] if said else "")
 
     def version(self) -> str:
         if self._version:
             return self._version + (" (on the hosts)" if self.on_hosts else "")
         try:
-            p = subprocess.run([WG_GO, "--version"], capture_output=True, text=True, timeout=5)
+            p = subprocess.run([self.binary() or self.program, "--version"],
+                               capture_output=True, text=True, timeout=5)  # fmt: skip
             said = p.stdout.strip().splitlines()[0] if p.stdout.strip() else ""
         except (OSError, subprocess.TimeoutExpired):
             said = ""
-        return versioned(said)
+        return self.said(said)
+
+
+class WireguardGo(_UserSpace):
+    """wireguard-go (Debian's): its version says when it predates upstream's batching."""
+
+    name = "wireguard-go"
+    program = WG_GO
+    package = "Debian package wireguard-go"
+
+    def said(self, text: str) -> str:
+        return versioned(text)
+
+
+class Boringtun(_UserSpace):
+    """boringtun, Cloudflare's user-space WireGuard in Rust (`boringtun-cli`, from
+    crates.io: the Makefile installs BORINGTUN_VERSION into /usr/local/bin). In the
+    foreground, with its default four threads, and as root as the lab runs every tunnel
+    (`--disable-drop-privileges`: its own drop takes the user of `sudo`, which a lab run
+    as root has not)."""
+
+    name = "boringtun"
+    program = BORINGTUN
+    package = f"`cargo install boringtun-cli --version {BORINGTUN_VERSION}`"
+    args = ("--foreground", "--disable-drop-privileges")
+
+    def binary(self) -> str | None:
+        # also where the Makefile puts it, off a sudo's PATH (secure_path has no
+        # /usr/local/bin on some systems) and cargo's own
+        for where in (shutil.which(self.program), f"/usr/local/bin/{self.program}",
+                      str(Path.home() / ".cargo/bin" / self.program)):  # fmt: skip
+            if where and Path(where).is_file() and os.access(where, os.X_OK):
+                return where
+        return None
+
+    def said(self, text: str) -> str:
+        return text.replace("boringtun ", "boringtun-cli ", 1) if text else (
+            "boringtun-cli (unknown version)")  # fmt: skip
 
 
 @functools.cache

@@ -118,7 +118,7 @@ def _bench_configs(args: argparse.Namespace) -> int:
             return 2
         if cfg.wireguard:
             print("ipsec-lab bench: --config wireguard: the engine does IPsec (ESP, AH, "
-                  "IPComp); measure WireGuard through a lab backend (wireguard-go)",
+                  "IPComp); measure WireGuard through a lab backend (wireguard-go, boringtun)",
                   file=sys.stderr)  # fmt: skip
             return 2
     env = environment.describe()

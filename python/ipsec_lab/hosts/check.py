@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass
 from ipsec_lab import backends as registry
 from ipsec_lab import workloads as kinds
 from ipsec_lab.backends.mtu import facts as mtu_facts
+from ipsec_lab.backends.wireguard import BORINGTUN_VERSION
 from ipsec_lab.hosts import Hosts, sides_of
 from ipsec_lab.hosts.readings import named_line, running, ssh_interface
 from ipsec_lab.hosts.ssh import Ssh, SshError, each
@@ -59,6 +60,13 @@ TOOLS: dict[str, tuple[str, str, str]] = {
     "ping": ("resolving a paced generator's next hop", "ping -V", "iputils-ping"),
     "irtt": ("latency probes", "irtt version", "irtt"),
     "wireguard-go": ("WireGuard in user space", "wireguard-go --version", "wireguard-go"),
+    # not a Debian package: crates.io's (what `make deps` runs here; an install line in
+    # place of a package's name)
+    "boringtun-cli": (
+        "Cloudflare's WireGuard in user space",
+        "boringtun-cli --version",
+        f"cargo install --locked boringtun-cli --version {BORINGTUN_VERSION} --root /usr/local",
+    ),
     "wg": ("WireGuard's keys and peers", "wg --version", "wireguard-tools"),
 }
 # Tools the lab does without, saying what it does instead (a `warn`, not a `fail`).
@@ -166,12 +174,13 @@ def _tools(s: Ssh, node: str, tools: list[str], optional: bool = False) -> list[
         # 60 s: a first start from a cold disk can be slow (python3 in an emulated VM)
         r = s.run(f"command -v {t} >/dev/null && {version} 2>&1", check=False, timeout=60)
         first = r.stdout.strip().splitlines()[0] if r.stdout.strip() else ""
+        get = f"install it: {pkg}" if " " in pkg else f"install Debian package {pkg}"
         if (r.returncode != 0 or not first) and optional:
-            why = f"missing ({what}): {OPTIONAL[t]}; install Debian package {pkg}"
+            why = f"missing ({what}): {OPTIONAL[t]}; {get}"
             out.append(Row(node, f"tool {t}", "warn", why))
         elif r.returncode != 0 or not first:
             out.append(Row(node, f"tool {t}", "fail",
-                           f"missing ({what}): install Debian package {pkg}"))  # fmt: skip
+                           f"missing ({what}): {get}"))  # fmt: skip
         else:
             out.append(Row(node, f"tool {t}", "ok", first[:60]))
     return out
