@@ -127,7 +127,7 @@ REGISTRY: tuple[Entry, ...] = (
           "WireGuard in user space on a TUN device, Cloudflare's boringtun in Rust "
           f"(configuration `wireguard`; boringtun-cli {wireguard.BORINGTUN_VERSION} from "
           "crates.io)",
-          hosts=True, tools=("boringtun-cli", "wg"), start_s=1.5),
+          hosts=True, tools=("boringtun-cli", "wg", "ping"), start_s=1.5),
     Entry("external", external.External,
           "a gateway pair the lab does not configure (an appliance, a cloud VPN): it drives "
           "and meters the traffic ends only; real hosts only (--hosts)",

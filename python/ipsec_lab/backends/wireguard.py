@@ -151,6 +151,11 @@ class _WireGuard:
     down (`_down`)."""
 
     name = "wireguard"
+    # whether `wg set` may change a peer once made (boringtun 0.7.1's cannot: its UAPI
+    # thread panics, "Modifying existing peers is not yet supported", and the device's
+    # control socket answers nothing after): each peer is then set once, its keepalive
+    # with it, and a packet sent into the tunnel starts the handshake
+    modifies_peers = True
 
     def __init__(self) -> None:
         self._ends: list[End] = []
@@ -260,11 +265,17 @@ class _WireGuard:
         for a, b, t in pairs:
             for e, peer, addr, peer_addr in ((a, b, t.left_outer, t.right_outer),
                                              (b, a, t.right_outer, t.left_outer)):  # fmt: skip
-                self._up(tb, e, peer, addr, peer_addr, keys[e.dev])
+                # a peer set only once gets its lasting keepalive now (the left end's)
+                keep = KEEPALIVE_S if not self.modifies_peers and e is a else None
+                self._up(tb, e, peer, addr, peer_addr, keys[e.dev], keep)
         for e in self._ends:
             self._routed(tb, e)
         for a, b, _ in pairs:  # both ends listen: the left one's keepalive starts it
-            tb.run(a.node, ["wg", "set", a.dev, "peer", b.public, "persistent-keepalive", "1"])
+            if self.modifies_peers:
+                tb.run(a.node, ["wg", "set", a.dev, "peer", b.public, "persistent-keepalive",
+                                "1"])  # fmt: skip
+            else:
+                self._kick(tb, a)
         # the keepalive started it; every KEEPALIVE_S seconds it keeps the session up, so
         # no later run of this backend pays for a handshake either
         for a, b, _ in pairs:
@@ -274,9 +285,10 @@ class _WireGuard:
         raise NotImplementedError
 
     def _up(self, tb: Testbed, e: End, peer: End, addr: str, peer_addr: str,
-            key: str) -> None:  # fmt: skip
-        """Device `e` up at the path's MTU less WireGuard's overhead, keyed to `peer`, the
-        remote network routed into it (failing closed)."""
+            key: str, keepalive: str | None = None) -> None:  # fmt: skip
+        """Device `e` up at the path's MTU less WireGuard's overhead, keyed to `peer` (with
+        a persistent `keepalive` in seconds, if given), the remote network routed into it
+        (failing closed)."""
         route = json.loads(tb.run(e.node, ["ip", "-j", "route", "get", peer_addr]) or "[]")
         if not route or "dev" not in route[0]:
             raise LabError(f"{e.node}: no route to its WireGuard peer {peer_addr} ({route})")
@@ -285,9 +297,10 @@ class _WireGuard:
         mtu = link_mtu(tb, e.node, out_dev) - wireguard_overhead(Layout(outer=version))
         tb.run(e.node, ["ip", "link", "set", "dev", e.dev, "mtu", str(mtu), "up"])
         endpoint = f"[{peer_addr}]:{peer.port}" if version == 6 else f"{peer_addr}:{peer.port}"
+        keep = ["persistent-keepalive", keepalive] if keepalive else []
         tb.run(e.node, ["wg", "set", e.dev, "listen-port", str(e.port), "fwmark", FWMARK,
                         "private-key", key, "peer", peer.public, "endpoint", endpoint,
-                        "allowed-ips", e.theirs])  # fmt: skip
+                        "allowed-ips", e.theirs, *keep])  # fmt: skip
         fam = _family(e.theirs)
         table = str(e.table)
         flush = ["ip", *fam, "route", "flush", "table", table]  # a table that was empty
@@ -308,6 +321,14 @@ class _WireGuard:
             tb.record(e.node, f"WireGuard {e.dev} down before its rules go",
                       shlex.join(["ip", "link", "set", "dev", e.dev, "down"]))  # fmt: skip
 
+    @staticmethod
+    def _kick(tb: Testbed, e: End) -> None:
+        """One packet from `e`'s node into its tunnel (a ping to the remote network's
+        first address, answered or not): a session's first packet starts the handshake."""
+        net = ipaddress.ip_network(e.theirs, strict=False)
+        to = str(net.network_address + (1 if net.num_addresses > 1 else 0))
+        tb.run(e.node, ["ping", "-c", "1", "-W", "1", to], check=False)
+
     def _handshake(self, tb: Testbed, a: End, b: End) -> None:
         """Wait (bounded) until both ends have a session, then slow the keepalive that
         started it to one every KEEPALIVE_S seconds (the session stays up between a
@@ -322,8 +343,9 @@ class _WireGuard:
             logs = "".join(f"\n--- {e.node} ---\n{self._log(tb, e)}" for e in (a, b))
             raise LabError(f"{self.name}: {a.node} and {b.node} did not hand-shake within "
                            f"{HANDSHAKE_S:g} s{logs}")  # fmt: skip
-        tb.run(a.node, ["wg", "set", a.dev, "peer", b.public, "persistent-keepalive",
-                        KEEPALIVE_S])  # fmt: skip
+        if self.modifies_peers:
+            tb.run(a.node, ["wg", "set", a.dev, "peer", b.public, "persistent-keepalive",
+                            KEEPALIVE_S])  # fmt: skip
 
     @staticmethod
     def _shaken(tb: Testbed, e: End) -> bool:
@@ -480,6 +502,7 @@ class Boringtun(_UserSpace):
 
     name = "boringtun"
     program = BORINGTUN
+    modifies_peers = False
     package = f"`cargo install boringtun-cli --version {BORINGTUN_VERSION}`"
     args = ("--foreground", "--disable-drop-privileges")
 
