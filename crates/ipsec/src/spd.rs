@@ -208,7 +208,11 @@ impl DstIndex {
             return;
         };
         let v6 = d.addr.is_ipv6();
-        let i = match self.by_len.iter().position(|(f, l, _)| *f == v6 && *l == d.len) {
+        let i = match self
+            .by_len
+            .iter()
+            .position(|(f, l, _)| *f == v6 && *l == d.len)
+        {
             Some(i) => i,
             None => {
                 self.by_len.push((v6, d.len, HashMap::new()));

@@ -353,17 +353,9 @@ pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
     let crypto_workers = crypto_workers(&cx, g)?;
     let mut warnings = Vec::new();
     let mut sas: Vec<SaSpec> = Vec::new();
-    let mut seen_spi = HashMap::new();
+    let mut seen = sa::Seen::default();
     for (i, s) in raw.sa.iter().enumerate() {
-        let spec = sa(
-            &cx,
-            (i, s),
-            g,
-            (local, remote),
-            &sas,
-            &mut seen_spi,
-            &mut warnings,
-        )?;
+        let spec = sa(&cx, (i, s), g, (local, remote), &mut seen, &mut warnings)?;
         sas.push(spec);
     }
     shared_keys(&cx, &sas)?;
@@ -372,8 +364,22 @@ pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
         bundles.push(bundle(&cx, (i, b), &sas, &bundles)?);
     }
     let mut policies: Vec<PolicySpec> = Vec::new();
+    // (names are unique: `sa` refused a second)
+    let sa_named: HashMap<&str, usize> = sas
+        .iter()
+        .enumerate()
+        .map(|(at, s)| (s.name.as_str(), at))
+        .collect();
     for (i, p) in raw.policy.iter().enumerate() {
-        let spec = policy(&cx, (i, p), &sas, &bundles, &policies, &mut warnings)?;
+        let spec = policy(
+            &cx,
+            (i, p),
+            &sas,
+            &sa_named,
+            &bundles,
+            &policies,
+            &mut warnings,
+        )?;
         policies.push(spec);
     }
     unused_sas(&cx, &sas, &bundles, &policies, &mut warnings);

@@ -2,20 +2,20 @@
 //! shared between two SAs.
 
 use super::*;
+use std::collections::HashSet;
 
-/// `sa[i]`: one SA, checked key by key and against those before it (`sas`, and the SPIs
-/// each direction has used, `seen_spi`).
+/// `sa[i]`: one SA, checked key by key and against those before it (`seen`: their names,
+/// and the SPIs each direction has used).
 pub(super) fn sa<'r>(
     cx: &Ctx<'_>,
     (i, s): (usize, &'r RawSa),
     g: &RawGateway,
     (local, remote): (IpAddr, IpAddr),
-    sas: &[SaSpec],
-    seen_spi: &mut HashMap<(u32, &'r str), usize>,
+    seen: &mut Seen<'r>,
     warnings: &mut Vec<String>,
 ) -> Result<SaSpec, ConfigError> {
     let k = |f: &str| format!("sa[{i}].{f}");
-    let direction = identity(cx, (i, s), sas, seen_spi)?;
+    let direction = identity(cx, (i, s), seen)?;
     let (protocol, mode, suite) = algorithms(cx, (i, s))?;
     let (enc_key, integ_key) = keys(cx, (i, s), &suite, warnings)?;
     let lifetime = lifetime(cx, (i, s))?;
@@ -61,21 +61,29 @@ pub(super) fn sa<'r>(
     })
 }
 
+/// The earlier SAs' names and (SPI, direction)s, as `sa` parses each: a lookup each, so
+/// a file of thousands of SAs is checked in linear time.
+#[derive(Default)]
+pub(super) struct Seen<'r> {
+    names: HashSet<&'r str>,
+    spis: HashMap<(u32, &'r str), usize>,
+}
+
 /// `sa[i]`'s name, direction and SPI: named once, in or out, an SPI outside the reserved
 /// range and unique in its direction.
 fn identity<'r>(
     cx: &Ctx<'_>,
     (i, s): (usize, &'r RawSa),
-    sas: &[SaSpec],
-    seen_spi: &mut HashMap<(u32, &'r str), usize>,
+    seen: &mut Seen<'r>,
 ) -> Result<Direction, ConfigError> {
     let k = |f: &str| format!("sa[{i}].{f}");
     if s.name.is_empty() {
         return Err(cx.err(k("name"), "must not be empty"));
     }
-    if sas.iter().any(|x| x.name == s.name) {
+    if !seen.names.insert(s.name.as_str()) {
         return Err(cx.err(k("name"), format!("a second SA named {:?}", s.name)));
     }
+    let seen_spi = &mut seen.spis;
     let direction = match s.direction.as_str() {
         "out" => Direction::Out,
         "in" => Direction::In,
@@ -269,6 +277,12 @@ pub(super) fn shared_keys(cx: &Ctx<'_>, sas: &[SaSpec]) -> Result<(), ConfigErro
         .enumerate()
         .flat_map(|(i, s)| s.config.secrets().map(move |k| (i, k)))
         .collect();
+    // Sorted, a key and every key it begins are neighbours (each key between them begins
+    // with it too): no neighbours alike, no two keys alike — found in n log n. Only
+    // where some are, the pairs in order below name the first of them, as always.
+    if !any_same(all.iter().map(|(_, k)| k.key).collect()) {
+        return Ok(());
+    }
     for (n, (j, b)) in all.iter().enumerate() {
         for (i, a) in &all[..n] {
             if !same_key(a.key, b.key) {
@@ -292,8 +306,60 @@ pub(super) fn shared_keys(cx: &Ctx<'_>, sas: &[SaSpec]) -> Result<(), ConfigErro
     Ok(())
 }
 
+/// Whether any two of `keys` are one (`same_key`), in n log n: sorted, a key and every key
+/// that begins with it are neighbours (each key between them begins with it too).
+pub fn any_same(mut keys: Vec<&[u8]>) -> bool {
+    keys.sort_unstable();
+    keys.windows(2).any(|w| same_key(w[0], w[1]))
+}
+
 /// Two keys that are one: equal, or one the start of the other (salts already removed).
 pub fn same_key(a: &[u8], b: &[u8]) -> bool {
     let n = a.len().min(b.len());
     n > 0 && a[..n] == b[..n]
+}
+
+#[cfg(test)]
+mod any_same_tests {
+    use super::{any_same, same_key};
+
+    /// `any_same` answers what comparing every pair answers, over random key sets whose
+    /// keys often begin one another (AES-128's 16 bytes of a 32-byte key, 20 of 36 with a
+    /// salt), equal ones, and none alike.
+    #[test]
+    fn sorting_finds_what_every_pair_finds() {
+        let mut x: u64 = 0x853c_49e6_748f_ea9b;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let (mut alike, mut apart) = (0, 0);
+        for case in 0..3000 {
+            let n = 2 + (next() % 40) as usize;
+            let mut keys: Vec<Vec<u8>> = Vec::new();
+            for _ in 0..n {
+                let len = [16, 20, 32, 36][(next() % 4) as usize];
+                let mut k: Vec<u8> = (0..len).map(|_| next() as u8).collect();
+                // in half the sets, now and then an earlier key cut short, made longer
+                // or repeated
+                if case % 2 == 0 && !keys.is_empty() && next() % 8 == 0 {
+                    let from = &keys[(next() as usize) % keys.len()];
+                    k = from[..from.len().min(len)].to_vec();
+                    k.extend((k.len()..len).map(|_| next() as u8));
+                }
+                keys.push(k);
+            }
+            let refs: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
+            let pairwise = (0..refs.len()).any(|j| (0..j).any(|i| same_key(refs[i], refs[j])));
+            assert_eq!(any_same(refs.clone()), pairwise, "case {case}: {keys:?}");
+            if pairwise {
+                alike += 1
+            } else {
+                apart += 1
+            }
+        }
+        assert!(alike > 300 && apart > 300, "{alike} {apart}");
+    }
 }

@@ -2,6 +2,7 @@
 //! each SA's lifetimes and sequence-number state (reserved ahead, persisted), and the
 //! counters published for `ipsec-gw stats`.
 
+use std::collections::HashMap;
 use std::path::Path;
 use std::time::Instant;
 
@@ -606,15 +607,22 @@ fn resume(
     Ok(())
 }
 
+/// The direction's SAs by name, each name's first entry (what a bundle's layer and a
+/// policy's action name): one probe a name, not a scan of thousands of SAs per policy.
+fn sa_ids(sas: &[SaEntry]) -> HashMap<&str, SaId> {
+    let mut ids = HashMap::with_capacity(sas.len());
+    for e in sas {
+        ids.entry(e.name.as_str()).or_insert(e.id);
+    }
+    ids
+}
+
 /// The SA of this direction named `name` (a bundle's layer, a policy's action).
-fn sa_id(sas: &[SaEntry], name: &str) -> Result<SaId, BuildError> {
-    sas.iter()
-        .find(|e| e.name == name)
-        .map(|e| e.id)
-        .ok_or_else(|| BuildError::Unknown {
-            what: "SA",
-            name: name.to_string(),
-        })
+fn sa_id(ids: &HashMap<&str, SaId>, name: &str) -> Result<SaId, BuildError> {
+    ids.get(name).copied().ok_or_else(|| BuildError::Unknown {
+        what: "SA",
+        name: name.to_string(),
+    })
 }
 
 /// Each bundle of the direction as (name, engine bundle id, IPComp association id).
@@ -631,7 +639,8 @@ fn add_bundles(
     direction: Direction,
     sas: &[SaEntry],
 ) -> Result<(Bundles, Vec<BundleSas>), BuildError> {
-    let id_of = |name: &str| sa_id(sas, name);
+    let ids = sa_ids(sas);
+    let id_of = |name: &str| sa_id(&ids, name);
     let mut bundles = Vec::new();
     let mut bundle_sas = Vec::new();
     for b in cfg.bundles.iter().filter(|b| b.direction == direction) {
@@ -669,7 +678,8 @@ fn add_policies(
     sas: &[SaEntry],
     bundles: &Bundles,
 ) -> Result<(), BuildError> {
-    let id_of = |name: &str| sa_id(sas, name);
+    let ids = sa_ids(sas);
+    let id_of = |name: &str| sa_id(&ids, name);
     for p in cfg.policies.iter().filter(|p| p.direction == direction) {
         let action = match &p.action {
             PolicyAction::Bypass => Action::Bypass,
