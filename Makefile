@@ -55,7 +55,7 @@ rust-checks: rust venv
 deps: apt rust venv boringtun
 
 # boringtun-cli (Cloudflare's user-space WireGuard: the `boringtun` backend), crates.io's,
-# at the version backends/wireguard.py names (BORINGTUN_VERSION there; a test holds the two
+# at the version backends/userspace_wireguard.py names (BORINGTUN_VERSION there; a test holds the two
 # equal), into /usr/local/bin once — a tool, as cargo-fuzz, not this project's build: on
 # every root's PATH, sudo's and a host's over ssh alike. Its first build takes a few CPU-min.
 BORINGTUN_VERSION := 0.7.1

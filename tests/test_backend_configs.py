@@ -129,7 +129,7 @@ def test_ipsec_and_wireguard_backends_each_refuse_the_others_configuration() -> 
 def test_wireguards_overhead_and_wireguard_gos_version_says_it_is_debians() -> None:
     """(The key pairs, made on each node, are checked against another X25519 where they
     are made: tests/wgcheck.py.)"""
-    from ipsec_lab.backends.wireguard import DEBIAN_NOTE, versioned
+    from ipsec_lab.backends.userspace_wireguard import DEBIAN_NOTE, versioned
     from ipsec_lab.model.transforms import Layout, wireguard_overhead
 
     def overhead(outer: int) -> int:
@@ -182,11 +182,11 @@ def test_the_kernels_wireguard_says_why_it_cannot_run_on_a_kernel_without_it(
 
 
 def test_the_makefile_installs_the_boringtun_the_lab_names() -> None:
-    """`make deps` installs boringtun-cli at the version backends/wireguard.py names (and
+    """`make deps` installs boringtun-cli at the version backends/userspace_wireguard.py names (and
     `hosts check` tells a host to install): one figure in two files, held equal here."""
     import re
 
-    from ipsec_lab.backends.wireguard import BORINGTUN_VERSION
+    from ipsec_lab.backends.userspace_wireguard import BORINGTUN_VERSION
 
     make = (Path(__file__).parent.parent / "Makefile").read_text()
     m = re.search(r"^BORINGTUN_VERSION := (\S+)$", make, re.M)

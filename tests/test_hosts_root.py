@@ -472,12 +472,8 @@ def test_wireguard_on_real_hosts_keys_each_host_and_leaves_nothing(
     host's own that would route the remote network around the tunnel is refused by name;
     the kernel's WireGuard, where the hosts' kernel (this one) has no module, is skipped
     with why."""
-    from ipsec_lab.backends.wireguard import (
-        BORINGTUN_VERSION,
-        PORT,
-        UAPI_DIR,
-        kernel_has_wireguard,
-    )
+    from ipsec_lab.backends.userspace_wireguard import BORINGTUN_VERSION, UAPI_DIR
+    from ipsec_lab.backends.wireguard import PORT, kernel_has_wireguard
 
     hosts = lab.hosts_toml(tmp_path / "hosts.toml")
     sc = _scenario(tmp_path, backends='["wireguard-go", "boringtun", "wireguard"]',

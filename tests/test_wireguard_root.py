@@ -12,15 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from ipsec_lab.backends.wireguard import (
+from ipsec_lab.backends.userspace_wireguard import (
     BORINGTUN_VERSION,
     Boringtun,
     WireguardGo,
     _UserSpace,
-    _WireGuard,
-    kernel_has_wireguard,
     versioned,
 )
+from ipsec_lab.backends.wireguard import _WireGuard, kernel_has_wireguard
 from ipsec_lab.testbed.build import Testbed
 from wgcheck import WIRE, carries_a_file_whole, fails_closed
 

@@ -11,7 +11,8 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
-from ipsec_lab.backends.wireguard import FWMARK, UAPI_DIR, Boringtun, _WireGuard
+from ipsec_lab.backends.userspace_wireguard import UAPI_DIR, Boringtun
+from ipsec_lab.backends.wireguard import FWMARK, _WireGuard
 from ipsec_lab.model.transforms import parse_configuration, wire_size
 from ipsec_lab.testbed import topology
 from ipsec_lab.testbed.build import Testbed

@@ -14,7 +14,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ipsec_lab.backends import external, none, ours, strongswan, wireguard, xfrm
+from ipsec_lab.backends import (
+    external,
+    none,
+    ours,
+    strongswan,
+    userspace_wireguard,
+    wireguard,
+    xfrm,
+)
 from ipsec_lab.backends.base import (
     Backend,
     Processless,
@@ -119,13 +127,13 @@ REGISTRY: tuple[Entry, ...] = (
           "the module: in the micro-VM here (--vm), or on real hosts",
           hosts=True, tools=("wg",), probes_kernel=True, kernel_tunnel=True,
           modules=(("wireguard", "WireGuard (the kernel's)"),)),
-    Entry("wireguard-go", wireguard.WireguardGo,
+    Entry("wireguard-go", userspace_wireguard.WireguardGo,
           "WireGuard in user space on a TUN device, Debian's wireguard-go (configuration "
           "`wireguard`; a 2022 release, before upstream's batching)",
           hosts=True, tools=("wireguard-go", "wg"), start_s=1.5),
-    Entry("boringtun", wireguard.Boringtun,
+    Entry("boringtun", userspace_wireguard.Boringtun,
           "WireGuard in user space on a TUN device, Cloudflare's boringtun in Rust "
-          f"(configuration `wireguard`; boringtun-cli {wireguard.BORINGTUN_VERSION} from "
+          f"(configuration `wireguard`; boringtun-cli {userspace_wireguard.BORINGTUN_VERSION} from "
           "crates.io)",
           hosts=True, tools=("boringtun-cli", "wg", "ping"), start_s=1.5),
     Entry("external", external.External,

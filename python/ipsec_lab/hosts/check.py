@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass
 from ipsec_lab import backends as registry
 from ipsec_lab import workloads as kinds
 from ipsec_lab.backends.mtu import facts as mtu_facts
-from ipsec_lab.backends.wireguard import BORINGTUN_VERSION
+from ipsec_lab.backends.userspace_wireguard import BORINGTUN_VERSION
 from ipsec_lab.hosts import Hosts, sides_of
 from ipsec_lab.hosts.readings import named_line, running, ssh_interface
 from ipsec_lab.hosts.ssh import Ssh, SshError, each

@@ -2,18 +2,20 @@
 //! each SA's lifetimes and sequence-number state (reserved ahead, persisted), and the
 //! counters published for `ipsec-gw stats`.
 
-use std::collections::HashMap;
 use std::path::Path;
 use std::time::Instant;
 
 use ipsec::sa::Direction;
 use ipsec::sad::SaId;
-use ipsec::spd::{Action, SpdRule};
+
 use ipsec::{Engine, SaError};
 
 pub use super::build_error::BuildError;
+use build::{add_bundles, add_policies, BundleSas};
 
-use crate::config::{Config, Lifetime, PolicyAction};
+mod build;
+
+use crate::config::{Config, Lifetime};
 use crate::seqstate::{self, SeqState};
 use crate::stats::{DirStats, Io, IpcompStats, SaStats, Shared, StageStat};
 
@@ -603,106 +605,6 @@ fn resume(
                  these keys: it stays expired (give it new keys to use it again)",
             spec.name, c.spi
         );
-    }
-    Ok(())
-}
-
-/// The direction's SAs by name, each name's first entry (what a bundle's layer and a
-/// policy's action name): one probe a name, not a scan of thousands of SAs per policy.
-fn sa_ids(sas: &[SaEntry]) -> HashMap<&str, SaId> {
-    let mut ids = HashMap::with_capacity(sas.len());
-    for e in sas {
-        ids.entry(e.name.as_str()).or_insert(e.id);
-    }
-    ids
-}
-
-/// The SA of this direction named `name` (a bundle's layer, a policy's action).
-fn sa_id(ids: &HashMap<&str, SaId>, name: &str) -> Result<SaId, BuildError> {
-    ids.get(name).copied().ok_or_else(|| BuildError::Unknown {
-        what: "SA",
-        name: name.to_string(),
-    })
-}
-
-/// Each bundle of the direction as (name, engine bundle id, IPComp association id).
-type Bundles = Vec<(String, usize, Option<usize>)>;
-
-/// A bundle's engine id and its SAs (ESP, and AH if it has one).
-type BundleSas = (usize, [Option<SaId>; 2]);
-
-/// The direction's bundles (RFC 4301 §4.5: IPComp → ESP → AH, an SA per layer) into the
-/// engine; with the SAs of each, for their lifetimes.
-fn add_bundles(
-    engine: &mut Engine,
-    cfg: &Config,
-    direction: Direction,
-    sas: &[SaEntry],
-) -> Result<(Bundles, Vec<BundleSas>), BuildError> {
-    let ids = sa_ids(sas);
-    let id_of = |name: &str| sa_id(&ids, name);
-    let mut bundles = Vec::new();
-    let mut bundle_sas = Vec::new();
-    for b in cfg.bundles.iter().filter(|b| b.direction == direction) {
-        let named = |e: SaError| BuildError::Bundle {
-            name: b.name.clone(),
-            source: e,
-        };
-        let ipcomp = match b.ipcomp_cpi {
-            Some(cpi) => Some(
-                engine
-                    .add_ipcomp(ipsec::IpcompConfig::new(cpi))
-                    .map_err(named)?,
-            ),
-            None => None,
-        };
-        let esp = id_of(&b.esp)?;
-        let ah = match b.ah.as_deref() {
-            Some(n) => Some(id_of(n)?),
-            None => None,
-        };
-        let bundle = ipsec::Bundle { ipcomp, esp, ah };
-        let id = engine.add_bundle(bundle).map_err(named)?;
-        bundles.push((b.name.clone(), id, ipcomp));
-        bundle_sas.push((id, [Some(esp), ah]));
-    }
-    Ok((bundles, bundle_sas))
-}
-
-/// The direction's policies, in order (RFC 4301 §4.4.1: the SPD is ordered, the first
-/// match decides), into the engine.
-fn add_policies(
-    engine: &mut Engine,
-    cfg: &Config,
-    direction: Direction,
-    sas: &[SaEntry],
-    bundles: &Bundles,
-) -> Result<(), BuildError> {
-    let ids = sa_ids(sas);
-    let id_of = |name: &str| sa_id(&ids, name);
-    for p in cfg.policies.iter().filter(|p| p.direction == direction) {
-        let action = match &p.action {
-            PolicyAction::Bypass => Action::Bypass,
-            PolicyAction::Discard => Action::Discard,
-            PolicyAction::Protect(name) => Action::Protect(id_of(name)?),
-            PolicyAction::ProtectBundle(name) => {
-                let (_, id, _) = bundles.iter().find(|(n, _, _)| n == name).ok_or_else(|| {
-                    BuildError::Unknown {
-                        what: "bundle",
-                        name: name.clone(),
-                    }
-                })?;
-                Action::ProtectBundle(*id)
-            }
-        };
-        let rule = SpdRule {
-            selector: p.selector.clone(),
-            action,
-        };
-        match direction {
-            Direction::Out => engine.spd_out.push(rule),
-            Direction::In => engine.spd_in.push(rule),
-        }
     }
     Ok(())
 }
