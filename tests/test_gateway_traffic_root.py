@@ -851,12 +851,17 @@ def starved(p: Any, cpus_worth: float = 0.01) -> Iterator[None]:
     to wake: at 2.4 us a datagram a few ms more in every 100 kept it up with 12.5 k/s.)
     `p` is back in its own cgroup after the block, whatever happened."""
     limit = CpuLimit(f"test-starved-{os.getpid()}", cpus_worth)
-    back = home_cgroup(p.pid, limit.path.parent) / "cgroup.procs"
     try:
+        back = home_cgroup(p.pid, limit.path.parent) / "cgroup.procs"
         limit.procs.write_text(str(p.pid))
-        yield
+        try:
+            yield
+        finally:
+            try:
+                back.write_text(str(p.pid))
+            except ProcessLookupError:
+                pass  # it ended meanwhile: nothing to move back (the block says why)
     finally:
-        back.write_text(str(p.pid))
         limit.remove()
 
 

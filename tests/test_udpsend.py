@@ -23,27 +23,39 @@ SCRIPT = Path(udpsend.__file__)
 
 class Sink:
     """A UDP socket on loopback that reads every datagram into `got` (source port,
-    payload length, first byte) until told to stop."""
+    payload length, first byte) until told to stop (`wait`, once the sender has ended),
+    then until nothing more comes for IDLE_S. (It stopped at its first 0.5 s without a
+    datagram once, before a sender started beside the micro-VM under CI took that long
+    to start: 0 of 150 read.)"""
+
+    IDLE_S = 0.5
 
     def __init__(self) -> None:
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
         self.sock.bind(("127.0.0.1", 0))
-        self.sock.settimeout(0.5)
+        self.sock.settimeout(self.IDLE_S)
         self.port = self.sock.getsockname()[1]
         self.got: list[tuple[int, int, int]] = []
+        self._done = threading.Event()
         self._t = threading.Thread(target=self._read, daemon=True)
         self._t.start()
 
     def _read(self) -> None:
+        # bounded: after `wait` says the sender ended, by the first idle IDLE_S; before,
+        # by wait's own bound on the thread (a sender's count is finite)
         while True:
             try:
                 data, (_, port) = self.sock.recvfrom(65536)
             except TimeoutError:
-                return
+                if self._done.is_set():
+                    return
+                continue
             self.got.append((port, len(data), data[0] if data else -1))
 
     def wait(self) -> list[tuple[int, int, int]]:
+        """What was read, the sender having ended (call it after the sender returns)."""
+        self._done.set()
         self._t.join(30)
         self.sock.close()
         return self.got

@@ -114,7 +114,9 @@ class _UserSpace(_WireGuard):
         return text
 
     def _node_version(self, tb: Testbed, node: str) -> str:
-        said = tb.run(node, [self.program, "--version"], check=False).strip()
+        # the program that will run: a host's on its PATH, here the one `check` found
+        program = self.program if on_hosts(tb) else (self.binary() or self.program)
+        said = tb.run(node, [program, "--version"], check=False).strip()
         return self.said(said.splitlines()[0] if said else "")
 
     def version(self) -> str:
@@ -155,9 +157,9 @@ class Boringtun(_UserSpace):
 
     def binary(self) -> str | None:
         # also where the Makefile puts it, off a sudo's PATH (secure_path has no
-        # /usr/local/bin on some systems) and cargo's own
-        for where in (shutil.which(self.program), f"/usr/local/bin/{self.program}",
-                      str(Path.home() / ".cargo/bin" / self.program)):  # fmt: skip
+        # /usr/local/bin on some systems) — never a user's own directory (~/.cargo/bin:
+        # under `sudo -E` $HOME is the user's, and root would run what they can write)
+        for where in (shutil.which(self.program), f"/usr/local/bin/{self.program}"):
             if where and Path(where).is_file() and os.access(where, os.X_OK):
                 return where
         return None
