@@ -52,10 +52,14 @@ class _UserSpace(_WireGuard):
         """`program` on this machine's PATH (None: not here)."""
         return shutil.which(self.program)
 
+    def _program(self, tb: Testbed) -> str:
+        """The program that runs: on a host the one on its PATH, here the one `check`
+        found."""
+        return self.program if on_hosts(tb) else (self.binary() or self.program)
+
     def _devices(self, tb: Testbed, ends: list[End]) -> None:
         on = tb if on_hosts(tb) else None
-        # on a host: the program on its PATH; here: the one `check` found
-        program = self.program if on is not None else (self.binary() or self.program)
+        program = self._program(tb)
         for e in ends:
             # its control socket, should the lab not reach stop (wireguard-go watches the
             # file and exits when it goes; either way the file is the run's to remove)
@@ -114,9 +118,7 @@ class _UserSpace(_WireGuard):
         return text
 
     def _node_version(self, tb: Testbed, node: str) -> str:
-        # the program that will run: a host's on its PATH, here the one `check` found
-        program = self.program if on_hosts(tb) else (self.binary() or self.program)
-        said = tb.run(node, [program, "--version"], check=False).strip()
+        said = tb.run(node, [self._program(tb), "--version"], check=False).strip()
         return self.said(said.splitlines()[0] if said else "")
 
     def version(self) -> str:

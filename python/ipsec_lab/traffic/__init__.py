@@ -39,6 +39,12 @@ class Meters:
 
 
 IPV4_UDP = 28  # IPv4 (20) + UDP (8) header bytes in front of an iperf3 UDP payload
+BACKGROUND_NICE = 19  # a load beside latency probes: never ahead of the instrument
+
+
+def niced(argv: list[str], niceness: int) -> list[str]:
+    """`argv` run at CPU priority `niceness` (as is at 0)."""
+    return ["nice", "-n", str(niceness), *argv] if niceness else argv
 
 
 def wait_listening(

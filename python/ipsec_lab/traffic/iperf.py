@@ -9,7 +9,7 @@ from typing import Any
 from ipsec_lab.testbed import Flow
 from ipsec_lab.testbed.build import LabError
 from ipsec_lab.testbed.interface import UDP_SOCKET_BUFFER_BYTES, Testbed
-from ipsec_lab.traffic import IPV4_UDP, Metered, Row, wait_listening
+from ipsec_lab.traffic import IPV4_UDP, Metered, Row, niced, wait_listening
 from ipsec_lab.traffic.workload import Context, Kind, Workload
 
 PORT = 5201
@@ -33,9 +33,8 @@ class Servers:
 
     def __init__(self, tb: Testbed, node: str, ports: list[int], nice: int = 0) -> None:
         self.tb = tb
-        first = ["nice", "-n", str(nice)] if nice else []
         self.procs = [
-            tb.spawn(node, [*first, "iperf3", "-s", "-p", str(p)], f"iperf3-server-{p}")
+            tb.spawn(node, niced(["iperf3", "-s", "-p", str(p)], nice), f"iperf3-server-{p}")
             for p in ports
         ]
         for p in ports:
@@ -50,7 +49,7 @@ def _client(tb: Testbed, flow: Flow, args: list[str], seconds: float,
             nice: int = 0) -> dict[str, Any]:  # fmt: skip
     """iperf3's client on the flow's source (at `nice`), its JSON."""
     argv = ["iperf3", "-c", flow.sink_addr, "-J", "--connect-timeout", "5000", *args]
-    argv = ["nice", "-n", str(nice), *argv] if nice else argv
+    argv = niced(argv, nice)
     text = tb.run(flow.source, argv, timeout=seconds + 30, check=False)
     try:
         data: dict[str, Any] = json.loads(text)

@@ -31,10 +31,10 @@ from typing import Any
 from ipsec_lab.testbed import Flow
 from ipsec_lab.testbed.build import LabError
 from ipsec_lab.testbed.interface import READY_S, Testbed, on_hosts
-from ipsec_lab.traffic import Metered, Row, rfc2544, wait_listening
+from ipsec_lab.traffic import BACKGROUND_NICE, Metered, Row, rfc2544, wait_listening
 from ipsec_lab.traffic.generator import Generator, for_workload, noted
 from ipsec_lab.traffic.iperf import PORT, Servers
-from ipsec_lab.traffic.paced import BACKGROUND_NICE, Paced
+from ipsec_lab.traffic.paced import Paced
 from ipsec_lab.traffic.workload import Kind, Lookup, Workload
 
 IRTT_PORT = 2112

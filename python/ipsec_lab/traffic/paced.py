@@ -18,7 +18,7 @@ from ipsec_lab.testbed import Flow
 from ipsec_lab.testbed.build import LabError
 from ipsec_lab.testbed.interface import Testbed, on_hosts
 from ipsec_lab.testbed.links import STOCK_QDISCS, root_qdisc
-from ipsec_lab.traffic import IPV4_UDP, Row, udpsend
+from ipsec_lab.traffic import BACKGROUND_NICE, IPV4_UDP, Row, niced, udpsend
 
 # The sink's counter: an nftables table of the lab's in the sink node.
 NFT_TABLE = "ipsec_lab_sink"
@@ -57,7 +57,6 @@ PACING_LIMIT_BYTES = 8 << 20
 GSO_ABOVE_PPS = 120_000
 PACING_HANDLE = 30  # the bucket's qdisc handle (30:), in class 1:3 of an htb root 1:
 OTHERS_RATE = "100gbit"  # the rest of the source's traffic: not held back
-BACKGROUND_NICE = 19  # a load beside latency probes (Paced.beside_probes)
 
 # --- trafgen -------------------------------------------------------------------------------
 
@@ -228,7 +227,7 @@ class Paced:
         self.niceness = BACKGROUND_NICE
 
     def _niced(self, argv: list[str]) -> list[str]:
-        return ["nice", "-n", str(self.niceness), *argv] if self.niceness else argv
+        return niced(argv, self.niceness)
 
     # --- pacing: a token bucket on the source's test interface -------------------------------
 
