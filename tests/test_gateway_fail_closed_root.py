@@ -192,13 +192,30 @@ def _spoof(tb: object, n: int, payload: bytes) -> None:
     tb.run("gwA", [sys.executable, "-c", script, mac, payload.decode(), str(n)], timeout=60)  # type: ignore[attr-defined]
 
 
+def _more_tunnels(key: str, text: str) -> str:
+    """gwB with three more tunnels' inbound policies after its own (to its SA `in`): its
+    guard's rule for them is one over a set of (source . destination) pairs."""
+    if key != "gwB":
+        return text
+    return text + "".join(
+        f'\n[[policy]]\ndirection = "in"\nsrc = "10.9.{k}.0/24"\ndst = "10.8.{k}.0/24"\n'
+        f'action = "protect"\nsa = "in"\n'
+        for k in range(3)
+    )
+
+
+@pytest.mark.parametrize("many", [False, True], ids=["one-tunnel", "in-a-set-of-four"])
 def test_clear_packets_from_outside_for_the_protected_subnet_are_dropped_running_and_down(
-    tmp_path: Path,
+    tmp_path: Path, many: bool
 ) -> None:
     """RFC 4301 §5.2: gwB's kernel forwarded a clear packet addressed into its protected
     subnet straight to the server (only ESP reaches the gateway). Now gwB's nftables
-    table drops and counts it — while it runs, and after `kill -9`."""
-    with tunnel(tmp_path) as (tb, gw):
+    table drops and counts it — while it runs, and after `kill -9` — alone or as one of
+    several tunnels' pairs in one rule's set."""
+    with tunnel(tmp_path, edit=_more_tunnels if many else None) as (tb, gw):
+        table = tb.run("gwB", ["nft", "list", "table", "inet", "ipsec_gw_220"])
+        in_set = "ip saddr . ip daddr { 10.1.0.0/24 . 10.2.0.0/24, 10.9.0.0/24 . 10.8.0.0/24"
+        assert (in_set in table) == many, table
         with capture(tb, "gwB", "lan", "lan") as pcap:
             _spoof(tb, 20, b"SPOOFED-RUNNING")
             sock = gw.sockets["gwB"]

@@ -35,6 +35,7 @@ use ipsec::sa::Direction;
 use ipsec::spd::{Prefix, Selector};
 
 use crate::config::{Config, PolicyAction};
+use crate::prefixes::PrefixMap;
 
 /// The blackhole routes' metric: the least preferred, below the TUN device's routes.
 pub const BLACKHOLE_METRIC: u32 = 4_294_967_295;
@@ -50,12 +51,52 @@ fn binary(names: &[&'static str]) -> &'static str {
 
 /// Run `ip ARGS` (iproute2: what a user would type); an error quotes its stderr.
 pub fn ip(args: &[&str]) -> Result<(), String> {
-    run(
-        binary(&["/usr/sbin/ip", "/usr/bin/ip", "/sbin/ip", "/bin/ip"]),
-        args,
-        None,
-    )
-    .map(|_| ())
+    run(ip_binary(), args, None).map(|_| ())
+}
+
+fn ip_binary() -> &'static str {
+    binary(&["/usr/sbin/ip", "/usr/bin/ip", "/sbin/ip", "/bin/ip"])
+}
+
+/// `ip` commands (each an argument list, as one would type after `ip`), one process per
+/// address family (`ip -4 -batch -`, `ip -6 -batch -`): a route each is a process each
+/// otherwise, and 4,096 tunnels' routes and blackholes took most of a start (8,192 runs
+/// of `ip`). `force`: every command is tried, and what fails is no error (taking away
+/// what may be gone already); else the first that fails stops its batch, and the error
+/// quotes it and what `ip` said.
+fn ip_batch(commands: &[(bool, Vec<String>)], force: bool) -> Result<(), String> {
+    for v4 in [true, false] {
+        let lines: Vec<String> = commands
+            .iter()
+            .filter(|(is_v4, _)| *is_v4 == v4)
+            .map(|(_, c)| c.join(" "))
+            .collect();
+        if lines.is_empty() {
+            continue;
+        }
+        let fam = if v4 { "-4" } else { "-6" };
+        let mut args = vec![fam, "-batch", "-"];
+        if force {
+            args.insert(0, "-force");
+        }
+        let text = lines.join("\n") + "\n";
+        match run(ip_binary(), &args, Some(&text)) {
+            Ok(_) => {}
+            Err(_) if force => {}
+            Err(e) => {
+                // `ip` names the line it stopped at: "Command failed -:N"
+                let failed = e
+                    .rsplit_once("Command failed -:")
+                    .and_then(|(_, n)| n.trim().parse::<usize>().ok())
+                    .and_then(|n| lines.get(n.wrapping_sub(1)));
+                return Err(match failed {
+                    Some(line) => format!("ip {fam} {line} failed: {e}"),
+                    None => e,
+                });
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Run `nft ARGS`, `input` on its stdin; its stdout.
@@ -171,22 +212,114 @@ fn prefix_addr(p: &Prefix) -> IpAddr {
 /// The rules of one direction's policies, in order: a bypass accepts what it matches
 /// (later rules do not see it), a protect or discard drops it unless `exempt` lets it
 /// through; each drop counted, with a comment naming the direction.
+///
+/// Consecutive policies of one verdict that match on addresses alone (a source and a
+/// destination prefix of one family: a tunnel's) become one rule over a set of (source
+/// . destination) pairs — their order among themselves decides nothing, as each gives
+/// the same verdict — so the kernel looks a packet up in the set instead of walking a
+/// rule per tunnel, and nftables loads 4,096 tunnels' guard in 0.22 s instead of 0.57
+/// (one run here). A set holds no two pairs that share a packet (nftables refuses
+/// them): a pair that would starts a new rule.
 fn policy_rules(cfg: &Config, direction: Direction, exempt: &str, label: &str) -> String {
     let mut out = String::new();
+    let mut group = Group::default();
     for p in cfg.policies.iter().filter(|p| p.direction == direction) {
         let Some(m) = matcher(&p.selector) else {
             continue;
         };
-        match p.action {
-            PolicyAction::Bypass => {
-                let _ = writeln!(out, "    {m}accept");
-            }
+        let verdict = match p.action {
+            PolicyAction::Bypass => "accept".to_string(),
             PolicyAction::Discard | PolicyAction::Protect(_) | PolicyAction::ProtectBundle(_) => {
-                let _ = writeln!(out, "    {exempt}{m}counter drop comment \"{label}\"");
+                format!("counter drop comment \"{label}\"")
+            }
+        };
+        let prefix = if matches!(p.action, PolicyAction::Bypass) {
+            ""
+        } else {
+            exempt
+        };
+        match (p.selector.src, p.selector.dst) {
+            (Some(s), Some(d))
+                if p.selector.protocol.is_none()
+                    && p.selector.src_ports == (0..=u16::MAX)
+                    && p.selector.dst_ports == (0..=u16::MAX) =>
+            {
+                if !group.takes(&s, &d, prefix, &verdict) {
+                    group.flush(&mut out);
+                }
+                group.add(s, d, prefix, verdict);
+            }
+            _ => {
+                group.flush(&mut out);
+                let _ = writeln!(out, "    {prefix}{m}{verdict}");
             }
         }
     }
+    group.flush(&mut out);
     out
+}
+
+/// Consecutive address-only policies of one family and verdict, no two of whose
+/// (source, destination) pairs share a packet: one rule.
+#[derive(Default)]
+struct Group {
+    pairs: Vec<(Prefix, Prefix)>,
+    /// the rule's head (`exempt`) and verdict, and whether its family is IPv6
+    kind: Option<(String, String, bool)>,
+    srcs: PrefixMap<()>,
+    dsts: PrefixMap<()>,
+    seen: std::collections::HashSet<(Prefix, Prefix)>,
+}
+
+impl Group {
+    /// Whether (s, d) may join: the same kind, and its source meets no source of the
+    /// group or its destination no destination (so it shares a packet with no pair).
+    fn takes(&self, s: &Prefix, d: &Prefix, head: &str, verdict: &str) -> bool {
+        let Some((h, v, v6)) = &self.kind else {
+            return true;
+        };
+        h == head
+            && v == verdict
+            && *v6 == s.addr.is_ipv6()
+            && (self.seen.contains(&(*s, *d)) || !self.srcs.meets(s) || !self.dsts.meets(d))
+    }
+
+    fn add(&mut self, s: Prefix, d: Prefix, head: &str, verdict: String) {
+        self.kind = Some((head.to_string(), verdict, s.addr.is_ipv6()));
+        if self.seen.insert((s, d)) {
+            self.pairs.push((s, d));
+            self.srcs.insert(&s, ());
+            self.dsts.insert(&d, ());
+        }
+    }
+
+    fn flush(&mut self, out: &mut String) {
+        let Some((head, verdict, _)) = self.kind.take() else {
+            return;
+        };
+        let one = |p: &Prefix| format!("{}/{}", prefix_addr(p), p.len);
+        let fam = family(&self.pairs[0].0);
+        if let [(s, d)] = self.pairs[..] {
+            let _ = writeln!(
+                out,
+                "    {head}{fam} saddr {} {fam} daddr {} {verdict}",
+                one(&s),
+                one(&d)
+            );
+        } else {
+            let set: Vec<String> = self
+                .pairs
+                .iter()
+                .map(|(s, d)| format!("{} . {}", one(s), one(d)))
+                .collect();
+            let _ = writeln!(
+                out,
+                "    {head}{fam} saddr . {fam} daddr {{ {} }} {verdict}",
+                set.join(", ")
+            );
+        }
+        *self = Group::default();
+    }
 }
 
 /// IPv6 neighbour discovery (RFC 4861) is the link's own business, never IPsec's: a
@@ -254,7 +387,7 @@ pub fn ruleset(cfg: &Config) -> String {
 /// table, and the nftables table. Nothing is taken away first: the boundary is never
 /// open while it is replaced.
 pub fn install(cfg: &Config) -> Result<(), String> {
-    blackholes(cfg, &cfg.routes, "replace")?;
+    blackholes(cfg, &cfg.routes, "replace", false)?;
     rule(cfg, true)?;
     nft(&["-f", "-"], Some(&ruleset(cfg)))
         .map(|_| ())
@@ -269,23 +402,22 @@ pub fn install(cfg: &Config) -> Result<(), String> {
 pub fn reinstall(current: &Config, new: &Config) -> Result<(), String> {
     nft(&["-f", "-"], Some(&ruleset(new)))
         .map_err(|e| format!("cannot install the clear-traffic guard (nftables): {e}"))?;
-    let Err(e) = blackholes(new, &new.routes, "replace").and_then(|()| tun_routes(new)) else {
+    let Err(e) = blackholes(new, &new.routes, "replace", false).and_then(|()| tun_routes(new))
+    else {
         return Ok(());
     };
+    let running: std::collections::HashSet<&Prefix> = current.routes.iter().collect();
     let extra: Vec<Prefix> = new
         .routes
         .iter()
-        .filter(|r| !current.routes.contains(r))
+        .filter(|r| !running.contains(r))
         .copied()
         .collect();
-    let table = current.table.to_string();
-    for r in &extra {
-        let dst = format!("{}/{}", prefix_addr(r), r.len);
-        let _ = ip(&["route", "del", &dst, "dev", &current.tun, "table", &table]);
-        let _ = blackholes(current, std::slice::from_ref(r), "del");
-    }
+    let mut gone = tun_route_commands(current, &extra, "del");
+    gone.extend(blackhole_commands(current, &extra, "del"));
+    let _ = ip_batch(&gone, true);
     let back = nft(&["-f", "-"], Some(&ruleset(current)))
-        .and_then(|_| blackholes(current, &current.routes, "replace"))
+        .and_then(|_| blackholes(current, &current.routes, "replace", false))
         .and_then(|()| tun_routes(current));
     Err(match back {
         Ok(()) => format!("{e} (the running guard and routes are put back)"),
@@ -296,36 +428,49 @@ pub fn reinstall(current: &Config, new: &Config) -> Result<(), String> {
 /// The routes into the TUN device, in the gateway's own table (the rule that sends
 /// traffic there, and the blackholes under these routes, stay when it stops).
 pub fn tun_routes(cfg: &Config) -> Result<(), String> {
+    ip_batch(&tun_route_commands(cfg, &cfg.routes, "replace"), false)
+}
+
+/// `route VERB PREFIX dev TUN table T` for each of `routes`, with its family.
+fn tun_route_commands(cfg: &Config, routes: &[Prefix], verb: &str) -> Vec<(bool, Vec<String>)> {
     let table = cfg.table.to_string();
-    for r in &cfg.routes {
-        let dst = format!("{}/{}", r.addr, r.len);
-        ip(&["route", "replace", &dst, "dev", &cfg.tun, "table", &table])?;
-    }
-    Ok(())
+    routes
+        .iter()
+        .map(|r| {
+            let dst = format!("{}/{}", prefix_addr(r), r.len);
+            let c = ["route", verb, &dst, "dev", &cfg.tun, "table", &table];
+            (r.addr.is_ipv4(), c.map(String::from).to_vec())
+        })
+        .collect()
 }
 
 /// `ip route VERB blackhole PREFIX table T metric M` for each of `routes` (prefixes
-/// routed into the TUN device): `replace` to install, `del` to release.
-fn blackholes(cfg: &Config, routes: &[Prefix], verb: &str) -> Result<(), String> {
+/// routed into the TUN device): `replace` to install, `del` to release (`force`: what
+/// is gone already is no error).
+fn blackholes(cfg: &Config, routes: &[Prefix], verb: &str, force: bool) -> Result<(), String> {
+    ip_batch(&blackhole_commands(cfg, routes, verb), force)
+}
+
+fn blackhole_commands(cfg: &Config, routes: &[Prefix], verb: &str) -> Vec<(bool, Vec<String>)> {
     let table = cfg.table.to_string();
     let metric = BLACKHOLE_METRIC.to_string();
-    for r in routes {
-        let dst = format!("{}/{}", prefix_addr(r), r.len);
-        let fam = if r.addr.is_ipv4() { "-4" } else { "-6" };
-        let args = [
-            fam,
-            "route",
-            verb,
-            "blackhole",
-            &dst,
-            "table",
-            &table,
-            "metric",
-            &metric,
-        ];
-        ip(&args)?;
-    }
-    Ok(())
+    routes
+        .iter()
+        .map(|r| {
+            let dst = format!("{}/{}", prefix_addr(r), r.len);
+            let c = [
+                "route",
+                verb,
+                "blackhole",
+                &dst,
+                "table",
+                &table,
+                "metric",
+                &metric,
+            ];
+            (r.addr.is_ipv4(), c.map(String::from).to_vec())
+        })
+        .collect()
 }
 
 /// The rule that sends every packet but the gateway's own (marked) to its table — policy
@@ -370,9 +515,7 @@ fn rule(cfg: &Config, add: bool) -> Result<(), String> {
 pub fn release(cfg: &Config) -> Result<(), String> {
     rule(cfg, false)?;
     // one already gone is no error: take away the others
-    for r in &cfg.routes {
-        let _ = blackholes(cfg, std::slice::from_ref(r), "del");
-    }
+    blackholes(cfg, &cfg.routes, "del", true)?;
     let t = table_name(cfg);
     nft(
         &["-f", "-"],
@@ -459,5 +602,55 @@ mod tests {
             assert!(chain.contains("icmpv6 type { nd-router-solicit"), "{chain}");
         }
         assert!(!local.contains("4500"), "no UDP encapsulation configured");
+    }
+
+    fn pol(dir: &str, src: &str, dst: &str, action: &str) -> String {
+        let sa = match action {
+            "protect" => format!("sa = \"{dir}\"\n"),
+            _ => String::new(),
+        };
+        format!(
+            "[[policy]]\ndirection = \"{dir}\"\nsrc = \"{src}\"\ndst = \"{dst}\"\n\
+             action = \"{action}\"\n{sa}"
+        )
+    }
+
+    /// Tunnels' policies become one rule over a set of (source . destination) pairs; a
+    /// bypass between them, a policy with a protocol, another family or a pair that
+    /// shares packets with one already in the set begins a new rule, so the order of
+    /// the verdicts stays the policies' order.
+    #[test]
+    fn consecutive_tunnels_are_one_set_and_the_order_of_verdicts_stays() {
+        let c = cfg(&[
+            pol("in", "10.2.0.0/24", "10.1.0.0/24", "protect"),
+            pol("in", "10.2.1.0/24", "10.1.1.0/24", "protect"),
+            pol("in", "10.2.2.0/24", "10.1.0.0/24", "protect"), // same dst, other src: joins
+            pol("in", "10.2.0.0/24", "10.1.0.0/24", "protect"), // a repeat: joins, once
+            pol("in", "10.2.0.0/16", "10.1.0.0/16", "protect"), // shares packets: a new set
+            pol("in", "10.3.0.0/24", "10.1.9.0/24", "protect"),
+            pol("in", "10.4.0.0/24", "10.1.0.0/24", "bypass"),
+            pol("in", "10.5.0.0/24", "10.1.0.0/24", "protect"), // after the bypass: its own
+            pol("in", "2001:db8:2::/48", "2001:db8:1::/48", "protect"),
+            pol("in", "2001:db8:3::/48", "2001:db8:1::/48", "protect"),
+        ]
+        .concat());
+        let r = policy_rules(&c, Direction::In, "", "clear_inbound");
+        let d = "counter drop comment \"clear_inbound\"";
+        let want = [
+            format!(
+                "    ip saddr . ip daddr {{ 10.2.0.0/24 . 10.1.0.0/24, 10.2.1.0/24 . 10.1.1.0/24, \
+                 10.2.2.0/24 . 10.1.0.0/24 }} {d}"
+            ),
+            format!(
+                "    ip saddr . ip daddr {{ 10.2.0.0/16 . 10.1.0.0/16, 10.3.0.0/24 . 10.1.9.0/24 }} {d}"
+            ),
+            "    ip saddr 10.4.0.0/24 ip daddr 10.1.0.0/24 accept".to_string(),
+            format!("    ip saddr 10.5.0.0/24 ip daddr 10.1.0.0/24 {d}"),
+            format!(
+                "    ip6 saddr . ip6 daddr {{ 2001:db8:2::/48 . 2001:db8:1::/48, \
+                 2001:db8:3::/48 . 2001:db8:1::/48 }} {d}"
+            ),
+        ];
+        assert_eq!(r.lines().collect::<Vec<_>>(), want, "{r}");
     }
 }

@@ -20,6 +20,7 @@ pub mod config;
 pub mod dataplane;
 pub mod gro;
 pub mod guard;
+pub mod prefixes;
 pub mod privilege;
 pub mod reload;
 pub mod seqstate;

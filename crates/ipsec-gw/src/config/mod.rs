@@ -359,29 +359,30 @@ pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
         sas.push(spec);
     }
     shared_keys(&cx, &sas)?;
-    let mut bundles: Vec<BundleSpec> = Vec::new();
-    for (i, b) in raw.bundle.iter().enumerate() {
-        bundles.push(bundle(&cx, (i, b), &sas, &bundles)?);
-    }
-    let mut policies: Vec<PolicySpec> = Vec::new();
     // (names are unique: `sa` refused a second)
     let sa_named: HashMap<&str, usize> = sas
         .iter()
         .enumerate()
         .map(|(at, s)| (s.name.as_str(), at))
         .collect();
+    let mut bundles: Vec<BundleSpec> = Vec::new();
+    let mut bundle_names = policy::Bundles::default();
+    for (i, b) in raw.bundle.iter().enumerate() {
+        let spec = bundle(&cx, (i, b), &sas, &sa_named, &bundle_names)?;
+        bundle_names.add(bundles.len(), &spec);
+        bundles.push(spec);
+    }
+    let mut policies: Vec<PolicySpec> = Vec::new();
     for (i, p) in raw.policy.iter().enumerate() {
-        let spec = policy(
+        policies.push(policy(
             &cx,
             (i, p),
             &sas,
             &sa_named,
-            &bundles,
-            &policies,
-            &mut warnings,
-        )?;
-        policies.push(spec);
+            (&bundles, &bundle_names),
+        )?);
     }
+    policy::overlap_warnings(&cx, &policies, &mut warnings);
     unused_sas(&cx, &sas, &bundles, &policies, &mut warnings);
     Ok(Config {
         file: path.to_path_buf(),

@@ -2,17 +2,37 @@
 //! bundle, and SAs no policy uses.
 
 use super::*;
+use crate::prefixes::PrefixMap;
 use std::collections::HashSet;
+
+/// The names the bundles checked so far hold, by hash: each check linear in the config's
+/// size, not in the product of its bundles, SAs and policies.
+#[derive(Default)]
+pub(super) struct Bundles {
+    /// bundle name -> its position in the list
+    named: HashMap<String, usize>,
+    /// the SAs in some bundle
+    in_one: HashSet<String>,
+}
+
+impl Bundles {
+    pub(super) fn add(&mut self, at: usize, b: &BundleSpec) {
+        self.named.insert(b.name.clone(), at);
+        self.in_one.insert(b.esp.clone());
+        self.in_one.extend(b.ah.clone());
+    }
+}
 
 /// `bundle[i]`: its SAs exist, are of its direction and protocol, and in no other bundle.
 pub(super) fn bundle(
     cx: &Ctx<'_>,
     (i, b): (usize, &RawBundle),
     sas: &[SaSpec],
-    bundles: &[BundleSpec],
+    sa_named: &HashMap<&str, usize>,
+    bundles: &Bundles,
 ) -> Result<BundleSpec, ConfigError> {
     let k = |f: &str| format!("bundle[{i}].{f}");
-    if bundles.iter().any(|x| x.name == b.name) || b.name.is_empty() {
+    if bundles.named.contains_key(&b.name) || b.name.is_empty() {
         return Err(cx.err(k("name"), format!("{:?}: empty or used twice", b.name)));
     }
     let direction = match b.direction.as_str() {
@@ -21,9 +41,9 @@ pub(super) fn bundle(
         d => return Err(cx.err(k("direction"), format!("{d:?}: must be in or out"))),
     };
     let layer = |f: &str, name: &str, want: Protocol| -> Result<(), ConfigError> {
-        let sa = sas
-            .iter()
-            .find(|s| s.name == name)
+        let sa = sa_named
+            .get(name)
+            .map(|&at| &sas[at])
             .ok_or_else(|| cx.err(k(f), format!("no SA named {name:?} in this file")))?;
         if sa.config.protocol != want {
             return Err(cx.err(k(f), format!("SA {name:?} is not {}", want.name())));
@@ -37,10 +57,7 @@ pub(super) fn bundle(
                 "a bundle's ESP SA is tunnel mode (it builds the outer header)",
             ));
         }
-        let taken = bundles
-            .iter()
-            .any(|x| x.esp == name || x.ah.as_deref() == Some(name));
-        if taken {
+        if bundles.in_one.contains(name) {
             return Err(cx.err(k(f), format!("SA {name:?} is already in a bundle")));
         }
         Ok(())
@@ -63,17 +80,15 @@ pub(super) fn bundle(
     })
 }
 
-/// `policy[i]`: its selector and action, checked against the SAs and bundles; an overlap
-/// with an earlier policy of its direction is a warning (the first match wins).
+/// `policy[i]`: its selector and action, checked against the SAs and bundles.
 pub(super) fn policy(
     cx: &Ctx<'_>,
     (i, p): (usize, &RawPolicy),
     sas: &[SaSpec],
     sa_named: &HashMap<&str, usize>,
-    bundles: &[BundleSpec],
-    policies: &[PolicySpec],
-    warnings: &mut Vec<String>,
+    bundles: (&[BundleSpec], &Bundles),
 ) -> Result<PolicySpec, ConfigError> {
+    let (bundle_list, bundles) = bundles;
     let k = |f: &str| format!("policy[{i}].{f}");
     let direction = match p.direction.as_str() {
         "out" => Direction::Out,
@@ -92,20 +107,20 @@ pub(super) fn policy(
         protocol: p.protocol,
         ..Selector::default()
     };
-    let in_bundle = |name: &str| {
-        bundles
-            .iter()
-            .any(|b| b.esp == name || b.ah.as_deref() == Some(name))
-    };
+    let in_bundle = |name: &str| bundles.in_one.contains(name);
     let action = match (p.action.as_str(), &p.sa) {
         ("protect", None) if p.bundle.is_some() => {
             let name = p.bundle.as_deref().unwrap_or_default();
-            let b = bundles.iter().find(|b| b.name == name).ok_or_else(|| {
-                cx.err(
-                    k("bundle"),
-                    format!("no bundle named {name:?} in this file"),
-                )
-            })?;
+            let b = bundles
+                .named
+                .get(name)
+                .map(|&at| &bundle_list[at])
+                .ok_or_else(|| {
+                    cx.err(
+                        k("bundle"),
+                        format!("no bundle named {name:?} in this file"),
+                    )
+                })?;
             if b.direction != direction {
                 return Err(cx.err(
                     k("bundle"),
@@ -162,20 +177,69 @@ pub(super) fn policy(
             ))
         }
     };
-    for (j, q) in policies.iter().enumerate() {
-        if q.direction == direction && q.selector.overlaps(&selector) {
-            warnings.push(format!(
-                "{}: policy[{i}] overlaps policy[{j}]: the first one that matches wins \
-                 (RFC 4301 §4.4.1)",
-                cx.file.display()
-            ));
-        }
-    }
     Ok(PolicySpec {
         direction,
         selector,
         action,
     })
+}
+
+/// A warning for each policy that overlaps an earlier one of its direction, naming both
+/// (RFC 4301 §4.4.1: the first that matches wins, so the later one sees only what the
+/// earlier leaves). Two selectors overlap only where their destinations do — one prefix
+/// within the other — so each policy is compared with the earlier ones of a destination
+/// that contains its own or lies within it ([`PrefixMap`]), and with those of any
+/// destination: linear in the policies when tunnels
+/// have their own destinations (4,096 tunnels' 8,192 policies pair by pair were 33 M
+/// comparisons), and as [`Selector::overlaps`] decides pair by pair (a property test
+/// holds the two equal).
+pub(super) fn overlap_warnings(cx: &Ctx<'_>, policies: &[PolicySpec], warnings: &mut Vec<String>) {
+    for (i, j) in overlapping(policies) {
+        warnings.push(format!(
+            "{}: policy[{i}] overlaps policy[{j}]: the first one that matches wins \
+             (RFC 4301 §4.4.1)",
+            cx.file.display()
+        ));
+    }
+}
+
+/// Every (later, earlier) pair of policies of one direction whose selectors overlap, in
+/// the order of the later, then the earlier.
+pub(super) fn overlapping(policies: &[PolicySpec]) -> Vec<(usize, usize)> {
+    // per direction: the earlier policies by destination, and those of any destination
+    #[derive(Default)]
+    struct Earlier {
+        by_dst: PrefixMap<usize>,
+        any_dst: Vec<usize>,
+        all: Vec<usize>,
+    }
+    let mut dirs: [Earlier; 2] = Default::default();
+    let mut out = Vec::new();
+    for (i, p) in policies.iter().enumerate() {
+        let e = &mut dirs[usize::from(p.direction == Direction::In)];
+        let mut cands: Vec<usize> = match &p.selector.dst {
+            None => e.all.clone(),
+            Some(d) => e
+                .any_dst
+                .iter()
+                .chain(e.by_dst.meeting(d))
+                .copied()
+                .collect(),
+        };
+        cands.sort_unstable();
+        out.extend(
+            cands
+                .into_iter()
+                .filter(|&j| policies[j].selector.overlaps(&p.selector))
+                .map(|j| (i, j)),
+        );
+        match &p.selector.dst {
+            None => e.any_dst.push(i),
+            Some(d) => e.by_dst.insert(d, i),
+        }
+        e.all.push(i);
+    }
+    out
 }
 
 /// A warning for each SA no policy uses (directly or through its bundle).
