@@ -21,7 +21,7 @@ pub use gateway::{auto_crypto_workers, MAX_CRYPTO_WORKERS};
 use gateway::{crypto_workers, gateway, mtu};
 use policy::{bundle, policy, unused_sas};
 use raw::*;
-pub use sa::same_key;
+pub use sa::{key_pairs, same_key};
 use sa::{sa, shared_keys};
 
 /// A config that cannot be used: `file: key: what is wrong`.

@@ -313,6 +313,24 @@ pub fn any_same(mut keys: Vec<&[u8]>) -> bool {
     keys.windows(2).any(|w| same_key(w[0], w[1]))
 }
 
+/// Every pair of `keys` that are one (`same_key`), each once, the one that begins the
+/// other first: sorted, the keys that begin with a key follow it at once, so each key
+/// is compared only with those — n log n and the pairs found, not every pair.
+pub fn key_pairs<T: Copy>(mut keys: Vec<(&[u8], T)>) -> Vec<(T, T)> {
+    keys.sort_unstable_by(|a, b| a.0.cmp(b.0));
+    let mut out = Vec::new();
+    for (p, (a, ta)) in keys.iter().enumerate() {
+        if a.is_empty() {
+            continue;
+        }
+        for (b, tb) in keys[p + 1..].iter().take_while(|(b, _)| b.starts_with(a)) {
+            debug_assert!(same_key(a, b));
+            out.push((*ta, *tb));
+        }
+    }
+    out
+}
+
 /// Two keys that are one: equal, or one the start of the other (salts already removed).
 pub fn same_key(a: &[u8], b: &[u8]) -> bool {
     let n = a.len().min(b.len());
@@ -321,9 +339,10 @@ pub fn same_key(a: &[u8], b: &[u8]) -> bool {
 
 #[cfg(test)]
 mod any_same_tests {
-    use super::{any_same, same_key};
+    use super::{any_same, key_pairs, same_key};
 
-    /// `any_same` answers what comparing every pair answers, over random key sets whose
+    /// `any_same` answers what comparing every pair answers, and `key_pairs` finds the
+    /// pairs it finds, over random key sets whose
     /// keys often begin one another (AES-128's 16 bytes of a 32-byte key, 20 of 36 with a
     /// salt), equal ones, and none alike.
     #[test]
@@ -354,6 +373,18 @@ mod any_same_tests {
             let refs: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
             let pairwise = (0..refs.len()).any(|j| (0..j).any(|i| same_key(refs[i], refs[j])));
             assert_eq!(any_same(refs.clone()), pairwise, "case {case}: {keys:?}");
+            // and every pair, as comparing each with each finds them
+            let mut every: Vec<(usize, usize)> = (0..refs.len())
+                .flat_map(|j| (0..j).map(move |i| (i, j)))
+                .filter(|&(i, j)| same_key(refs[i], refs[j]))
+                .collect();
+            let mut found: Vec<(usize, usize)> = key_pairs(refs.iter().copied().zip(0..).collect())
+                .into_iter()
+                .map(|(a, b)| (a.min(b), a.max(b)))
+                .collect();
+            every.sort_unstable();
+            found.sort_unstable();
+            assert_eq!(found, every, "case {case}: {keys:?}");
             if pairwise {
                 alike += 1
             } else {

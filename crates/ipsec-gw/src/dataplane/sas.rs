@@ -2,6 +2,7 @@
 //! each SA's lifetimes and sequence-number state (reserved ahead, persisted), and the
 //! counters published for `ipsec-gw stats`.
 
+use std::collections::HashMap;
 use std::path::Path;
 use std::time::Instant;
 
@@ -69,6 +70,40 @@ impl SaEntry {
     }
 }
 
+/// The old engine's live SAs by SPI, and those already moved over: each new SA finds
+/// the first unchanged old one of its SPI (`same_as` holds only between equal SPIs)
+/// without a pass over all of them — 4,096 tunnels' reload compared and shifted them
+/// pair by pair, most of its second.
+#[derive(Default)]
+struct Kept {
+    by_spi: HashMap<u32, Vec<usize>>,
+    taken: Vec<bool>,
+}
+
+impl Kept {
+    fn of(old: Option<&DirEngine>) -> Kept {
+        let mut k = Kept::default();
+        if let Some(o) = old {
+            for (i, e) in o.sas.iter().enumerate().filter(|(_, e)| !e.expired) {
+                k.by_spi.entry(e.spec.config.spi).or_default().push(i);
+            }
+            k.taken = vec![false; o.sas.len()];
+        }
+        k
+    }
+
+    /// The first old SA not yet moved whose definition is `spec`'s, now moved.
+    fn first_same(&mut self, old: &DirEngine, spec: &crate::config::SaSpec) -> Option<usize> {
+        let i = *self
+            .by_spi
+            .get(&spec.config.spi)?
+            .iter()
+            .find(|&&i| !self.taken[i] && old.sas[i].spec.same_as(spec))?;
+        self.taken[i] = true;
+        Some(i)
+    }
+}
+
 impl DirEngine {
     /// Build the engine for one direction of `cfg`. SAs of `old` whose definition is
     /// unchanged move over live (sequence numbers, replay window and counters kept); the
@@ -101,13 +136,14 @@ impl DirEngine {
             (Some(_), Some(r)) => Some(r.read().map_err(BuildError::OtherState)?),
             _ => None,
         };
+        let mut kept = Kept::of(old.as_ref());
         let mut sas = Vec::new();
         for spec in cfg.sas.iter().filter(|s| s.config.direction == direction) {
             sas.push(Self::sa_entry(
                 &mut engine,
                 spec,
                 direction,
-                &mut old,
+                (&mut old, &mut kept),
                 &state,
                 &other,
             )?);
@@ -149,18 +185,15 @@ impl DirEngine {
         engine: &mut Engine,
         spec: &crate::config::SaSpec,
         direction: Direction,
-        old: &mut Option<DirEngine>,
+        (old, taken): (&mut Option<DirEngine>, &mut Kept),
         state: &Option<SeqState>,
         other: &Option<SeqState>,
     ) -> Result<SaEntry, BuildError> {
         let c = &spec.config;
         let keys = seqstate::keys_of(c);
         let kept = old.as_mut().and_then(|o| {
-            let i = o
-                .sas
-                .iter()
-                .position(|e| !e.expired && e.spec.same_as(spec))?;
-            let e = o.sas.remove(i);
+            let i = taken.first_same(o, spec)?;
+            let e = &o.sas[i];
             o.engine
                 .remove_sa(e.id)
                 .map(|sa| (sa, e.soft_logged, e.stored))
