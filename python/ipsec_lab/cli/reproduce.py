@@ -24,7 +24,11 @@ STUDY_HELP = {
 }
 
 
-TIMES = "full: about 7 / 16 / 1.5 / 6 minutes (31 in all); --quick: about 60 / 75 / 15 / 20 s"
+# --quick measured at stop 60 (one run, a quiet machine: 130 / 126 / 16 / 32 s)
+TIMES = (
+    "full: about 7 / 16 / 1.5 / 6 minutes (31 in all); --quick: about 130 / 125 / 15 / 30 s "
+    "(5 minutes in all)"
+)
 
 
 def _backends(args: argparse.Namespace) -> tuple[str, ...] | str:
@@ -177,7 +181,7 @@ def add_parser(sub: Any) -> None:
                    help=f"which study ({', '.join(studies.NAMES)}), or all")  # fmt: skip
     r.add_argument("--quick", action="store_true",
                    help="a reduced run for a first look (fewer configurations, sizes and "
-                   "seconds; all four studies in about 3 minutes)")  # fmt: skip
+                   "seconds; all four studies in about 5 minutes)")  # fmt: skip
     g = r.add_mutually_exclusive_group()
     from ipsec_lab.backends import IPSEC_NAMES, described
 
