@@ -184,6 +184,39 @@ def test_a_killed_gateway_starts_again_and_leaves_one_rule(tmp_path: Path) -> No
         assert "ipsec_gw_220" not in tb.run("gwA", ["nft", "list", "tables"])
 
 
+def _many_routes(key: str, text: str) -> str:
+    """gwA routes 3,000 more prefixes into its TUN device (10.64.0.0/24 onwards)."""
+    if key != "gwA":
+        return text
+    more = ", ".join(f'"10.{64 + i // 256}.{i % 256}.0/24"' for i in range(3000))
+    return text.replace("routes = [", f"routes = [{more}, ", 1)
+
+
+def _blackholes(tb: object) -> int:
+    out = tb.run("gwA", ["ip", "route", "show", "table", "220", "type", "blackhole"])  # type: ignore[attr-defined]
+    return len(out.splitlines())
+
+
+def test_release_takes_thousands_of_blackholes_away_and_a_second_release_ends(
+    tmp_path: Path,
+) -> None:
+    """`--release` of a gateway with 3,001 routes: every blackhole goes, in one batch;
+    run again (nothing left to remove), each failing removal's line from `ip` filled
+    its output pipe while the gateway still wrote the batch — both waited for ever
+    before the gateway read the output while it wrote."""
+    with tunnel(tmp_path, edit=_many_routes) as (tb, gw):
+        conf = gw.configs["gwA"]
+        tb.stop(gw.process("gwA"))  # a clean stop leaves the guard
+        assert _blackholes(tb) == 3001
+        release = ["ip", "netns", "exec", tb.ns("gwA"), str(gateway_binary()), "--config",
+                   str(conf), "--release"]  # fmt: skip
+        first = subprocess.run(release, capture_output=True, text=True, timeout=60)
+        assert first.returncode == 0, first.stderr
+        assert _blackholes(tb) == 0 and _rules(tb, "gwA") == []
+        again = subprocess.run(release, capture_output=True, text=True, timeout=60)
+        assert again.returncode == 0, again.stderr
+
+
 def test_the_tun_device_deleted_under_traffic_brings_the_gateway_down(tmp_path: Path) -> None:
     with tunnel(tmp_path) as (tb, gw):
         p = gw.process("gwA")

@@ -82,7 +82,9 @@ fn ip_batch(commands: &[(bool, Vec<String>)], force: bool) -> Result<(), String>
         let text = lines.join("\n") + "\n";
         match run(ip_binary(), &args, Some(&text)) {
             Ok(_) => {}
-            Err(_) if force => {}
+            // some commands failed (what is gone already): the others were run; but an
+            // `ip` that did not start, or that refused the batch itself, is an error
+            Err(e) if force && e.contains("Command failed -:") => {}
             Err(e) => {
                 // `ip` names the line it stopped at: "Command failed -:N"
                 let failed = e
@@ -126,15 +128,24 @@ fn run(bin: &str, args: &[&str], input: Option<&str>) -> Result<String, String> 
         .stderr(Stdio::piped())
         .spawn()
         .map_err(|e| format!("cannot run {bin}: {e}"))?;
-    // A tool that refuses before reading all of its input closes the pipe: its own
-    // status and words then say why, not the broken pipe.
-    let fed = match (input, child.stdin.take()) {
-        (Some(text), Some(mut stdin)) => stdin.write_all(text.as_bytes()),
-        _ => Ok(()),
-    };
-    let out = child
-        .wait_with_output()
-        .map_err(|e| format!("{bin}: {e}"))?;
+    // Its input is written from a thread of its own while its output is read: a tool
+    // that answers as it reads (`ip -force -batch`, a line of stderr per command that
+    // fails) would otherwise fill its output pipe and wait for us, as we wait for it to
+    // read. A tool that refuses before reading all of its input closes the pipe: its
+    // own status and words then say why, not the broken pipe.
+    let stdin = child.stdin.take();
+    let (fed, out) = std::thread::scope(|s| {
+        let writer = s.spawn(move || match (input, stdin) {
+            (Some(text), Some(mut stdin)) => stdin.write_all(text.as_bytes()),
+            _ => Ok(()),
+        });
+        let out = child.wait_with_output();
+        let fed = writer
+            .join()
+            .unwrap_or_else(|_| Err(std::io::Error::other("writer panicked")));
+        (fed, out)
+    });
+    let out = out.map_err(|e| format!("{bin}: {e}"))?;
     if out.status.success() {
         fed.map_err(|e| format!("{bin}: {e}"))?;
     } else {
