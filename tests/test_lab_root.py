@@ -428,6 +428,7 @@ def test_a_udp_sink_scheduled_late_loses_nothing(tmp_path: Path) -> None:
     from ipsec_lab.testbed import topology
     from ipsec_lab.testbed.build import Testbed
     from ipsec_lab.traffic import iperf
+    from ipsec_lab.traffic.rfc2544 import with_unarrived
 
     with Testbed(topology("line"), tmp_path / "run") as tb:
         flow = tb.topo.flows[0]
@@ -449,7 +450,12 @@ def test_a_udp_sink_scheduled_late_loses_nothing(tmp_path: Path) -> None:
             os.kill(pid, signal.SIGCONT)
             servers.close()
     assert row["sender_packets"] > 10000, row
-    assert row["lost_packets"] == 0 and row["unarrived_packets"] == 0, row
+    # none of the stall's ~940 datagrams lost at the socket (a gap in the numbers the
+    # sink read; with the default buffer ~850 are), and no loss as the search counts it:
+    # against what the sender sent, less what was still in flight when the test ended
+    # (`with_unarrived`; CI saw 1 datagram of 12,494 unarrived once, at the end)
+    assert row["lost_packets"] == 0, row
+    assert with_unarrived(row)["loss_pct"] == 0, row
 
 
 def test_an_imix_row_over_a_slower_link_says_its_loss(tmp_path: Path) -> None:
