@@ -144,11 +144,37 @@ def one(gw: Path, n: int) -> dict[str, float]:
         shutil.rmtree(d, ignore_errors=True)
 
 
+MOST_TUNNELS = 16_384  # ours and theirs stay apart up to 32,767 /24s each
+
+
+def tunnel_counts(text: str) -> list[int]:
+    """`--tunnels`: counts, comma-separated, each from 1 to MOST_TUNNELS."""
+    try:
+        counts = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a list of numbers, e.g. 1,256,4096"
+        ) from None
+    if not counts or not all(1 <= n <= MOST_TUNNELS for n in counts):
+        raise argparse.ArgumentTypeError(f"each count must be from 1 to {MOST_TUNNELS:,}")
+    return counts
+
+
+def at_least_one(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError("must be 1 or more")
+    return n
+
+
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--tunnels", default="1,256,4096",
+    ap.add_argument("--tunnels", type=tunnel_counts, default="1,256,4096",
                     help="tunnel counts, comma-separated (1, the baseline, always)")  # fmt: skip
-    ap.add_argument("--repeat", type=int, default=3, help="starts per count (median)")
+    ap.add_argument("--repeat", type=at_least_one, default=3, help="starts per count (median)")
     ap.add_argument("--gateway", type=Path, help="the ipsec-gw to measure (default: the build's)")
     a = ap.parse_args(argv)
     gw = a.gateway or gateway_binary()
@@ -158,7 +184,7 @@ def main(argv: list[str]) -> int:
     if os.geteuid() != 0:
         print("needs root (network namespaces, a TUN device)", file=sys.stderr)
         return 2
-    counts = sorted({1, *(int(x) for x in a.tunnels.split(","))})
+    counts = sorted({1, *a.tunnels})
     rows: list[dict[str, Any]] = []
     for n in counts:
         runs = [one(gw, n) for _ in range(a.repeat)]

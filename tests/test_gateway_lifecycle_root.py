@@ -217,6 +217,37 @@ def test_release_takes_thousands_of_blackholes_away_and_a_second_release_ends(
         assert again.returncode == 0, again.stderr
 
 
+def _table(tb: object) -> str:
+    return tb.run("gwA", ["ip", "route", "show", "table", "220"])  # type: ignore[attr-defined,no-any-return]
+
+
+def test_a_reload_takes_away_the_route_and_blackhole_of_a_prefix_it_no_longer_routes(
+    tmp_path: Path,
+) -> None:
+    """A reload whose config no longer routed a prefix left its route into the TUN
+    device and its blackhole behind, until the host rebooted (`--release` knows only the
+    config's routes). Now both go; the routes kept stay, and carry traffic."""
+    extra = '"10.64.0.0/24", "10.65.0.0/24", '
+
+    def more(key: str, text: str) -> str:
+        return text.replace("routes = [", "routes = [" + extra, 1) if key == "gwA" else text
+
+    with tunnel(tmp_path, edit=more) as (tb, gw):
+        before = _table(tb)
+        conf = gw.configs["gwA"]
+        conf.write_text(conf.read_text().replace('"10.65.0.0/24", ', "", 1))
+        _, st = hup(gw, "gwA")
+        after = _table(tb)
+        mbps = tcp(tb, seconds=1)["mbps"]
+    assert st["reloads"] == 1 and st["reloads_refused"] == 0, st
+    for prefix in ("10.64.0.0/24", "10.65.0.0/24", "10.2.0.0/24"):
+        assert f"{prefix} dev ipsec0" in before and f"blackhole {prefix}" in before, before
+    assert "10.65.0.0" not in after, after
+    for prefix in ("10.64.0.0/24", "10.2.0.0/24"):
+        assert f"{prefix} dev ipsec0" in after and f"blackhole {prefix}" in after, after
+    assert mbps > 10
+
+
 def test_the_tun_device_deleted_under_traffic_brings_the_gateway_down(tmp_path: Path) -> None:
     with tunnel(tmp_path) as (tb, gw):
         p = gw.process("gwA")

@@ -28,7 +28,6 @@
 //! What a stop leaves is taken away only by `ipsec-gw --release CONFIG` ([`release`]).
 
 use std::fmt::Write as _;
-use std::net::IpAddr;
 use std::process::{Command, Stdio};
 
 use ipsec::sa::Direction;
@@ -182,7 +181,7 @@ fn matcher(sel: &Selector) -> Option<String> {
     }
     for (p, dir) in [(sel.src, "saddr"), (sel.dst, "daddr")] {
         if let Some(p) = p {
-            let _ = write!(m, "{} {dir} {}/{} ", family(&p), prefix_addr(&p), p.len);
+            let _ = write!(m, "{} {dir} {p} ", family(&p));
         }
     }
     if let Some(proto) = sel.protocol {
@@ -194,30 +193,6 @@ fn matcher(sel: &Selector) -> Option<String> {
         }
     }
     Some(m)
-}
-
-/// The network address of a prefix (nftables refuses host bits set).
-fn prefix_addr(p: &Prefix) -> IpAddr {
-    match p.addr {
-        IpAddr::V4(a) => {
-            let bits = u32::from(a);
-            let mask = if p.len == 0 {
-                0
-            } else {
-                u32::MAX << (32 - u32::from(p.len))
-            };
-            IpAddr::from((bits & mask).to_be_bytes())
-        }
-        IpAddr::V6(a) => {
-            let bits = u128::from(a);
-            let mask = if p.len == 0 {
-                0
-            } else {
-                u128::MAX << (128 - u32::from(p.len))
-            };
-            IpAddr::from((bits & mask).to_be_bytes())
-        }
-    }
 }
 
 /// The rules of one direction's policies, in order: a bypass accepts what it matches
@@ -308,20 +283,16 @@ impl Group {
         let Some((head, verdict, _)) = self.kind.take() else {
             return;
         };
-        let one = |p: &Prefix| format!("{}/{}", prefix_addr(p), p.len);
-        let fam = family(&self.pairs[0].0);
         if let [(s, d)] = self.pairs[..] {
-            let _ = writeln!(
-                out,
-                "    {head}{fam} saddr {} {fam} daddr {} {verdict}",
-                one(&s),
-                one(&d)
-            );
+            // one pair: the rule a lone policy of it gets
+            let m = matcher(&Selector::between(s, d)).expect("a group's pairs are of one family");
+            let _ = writeln!(out, "    {head}{m}{verdict}");
         } else {
+            let fam = family(&self.pairs[0].0);
             let set: Vec<String> = self
                 .pairs
                 .iter()
-                .map(|(s, d)| format!("{} . {}", one(s), one(d)))
+                .map(|(s, d)| format!("{s} . {d}"))
                 .collect();
             let _ = writeln!(
                 out,
@@ -407,7 +378,8 @@ pub fn install(cfg: &Config) -> Result<(), String> {
 
 /// A reload's guard, in place of `current`'s: the nftables table first, in one
 /// transaction (refused: nothing changed, `current`'s stands), then the blackhole routes
-/// and the routes into the TUN device of `new`. When those fail, `current`'s guard is put
+/// and the routes into the TUN device of `new`, and those of `current`'s routes that `new`
+/// does not have taken away. When `new`'s fail, `current`'s guard is put
 /// back — its table, and what `new` added that it does not have taken away — and the
 /// error says so: the caller then refuses the reload.
 pub fn reinstall(current: &Config, new: &Config) -> Result<(), String> {
@@ -415,15 +387,19 @@ pub fn reinstall(current: &Config, new: &Config) -> Result<(), String> {
         .map_err(|e| format!("cannot install the clear-traffic guard (nftables): {e}"))?;
     let Err(e) = blackholes(new, &new.routes, "replace", false).and_then(|()| tun_routes(new))
     else {
+        // What the running config routed and the new one does not: its route into the
+        // TUN device and its blackhole go (the new guard, already in place, decides
+        // what of that traffic may pass in clear). Left behind, they stayed until the
+        // host rebooted: `--release` knows only the config's routes.
+        let gone = only_in(&current.routes, &new.routes);
+        let mut removal = tun_route_commands(current, &gone, "del");
+        removal.extend(blackhole_commands(current, &gone, "del"));
+        if let Err(e) = ip_batch(&removal, true) {
+            eprintln!("ipsec-gw: warning: cannot remove the routes the reload took away: {e}");
+        }
         return Ok(());
     };
-    let running: std::collections::HashSet<&Prefix> = current.routes.iter().collect();
-    let extra: Vec<Prefix> = new
-        .routes
-        .iter()
-        .filter(|r| !running.contains(r))
-        .copied()
-        .collect();
+    let extra = only_in(&new.routes, &current.routes);
     let mut gone = tun_route_commands(current, &extra, "del");
     gone.extend(blackhole_commands(current, &extra, "del"));
     let _ = ip_batch(&gone, true);
@@ -434,6 +410,16 @@ pub fn reinstall(current: &Config, new: &Config) -> Result<(), String> {
         Ok(()) => format!("{e} (the running guard and routes are put back)"),
         Err(b) => format!("{e}; putting the running guard back failed too: {b}"),
     })
+}
+
+/// The prefixes of `these` not among `those`, in order.
+fn only_in(these: &[Prefix], those: &[Prefix]) -> Vec<Prefix> {
+    let those: std::collections::HashSet<&Prefix> = those.iter().collect();
+    these
+        .iter()
+        .filter(|r| !those.contains(r))
+        .copied()
+        .collect()
 }
 
 /// The routes into the TUN device, in the gateway's own table (the rule that sends
@@ -448,7 +434,7 @@ fn tun_route_commands(cfg: &Config, routes: &[Prefix], verb: &str) -> Vec<(bool,
     routes
         .iter()
         .map(|r| {
-            let dst = format!("{}/{}", prefix_addr(r), r.len);
+            let dst = r.to_string();
             let c = ["route", verb, &dst, "dev", &cfg.tun, "table", &table];
             (r.addr.is_ipv4(), c.map(String::from).to_vec())
         })
@@ -468,7 +454,7 @@ fn blackhole_commands(cfg: &Config, routes: &[Prefix], verb: &str) -> Vec<(bool,
     routes
         .iter()
         .map(|r| {
-            let dst = format!("{}/{}", prefix_addr(r), r.len);
+            let dst = r.to_string();
             let c = [
                 "route",
                 verb,

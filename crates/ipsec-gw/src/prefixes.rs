@@ -5,7 +5,6 @@
 //! and the guard's nftables sets use it at thousands of tunnels.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::IpAddr;
 
 use ipsec::spd::Prefix;
 
@@ -27,15 +26,9 @@ impl<T> Default for PrefixMap<T> {
     }
 }
 
-/// The prefix's network as a number of its family's width (host bits cleared), and
-/// that width.
+/// The first `len` bits of the prefix (at most its own length), as a number.
 fn network(p: &Prefix, len: u8) -> u128 {
-    let (bits, w) = match p.addr {
-        IpAddr::V4(a) => (u128::from(u32::from(a)), 32u32),
-        IpAddr::V6(a) => (u128::from(a), 128),
-    };
-    let host = w - u32::from(len.min(p.len));
-    bits.checked_shr(host).map_or(0, |b| b << host)
+    ipsec::spd::masked(p.addr, len.min(p.len))
 }
 
 impl<T> PrefixMap<T> {

@@ -48,19 +48,46 @@ impl Prefix {
         Prefix::new(addr, len)
     }
 
+    /// Same family, and the first `len` bits equal.
     pub fn contains(&self, ip: IpAddr) -> bool {
-        match (self.addr, ip) {
-            (IpAddr::V4(p), IpAddr::V4(a)) => {
-                let mask = u32::MAX.checked_shl(32 - u32::from(self.len)).unwrap_or(0);
-                u32::from(p) & mask == u32::from(a) & mask
+        self.addr.is_ipv4() == ip.is_ipv4() && masked(self.addr, self.len) == masked(ip, self.len)
+    }
+
+    /// The network address: the prefix's address with its host bits zero (10.1.2.3/16
+    /// is the network 10.1.0.0).
+    pub fn network(&self) -> IpAddr {
+        match self.addr {
+            IpAddr::V4(_) => {
+                let bits = u32::try_from(masked(self.addr, self.len)).expect("32 bits");
+                IpAddr::from(bits.to_be_bytes())
             }
-            (IpAddr::V6(p), IpAddr::V6(a)) => {
-                let mask = u128::MAX
-                    .checked_shl(128 - u32::from(self.len))
-                    .unwrap_or(0);
-                u128::from(p) & mask == u128::from(a) & mask
-            }
-            _ => false,
+            IpAddr::V6(_) => IpAddr::from(masked(self.addr, self.len).to_be_bytes()),
+        }
+    }
+}
+
+/// Written as its network: `10.1.0.0/16` for 10.1.2.3/16 (what `ip` and nftables take).
+impl core::fmt::Display for Prefix {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "{}/{}", self.network(), self.len)
+    }
+}
+
+/// The first `len` bits of `addr`, the rest zero, as an integer as wide as its family (an
+/// IPv4 address in the low 32 bits); a `len` past the family's width keeps every bit.
+pub fn masked(addr: IpAddr, len: u8) -> u128 {
+    match addr {
+        IpAddr::V4(a) => {
+            let mask = u32::MAX
+                .checked_shl(32u32.saturating_sub(u32::from(len)))
+                .unwrap_or(0);
+            u128::from(u32::from(a) & mask)
+        }
+        IpAddr::V6(a) => {
+            let mask = u128::MAX
+                .checked_shl(128u32.saturating_sub(u32::from(len)))
+                .unwrap_or(0);
+            u128::from(a) & mask
         }
     }
 }
@@ -187,19 +214,6 @@ struct DstIndex {
 }
 
 /// An address as a number of its family's width, masked to `len` bits.
-fn masked(addr: IpAddr, len: u8) -> u128 {
-    match addr {
-        IpAddr::V4(a) => {
-            let mask = u32::MAX.checked_shl(32 - u32::from(len)).unwrap_or(0);
-            u128::from(u32::from(a) & mask)
-        }
-        IpAddr::V6(a) => {
-            let mask = u128::MAX.checked_shl(128 - u32::from(len)).unwrap_or(0);
-            u128::from(a) & mask
-        }
-    }
-}
-
 impl DstIndex {
     fn add(&mut self, position: usize, dst: Option<Prefix>) {
         let at = u32::try_from(position).expect("an SPD of fewer than 2^32 rules");
@@ -283,6 +297,36 @@ impl Spd {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_prefix_is_written_as_its_network_and_contains_only_its_own_family() {
+        let cases = [
+            ("10.1.2.3/16", "10.1.0.0/16"),
+            ("10.1.2.3/32", "10.1.2.3/32"),
+            ("10.1.2.3/0", "0.0.0.0/0"),
+            ("192.168.255.255/23", "192.168.254.0/23"),
+            ("2001:db8:1:2::9/32", "2001:db8::/32"),
+            ("2001:db8::ff/128", "2001:db8::ff/128"),
+            ("2001:db8::1/0", "::/0"),
+            ("2001:db8::1/65", "2001:db8::/65"),
+        ];
+        for (given, written) in cases {
+            let p = Prefix::parse(given).unwrap();
+            assert_eq!(p.to_string(), written, "{given}");
+            assert!(p.contains(p.addr) && p.contains(p.network()), "{given}");
+        }
+        let any4 = Prefix::parse("0.0.0.0/0").unwrap();
+        let any6 = Prefix::parse("::/0").unwrap();
+        assert!(any4.contains("255.1.2.3".parse().unwrap()));
+        assert!(!any4.contains("::".parse().unwrap()));
+        assert!(!any6.contains("0.0.0.0".parse().unwrap()));
+        let p = Prefix::parse("10.1.0.0/16").unwrap();
+        assert!(p.contains("10.1.255.255".parse().unwrap()));
+        assert!(!p.contains("10.2.0.0".parse().unwrap()));
+        // a length past the width keeps every bit (as /32 and /128 do)
+        assert_eq!(masked("10.1.2.3".parse().unwrap(), 40), 0x0a01_0203);
+        assert_eq!(masked("::1".parse().unwrap(), 200), 1);
+    }
 
     fn info(src: &str, dst: &str, protocol: u8, ports: Option<(u16, u16)>) -> PacketInfo {
         PacketInfo {
