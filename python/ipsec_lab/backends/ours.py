@@ -12,7 +12,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +21,7 @@ from ipsec_lab.backends.base import Unsupported, exited, private_dir, private_fi
 from ipsec_lab.backends.sa_plan import IPCOMP_CPI, SPI, Keys, Layer, Layers, fresh_keys
 from ipsec_lab.meters import process_cpu_ns
 from ipsec_lab.testbed import Tunnel, build
+from ipsec_lab.testbed import tunnels as many
 from ipsec_lab.testbed.build import LabError, tail, wait_for_path, wait_for_text
 from ipsec_lab.testbed.interface import READY_S, OnHosts, Process, Testbed, on_hosts
 from ipsec_lab.testbed.links import link_mtu
@@ -94,12 +95,16 @@ def gateway_config(
     mode: str = "tunnel",
     esn: bool = False,
     aqm: bool = False,
+    more: Sequence[tuple[str, str, Keys]] = (),
 ) -> str:
     """One gateway's TOML. A single SA is named `out` / `in`; a bundle's SAs `esp-out`,
     `ah-out`, … and the bundles `out` / `in` (IPComp inside ESP, AH outside it). `esn`:
     64-bit sequence numbers (RFC 4303 §2.2.1) on every SA. `mtu` None: "auto" (the
     outer path's MTU less the SAs' overhead, so nothing sealed is fragmented). `aqm`:
-    CoDel on the outer receive queues (docs/gateway.md, "Queues")."""
+    CoDel on the outer receive queues (docs/gateway.md, "Queues"). `more`: further
+    tunnels between the same gateways, each (left selector, right selector, its own
+    keys), their SAs `out-J` / `in-J` (J from 1) under SPIs of their own, their right
+    selectors routed into the TUN device on the left (`testbed.tunnels`)."""
     left = tunnel.left == node
     me, peer = (
         (tunnel.left_outer, tunnel.right_outer) if left else (tunnel.right_outer, tunnel.left_outer)
@@ -108,23 +113,28 @@ def gateway_config(
     way = {"out": "lr" if left else "rl", "in": "rl" if left else "lr"}
     if ls.bundle:
         mode = "tunnel"  # a bundle's ESP builds the outer header
+    if more and ls.bundle:
+        raise Unsupported("more than one tunnel: one SA a tunnel (no bundles) so far")
 
-    def sa(x: Layer, direction: str) -> str:
+    def sa(x: Layer, direction: str, j: int = 0, keys: Keys = keys) -> str:
         name = f"{x.protocol}-{direction}" if ls.bundle else direction
+        name += f"-{j}" if j else ""
         enc, integ = keys[(x.protocol, way[direction])]
         return (
             f'[[sa]]\nname = "{name}"\ndirection = "{direction}"\n'
-            f"spi = {SPI[(x.protocol, way[direction])]}\n"
+            f"spi = {SPI[(x.protocol, way[direction])] + (j << 16)}\n"
             f'protocol = "{x.protocol}"\nmode = "{mode}"\nencryption = "{x.encryption}"\n'
             f'integrity = "{x.integrity}"\nenc_key = "{enc}"\ninteg_key = "{integ}"\n'
             f"legacy = {str(x.legacy).lower()}\nesn = {str(esn).lower()}\n\n"
         )
 
     mtu_text = '"auto"' if mtu is None else str(mtu)
+    routes = [theirs] + ([many.FAR] if more and left else [])
     text = (
         f'[gateway]\ntun = "{tun}"\nmtu = {mtu_text}\ntable = {table}\n'
         f'local = "{me}"\nremote = "{peer}"\n'
-        f'routes = ["{theirs}"]\nstats = "{stats}"\nudp_encap = {str(udp_encap).lower()}\n'
+        f"routes = {json.dumps(routes)}\n"
+        f'stats = "{stats}"\nudp_encap = {str(udp_encap).lower()}\n'
         f"stage_timing = {str(stage_timing).lower()}\n" + ("aqm = true\n" * aqm) + "\n"
     )
     for direction in ("out", "in"):
@@ -139,12 +149,20 @@ def gateway_config(
                 text += f"ipcomp_cpi = {IPCOMP_CPI}\n"
             text += "\n"
     ref = "bundle" if ls.bundle else "sa"
-    return text + (
-        f'[[policy]]\ndirection = "out"\nsrc = "{mine}"\ndst = "{theirs}"\n'
-        f'action = "protect"\n{ref} = "out"\n'
-        f'\n[[policy]]\ndirection = "in"\nsrc = "{theirs}"\ndst = "{mine}"\n'
-        f'action = "protect"\n{ref} = "in"\n'
-    )
+
+    def policies(mine: str, theirs: str, suffix: str = "") -> str:
+        return (
+            f'\n[[policy]]\ndirection = "out"\nsrc = "{mine}"\ndst = "{theirs}"\n'
+            f'action = "protect"\n{ref} = "out{suffix}"\n'
+            f'\n[[policy]]\ndirection = "in"\nsrc = "{theirs}"\ndst = "{mine}"\n'
+            f'action = "protect"\n{ref} = "in{suffix}"\n'
+        )
+
+    text += policies(mine, theirs).lstrip("\n")
+    for j, (lts, rts, ks) in enumerate(more, start=1):
+        text += "".join(sa(x, d, j, ks) for d in ("out", "in") for x in ls.sas())
+        text += policies(*((lts, rts) if left else (rts, lts)), f"-{j}")
+    return text
 
 
 # The most a stats answer may be (a gateway's counters of many SAs are a few MiB).
@@ -197,11 +215,14 @@ class Ours:
         mode: str = "transport",
         binary: Path | None = None,
         aqm: bool = False,
+        tunnels: int = 1,
     ) -> None:
         """`edit(key, toml)` may change each generated config before it is used (tests
         use it for mismatched keys, lifetimes, extra policies). `mode`: of host-to-host
         tunnels (gateways always use tunnel mode). `binary`: another ipsec-gw build than
-        the repository's (benchmarks/io_ceiling.py's)."""
+        the repository's (benchmarks/io_ceiling.py's). `tunnels`: how many between the
+        line testbed's gateways (`testbed.tunnels`), each with its own fresh keys."""
+        self.tunnels = tunnels
         self.binary = binary
         self.mode = mode
         self.udp_encap = udp_encap
@@ -251,8 +272,12 @@ class Ours:
             d = private_dir(tb.rundir / "ipsec-gw")
             socks = gateway_socket_dir(build.of_namespaces(tb, "ipsec-gw's stats socket"))
         ends = [(n, t) for t in tb.topo.tunnels for n in (t.left, t.right)]
+        why = many.refusal(tb.topo, tb, self.tunnels)
+        if why:
+            raise Unsupported(why)
         for i, t in enumerate(tb.topo.tunnels):
             keys = fresh_keys(ls)
+            more = [(a, b, fresh_keys(ls)) for a, b in many.selectors(t, self.tunnels)[1:]]
             host_to_host = t.left_ts.endswith("/32")
             for node in (t.left, t.right):
                 mine = [x for n, x in ends if n == node]
@@ -266,7 +291,7 @@ class Ours:
                 text = gateway_config(
                     node, t, ls, keys, sock, self.udp_encap, self.stage_timing,
                     tun=f"ipsec{k}", table=220 + k, aqm=self.aqm,
-                    mode=self.mode if host_to_host else "tunnel",
+                    mode=self.mode if host_to_host else "tunnel", more=more,
                 )  # fmt: skip
                 text = self.edit(key, text) if self.edit else text
                 if on is not None:

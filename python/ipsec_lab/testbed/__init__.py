@@ -52,6 +52,9 @@ class Flow:
     sink_addr: str
     wire_end: str  # `node/ifname` whose counters are this flow's wire load (outer side)
     slow: bool = False  # the source is the slow (CPU-limited) client of study 4
+    # over how many tunnels the flow is spread: the sink's address and, past 1, that many
+    # less one of `testbed.tunnels.FAR` (the line testbed's many-tunnel form)
+    destinations: int = 1
 
 
 @dataclass(frozen=True)

@@ -108,6 +108,9 @@ def refusal(tb: Testbed, flow: Flow, name: str) -> str | None:
                     "(host-to-host) IPsec would not see them")  # fmt: skip
         return (f"{name} is paced on the source's test interface, which on {flow.source} "
                 "is its own (host-to-host) IPsec's")  # fmt: skip
+    if name == "trafgen" and flow.destinations > 1:
+        return (f"the lab's trafgen packets have one destination, not the "
+                f"{flow.destinations} tunnels' (udp-gso spreads them)")  # fmt: skip
     if name == "trafgen" and not _has(tb, flow.source, "trafgen"):
         return f"no trafgen on {flow.source} (Debian package netsniff-ng)"
     if name == "udp-gso" and on_hosts(tb) and not _python_for_udpsend(tb, flow.source):
@@ -126,6 +129,11 @@ def choose(tb: Testbed, flow: Flow, want: str) -> tuple[str, str]:
     """The generator for `flow` (`want`: auto, udp-gso, trafgen or iperf3) and why:
     auto takes the first of PACED that can go, iperf3 elsewhere; a paced one asked for
     where it cannot go is an error naming why."""
+    if flow.destinations > 1 and want in ("iperf3", "auto") and refusal(tb, flow, "udp-gso"):
+        raise LabError(f"a flow over {flow.destinations} tunnels needs udp-gso: "
+                       + (refusal(tb, flow, "udp-gso") or ""))  # fmt: skip
+    if flow.destinations > 1 and want == "iperf3":
+        raise LabError(f"iperf3 sends to one address, not over {flow.destinations} tunnels")
     if want == "iperf3":
         return "iperf3", "asked for"
     if want in PACED:

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ipsec_lab.testbed import Flow
+from ipsec_lab.testbed import Flow, tunnels
 from ipsec_lab.testbed.build import LabError
 from ipsec_lab.testbed.interface import Testbed, on_hosts
 from ipsec_lab.testbed.links import STOCK_QDISCS, root_qdisc
@@ -179,7 +179,11 @@ class Paced:
     def _match(self) -> str:
         last = SOURCE_PORT + self.flows - 1
         sport = str(SOURCE_PORT) if self.flows == 1 else f"{SOURCE_PORT}-{last}"
-        return (f"ip saddr {self.saddr} ip daddr {self.flow.sink_addr} "
+        dsts = tunnels.destinations(self.flow)
+        daddr = {1: dsts[0], 2: f"{{ {', '.join(dsts)} }}"}.get(
+            len(dsts), f"{{ {dsts[0]}, {dsts[1]}-{dsts[-1]} }}"
+        )
+        return (f"ip saddr {self.saddr} ip daddr {daddr} "
                 f"udp sport {sport} udp dport {SINK_PORT}")  # fmt: skip
 
     def _add_counter(self) -> None:
@@ -488,6 +492,8 @@ class UdpGso(Paced):
         argv = [self.python, "-I", "-S", self.script, "--dst", self.flow.sink_addr,
                 "--dport", str(SINK_PORT), "--sport", str(SOURCE_PORT), "--flows",
                 str(self.flows), "--sizes", mix, "--count", str(count)]  # fmt: skip
+        if self.flow.destinations > 1:  # one more per tunnel past the first
+            argv += ["--more-dsts", f"{tunnels.far_address(0)}:{self.flow.destinations - 1}"]
         # Each GSO message must be cut into its datagrams before it leaves: the bucket
         # cuts what is larger than its depth and lets a smaller one out whole, which a
         # veth would carry on as one buffer. So every message is larger than the

@@ -24,7 +24,10 @@ bucket has not yet let out holds the sender back, as with trafgen's qdisc path.
 
 With several flows each flow is a socket of its own bound to SPORT + i; the flows take turns
 per GSO message (a call each) or per call of datagrams (whole rounds of a mix, up to 64;
-trafgen's turn is per packet), so a flow's packets go in runs of up to 64.
+trafgen's turn is per packet), so a flow's packets go in runs of up to 64. With more
+destinations (`--more-dsts`: the many-tunnel testbed's, `testbed/tunnels.py`) the sockets
+are not connected and each message goes to the next destination in turn: a datagram, or
+a GSO message's run of up to 64, per tunnel.
 Where UDP GSO is refused (a route through the kernel's IPsec: `EIO`; a kernel before 4.18,
 found by its socket option) the same datagrams go one message each. An ICMP error for an
 earlier datagram, reported on a later call, is counted and the count goes on; a sender
@@ -175,21 +178,44 @@ class Stalled(OSError):
     """Nothing sent for STALL_S, or past the deadline: the sender gives up."""
 
 
+def sockaddr(addr: str, port: int) -> ctypes.Array[ctypes.c_char]:
+    """A struct sockaddr_in for `sendmmsg`'s msg_name (its family in the host's order)."""
+    return ctypes.create_string_buffer(
+        struct.pack("=H", socket.AF_INET) + struct.pack("!H", port) + socket.inet_aton(addr),
+        16,
+    )
+
+
+def spread(dst: str, more: str) -> list[str]:
+    """`--more-dsts FIRST:COUNT`: `dst`, then COUNT consecutive addresses from FIRST."""
+    first, _, n = more.partition(":")
+    base = struct.unpack("!I", socket.inet_aton(first))[0]
+    count = int(n)
+    if not 0 < count <= 1 << 16 or base + count > 1 << 32:
+        raise ValueError(f"--more-dsts {more}: from 1 to 65,536 addresses, within IPv4")
+    return [dst] + [socket.inet_ntoa(struct.pack("!I", base + k)) for k in range(count)]
+
+
 def send(dst: str, dport: int, sport: int, flows: int, sizes: list[tuple[int, int]],
-         count: int, gso: bool = True, over: int = 0,
-         deadline_s: float = 3600.0) -> dict[str, object]:  # fmt: skip
+         count: int, gso: bool = True, over: int = 0, deadline_s: float = 3600.0,
+         more: list[str] | None = None) -> dict[str, object]:  # fmt: skip
     """Send `count` datagrams within `deadline_s` seconds; what was sent (see the
     module's docstring). Stalled when no call sent anything for STALL_S (a route that
     went away answers every call with an error) or past the deadline: the lab's own
-    bound on the command may end only the shell that started this on a host."""
+    bound on the command may end only the shell that started this on a host. `more`:
+    further destinations, taken in turn with `dst` a message each (unconnected sockets:
+    no ICMP error is reported then)."""
     libc = _libc()
     socks = []
+    names = [sockaddr(a, dport) for a in [dst, *(more or [])]] if more else []
     for i in range(flows):
         s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         s.setsockopt(socket.IPPROTO_IP, IP_MTU_DISCOVER, IP_PMTUDISC_DONT)
         s.bind(("0.0.0.0", sport + i))
-        s.connect((dst, dport))
+        if not names:
+            s.connect((dst, dport))
         socks.append(s)
+    cursor = 0  # the next message's destination, of `names`
     gso = gso and has_gso(socks[0])
     lengths, segment, per = plan(sizes, gso, over)
     batch = Batch(lengths, segment)
@@ -218,6 +244,10 @@ def send(dst: str, dport: int, sport: int, flows: int, sizes: list[tuple[int, in
         else:  # whole rounds, up to MIX_MESSAGES datagrams: a flow's turn each call
             takes = [1] * min(len(per), want)
         m = len(takes)
+        for j in range(m if names else 0):
+            h = batch.msgs[j].msg_hdr
+            h.msg_name = ctypes.addressof(names[(cursor + j) % len(names)])
+            h.msg_namelen = 16
         r = libc.sendmmsg(fd, batch.msgs, m, 0)
         calls += 1
         if r < 0:
@@ -237,6 +267,7 @@ def send(dst: str, dport: int, sport: int, flows: int, sizes: list[tuple[int, in
                 continue
             raise OSError(e, f"sendmmsg: {os.strerror(e)}")
         sent += sum(takes[:r])
+        cursor += max(r, 0)
         if r > 0:
             progress = time.monotonic()
     took = time.monotonic() - t0
@@ -270,6 +301,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--count", type=int, required=True)
     ap.add_argument("--no-gso", action="store_true", help="a message per datagram")
     ap.add_argument(
+        "--more-dsts",
+        metavar="FIRST:COUNT",
+        help="COUNT more destinations from FIRST on, each message to the next",
+    )
+    ap.add_argument(
         "--deadline",
         type=float,
         default=3600.0,
@@ -288,9 +324,9 @@ def main(argv: list[str] | None = None) -> int:
     if a.count < 1 or a.flows < 1:
         ap.error("--count and --flows must be at least 1")
     try:
-        out = send(
-            a.dst, a.dport, a.sport, a.flows, a.sizes, a.count, not a.no_gso, a.gso_over, a.deadline
-        )
+        more = spread(a.dst, a.more_dsts)[1:] if a.more_dsts else None
+        out = send(a.dst, a.dport, a.sport, a.flows, a.sizes, a.count, not a.no_gso,
+                   a.gso_over, a.deadline, more)  # fmt: skip
     except (OSError, ValueError) as e:
         print(f"udpsend: {e}", file=sys.stderr)
         return 1

@@ -1,0 +1,78 @@
+"""Many tunnels on the `line` testbed (issue 44's tunnel-count axis): N tunnels between
+the gateways, each protecting a prefix pair of its own, the traffic spread over all N.
+
+Tunnel 0 is the topology's own (the client's subnet to the server's, 10.1.0.0/24 to
+10.2.0.0/24): one tunnel is exactly the testbed as it always was, and the latency probes
+and iperf3 keep going through it. Tunnel i > 0 protects the client's subnet and one
+address of FAR (10.128.0.0/16, the (i-1)-th): a hub reaching thousands of remote sites.
+The server takes all of FAR as its own (a `local` route: Linux's "AnyIP"), gwB routes FAR
+to it, and gwA routes it to gwB for plain forwarding (an IPsec backend's routes take it
+into the tunnel first). A flow spread over N destinations sends to the server's address
+and the first N-1 of FAR in turn, so each datagram goes through the tunnel of its
+destination.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+
+from ipsec_lab.testbed import Flow, Topology, Tunnel
+from ipsec_lab.testbed.build import LabError
+from ipsec_lab.testbed.interface import Testbed, on_hosts
+
+FAR = "10.128.0.0/16"
+# the most a scenario or benchmark asks for (FAR holds 65,536; CSIT's axis goes on past
+# 10,000, where this machine's two cores would take minutes to set up each count)
+MOST_TUNNELS = 4096
+
+
+def far_address(i: int) -> str:
+    """The i-th address of FAR (i from 0): tunnel i + 1's destination."""
+    net = ipaddress.ip_network(FAR)
+    if not 0 <= i < net.num_addresses:
+        raise ValueError(f"FAR holds {net.num_addresses} addresses, not {i + 1}")
+    return str(net.network_address + i)
+
+
+def selectors(tunnel: Tunnel, n: int) -> list[tuple[str, str]]:
+    """(left, right) traffic selectors of each of `n` tunnels: the topology's own, then
+    the left's subnet to one address of FAR each."""
+    if not 1 <= n <= MOST_TUNNELS:
+        raise ValueError(f"tunnels must be from 1 to {MOST_TUNNELS}, not {n}")
+    return [(tunnel.left_ts, tunnel.right_ts)] + [
+        (tunnel.left_ts, f"{far_address(i)}/32") for i in range(n - 1)
+    ]
+
+
+def destinations(flow: Flow) -> list[str]:
+    """Where a flow spread over `flow.destinations` tunnels sends: the sink's own address,
+    then the first destinations - 1 addresses of FAR."""
+    return [flow.sink_addr] + [far_address(i) for i in range(flow.destinations - 1)]
+
+
+def refusal(topo: Topology, tb: Testbed | None, n: int) -> str | None:
+    """Why `n` tunnels cannot be set up on this testbed (None: they can)."""
+    if n == 1:
+        return None
+    if topo.name != "line":
+        return f"{n} tunnels: the line topology only (its gateways carry the tunnels)"
+    if tb is not None and on_hosts(tb):
+        return f"{n} tunnels: on namespaces of this machine only, so far"
+    return None
+
+
+def route_far(tb: Testbed, n: int) -> None:
+    """The routes FAR's tunnels need besides the IPsec's own (module docstring): the
+    server's local route, gwB's to the server, gwA's to gwB. Namespaces only (removed
+    with them)."""
+    why = refusal(tb.topo, tb, n)
+    if why:
+        raise LabError(why)
+    if n == 1:
+        return
+    for node, argv in (
+        ("server", ["route", "replace", "local", FAR, "dev", "lo"]),
+        ("gwB", ["route", "replace", FAR, "via", "10.2.0.2"]),
+        ("gwA", ["route", "replace", FAR, "via", "192.0.2.2"]),
+    ):
+        tb.run(node, ["ip", *argv])
