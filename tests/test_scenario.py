@@ -173,6 +173,17 @@ def test_scenario_rates_and_sizes_take_the_cli_grammar() -> None:
         ("[[links]]\nname = 'x'\nrate_mbit = '10MB'", "links[0].rate_mbit", "write 80M"),
         ("[[links]]\nname = 'x'\nrate_mbit = '-1G'", "links[0].rate_mbit", "negative"),
         ("[[workloads]]\nkind = 'http'\nfiles = ['1Mb']", "workloads[0].files", "bits"),
+        # the tunnel-count axis: counts within range, on line, with a spreading generator
+        ("tunnels = 0", "tunnels", "from 1 to 4,096, not 0"),
+        ("tunnels = [1, 4097]", "tunnels", "not 4097"),
+        ("tunnels = ['16']", "tunnels", "a tunnel count or a list"),
+        ("tunnels = [true]", "tunnels", "a tunnel count or a list"),
+        ("tunnels = []", "tunnels", "a tunnel count or a list"),
+        ("topology = 'pair'\ntunnels = [1, 16]", "tunnels", 'topology "line"'),
+        ("tunnels = 16\n[[workloads]]\nkind = 'rfc2544'\ngenerator = 'trafgen'",
+         "workloads[0].generator", "sends to one address"),  # fmt: skip
+        ("tunnels = 16\ngenerator = 'iperf3'\n[[workloads]]\nkind = 'udp'",
+         "workloads[0].generator", "the scenario's `generator`"),  # fmt: skip
     ],
 )
 def test_scenario_errors_name_the_file_and_key(text: str, key: str, words: str) -> None:

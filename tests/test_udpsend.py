@@ -30,10 +30,10 @@ class Sink:
 
     IDLE_S = 0.5
 
-    def __init__(self) -> None:
+    def __init__(self, addr: str = "127.0.0.1", port: int = 0) -> None:
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
-        self.sock.bind(("127.0.0.1", 0))
+        self.sock.bind((addr, port))
         self.sock.settimeout(self.IDLE_S)
         self.port = self.sock.getsockname()[1]
         self.got: list[tuple[int, int, int]] = []
@@ -134,6 +134,35 @@ def test_a_mix_goes_interleaved_and_flows_take_turns(flows: int) -> None:
         assert len(sizes) % 12 == 0 and sizes == round_ * (len(sizes) // 12), sizes
     if flows == 3:  # a call's 5 rounds each in turn: 13 rounds go 5, 5, 3
         assert sorted(len(v) // 12 for v in by_port.values()) == [3, 5, 5]
+
+
+@pytest.mark.parametrize("extra", [("--no-gso",), ()], ids=["a-datagram-a-message", "gso"])
+def test_more_destinations_take_turns_a_message_each(extra: tuple[str, ...]) -> None:
+    """`--more-dsts` (the many-tunnel testbed's spread): four loopback addresses, one
+    port; each message goes to the next address, so each gets a quarter — a datagram at a
+    time, or a GSO message's 64 at a time — and every datagram arrives at its size."""
+    first = Sink("127.0.0.10")
+    sinks = [first] + [Sink(f"127.0.0.{11 + i}", first.port) for i in range(3)]
+    count = 4 * 64 * 3
+    sport = _free_ports(1)
+    p = subprocess.run([sys.executable, "-I", "-S", str(SCRIPT), "--dst", "127.0.0.10",
+                        "--more-dsts", "127.0.0.11:3", "--dport", str(first.port), "--sport",
+                        str(sport), "--sizes", "64x1", "--count", str(count), *extra],
+                       capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout)
+    got = [s.wait() for s in sinks]
+    assert out["sent"] == count and out["gso"] is (extra == ()), out
+    assert [len(g) for g in got] == [count // 4] * 4, [len(g) for g in got]
+    assert all({n for _, n, _ in g} == {64 - udpsend.IPV4_UDP} for g in got)
+
+
+def test_more_destinations_are_counted_from_the_first_and_checked() -> None:
+    assert udpsend.spread("10.2.0.2", "10.128.0.255:3") == [
+        "10.2.0.2", "10.128.0.255", "10.128.1.0", "10.128.1.1"]  # fmt: skip
+    for bad in ("10.128.0.0:0", "10.128.0.0:70000", "255.255.255.255:2", "10.128.0.0:x"):
+        with pytest.raises((ValueError, OSError)):
+            udpsend.spread("10.2.0.2", bad)
 
 
 def test_segments_exceed_the_buckets_depth_or_none_are_made() -> None:

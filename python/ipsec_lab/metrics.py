@@ -191,6 +191,13 @@ METRICS: tuple[Metric, ...] = (
     Metric("rss_growth_bytes_per_hour", "B/h",
            "soak: the IPsec processes' resident memory growth (least squares over intervals)",
            summary={"median": "rss_growth_bytes_per_hour_median"}),
+    Metric("tunnels", "", "tunnels between the gateways, the flow spread over them "
+           "(the scenario's `tunnels`)", summary={"median": "tunnels"}),
+    Metric("setup_s", "s", "the time the backend took to set up its tunnels and come up",
+           summary={"median": "setup_s_median"}),
+    Metric("ipsec_rss_bytes_at_start", "B",
+           "the IPsec processes' resident memory once up, its tunnels set up",
+           summary={"median": "ipsec_rss_at_start_median"}),
 )  # fmt: skip
 
 BY_KEY: dict[str, Metric] = {m.key: m for m in METRICS}

@@ -18,7 +18,7 @@ from ipsec_lab import backends, workloads
 from ipsec_lab.backends import Unsupported
 from ipsec_lab.scenario import Scenario
 from ipsec_lab.store import RunKey
-from ipsec_lab.testbed import Flow, Link, topology
+from ipsec_lab.testbed import Flow, Link, topology, tunnels
 from ipsec_lab.testbed.build import LabError, netem_available
 from ipsec_lab.testbed.placement import Placement, placement_of
 from ipsec_lab.traffic.workload import Workload
@@ -120,7 +120,7 @@ def run_seconds(w: Workload, link: Link, warmup_s: float) -> float:
 
 @dataclass
 class Group:
-    """The runs of one (link, backend, configuration)."""
+    """The runs of one (link, backend, configuration, tunnel count)."""
 
     link: str
     backend: str
@@ -130,6 +130,7 @@ class Group:
     seconds: float
     status: str  # run | skip | unknown
     reason: str = ""
+    tunnels: int = 1  # between the gateways (the scenario's `tunnels`)
 
 
 # --- the campaign's runs -------------------------------------------------------------------
@@ -145,18 +146,30 @@ class Planned:
 
 def plan(sc: Scenario) -> list[Planned]:
     """Every run of the scenario, in the order the runner takes them: per link, backend,
-    configuration (`none` once), workload, flow and repetition."""
+    configuration (`none` once), tunnel count, workload, flow (spread over the count's
+    tunnels: `testbed.tunnels.spread`) and repetition."""
     topo = topology(sc.topology)
     out: list[Planned] = []
     for link in sc.links:
         for b in sc.backends:
             for cfg in ("none",) if b == "none" else sc.configurations:
-                for w in sc.workloads:
-                    for flow in topo.flows:
-                        for rep in range(1, sc.repetitions + 1):
-                            key = RunKey(b, cfg, link.name, w.name, flow.name, rep)
-                            out.append(Planned(key, link, w, flow))
+                for n in sc.tunnels:
+                    for w in sc.workloads:
+                        for flow in (tunnels.spread(f, n) for f in topo.flows):
+                            for rep in range(1, sc.repetitions + 1):
+                                key = RunKey(b, cfg, link.name, w.name, flow.name, rep)
+                                out.append(Planned(key, link, w, flow))
     return out
+
+
+def spread_skip(p: Planned) -> str | None:
+    """Why run `p` does not go over its tunnels (None: it does, or there is one)."""
+    n = p.flow.destinations
+    if n == 1 or workloads.of(p.workload).spreads:
+        return None
+    can = ", ".join(k.name for k in workloads.REGISTRY if k.spreads)
+    return (f"{n} tunnels: {workloads.of(p.workload).said()} sends to one address (the "
+            f"tunnel count is measured with {can})")  # fmt: skip
 
 
 def generators(sc: Scenario, hosts: Hosts | None = None) -> dict[str, str]:
@@ -194,15 +207,22 @@ def generators(sc: Scenario, hosts: Hosts | None = None) -> dict[str, str]:
 def forecast(sc: Scenario, hosts: Hosts | None = None) -> dict[str, Any]:
     """The campaign's plan, as `check` prints it (JSON-ready); with `hosts`, on them."""
     root = is_root() and hosts is None  # on real hosts this kernel's probes say nothing
-    groups: dict[tuple[str, str, str], Group] = {}
+    groups: dict[tuple[str, str, str, int, str], Group] = {}
     resolved = {b: resolve_backend(b, hosts) for b in sc.backends}
     link_why = {lk.name: link_skip(lk) if root else None for lk in sc.links}
     for p in plan(sc):
-        k = p.key
-        g = groups.get((k.link, k.backend, k.configuration))
+        k, n = p.key, p.flow.destinations
+        spread_why = spread_skip(p) or ""  # runs of this group that cannot spread
+        gk = (k.link, k.backend, k.configuration, n, spread_why)
+        g = groups.get(gk)
         if g is None:
             name, _ = resolved[k.backend]
-            where = testbed_skip(k.backend, sc, hosts)
+            where = (
+                testbed_skip(k.backend, sc, hosts)
+                or backends.tunnels_refusal(k.backend, n)
+                or tunnels.refusal(sc.topology, hosts is not None, n)
+                or spread_why
+            )
             if where:
                 status, why = "skip", where
             elif link_why[k.link]:
@@ -217,8 +237,8 @@ def forecast(sc: Scenario, hosts: Hosts | None = None) -> dict[str, Any]:
                 why = backend_skip(k.backend, k.configuration, hosts) or ""
                 status = "skip" if why else "run"
             start = backends.BY_NAME[k.backend].start_s
-            g = Group(k.link, k.backend, name, k.configuration, 0, start, status, why)
-            groups[(k.link, k.backend, k.configuration)] = g
+            g = Group(k.link, k.backend, name, k.configuration, 0, start, status, why, n)
+            groups[gk] = g
         g.runs += 1
         g.seconds += run_seconds(p.workload, p.link, sc.warmup_s)
     rows = list(groups.values())

@@ -31,11 +31,13 @@ from ipsec_lab.preflight import (
     label,
     link_skip,
     plan,
+    spread_skip,
     testbed_skip,
 )
 from ipsec_lab.scenario import Scenario
 from ipsec_lab.store import RunKey, Store, group_results
 from ipsec_lab.testbed import Link, Topology, topology
+from ipsec_lab.testbed import tunnels as many
 from ipsec_lab.testbed.build import LabError, require_root, require_tools
 from ipsec_lab.testbed.build import Testbed as Namespaces
 from ipsec_lab.testbed.interface import Testbed, on_hosts
@@ -129,6 +131,8 @@ class Campaign:
         self.soaker: Soaker | None = None
         # each backend as `preflight.label` names it once it has started (its variant)
         self.shown: dict[str, str] = {}
+        # the running backend's start: its tunnels, their set-up time and memory (rows)
+        self.set_up: dict[str, Any] = {}
         self.finished = self.store.finished_keys(self.id)
         self.failed_keys: set[RunKey] = set()
         # What went wrong outside any run (a testbed that could not be torn down whole):
@@ -174,18 +178,23 @@ class Campaign:
                 self._store(p, "skipped", time.time(), reason=reason)
             return
         runnable: list[Planned] = []
-        checked: dict[tuple[str, str], str | None] = {}
+        checked: dict[tuple[str, str, int], str | None] = {}
         for p in group:
-            k = (p.key.backend, p.key.configuration)
+            k = (p.key.backend, p.key.configuration, p.flow.destinations)
             if k not in checked:
-                checked[k] = testbed_skip(k[0], self.sc, self.hosts)
+                checked[k] = (
+                    testbed_skip(k[0], self.sc, self.hosts)
+                    or backends.tunnels_refusal(k[0], k[2])
+                    or many.refusal(sc.topology, self.hosts is not None, k[2])
+                )
                 if checked[k] is None:
                     try:
                         backends.make(k[0], hosts=self.hosts).check(k[1])
                     except Unsupported as e:
                         checked[k] = str(e)
-            if checked[k] is not None:
-                self._store(p, "skipped", time.time(), reason=checked[k])
+            why = checked[k] or spread_skip(p)
+            if why is not None:
+                self._store(p, "skipped", time.time(), reason=why)
             else:
                 runnable.append(p)
         if not runnable:
@@ -204,8 +213,8 @@ class Campaign:
                     self.soaker = Soaker()
                     self.soaker.start()
                     tb.on_teardown(self._stop_soaker)
-                for (bname, cfg), runs in _by_backend(runnable):
-                    self._backend(tb, link, bname, cfg, runs)
+                for (bname, cfg, n), runs in _by_backend(runnable):
+                    self._backend(tb, link, bname, cfg, runs, n)
                     pending = [p for p in pending if p not in runs]
         except (LabError, OSError) as e:
             # The testbed itself failed (building, shaping, tearing down): every run of
@@ -229,15 +238,26 @@ class Campaign:
         external = any(p.key.backend == "external" for p in runs)
         return HostsTestbed(topo, self.hosts, rundir, external=external)
 
-    def _backend(self, tb: Testbed, link: Link, bname: str, cfg: str, runs: list[Planned]) -> None:
+    def _backend(self, tb: Testbed, link: Link, bname: str, cfg: str, runs: list[Planned],
+                 n: int = 1) -> None:  # fmt: skip
+        self.set_up = {}
         backend = backends.make(bname, stage_timing=self.sc.stage_timing, hosts=self.hosts,
-                                aqm=self.sc.gateway.aqm)  # fmt: skip
-        self.progress.current = f"{bname} {cfg} | {link.name} | starting"
+                                aqm=self.sc.gateway.aqm, tunnels=n)  # fmt: skip
+        many_ = f", {n} tunnels" if n > 1 else ""
+        self.progress.current = f"{bname} {cfg} | {link.name} | starting{many_}"
         self.on_progress(self.progress)
         started = time.time()
         mark = tb.log_mark()
         try:
+            many.route_far(tb, n)  # the routes besides the IPsec's own (none: all there is)
+            t0 = time.monotonic()
             backend.start(tb, cfg)
+            # what setting up its tunnels took (to the backend's own "up"), and the
+            # memory its processes hold with them up (issue 44's per-tunnel figures)
+            self.set_up = {"tunnels": n, "setup_s": time.monotonic() - t0}
+            held = self._procs(tb, backend)()
+            if held is not None:
+                self.set_up["ipsec_rss_bytes_at_start"] = held[1]
         except Exception as e:
             # Unsupported at start: only the testbed could tell (a real host's kernel
             # refusing an SA) — a skip with that reason, as a check would have made it.
@@ -272,8 +292,10 @@ class Campaign:
         self.on_progress(self.progress)
         started = time.time()
         mark = tb.log_mark()
-        # The flow as the testbed placed it (real hosts: their interfaces and addresses).
-        flow = next(f for f in tb.topo.flows if f.name == p.flow.name)
+        # The flow as the testbed placed it (real hosts: their interfaces and addresses),
+        # spread over the run's tunnels
+        base = next(f for f in tb.topo.flows if f.name == many.base_name(p.flow))
+        flow = many.spread(base, p.flow.destinations)
 
         dead = backend.died()
         if dead:  # an earlier run's end found it so too; nothing to measure now
@@ -316,6 +338,7 @@ class Campaign:
             if isinstance(aqm, bool):
                 row["aqm"] = aqm
             row["testbed_key"] = key
+            row.update(self.set_up)
             meters.count_segments(row, outer)  # a GSO buffer counted as its segments
             return row
 
@@ -431,10 +454,11 @@ def _by_link(plan_: list[Planned]) -> Iterator[tuple[Link, list[Planned]]]:
         yield links[name], ps
 
 
-def _by_backend(plan_: list[Planned]) -> Iterator[tuple[tuple[str, str], list[Planned]]]:
-    order: dict[tuple[str, str], list[Planned]] = {}
+def _by_backend(plan_: list[Planned]) -> Iterator[tuple[tuple[str, str, int], list[Planned]]]:
+    """The runs of each start of a backend: per (backend, configuration, tunnels)."""
+    order: dict[tuple[str, str, int], list[Planned]] = {}
     for p in plan_:
-        order.setdefault((p.key.backend, p.key.configuration), []).append(p)
+        order.setdefault((p.key.backend, p.key.configuration, p.flow.destinations), []).append(p)
     yield from order.items()
 
 

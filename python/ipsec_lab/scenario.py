@@ -85,12 +85,15 @@ class Scenario:
     # on one machine: "auto" puts traffic and the IPsec under test on CPUs of their own
     # (testbed.placement), "off" leaves every role on every CPU
     placement: str = "auto"
+    # tunnel counts between the line testbed's gateways, each a run of its own for the
+    # backends and workloads that can (testbed/tunnels.py); (1,): the testbed as it was
+    tunnels: tuple[int, ...] = (1,)
 
 
 _TOP_KEYS = {
     "name", "topology", "backends", "configurations", "links", "workloads",
     "repetitions", "warmup_s", "seed", "gateway", "soaker", "stage_timing", "hosts",
-    "generator", "placement",
+    "generator", "placement", "tunnels",
 }  # fmt: skip
 _LINK_KEYS = {
     "name", "preset", "rate_mbit", "delay_ms", "jitter_ms", "loss_pct", "reorder_pct",
@@ -426,6 +429,7 @@ def parse(text: str, source: str = "<scenario>") -> Scenario:
                       for i, t in enumerate(wl_raw))  # fmt: skip
     if len({w.name for w in workloads}) != len(workloads):
         raise r.fail("workloads", "two workloads have the same name; give each a `label`")
+    tunnels = _tunnels(r, doc, topology, workloads)
     gw = doc.get("gateway", {})
     if not isinstance(gw, dict):
         raise r.fail("gateway", "must be a table")
@@ -483,7 +487,37 @@ def parse(text: str, source: str = "<scenario>") -> Scenario:
         hosts=hosts,
         generator=generator,
         placement=placement,
+        tunnels=tunnels,
     )
+
+
+def _tunnels(r: _Reader, doc: dict[str, Any], topology: str,
+             wls: tuple[Workload, ...]) -> tuple[int, ...]:  # fmt: skip
+    """`tunnels`: a count or a list of counts, each from 1 to MOST_TUNNELS, on `line`;
+    a workload that names a generator sending to one address cannot go past 1."""
+    from ipsec_lab.testbed.tunnels import MOST_TUNNELS
+
+    v = doc.get("tunnels", [1])
+    v = [v] if isinstance(v, int) and not isinstance(v, bool) else v
+    if (not isinstance(v, list) or not v
+            or not all(isinstance(n, int) and not isinstance(n, bool) for n in v)):  # fmt: skip
+        raise r.fail("tunnels", f"must be a tunnel count or a list of them, not {v!r}")
+    bad = [n for n in v if not 1 <= n <= MOST_TUNNELS]
+    if bad:
+        raise r.fail("tunnels", f"each count must be from 1 to {MOST_TUNNELS:,}, not {bad[0]}")
+    if max(v) > 1 and topology != "line":
+        raise r.fail("tunnels", f"more than one tunnel needs topology \"line\" (its gateways "
+                     f"carry them), not {topology!r}")  # fmt: skip
+    if max(v) > 1:
+        for i, w in enumerate(wls):
+            if workloads.of(w).spreads and w.generator in ("trafgen", "iperf3"):
+                raise r.fail(
+                    f"workloads[{i}].generator",
+                    f"{w.generator} (the workload's or the scenario's `generator`) sends "
+                    "to one address: over more than one tunnel only udp-gso (or auto) "
+                    "spreads the traffic",
+                )
+    return tuple(dict.fromkeys(v))
 
 
 def load(path: str | Path) -> Scenario:

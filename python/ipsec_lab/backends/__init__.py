@@ -72,6 +72,9 @@ class Entry:
     resolve: Callable[[Hosts | None], tuple[str, str]] | None = None
     # said whenever another backend resolves to this one: why it is not what was asked
     slower: str = ""
+    # sets up many tunnels between the line testbed's gateways (the scenario's `tunnels`,
+    # testbed/tunnels.py): its class takes `tunnels=N`; `none` routes them in clear
+    tunnels: bool = False
 
     @property
     def kernel_plane(self) -> bool:
@@ -103,7 +106,7 @@ def _strongswan(name: str, what: str, data_plane: str, **more: Any) -> Entry:
 REGISTRY: tuple[Entry, ...] = (
     Entry("none", none.NoIpsec,
           "plain forwarding, the baseline every ratio is taken against",
-          hosts=True, start_s=0.5),
+          hosts=True, start_s=0.5, tunnels=True),
     _strongswan("strongswan",
                 "charon negotiating IKEv2 (PSK): strongswan-kernel where the kernel has ESP, "
                 "else strongswan-libipsec", "auto", resolve=strongswan.resolve),
@@ -118,10 +121,10 @@ REGISTRY: tuple[Entry, ...] = (
           (("udp_encap", True),), hosts=True, kernel_esp=True, probes_kernel=True,
           tools=("python3",)),  # the socket that holds ESP in UDP's port
     Entry("ours", ours.Ours, "this project's gateway, ipsec-gw", stage_timing=True,
-          hosts=True, tools=("nft",), user=ours.GATEWAY_USER, start_s=1.5),
+          hosts=True, tools=("nft",), user=ours.GATEWAY_USER, start_s=1.5, tunnels=True),
     Entry("ours-udp", ours.Ours, "ipsec-gw with ESP in UDP, RFC 3948, and UDP GSO/GRO",
           (("udp_encap", True),), stage_timing=True, hosts=True, tools=("nft",),
-          user=ours.GATEWAY_USER, start_s=1.5),
+          user=ours.GATEWAY_USER, start_s=1.5, tunnels=True),
     Entry("wireguard", wireguard.Wireguard,
           "the Linux kernel's WireGuard (configuration `wireguard`), where the kernel has "
           "the module: in the micro-VM here (--vm), or on real hosts",
@@ -158,19 +161,33 @@ def resolve(name: str, hosts: Hosts | None = None) -> tuple[str, str]:
     return e.resolve(hosts) if e.resolve else (name, "")
 
 
+def tunnels_refusal(name: str, n: int) -> str | None:
+    """Why backend `name` cannot set up `n` tunnels (None: it can)."""
+    if n == 1 or BY_NAME[name].tunnels:
+        return None
+    can = ", ".join(e.name for e in REGISTRY if e.tunnels)
+    return f"{n} tunnels: {name} sets up one so far (those that set up many: {can})"
+
+
 def make(name: str, stage_timing: bool = False, hosts: Hosts | None = None,
-         aqm: bool = False) -> Backend:  # fmt: skip
+         aqm: bool = False, tunnels: int = 1) -> Backend:  # fmt: skip
     """The backend `name`; `stage_timing` switches on ours' per-stage counters (the
     others have none: the lab then records no per-stage split for them), `aqm` ours'
     CoDel on its receive queues (the others' queues are the kernel's). `hosts`: the
-    real hosts it will run on — its checks then probe them, not this machine."""
+    real hosts it will run on — its checks then probe them, not this machine.
+    `tunnels`: how many between the line testbed's gateways (`tunnels_refusal`)."""
     e = BY_NAME.get(name)
     if e is None:
         raise ValueError(f"unknown backend {name!r} (known: {', '.join(NAMES)})")
+    why = tunnels_refusal(name, tunnels)
+    if why:
+        raise ValueError(why)
     kwargs = dict(e.kwargs)
     if e.stage_timing:  # ours' entries: its gateway's own settings
         kwargs["stage_timing"] = stage_timing
         kwargs["aqm"] = aqm
+    if e.tunnels and e.ipsec:
+        kwargs["tunnels"] = tunnels
     backend: Backend = e.cls(**kwargs)
     if hosts is not None and e.hosts:
         backend.use_hosts(hosts)

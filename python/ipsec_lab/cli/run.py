@@ -190,8 +190,11 @@ def _print_forecast(sc: Any, args: argparse.Namespace, hosts: Any = None) -> int
             print(f"  backend {b} → {r['runs_as']} ({r['why']})")
     t = Table(title="what will run", caption="about: estimated time of these runs on a "
               "2-core machine (traffic, warm-up, set-up)")  # fmt: skip
-    for col in ("link", "backend", "configuration", "runs", "about", "what happens"):
-        t.add_column(col, justify="right" if col in ("runs", "about") else "left")
+    many = any(g["tunnels"] > 1 for g in doc["groups"])
+    cols = ("link", "backend", "configuration", *(("tunnels",) if many else ()), "runs",
+            "about", "what happens")  # fmt: skip
+    for col in cols:
+        t.add_column(col, justify="right" if col in ("tunnels", "runs", "about") else "left")
     for g in doc["groups"]:
         what = {"run": "runs", "skip": "skipped: ", "unknown": "unknown: "}[g["status"]]
         shown = (
@@ -199,8 +202,9 @@ def _print_forecast(sc: Any, args: argparse.Namespace, hosts: Any = None) -> int
             if g["resolved"] == g["backend"]
             else f"{g['backend']} → " + g["resolved"].removeprefix("strongswan-")
         )
-        t.add_row(g["link"], shown, g["configuration"], str(g["runs"]),
-                  preflight.duration(g["seconds"]), what + (g["reason"] or ""))  # fmt: skip
+        t.add_row(g["link"], shown, g["configuration"], *((str(g["tunnels"]),) if many else ()),
+                  str(g["runs"]), preflight.duration(g["seconds"]),
+                  what + (g["reason"] or ""))  # fmt: skip
     c.print(t)
     print(f"{doc['runs']} runs: {doc['will_run']} will run, {doc['skipped']} skipped"
           + (f", {doc['unknown']} unknown" if doc["unknown"] else "")

@@ -14,9 +14,10 @@ destination.
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 
-from ipsec_lab.testbed import Flow, Topology, Tunnel
+from ipsec_lab.testbed import Flow, Tunnel
 from ipsec_lab.testbed.build import LabError
 from ipsec_lab.testbed.interface import Testbed, on_hosts
 
@@ -44,19 +45,41 @@ def selectors(tunnel: Tunnel, n: int) -> list[tuple[str, str]]:
     ]
 
 
+def spread(flow: Flow, n: int) -> Flow:
+    """`flow` over `n` tunnels: a flow of its own (its name says so: its rows, ratios and
+    ceilings are never taken for the one tunnel's), sent to each tunnel's destination."""
+    if n == 1:
+        return flow
+    return dataclasses.replace(flow, name=f"{flow.name} over {n} tunnels", destinations=n)
+
+
+def base_name(flow: Flow) -> str:
+    """The topology's flow a spread one was made from (`spread`)."""
+    return flow.name.split(" over ", 1)[0]
+
+
 def destinations(flow: Flow) -> list[str]:
     """Where a flow spread over `flow.destinations` tunnels sends: the sink's own address,
     then the first destinations - 1 addresses of FAR."""
     return [flow.sink_addr] + [far_address(i) for i in range(flow.destinations - 1)]
 
 
-def refusal(topo: Topology, tb: Testbed | None, n: int) -> str | None:
-    """Why `n` tunnels cannot be set up on this testbed (None: they can)."""
+def nft_destinations(flow: Flow) -> str:
+    """The flow's destinations as an nftables match's value: the address, or a set of it
+    and FAR's range."""
+    d = destinations(flow)
+    if len(d) == 1:
+        return d[0]
+    return f"{{ {d[0]}, {d[1]} }}" if len(d) == 2 else f"{{ {d[0]}, {d[1]}-{d[-1]} }}"
+
+
+def refusal(topology: str, hosts: bool, n: int) -> str | None:
+    """Why `n` tunnels cannot be set up on `topology` (`hosts`: of real hosts), or None."""
     if n == 1:
         return None
-    if topo.name != "line":
+    if topology != "line":
         return f"{n} tunnels: the line topology only (its gateways carry the tunnels)"
-    if tb is not None and on_hosts(tb):
+    if hosts:
         return f"{n} tunnels: on namespaces of this machine only, so far"
     return None
 
@@ -65,7 +88,7 @@ def route_far(tb: Testbed, n: int) -> None:
     """The routes FAR's tunnels need besides the IPsec's own (module docstring): the
     server's local route, gwB's to the server, gwA's to gwB. Namespaces only (removed
     with them)."""
-    why = refusal(tb.topo, tb, n)
+    why = refusal(tb.topo.name, on_hosts(tb), n)
     if why:
         raise LabError(why)
     if n == 1:

@@ -179,11 +179,7 @@ class Paced:
     def _match(self) -> str:
         last = SOURCE_PORT + self.flows - 1
         sport = str(SOURCE_PORT) if self.flows == 1 else f"{SOURCE_PORT}-{last}"
-        dsts = tunnels.destinations(self.flow)
-        daddr = {1: dsts[0], 2: f"{{ {', '.join(dsts)} }}"}.get(
-            len(dsts), f"{{ {dsts[0]}, {dsts[1]}-{dsts[-1]} }}"
-        )
-        return (f"ip saddr {self.saddr} ip daddr {daddr} "
+        return (f"ip saddr {self.saddr} ip daddr {tunnels.nft_destinations(self.flow)} "
                 f"udp sport {sport} udp dport {SINK_PORT}")  # fmt: skip
 
     def _add_counter(self) -> None:

@@ -441,5 +441,6 @@ RFC2544 = Kind(
     _seconds,
     generated=lambda w: True,
     without_df=True,
+    spreads=True,
     article="an",
 )

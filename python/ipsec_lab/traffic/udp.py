@@ -72,6 +72,7 @@ UDP = Kind(
     _seconds,
     generated=lambda w: True,
     without_df=True,
+    spreads=True,
 )
 IMIX = Kind(
     "imix",
@@ -81,5 +82,6 @@ IMIX = Kind(
     _seconds,
     generated=lambda w: True,
     without_df=True,
+    spreads=True,
     article="an",
 )

@@ -78,6 +78,9 @@ class Kind:
     # larger than a tunnel's inner MTU is fragmented by the gateway, as a DF-less one is
     # in the field, instead of refused at the sender after "fragmentation needed"
     without_df: bool = False
+    # its traffic can be spread over the scenario's `tunnels` (testbed/tunnels.py): all of
+    # it from a paced generator, which sends to each tunnel's destination in turn
+    spreads: bool = False
     article: str = "a"  # "a tcp workload", "an smtp workload"
 
     def said(self) -> str:

@@ -1,0 +1,118 @@
+"""The tunnel-count axis without root: the many-tunnel testbed's addresses
+(testbed/tunnels.py), the scenario's `tunnels` through the plan, `check` and the skips, and
+ours' config for N tunnels as the real `ipsec-gw --check` reads it."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from ipsec_lab import backends, preflight, scenario
+from ipsec_lab.backends import Unsupported, ours
+from ipsec_lab.backends.sa_plan import fresh_keys
+from ipsec_lab.testbed import topology, tunnels
+
+
+def test_tunnel_i_protects_the_clients_subnet_and_one_far_address() -> None:
+    t = topology("line").tunnels[0]
+    assert tunnels.selectors(t, 1) == [("10.1.0.0/24", "10.2.0.0/24")]
+    sel = tunnels.selectors(t, 258)
+    assert sel[0] == ("10.1.0.0/24", "10.2.0.0/24")
+    assert sel[1] == ("10.1.0.0/24", "10.128.0.0/32")
+    assert sel[257] == ("10.1.0.0/24", "10.128.1.0/32")
+    assert len({r for _, r in sel}) == 258  # each its own pair
+    assert tunnels.far_address(65535) == "10.128.255.255"
+    for bad in (0, tunnels.MOST_TUNNELS + 1):
+        with pytest.raises(ValueError):
+            tunnels.selectors(t, bad)
+    with pytest.raises(ValueError):
+        tunnels.far_address(65536)
+
+
+def test_a_spread_flow_is_a_flow_of_its_own_sent_to_every_tunnel() -> None:
+    base = topology("line").flows[0]
+    assert tunnels.spread(base, 1) is base
+    f = tunnels.spread(base, 16)
+    assert f.name == "client-server over 16 tunnels" and tunnels.base_name(f) == base.name
+    assert tunnels.destinations(f) == ["10.2.0.2"] + [f"10.128.0.{i}" for i in range(15)]
+    assert tunnels.nft_destinations(base) == "10.2.0.2"
+    assert tunnels.nft_destinations(tunnels.spread(base, 2)) == "{ 10.2.0.2, 10.128.0.0 }"
+    assert tunnels.nft_destinations(f) == "{ 10.2.0.2, 10.128.0.0-10.128.0.14 }"
+
+
+SC = """
+name = "t"
+backends = ["none", "ours", "xfrm"]
+tunnels = [1, 16, 16]
+[[workloads]]
+kind = "rfc2544"
+sizes = [64]
+[[workloads]]
+kind = "tcp"
+"""
+
+
+def test_the_plan_runs_each_count_and_skips_what_cannot_spread_or_set_up_many() -> None:
+    sc = scenario.parse(SC, "t.toml")
+    assert sc.tunnels == (1, 16) and scenario.parse("", "d.toml").tunnels == (1,)
+    ps = preflight.plan(sc)
+    assert len(ps) == 3 * 2 * 2  # backends x counts x workloads (one flow, repetition)
+    flows = {(p.key.backend, p.key.workload, p.key.flow, p.flow.destinations) for p in ps}
+    assert ("ours", "rfc2544-64", "client-server over 16 tunnels", 16) in flows
+    assert ("ours", "rfc2544-64", "client-server", 1) in flows
+    # the runner's and check's skips: tcp goes to one address, xfrm sets up one tunnel
+    skip = {p.key: preflight.spread_skip(p) for p in ps}
+    assert {k.workload for k, why in skip.items() if why} == {"tcp-1x-5s"}
+    assert all("sends to one address" in why for why in skip.values() if why)
+    assert backends.tunnels_refusal("xfrm", 16) and not backends.tunnels_refusal("xfrm", 1)
+    assert not backends.tunnels_refusal("ours-udp", 4096)
+    groups = preflight.forecast(sc)["groups"]
+    by = {(g["backend"], g["tunnels"], g["status"], g["reason"][:20]) for g in groups}
+    assert ("xfrm", 16, "skip", "16 tunnels: xfrm set") in by
+    assert ("ours", 16, "skip", "16 tunnels: a tcp wo") in by
+    assert any(g["backend"] == "ours" and g["tunnels"] == 16 and g["status"] == "run"
+               for g in groups)  # fmt: skip
+    with pytest.raises(ValueError, match="sets up one so far"):
+        backends.make("xfrm", tunnels=16)
+    assert backends.make("ours", tunnels=16).tunnels == 16  # type: ignore[attr-defined]
+
+
+def _configs(n: int, configuration: str = "esp:aes128gcm16") -> dict[str, str]:
+    t = topology("line").tunnels[0]
+    ls = ours.layers(configuration)
+    more = [(a, b, fresh_keys(ls)) for a, b in tunnels.selectors(t, n)[1:]]
+    keys = fresh_keys(ls)
+    return {node: ours.gateway_config(node, t, ls, keys, Path("/nonexistent/gw.sock"),
+                                      more=more) for node in ("gwA", "gwB")}  # fmt: skip
+
+
+def test_ours_config_for_n_tunnels_is_what_ipsec_gw_takes(tmp_path: Path) -> None:
+    """64 tunnels: gwA and gwB each hold 128 SAs under 128 distinct SPIs (the same
+    SPI and key on both ends of each SA), 128 policies, and gwA routes FAR into its TUN
+    device; `ipsec-gw --check` (the real one) takes both."""
+    binary = ours.gateway_binary()
+    if binary is None:
+        pytest.fail("ipsec-gw is not built (make gateway)")
+    texts = _configs(64)
+    sas = {}
+    for node, text in texts.items():
+        f = tmp_path / f"{node}.toml"
+        f.write_text(text)
+        f.chmod(0o600)
+        p = subprocess.run([str(binary), "--config", str(f), "--check"], capture_output=True,
+                           text=True, timeout=60, check=False)  # fmt: skip
+        assert p.returncode == 0 and "128 SAs, 128 policies" in p.stderr, p.stderr
+        found = re.findall(r'direction = "(out|in)"\nspi = (\d+)\n(?:.*\n){4}enc_key = "(\w+)"',
+                           text)  # fmt: skip
+        assert len(found) == 128 and len({spi for _, spi, _ in found}) == 128
+        sas[node] = {(d, int(spi), k) for d, spi, k in found}
+    flip = {"out": "in", "in": "out"}
+    assert {(flip[d], s, k) for d, s, k in sas["gwA"]} == sas["gwB"]  # both ends agree
+    assert len({k for _, _, k in sas["gwA"]}) == 128  # every SA its own key
+    assert 'routes = ["10.2.0.0/24", "10.128.0.0/16"]' in texts["gwA"]
+    assert 'routes = ["10.1.0.0/24"]' in texts["gwB"]
+    with pytest.raises(Unsupported, match="no bundles"):
+        _configs(2, "esp:aes128gcm16+ipcomp")
