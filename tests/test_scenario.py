@@ -180,10 +180,16 @@ def test_scenario_rates_and_sizes_take_the_cli_grammar() -> None:
         ("tunnels = [true]", "tunnels", "a tunnel count or a list"),
         ("tunnels = []", "tunnels", "a tunnel count or a list"),
         ("topology = 'pair'\ntunnels = [1, 16]", "tunnels", 'topology "line"'),
-        ("tunnels = 16\n[[workloads]]\nkind = 'rfc2544'\ngenerator = 'trafgen'",
-         "workloads[0].generator", "sends to one address"),  # fmt: skip
-        ("tunnels = 16\ngenerator = 'iperf3'\n[[workloads]]\nkind = 'udp'",
-         "workloads[0].generator", "the scenario's `generator`"),  # fmt: skip
+        (
+            "tunnels = 16\n[[workloads]]\nkind = 'rfc2544'\ngenerator = 'trafgen'",
+            "workloads[0].generator",
+            "sends to one address",
+        ),
+        (
+            "tunnels = 16\ngenerator = 'iperf3'\n[[workloads]]\nkind = 'udp'",
+            "workloads[0].generator",
+            "the scenario's `generator`",
+        ),
     ],
 )
 def test_scenario_errors_name_the_file_and_key(text: str, key: str, words: str) -> None:
