@@ -226,7 +226,9 @@ def test_a_reload_takes_away_the_route_and_blackhole_of_a_prefix_it_no_longer_ro
 ) -> None:
     """A reload whose config no longer routed a prefix left its route into the TUN
     device and its blackhole behind, until the host rebooted (`--release` knows only the
-    config's routes). Now both go; the routes kept stay, and carry traffic."""
+    config's routes). Now both go; the routes kept stay, and carry traffic — also one the
+    new config writes with host bits set (10.64.0.9/24 is the network 10.64.0.0/24: compared
+    as written, it was "removed" and its route deleted under the new config)."""
     extra = '"10.64.0.0/24", "10.65.0.0/24", '
 
     def more(key: str, text: str) -> str:
@@ -235,7 +237,8 @@ def test_a_reload_takes_away_the_route_and_blackhole_of_a_prefix_it_no_longer_ro
     with tunnel(tmp_path, edit=more) as (tb, gw):
         before = _table(tb)
         conf = gw.configs["gwA"]
-        conf.write_text(conf.read_text().replace('"10.65.0.0/24", ', "", 1))
+        text = conf.read_text().replace('"10.65.0.0/24", ', "", 1)
+        conf.write_text(text.replace('"10.64.0.0/24"', '"10.64.0.9/24"', 1))
         _, st = hup(gw, "gwA")
         after = _table(tb)
         mbps = tcp(tb, seconds=1)["mbps"]

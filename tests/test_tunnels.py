@@ -75,6 +75,12 @@ def test_the_plan_runs_each_count_and_skips_what_cannot_spread_or_set_up_many() 
     assert ("ours", 16, "skip", "16 tunnels: a tcp wo") in by
     assert any(g["backend"] == "ours" and g["tunnels"] == 16 and g["status"] == "run"
                for g in groups)  # fmt: skip
+    # a bundle is one tunnel's: check says so, as the start would
+    one = 'backends = ["ours"]\nconfigurations = ["esp:aes128gcm16+ipcomp"]'
+    bundle = scenario.parse(SC.replace('backends = ["none", "ours", "xfrm"]', one), "b.toml")
+    gs = {(g["tunnels"], g["status"]) for g in preflight.forecast(bundle)["groups"]
+          if g["reason"] == ours.NO_BUNDLES or g["status"] == "run"}  # fmt: skip
+    assert gs == {(1, "run"), (16, "skip")}, preflight.forecast(bundle)["groups"]
     with pytest.raises(ValueError, match="sets up one so far"):
         backends.make("xfrm", tunnels=16)
     assert backends.make("ours", tunnels=16).tunnels == 16  # type: ignore[attr-defined]

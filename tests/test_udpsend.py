@@ -157,6 +157,39 @@ def test_more_destinations_take_turns_a_message_each(extra: tuple[str, ...]) -> 
     assert all({n for _, n, _ in g} == {64 - udpsend.IPV4_UDP} for g in got)
 
 
+def test_every_flow_goes_to_every_destination() -> None:
+    """Two flows, two destinations, GSO: each flow's turn is one GSO message, and each
+    flow takes the destinations in turn on its own (with one cursor for all, flow 0's
+    messages all went to the first destination and flow 1's to the second)."""
+    first = Sink("127.0.0.20")
+    sinks = [first, Sink("127.0.0.21", first.port)]
+    sport = _free_ports(2)
+    count = 64 * 8
+    argv = [
+        "--dst",
+        "127.0.0.20",
+        "--more-dsts",
+        "127.0.0.21:1",
+        "--dport",
+        str(first.port),
+        "--sport",
+        str(sport),
+        "--flows",
+        "2",
+        "--sizes",
+        "64x1",
+        "--count",
+        str(count),
+    ]
+    p = subprocess.run([sys.executable, "-I", "-S", str(SCRIPT), *argv], capture_output=True,
+                       text=True, timeout=60, check=False)  # fmt: skip
+    assert p.returncode == 0 and json.loads(p.stdout)["gso"], p.stderr
+    got = [s.wait() for s in sinks]
+    pairs = {(d, port): sum(1 for x, _, _ in g if x == port) for d, g in enumerate(got)
+             for port in (sport, sport + 1)}  # fmt: skip
+    assert pairs == {k: count // 4 for k in pairs}, pairs
+
+
 def test_more_destinations_are_counted_from_the_first_and_checked() -> None:
     assert udpsend.spread("10.2.0.2", "10.128.0.255:3") == [
         "10.2.0.2", "10.128.0.255", "10.128.1.0", "10.128.1.1"]  # fmt: skip

@@ -94,8 +94,10 @@ def analyse(
     an.tables += peers(summary, runs, environment or {})
     # latency and soak rows have plots of their own (below): their rate is a background's
     probed = {r["measurement"] for r in measured if r.get("rtt_p50_us_median") is not None}
-    for meas in sorted({r["measurement"] for r in measured} - probed):
-        of = [r for r in measured if r["measurement"] == meas]
+    _tunnel_axis(an, measured, cid)
+    one = [r for r in measured if (r.get("tunnels") or 1) == 1]  # the axis has its own
+    for meas in sorted({r["measurement"] for r in one} - probed):
+        of = [r for r in one if r["measurement"] == meas]
         links = sorted({r["link"] for r in of})
         series = sorted({_label(r) for r in of}, key=lambda s: (s != "none", s))
         for key, what, unit, log in (
@@ -171,6 +173,61 @@ def analyse(
             f"rate{more}."
         )
     return an
+
+
+def _tunnel_axis(an: Analysis, measured: list[dict[str, Any]], cid: int) -> None:
+    """A campaign of several tunnel counts (the scenario's `tunnels`): per measurement,
+    each backend's rate against the count (bars), and a table of the rate, its ratio to
+    the backend's own at one tunnel, the set-up time and the memory per tunnel."""
+    counts = sorted({int(r.get("tunnels") or 1) for r in measured})
+    if len(counts) < 2:
+        return
+    by: dict[tuple[str, str], dict[int, dict[str, Any]]] = {}
+    for r in measured:
+        base = str(r["flow"]).split(" over ", 1)[0]
+        k = (r["measurement"], f"{_label(r)} ({r['link']}, {base})")
+        by.setdefault(k, {})[int(r.get("tunnels") or 1)] = r
+    rows: list[list[Any]] = []
+    for meas in sorted({k[0] for k in by}):
+        series: dict[str, list[float | None]] = {}
+        for (m, name), at in sorted(by.items()):
+            if m != meas:
+                continue
+            series[name] = [at[n]["mbps_median"] if n in at else None for n in counts]
+            one = at.get(1)
+            for n in sorted(at):
+                r = at[n]
+                ratio = (r["mbps_median"] / one["mbps_median"]
+                         if one and one.get("mbps_median") and r.get("mbps_median") is not None
+                         else None)  # fmt: skip
+                rss, rss1 = (
+                    r.get("ipsec_rss_at_start_median"),
+                    (one or {}).get("ipsec_rss_at_start_median"),
+                )
+                per = (rss - rss1) / (n - 1) if rss and rss1 and n > 1 else None
+                rows.append([meas, name, n, fmt(r.get("mbps_median")), fmt(ratio),
+                             fmt(r.get("setup_s_median")),
+                             fmt(rss / 2**20) if rss else "—",
+                             fmt(per / 1024) if per is not None else "—",
+                             r.get("note", "")])  # fmt: skip
+        if any(v is not None for vs in series.values() for v in vs):
+            an.plots.append(Plot(
+                "bars", f"Rate against tunnel count, {meas}", "tunnels",
+                "payload Mbit/s (median)", [str(n) for n in counts], series,
+                note=f"campaign {cid}; the flow spread over all the tunnels; a missing bar: "
+                "not measured (see the table)",
+            ))  # fmt: skip
+    an.tables.append(Table(
+        f"Campaign {cid}: the rate against the tunnel count",
+        ["measurement", "backend (link, flow)", "tunnels", "Mbit/s", "x 1 tunnel",
+         "set-up s", "IPsec MiB", "KiB per tunnel", "note"],
+        rows,
+        note="Mbit/s: the measurement's rate (an RFC 2544 search: its NDR), median; x 1 "
+        "tunnel: over the same backend's at one tunnel; set-up: the backend's start with "
+        "its tunnels, to its own 'up'; IPsec MiB: its processes' resident memory once up "
+        "(both gateways); KiB per tunnel: that memory's growth over one tunnel's, per "
+        "tunnel added",
+    ))  # fmt: skip
 
 
 NINES = (50.0, 90.0, 99.0, 99.9, 99.99)

@@ -193,7 +193,8 @@ METRICS: tuple[Metric, ...] = (
            summary={"median": "rss_growth_bytes_per_hour_median"}),
     Metric("tunnels", "", "tunnels between the gateways, the flow spread over them "
            "(the scenario's `tunnels`)", summary={"median": "tunnels"}),
-    Metric("setup_s", "s", "the time the backend took to set up its tunnels and come up",
+    Metric("setup_s", "s", "the backend's start with its tunnels, to its own 'up' (the "
+           "lab's writing of its configs included)",
            summary={"median": "setup_s_median"}),
     Metric("ipsec_rss_bytes_at_start", "B",
            "the IPsec processes' resident memory once up, its tunnels set up",

@@ -100,11 +100,14 @@ def testbed_skip(name: str, sc: Scenario, hosts: Hosts | None) -> str | None:
     return None
 
 
-def backend_skip(name: str, configuration: str, hosts: Hosts | None = None) -> str | None:
-    """Why `name` cannot run `configuration` here (or on `hosts`), or None (the
-    runner's own decision)."""
+def backend_skip(name: str, configuration: str, hosts: Hosts | None = None,
+                 tunnels: int = 1) -> str | None:  # fmt: skip
+    """Why `name` cannot run `configuration` here (or on `hosts`) with `tunnels`, or None
+    (the runner's own decision)."""
+    if why := backends.tunnels_refusal(name, tunnels):
+        return why
     try:
-        backends.make(name, hosts=hosts).check(configuration)
+        backends.make(name, hosts=hosts, tunnels=tunnels).check(configuration)
     except Unsupported as e:
         return str(e)
     except LabError as e:  # a program it needs is missing: every such run would fail
@@ -234,7 +237,7 @@ def forecast(sc: Scenario, hosts: Hosts | None = None) -> dict[str, Any]:
             ):
                 status, why = "unknown", "probing this kernel needs root: run check as root"
             else:
-                why = backend_skip(k.backend, k.configuration, hosts) or ""
+                why = backend_skip(k.backend, k.configuration, hosts, n) or ""
                 status = "skip" if why else "run"
             start = backends.BY_NAME[k.backend].start_s
             g = Group(k.link, k.backend, name, k.configuration, 0, start, status, why, n)

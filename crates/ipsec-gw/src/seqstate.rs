@@ -27,7 +27,8 @@
 //! - inbound, a **reservation** too: before a packet numbered above it is handed on
 //!   (after its ICV verified), the highest number accepted plus a block is written —
 //!   the block following the SA's rate (1 at a few packets a second, doubling while
-//!   writes come closer than 10 ms, up to `RESERVE_IN`), without an fsync (the data path
+//!   writes come closer than 10 ms, up to `RESERVE_IN`) and, with many SAs, the state's
+//!   (`IN_WRITES_PER_S`), without an fsync (the data path
 //!   does not wait for the disk): it survives a crash of the process (`kill -9`), and a
 //!   power cut once the kernel has written it back (its dirty-page expiry, 30 s by
 //!   default: a power cut sooner may lose it). A restart refuses everything up to it:
@@ -58,6 +59,7 @@
 //! same keys must still resume above what it used.
 
 use std::collections::BTreeMap;
+use std::fmt::Write as _;
 use std::fs::{self, File};
 use std::io;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
@@ -81,6 +83,62 @@ pub const RESERVE_IN: u64 = 1 << 12;
 /// Inbound writes closer than this double the block reserved per write; further apart
 /// than four times it, they halve it.
 pub const IN_WRITE_GAP: std::time::Duration = std::time::Duration::from_millis(10);
+
+/// Every write holds every SA's line: with thousands of SAs each writing at its own few
+/// packets a second, the state was written per packet and each write cost them all (at
+/// 1,024 tunnels, 64-B packets: 0.2 x one tunnel's rate, most of the CPU in `render`).
+/// Past this many inbound writes a second (of all SAs together) each write doubles its
+/// SA's block whatever the SA's own rate, so the writes fall back under it; a block
+/// halves again only below half of it. A crash then refuses up to that block per SA
+/// (never more than `RESERVE_IN`): about the time the writes take to go round every SA.
+pub const IN_WRITES_PER_S: u32 = 200;
+
+/// The next block of an inbound SA's reservation, from its block now, the time since
+/// its own last write (None: the first) and the state's writes in the last second.
+pub fn next_in_block(block: u64, own_gap: Option<std::time::Duration>, writes_per_s: u32) -> u64 {
+    let double = (block * 2).min(RESERVE_IN);
+    if writes_per_s > IN_WRITES_PER_S {
+        return double;
+    }
+    match own_gap {
+        Some(g) if g < IN_WRITE_GAP => double,
+        Some(g) if g > 4 * IN_WRITE_GAP && writes_per_s < IN_WRITES_PER_S / 2 => (block / 2).max(1),
+        _ => block,
+    }
+}
+
+/// The writes of one direction's state in the last second or so, for
+/// [`next_in_block`]: this window's count and the last whole one's.
+#[derive(Debug, Default)]
+pub struct WriteRate {
+    since: Option<std::time::Instant>,
+    this: u32,
+    last: u32,
+}
+
+impl WriteRate {
+    /// A write at `now`.
+    pub fn note(&mut self, now: std::time::Instant) {
+        match self.since {
+            Some(t) if now.duration_since(t) < std::time::Duration::from_secs(1) => {}
+            Some(t) if now.duration_since(t) < std::time::Duration::from_secs(2) => {
+                (self.since, self.last, self.this) = (Some(now), self.this, 0);
+            }
+            _ => (self.since, self.last, self.this) = (Some(now), 0, 0),
+        }
+        self.this = self.this.saturating_add(1);
+    }
+
+    /// Writes a second: the larger of this window's so far and the last whole one's.
+    pub fn per_s(&self, now: std::time::Instant) -> u32 {
+        match self.since {
+            Some(t) if now.duration_since(t) < std::time::Duration::from_secs(2) => {
+                self.this.max(self.last)
+            }
+            _ => 0,
+        }
+    }
+}
 
 /// What an entry is found by: the fingerprint of the SA's keys ([`fingerprint`]).
 pub type Key = String;
@@ -182,33 +240,40 @@ pub fn keys_of(c: &ipsec::sa::SaConfig) -> Vec<Key> {
 }
 
 fn hex(b: &[u8]) -> String {
-    b.iter().map(|b| format!("{b:02x}")).collect()
+    let mut s = String::with_capacity(2 * b.len());
+    for b in b {
+        let _ = write!(s, "{b:02x}");
+    }
+    s
 }
 
 fn sha256_hex(b: &[u8]) -> String {
     hex(aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, b).as_ref())
 }
 
-/// The text of one slot: comment, header, entries.
+/// The text of one slot: comment, header, entries. Every write renders every entry (an
+/// inbound one can come per packet at a few packets a second per SA, thousands of SAs):
+/// into one buffer sized up front, no allocation per line.
 fn render(direction: Direction, generation: u64, entries: &BTreeMap<Key, Entry>) -> String {
-    let mut body = String::new();
+    // a line: the fingerprint, a space, up to 20 digits, " expired", the newline
+    let mut body = String::with_capacity(entries.len() * 64);
     for (fp, e) in entries {
-        body.push_str(&format!(
-            "{fp} {}{}\n",
-            e.value,
-            if e.expired { " expired" } else { "" }
-        ));
+        body.push_str(fp);
+        let _ = write!(body, " {}", e.value);
+        body.push_str(if e.expired { " expired\n" } else { "\n" });
     }
-    format!(
+    let mut out = format!(
         "# ipsec-gw sequence state: KEY-FINGERPRINT VALUE [expired]; do not edit (the header's \
          checksum covers every line).\n\
          # Removing it lets manual keys reuse sequence numbers (GCM nonces): give every SA new \
          keys first, then start with --init-state.\n\
-         {MAGIC} {VERSION} {} generation={generation} entries={} sha256={}\n{body}",
+         {MAGIC} {VERSION} {} generation={generation} entries={} sha256={}\n",
         dir_word(direction),
         entries.len(),
         sha256_hex(body.as_bytes())
-    )
+    );
+    out.push_str(&body);
+    out
 }
 
 /// Parse one slot's text: its generation and entries, or why it is not a valid slot.
@@ -588,6 +653,74 @@ mod tests {
             value,
             expired: false,
         }
+    }
+
+    /// An inbound SA's block: its own rate alone while the state is written less than
+    /// IN_WRITES_PER_S times a second (what one SA always had), doubling past that
+    /// whatever its own rate (many SAs), halving only once the writes are under half.
+    #[test]
+    fn the_inbound_block_follows_the_sas_rate_and_the_states() {
+        use std::time::Duration;
+        let ms = Duration::from_millis;
+        let (quiet, busy, calm) = (10, IN_WRITES_PER_S + 1, IN_WRITES_PER_S / 2 - 1);
+        // one SA: doubling while its writes come closer than 10 ms, halving past 40
+        assert_eq!(next_in_block(1, Some(ms(5)), quiet), 2);
+        assert_eq!(next_in_block(8, Some(ms(20)), quiet), 8);
+        assert_eq!(next_in_block(8, Some(ms(50)), quiet), 4);
+        assert_eq!(next_in_block(1, Some(ms(50)), quiet), 1);
+        assert_eq!(next_in_block(RESERVE_IN, Some(ms(1)), quiet), RESERVE_IN);
+        assert_eq!(next_in_block(1, None, quiet), 1);
+        // many SAs, each a few packets a second: the state's rate doubles them
+        assert_eq!(next_in_block(1, Some(ms(500)), busy), 2);
+        assert_eq!(next_in_block(1, None, busy), 2);
+        assert_eq!(next_in_block(RESERVE_IN, Some(ms(500)), busy), RESERVE_IN);
+        // between half and the whole rate: held (no halving back into the writes)
+        assert_eq!(next_in_block(64, Some(ms(500)), IN_WRITES_PER_S), 64);
+        assert_eq!(next_in_block(64, Some(ms(500)), calm), 32);
+        // the rate: this second's count, or the last whole second's, gone after two
+        let t0 = std::time::Instant::now();
+        let mut r = WriteRate::default();
+        assert_eq!(r.per_s(t0), 0);
+        for i in 0..300 {
+            r.note(t0 + ms(i));
+        }
+        assert_eq!(r.per_s(t0 + ms(300)), 300);
+        r.note(t0 + ms(1100)); // a new window: the last one's 300 still counts
+        assert_eq!(r.per_s(t0 + ms(1200)), 300);
+        assert_eq!(r.per_s(t0 + ms(3200)), 0);
+        r.note(t0 + ms(5000)); // long quiet: nothing carried over
+        assert_eq!(r.per_s(t0 + ms(5001)), 1);
+    }
+
+    /// The text a slot holds, byte for byte: the format earlier builds wrote and read
+    /// (the header's SHA-256 checked here by `sha256sum`'s answer for the two lines).
+    #[test]
+    fn a_slot_is_written_as_it_always_was() {
+        let mut m = BTreeMap::new();
+        m.insert("0".repeat(32), entry(u64::MAX));
+        m.insert(
+            "a".repeat(32),
+            Entry {
+                value: 7,
+                expired: true,
+            },
+        );
+        let text = render(Direction::In, 3, &m);
+        let body = format!(
+            "{} {}\n{} 7 expired\n",
+            "0".repeat(32),
+            u64::MAX,
+            "a".repeat(32)
+        );
+        let (head, rest) = text.rsplit_once("\n0000").unwrap();
+        assert_eq!(format!("0000{rest}"), body);
+        // printf '%s 18446744073709551615\n%s 7 expired\n' $(printf '0%.0s' {1..32}) \
+        //   $(printf 'a%.0s' {1..32}) | sha256sum
+        assert!(head.ends_with(
+            "ipsec-gw-seqstate v2 in generation=3 entries=2 \
+             sha256=70ff22e0e57bd11bea3f21461ab7bcb4ee5f47041e4036b5cec7983c4e062666"
+        ));
+        assert_eq!(parse(&text, Direction::In).unwrap(), (3, m));
     }
 
     #[test]

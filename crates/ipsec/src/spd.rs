@@ -8,11 +8,33 @@ use std::collections::HashMap;
 use crate::sad::SaId;
 use crate::wire::PacketInfo;
 
-/// An address prefix such as 10.1.0.0/16 or 2001:db8::/32.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+/// An address prefix such as 10.1.0.0/16 or 2001:db8::/32. Two prefixes are equal when
+/// they are the same network (10.2.0.5/24 is 10.2.0.0/24): what a route, a guard's set
+/// and an SPD index hold is the network, whatever host bits a config wrote.
+#[derive(Clone, Copy, Debug)]
 pub struct Prefix {
     pub addr: IpAddr,
     pub len: u8,
+}
+
+impl Prefix {
+    fn identity(&self) -> (bool, u128, u8) {
+        (self.addr.is_ipv4(), masked(self.addr, self.len), self.len)
+    }
+}
+
+impl PartialEq for Prefix {
+    fn eq(&self, other: &Self) -> bool {
+        self.identity() == other.identity()
+    }
+}
+
+impl Eq for Prefix {}
+
+impl core::hash::Hash for Prefix {
+    fn hash<H: core::hash::Hasher>(&self, state: &mut H) {
+        self.identity().hash(state);
+    }
 }
 
 impl Prefix {
@@ -323,6 +345,28 @@ mod tests {
         let p = Prefix::parse("10.1.0.0/16").unwrap();
         assert!(p.contains("10.1.255.255".parse().unwrap()));
         assert!(!p.contains("10.2.0.0".parse().unwrap()));
+        // equal (and hashed alike) as networks, whatever host bits were written
+        let set: std::collections::HashSet<Prefix> = ["10.2.0.5/24", "10.2.0.0/24"]
+            .iter()
+            .map(|t| Prefix::parse(t).unwrap())
+            .collect();
+        assert_eq!(set.len(), 1);
+        for (a, b) in [
+            ("10.2.0.5/24", "10.2.0.0/25"),
+            ("10.2.0.0/24", "10.3.0.0/24"),
+            ("0.0.0.0/0", "::/0"),
+            ("2001:db8::1/32", "2001:db9::/32"),
+        ] {
+            assert_ne!(
+                Prefix::parse(a).unwrap(),
+                Prefix::parse(b).unwrap(),
+                "{a} {b}"
+            );
+        }
+        assert_eq!(
+            Prefix::parse("2001:db8::1/32").unwrap(),
+            Prefix::parse("2001:db8:ffff::/32").unwrap()
+        );
         // a length past the width keeps every bit (as /32 and /128 do)
         assert_eq!(masked("10.1.2.3".parse().unwrap(), 40), 0x0a01_0203);
         assert_eq!(masked("::1".parse().unwrap(), 200), 1);

@@ -55,6 +55,8 @@ def layers(configuration: str, backend: str = "ours") -> Layers:
     return ls
 
 
+NO_BUNDLES = "more than one tunnel: one SA a tunnel (no bundles) so far"
+
 # The user ipsec-gw runs as once set up (its config's default; the Makefile creates it).
 GATEWAY_USER = "ipsec-gw"
 
@@ -114,7 +116,7 @@ def gateway_config(
     if ls.bundle:
         mode = "tunnel"  # a bundle's ESP builds the outer header
     if more and ls.bundle:
-        raise Unsupported("more than one tunnel: one SA a tunnel (no bundles) so far")
+        raise Unsupported(NO_BUNDLES)
 
     def sa(x: Layer, direction: str, j: int = 0, keys: Keys = keys) -> str:
         name = f"{x.protocol}-{direction}" if ls.bundle else direction
@@ -248,8 +250,11 @@ class Ours:
         gateway runs (`HostsTestbed.program`, its preset binary)."""
 
     def check(self, configuration: str) -> None:
-        if layers(configuration, self.name).ah and self.udp_encap:
+        ls = layers(configuration, self.name)
+        if ls.ah and self.udp_encap:
             raise Unsupported("AH cannot cross UDP encapsulation (RFC 3948 carries ESP only)")
+        if ls.bundle and self.tunnels > 1:
+            raise Unsupported(NO_BUNDLES)
         if self._binary() is None:
             raise Unsupported("ipsec-gw is not built (`make native` builds it)")
 

@@ -87,7 +87,7 @@ def refusal(topology: str, hosts: bool, n: int) -> str | None:
 def route_far(tb: Testbed, n: int) -> None:
     """The routes FAR's tunnels need besides the IPsec's own (module docstring): the
     server's local route, gwB's to the server, gwA's to gwB. Namespaces only (removed
-    with them)."""
+    with them); they stay for the testbed's life, where nothing but a spread flow goes."""
     why = refusal(tb.topo.name, on_hosts(tb), n)
     if why:
         raise LabError(why)

@@ -215,7 +215,8 @@ def send(dst: str, dport: int, sport: int, flows: int, sizes: list[tuple[int, in
         if not names:
             s.connect((dst, dport))
         socks.append(s)
-    cursor = 0  # the next message's destination, of `names`
+    # each flow's next message's destination, of `names`: every flow goes to every one
+    cursors = [0] * flows
     gso = gso and has_gso(socks[0])
     lengths, segment, per = plan(sizes, gso, over)
     batch = Batch(lengths, segment)
@@ -229,7 +230,8 @@ def send(dst: str, dport: int, sport: int, flows: int, sizes: list[tuple[int, in
             why = f"nothing sent for {STALL_S:g} s" if now - t0 <= deadline_s else (
                 f"past its deadline of {deadline_s:g} s")  # fmt: skip
             raise Stalled(f"{why} ({sent} of {count} sent, {icmp} ICMP errors reported)")
-        fd = socks[turn % flows].fileno()
+        flow = turn % flows
+        fd = socks[flow].fileno()
         turn += 1
         if segment is not None and count - sent < per[0]:
             # fewer left than a whole GSO message, which the bucket might let out
@@ -246,7 +248,7 @@ def send(dst: str, dport: int, sport: int, flows: int, sizes: list[tuple[int, in
         m = len(takes)
         for j in range(m if names else 0):
             h = batch.msgs[j].msg_hdr
-            h.msg_name = ctypes.addressof(names[(cursor + j) % len(names)])
+            h.msg_name = ctypes.addressof(names[(cursors[flow] + j) % len(names)])
             h.msg_namelen = 16
         r = libc.sendmmsg(fd, batch.msgs, m, 0)
         calls += 1
@@ -267,7 +269,7 @@ def send(dst: str, dport: int, sport: int, flows: int, sizes: list[tuple[int, in
                 continue
             raise OSError(e, f"sendmmsg: {os.strerror(e)}")
         sent += sum(takes[:r])
-        cursor += max(r, 0)
+        cursors[flow] += max(r, 0)
         if r > 0:
             progress = time.monotonic()
     took = time.monotonic() - t0

@@ -30,6 +30,11 @@ pub struct DirEngine {
     pub(super) direction: Direction,
     pub engine: Engine,
     sas: Vec<SaEntry>,
+    /// Each SA's place in `sas`, by its engine id: `after` runs per packet, and a scan of
+    /// thousands of SAs there cost every packet of a many-tunnel gateway.
+    by_id: std::collections::HashMap<SaId, usize>,
+    /// Inbound: how often the state is written (every SA's reservations together).
+    in_writes: seqstate::WriteRate,
     /// (bundle name, IPComp association id) of bundles with IPComp.
     pub(super) ipcomps: Vec<(String, usize)>,
     /// The SAs of each bundle (engine bundle id -> its layers), for their lifetimes.
@@ -167,10 +172,16 @@ impl DirEngine {
             .iter()
             .filter_map(|(n, _, c)| c.map(|c| (n.clone(), c)))
             .collect();
+        let mut by_id = std::collections::HashMap::with_capacity(sas.len());
+        for (i, e) in sas.iter().enumerate() {
+            by_id.entry(e.id).or_insert(i); // the first, as a scan in order finds
+        }
         Ok(DirEngine {
             direction,
             engine,
             sas,
+            by_id,
+            in_writes: seqstate::WriteRate::default(),
             ipcomps,
             bundle_sas,
             state,
@@ -277,6 +288,8 @@ impl DirEngine {
             direction,
             engine: Engine::new(),
             sas: Vec::new(),
+            by_id: std::collections::HashMap::new(),
+            in_writes: seqstate::WriteRate::default(),
             ipcomps: Vec::new(),
             bundle_sas: Vec::new(),
             state: None,
@@ -380,15 +393,14 @@ impl DirEngine {
                 // the block follows the SA's rate: writes come about every
                 // IN_WRITE_GAP, and a crash refuses about that long of genuine traffic
                 // (a packet or none at a few a second, at most RESERVE_IN at line rate)
+                // — and the state's, with many SAs (`seqstate::IN_WRITES_PER_S`)
                 let now = Instant::now();
+                let rate = self.in_writes.per_s(now);
+                self.in_writes.note(now);
                 let e = &mut self.sas[i];
-                if let Some(t) = e.written {
-                    let gap = now.duration_since(t);
-                    if gap < seqstate::IN_WRITE_GAP {
-                        e.block = (e.block * 2).min(seqstate::RESERVE_IN);
-                    } else if gap > 4 * seqstate::IN_WRITE_GAP {
-                        e.block = (e.block / 2).max(1);
-                    }
+                let own = e.written.map(|t| now.duration_since(t));
+                if own.is_some() || rate > seqstate::IN_WRITES_PER_S {
+                    e.block = seqstate::next_in_block(e.block, own, rate);
                 }
                 e.written = Some(now);
                 top.saturating_add(e.block - 1)
@@ -486,7 +498,12 @@ impl DirEngine {
     /// SA stopped before it (a packet opened in the same batch, after its SA's hard
     /// lifetime or a failed write: the SA is gone for it too).
     pub(super) fn after(&mut self, id: SaId) -> bool {
-        let Some(i) = self.sas.iter().position(|e| e.id == id && !e.expired) else {
+        let Some(i) = self
+            .by_id
+            .get(&id)
+            .copied()
+            .filter(|&i| !self.sas[i].expired)
+        else {
             return false;
         };
         if !self.reserve(i) {
