@@ -33,6 +33,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from bench_common import emit  # noqa: E402
 
 from ipsec_lab.backends.ours import GATEWAY_USER, gateway_binary  # noqa: E402
+from ipsec_lab.cli.args import whole  # noqa: E402
 
 LOCAL, REMOTE = "192.0.2.1", "192.0.2.2"
 UP_S = 120  # the most a start (or a reload) may take before the benchmark gives up
@@ -149,32 +150,19 @@ MOST_TUNNELS = 16_384  # ours and theirs stay apart up to 32,767 /24s each
 
 def tunnel_counts(text: str) -> list[int]:
     """`--tunnels`: counts, comma-separated, each from 1 to MOST_TUNNELS."""
-    try:
-        counts = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not a list of numbers, e.g. 1,256,4096"
-        ) from None
-    if not counts or not all(1 <= n <= MOST_TUNNELS for n in counts):
-        raise argparse.ArgumentTypeError(f"each count must be from 1 to {MOST_TUNNELS:,}")
+    one = whole(1, MOST_TUNNELS, "a tunnel count")
+    counts = [one(x) for x in text.split(",") if x.strip()]
+    if not counts:
+        raise argparse.ArgumentTypeError("no counts: give them comma-separated, e.g. 1,256,4096")
     return counts
-
-
-def at_least_one(text: str) -> int:
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if n < 1:
-        raise argparse.ArgumentTypeError("must be 1 or more")
-    return n
 
 
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--tunnels", type=tunnel_counts, default="1,256,4096",
                     help="tunnel counts, comma-separated (1, the baseline, always)")  # fmt: skip
-    ap.add_argument("--repeat", type=at_least_one, default=3, help="starts per count (median)")
+    ap.add_argument("--repeat", type=whole(1, None, "--repeat"), default=3,
+                    help="starts per count (median)")  # fmt: skip
     ap.add_argument("--gateway", type=Path, help="the ipsec-gw to measure (default: the build's)")
     a = ap.parse_args(argv)
     gw = a.gateway or gateway_binary()
