@@ -28,7 +28,7 @@
 //!   (after its ICV verified), the highest number accepted plus a block is written —
 //!   the block following the SA's rate (1 at a few packets a second, doubling while
 //!   writes come closer than 10 ms, up to `RESERVE_IN`) and, with many SAs, the state's
-//!   (`IN_WRITES_PER_S`), without an fsync (the data path
+//!   (`IN_WRITES_PER_S`: up to 10 s of the SA's own traffic), without an fsync (the data path
 //!   does not wait for the disk): it survives a crash of the process (`kill -9`), and a
 //!   power cut once the kernel has written it back (its dirty-page expiry, 30 s by
 //!   default: a power cut sooner may lose it). A restart refuses everything up to it:
@@ -88,23 +88,44 @@ pub const IN_WRITE_GAP: std::time::Duration = std::time::Duration::from_millis(1
 /// packets a second, the state was written per packet and each write cost them all (at
 /// 1,024 tunnels, 64-B packets: 0.2 x one tunnel's rate, most of the CPU in `render`).
 /// Past this many inbound writes a second (of all SAs together) each write doubles its
-/// SA's block whatever the SA's own rate, so the writes fall back under it; a block
-/// halves again only below half of it. A crash then refuses up to that block per SA
-/// (never more than `RESERVE_IN`): about the time the writes take to go round every SA.
+/// SA's block whatever the SA's own rate — up to `IN_PRESSURE_SPAN` of the SA's own
+/// traffic — so the writes fall back under it; a block halves again only below half of
+/// it. A crash then refuses up to that block per SA: at most `IN_PRESSURE_SPAN` of that
+/// SA's own traffic (and never more than `RESERVE_IN` packets), whatever the others do.
 pub const IN_WRITES_PER_S: u32 = 200;
 
-/// The next block of an inbound SA's reservation, from its block now, the time since
-/// its own last write (None: the first) and the state's writes in the last second.
-pub fn next_in_block(block: u64, own_gap: Option<std::time::Duration>, writes_per_s: u32) -> u64 {
-    let double = (block * 2).min(RESERVE_IN);
+/// The most of an SA's own traffic its block grows to cover under the state's rate.
+pub const IN_PRESSURE_SPAN: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The next block of an inbound SA's reservation, from its block now, its own last
+/// write (None: the first; else the time since and the numbers it accepted since) and
+/// the state's writes in the last second.
+pub fn next_in_block(
+    block: u64,
+    own: Option<(std::time::Duration, u64)>,
+    writes_per_s: u32,
+) -> u64 {
+    let double = block.saturating_mul(2).clamp(1, RESERVE_IN);
+    let Some((gap, accepted)) = own else {
+        return block.max(1);
+    };
+    if gap < IN_WRITE_GAP {
+        return double; // the SA's own rate, as with one SA
+    }
     if writes_per_s > IN_WRITES_PER_S {
-        return double;
+        // IN_PRESSURE_SPAN of its own traffic at the rate it had since its last write
+        let span = u128::from(accepted) * IN_PRESSURE_SPAN.as_nanos() / gap.as_nanos().max(1);
+        let cap = u64::try_from(span).unwrap_or(u64::MAX).clamp(1, RESERVE_IN);
+        return if block < cap {
+            double.min(cap)
+        } else {
+            (block / 2).max(cap)
+        };
     }
-    match own_gap {
-        Some(g) if g < IN_WRITE_GAP => double,
-        Some(g) if g > 4 * IN_WRITE_GAP && writes_per_s < IN_WRITES_PER_S / 2 => (block / 2).max(1),
-        _ => block,
+    if gap > 4 * IN_WRITE_GAP && writes_per_s < IN_WRITES_PER_S / 2 {
+        return (block / 2).max(1);
     }
+    block.max(1)
 }
 
 /// The writes of one direction's state in the last second or so, for
@@ -656,27 +677,44 @@ mod tests {
     }
 
     /// An inbound SA's block: its own rate alone while the state is written less than
-    /// IN_WRITES_PER_S times a second (what one SA always had), doubling past that
-    /// whatever its own rate (many SAs), halving only once the writes are under half.
+    /// IN_WRITES_PER_S times a second (what one SA always had); past that, doubling
+    /// whatever its own rate (many SAs) up to IN_PRESSURE_SPAN of its own traffic — a
+    /// quiet SA beside busy ones keeps a small block — halving only once the writes are
+    /// under half.
     #[test]
     fn the_inbound_block_follows_the_sas_rate_and_the_states() {
         use std::time::Duration;
         let ms = Duration::from_millis;
         let (quiet, busy, calm) = (10, IN_WRITES_PER_S + 1, IN_WRITES_PER_S / 2 - 1);
         // one SA: doubling while its writes come closer than 10 ms, halving past 40
-        assert_eq!(next_in_block(1, Some(ms(5)), quiet), 2);
-        assert_eq!(next_in_block(8, Some(ms(20)), quiet), 8);
-        assert_eq!(next_in_block(8, Some(ms(50)), quiet), 4);
-        assert_eq!(next_in_block(1, Some(ms(50)), quiet), 1);
-        assert_eq!(next_in_block(RESERVE_IN, Some(ms(1)), quiet), RESERVE_IN);
+        assert_eq!(next_in_block(1, Some((ms(5), 1)), quiet), 2);
+        assert_eq!(next_in_block(8, Some((ms(20), 8)), quiet), 8);
+        assert_eq!(next_in_block(8, Some((ms(50), 8)), quiet), 4);
+        assert_eq!(next_in_block(1, Some((ms(50), 1)), quiet), 1);
+        assert_eq!(
+            next_in_block(RESERVE_IN, Some((ms(1), 99)), quiet),
+            RESERVE_IN
+        );
         assert_eq!(next_in_block(1, None, quiet), 1);
-        // many SAs, each a few packets a second: the state's rate doubles them
-        assert_eq!(next_in_block(1, Some(ms(500)), busy), 2);
-        assert_eq!(next_in_block(1, None, busy), 2);
-        assert_eq!(next_in_block(RESERVE_IN, Some(ms(500)), busy), RESERVE_IN);
+        // many SAs, each a few packets a second: the state's rate doubles them, up to
+        // 10 s of the SA's own traffic (here 2 accepted in 500 ms: 40)
+        assert_eq!(next_in_block(1, Some((ms(500), 2)), busy), 2);
+        assert_eq!(next_in_block(32, Some((ms(500), 2)), busy), 40);
+        assert_eq!(next_in_block(40, Some((ms(500), 2)), busy), 40);
+        assert_eq!(next_in_block(1, None, busy), 1); // no rate known yet
+                                                     // a quiet SA beside busy ones: a packet a second keeps its block at 10
+        assert_eq!(next_in_block(10, Some((ms(1000), 1)), busy), 10);
+        assert_eq!(next_in_block(64, Some((ms(1000), 1)), busy), 32); // slowed: back down
+        assert_eq!(next_in_block(16, Some((ms(1000), 1)), busy), 10);
+        assert_eq!(
+            next_in_block(RESERVE_IN, Some((ms(50), 1 << 20)), busy),
+            RESERVE_IN
+        );
+        assert_eq!(next_in_block(1, Some((ms(60_000), 0)), busy), 1);
         // between half and the whole rate: held (no halving back into the writes)
-        assert_eq!(next_in_block(64, Some(ms(500)), IN_WRITES_PER_S), 64);
-        assert_eq!(next_in_block(64, Some(ms(500)), calm), 32);
+        assert_eq!(next_in_block(64, Some((ms(500), 2)), IN_WRITES_PER_S), 64);
+        assert_eq!(next_in_block(64, Some((ms(500), 2)), calm), 32);
+        assert_eq!(next_in_block(u64::MAX, Some((ms(1), 1)), quiet), RESERVE_IN);
         // the rate: this second's count, or the last whole second's, gone after two
         let t0 = std::time::Instant::now();
         let mut r = WriteRate::default();

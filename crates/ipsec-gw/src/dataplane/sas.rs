@@ -58,9 +58,9 @@ struct SaEntry {
     /// Its entries in the state file: one per secret its keys hold (`keys_of`).
     keys: Vec<crate::seqstate::Key>,
     /// Inbound: the numbers reserved per write (1 to `RESERVE_IN`, following the rate),
-    /// and when the last was written.
+    /// and when the last was written, with the highest number accepted then.
     block: u64,
-    written: Option<Instant>,
+    written: Option<(Instant, u64)>,
     /// Outbound: the highest sequence number reserved in the state file; inbound: the
     /// highest accepted number last written there.
     stored: u64,
@@ -398,11 +398,11 @@ impl DirEngine {
                 let rate = self.in_writes.per_s(now);
                 self.in_writes.note(now);
                 let e = &mut self.sas[i];
-                let own = e.written.map(|t| now.duration_since(t));
-                if own.is_some() || rate > seqstate::IN_WRITES_PER_S {
-                    e.block = seqstate::next_in_block(e.block, own, rate);
-                }
-                e.written = Some(now);
+                let own = e
+                    .written
+                    .map(|(t, was)| (now.duration_since(t), top.saturating_sub(was)));
+                e.block = seqstate::next_in_block(e.block, own, rate);
+                e.written = Some((now, top));
                 top.saturating_add(e.block - 1)
             }
         };
