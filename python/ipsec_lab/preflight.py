@@ -100,6 +100,17 @@ def testbed_skip(name: str, sc: Scenario, hosts: Hosts | None) -> str | None:
     return None
 
 
+def start_skip(name: str, sc: Scenario, hosts: Hosts | None, tunnels_: int) -> str | None:
+    """Why backend `name` cannot start with `tunnels_` tunnels on this kind of testbed
+    (`testbed_skip`, then the tunnel count's own refusals), or None: what the runner
+    and `check` both ask before the backend's own check."""
+    return (
+        testbed_skip(name, sc, hosts)
+        or backends.tunnels_refusal(name, tunnels_)
+        or tunnels.refusal(sc.topology, hosts is not None, tunnels_)
+    )
+
+
 def backend_skip(name: str, configuration: str, hosts: Hosts | None = None,
                  tunnels: int = 1) -> str | None:  # fmt: skip
     """Why `name` cannot run `configuration` here (or on `hosts`) with `tunnels`, or None
@@ -220,12 +231,7 @@ def forecast(sc: Scenario, hosts: Hosts | None = None) -> dict[str, Any]:
         g = groups.get(gk)
         if g is None:
             name, _ = resolved[k.backend]
-            where = (
-                testbed_skip(k.backend, sc, hosts)
-                or backends.tunnels_refusal(k.backend, n)
-                or tunnels.refusal(sc.topology, hosts is not None, n)
-                or spread_why
-            )
+            where = start_skip(k.backend, sc, hosts, n) or spread_why
             if where:
                 status, why = "skip", where
             elif link_why[k.link]:

@@ -32,7 +32,7 @@ from ipsec_lab.preflight import (
     link_skip,
     plan,
     spread_skip,
-    testbed_skip,
+    start_skip,
 )
 from ipsec_lab.scenario import Scenario
 from ipsec_lab.store import RunKey, Store, group_results
@@ -182,11 +182,7 @@ class Campaign:
         for p in group:
             k = (p.key.backend, p.key.configuration, p.flow.destinations)
             if k not in checked:
-                checked[k] = (
-                    testbed_skip(k[0], self.sc, self.hosts)
-                    or backends.tunnels_refusal(k[0], k[2])
-                    or many.refusal(sc.topology, self.hosts is not None, k[2])
-                )
+                checked[k] = start_skip(k[0], self.sc, self.hosts, k[2])
                 if checked[k] is None:
                     try:
                         backends.make(k[0], hosts=self.hosts, tunnels=k[2]).check(k[1])
