@@ -3,13 +3,16 @@ overload, several sizes), what a trial counts, CPU per packet, and the SMTP mess
 
 from __future__ import annotations
 
+import contextlib
 import random
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from ipsec_lab import scenario
+from ipsec_lab.traffic import rfc2544
 from ipsec_lab.traffic.apps import mail_message
 from ipsec_lab.traffic.rfc2544 import partial_drop_rate, search
 
@@ -273,12 +276,12 @@ def test_overload_rounds_offer_more_after_a_trial_the_path_carried_whole() -> No
     tops, ceiling = {64: 8.0, 1420: 100.0}, {64: 40.0, 1420: 120.0}
     ns = iter(range(0, 10**9, 10**6))
     clock = lambda: {"gwA": (next(ns), len(calls) * 1000)}  # noqa: E731
-    old = (r.QUIET_EVERY_S, r.QUIET_MAX_S)
-    r.QUIET_EVERY_S, r.QUIET_MAX_S = 0.0, 1.0
+    old = (r.QUIET_SPAN_S, r.QUIET_EVERY_S, r.QUIET_MAX_S)
+    r.QUIET_SPAN_S, r.QUIET_EVERY_S, r.QUIET_MAX_S = 0.0, 0.0, 1.0
     try:
         got = r.overload_rounds(_drifting_device(cap, calls), tops, ceiling, 2, 0.1, clock)
     finally:
-        r.QUIET_EVERY_S, r.QUIET_MAX_S = old
+        r.QUIET_SPAN_S, r.QUIET_EVERY_S, r.QUIET_MAX_S = old
     assert [t["offered_mbps"] for t in got[64]] == [8.0, 12.0, 12.0]
     assert [t["overload"] for t in got[64]] == [False, True, True]
     assert [t["offered_mbps"] for t in got[1420]] == [100.0, 120.0, 120.0, 120.0]
@@ -318,9 +321,74 @@ def test_cpu_per_packet_sums_each_node_s_cpu_over_its_own_packets() -> None:
     assert cpu_per_packet(before, before) is None
     assert median_spread([18.0, 20.0, 19.0]) == (19.0, pytest.approx(2 / 19))
     assert median_spread([]) == (None, None)
-    # quiet: read until the packet counts stand still
-    reads = iter([{"gwA": (1, 5)}, {"gwA": (2, 9)}, {"gwA": (3, 9)}, {"gwA": (4, 99)}])
-    assert quiet(lambda: next(reads)) == {"gwA": (3, 9)}
+    # quiet: read until the packet counts stand still for its span (the CPU may move)
+    with _fake_time() as t, pytest.MonkeyPatch.context() as mp:
+        mp.setattr(rfc2544, "QUIET_SPAN_S", 0.25)  # binary fractions: exact sums
+        mp.setattr(rfc2544, "QUIET_EVERY_S", 0.0625)
+        reads = iter([{"gwA": (1, 5)}, {"gwA": (2, 9)}] + [{"gwA": (3 + i, 9)} for i in range(99)])
+        got = quiet(lambda: next(reads))
+        # the count changed at the read at 0.0625 s, then four reads, the last 0.25 after
+        assert got == {"gwA": (6, 9)} and t.now == 0.3125
+
+
+class _FakeTime:
+    """time.monotonic and time.sleep for a test: sleeping moves the clock."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, s: float) -> None:
+        self.now += s
+
+
+@contextlib.contextmanager
+def _fake_time() -> Iterator[_FakeTime]:
+    import time as real
+
+    fake = _FakeTime()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(real, "monotonic", fake.monotonic)
+        mp.setattr(real, "sleep", fake.sleep)
+        yield fake
+
+
+def test_steady_ends_its_span_after_the_last_change_and_never_sooner() -> None:
+    """A count that changes at 0.05 and 0.13 s and then stands still, read every 1/32 s
+    with a span of 1/8 s: taken 1/8 s after the read that saw its last change (reads
+    1/8 s apart would take up to twice that), never sooner; one that never stands
+    still is taken at the bound; compared by `key`; `first`: a read already made."""
+    from ipsec_lab.traffic import steady
+
+    with _fake_time() as t:
+
+        def count() -> int:
+            return 1 if t.now < 0.05 else 2 if t.now < 0.13 else 3
+
+        assert steady(count, 0.125, 0.03125, 2.0) == 3
+        assert t.now == 0.15625 + 0.125  # the last change seen at the read at 5/32 s
+
+    with _fake_time() as t:
+        ticks = iter(range(10**6))
+        assert steady(lambda: next(ticks), 0.125, 0.03125, 2.0) >= 63  # never still
+        assert t.now == 2.0  # the bound
+
+    with _fake_time() as t:
+        pairs = iter([(5, i) for i in range(100)])  # the second field moves
+        assert steady(lambda: next(pairs), 0.125, 0.03125, 2.0, key=lambda p: p[0]) == (5, 4)
+        assert t.now == 0.125
+
+    with _fake_time() as t:
+        got: list[int] = []
+
+        def once_more() -> int:
+            got.append(1)
+            return 7
+
+        assert steady(once_more, 0.125, 0.03125, 2.0, first=7) == 7
+        assert len(got) == 4 and t.now == 0.125  # no read of its own before the first sleep
 
 
 def test_a_trial_counts_what_never_arrived_beyond_what_was_in_flight() -> None:

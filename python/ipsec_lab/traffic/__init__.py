@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from ipsec_lab.testbed.build import LabError
 from ipsec_lab.testbed.interface import Testbed
@@ -45,6 +45,32 @@ BACKGROUND_NICE = 19  # a load beside latency probes: never ahead of the instrum
 def niced(argv: list[str], niceness: int) -> list[str]:
     """`argv` run at CPU priority `niceness` (as is at 0)."""
     return ["nice", "-n", str(niceness), *argv] if niceness else argv
+
+
+T = TypeVar("T")
+
+
+def steady(read: Callable[[], T], span_s: float, every_s: float, max_s: float,
+           key: Callable[[T], object] = lambda x: x, first: T | None = None) -> T:  # fmt: skip
+    """`read()`'s answer once it has stayed the same (compared by `key`) for `span_s`:
+    read every `every_s`, the span timed from the end of the read that first gave the
+    answer to the start of the read that gives it again — never more than the counter
+    really stood still — so a wait ends `span_s` after the last change, not up to
+    twice that as with reads `span_s` apart. At most `max_s`: then the newest answer.
+    `first`: an answer read just now, to start from."""
+    last = read() if first is None else first
+    since = time.monotonic()
+    deadline = since + max_s
+    while True:
+        time.sleep(every_s)
+        start = time.monotonic()
+        now = read()
+        if key(now) != key(last):
+            last, since = now, time.monotonic()
+        elif start - since >= span_s:
+            return now
+        if time.monotonic() >= deadline:
+            return now
 
 
 def wait_listening(

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from ipsec_lab.testbed import Flow
 from ipsec_lab.testbed.build import LabError
 from ipsec_lab.testbed.interface import Testbed
-from ipsec_lab.traffic import Metered, Meters, Row
+from ipsec_lab.traffic import Metered, Meters, Row, steady
 from ipsec_lab.traffic.generator import Generator, for_workload, noted
 from ipsec_lab.traffic.paced import SHORT_OF_RATE
 from ipsec_lab.traffic.workload import Kind, Workload
@@ -220,10 +220,13 @@ def loss_trial(gen: Generator, size: int, rate: float, seconds: float) -> Row:
 # The data plane's clock: per IPsec node, (CPU ns its processes have run, packets it has
 # sealed or opened), both so far (`Backend.plane_clock`).
 PlaneClock = Callable[[], dict[str, tuple[int, int]]]
-# Waiting for the data plane to go quiet (its counters unchanged between two reads this
-# far apart: a gateway publishes them every 100 ms while busy, and what the trial left
-# queued is handled first), for at most QUIET_MAX_S.
-QUIET_EVERY_S = 0.3
+# Waiting for the data plane to go quiet: its packet counts unchanged for QUIET_SPAN_S (a
+# gateway publishes them every 100 ms while busy and every 200 ms idle — POLL_MS in
+# crates/ipsec-gw/src/dataplane/mod.rs — so the span holds a publication made after its
+# first read; what the trial left queued is handled first), read every QUIET_EVERY_S,
+# for at most QUIET_MAX_S. (Reads QUIET_SPAN_S apart: 0.62 s a trial on average.)
+QUIET_SPAN_S = 0.3
+QUIET_EVERY_S = 0.05
 QUIET_MAX_S = 10.0
 
 
@@ -242,16 +245,10 @@ def plane_clock(metered: Metered) -> PlaneClock | None:
 
 
 def quiet(clock: PlaneClock) -> dict[str, tuple[int, int]]:
-    """The data plane's clock once nothing moves through it (bounded wait)."""
-    last = clock()
-    deadline = time.monotonic() + QUIET_MAX_S
-    while time.monotonic() < deadline:
-        time.sleep(QUIET_EVERY_S)
-        now = clock()
-        if {k: v[1] for k, v in now.items()} == {k: v[1] for k, v in last.items()}:
-            return now
-        last = now
-    return last
+    """The data plane's clock once nothing moves through it (bounded wait): its packet
+    counts the same for QUIET_SPAN_S (its CPU time may move: an idle worker wakes)."""
+    return steady(clock, QUIET_SPAN_S, QUIET_EVERY_S, QUIET_MAX_S,
+                  key=lambda c: {k: v[1] for k, v in c.items()})  # fmt: skip
 
 
 def cpu_per_packet(
