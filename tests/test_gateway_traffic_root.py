@@ -241,15 +241,21 @@ def test_ah_keeps_the_packet_whose_outer_identification_comes_round_to_0(
 
     with tunnel(tmp_path, configuration) as (tb, gw):
         tg = Trafgen(tb, _flow(tb))
+        rows = []
         try:
-            # 85,937 packets of 64 B: past 65,536 sealed even with one in five lost before
-            # gwA (trafgen, the tbf and both gateways share 2 cores: 7-8 % were, of 70,312)
-            row = tg.trial(64, 10.0, 4.4)
+            # 85,937 packets of 64 B a trial: past 65,536 sealed even with one in five lost
+            # before gwA (trafgen, the tbf and both gateways share 2 cores: 7-8 % were, of
+            # 70,312; 24 % once in CI, and the test failed) — on a machine busier than that,
+            # another trial, at most three in all, until gwA has sealed past 65,536
+            for _ in range(3):
+                rows.append(tg.trial(64, 10.0, 4.4))
+                if sa(settle(gw, "gwA"), "outbound", "out")["packets"] > 65_536:
+                    break
         finally:
             tg.close()
         a, b = settle(gw, "gwA"), settle(gw, "gwB")
     # gwA sealed more than 65,536: its identification came round
-    assert sa(a, "outbound", "out")["packets"] > 65_536, (row, sa(a, "outbound", "out"))
+    assert sa(a, "outbound", "out")["packets"] > 65_536, (rows, sa(a, "outbound", "out"))
     inbound = sa(b, "inbound", "in")
     assert inbound["drops"] == {}, inbound
     assert inbound["packets"] == sa(a, "outbound", "out")["packets"]
