@@ -27,8 +27,9 @@ SOURCE_PORT = 40000  # the first UDP source port; flow i uses SOURCE_PORT + i
 # After the sender stops, what is still in the path arrives: the sink's count is read
 # once it stays the same for QUIET_S, for at most SETTLE_MAX_S (RFC 2544 §23 waits 2 s),
 # read every SETTLE_EVERY_S (one command in the sink: a few ms here) so the wait ends
-# QUIET_S after the last packet arrived (reads QUIET_S apart: 0.29 s a trial on average,
-# cProfile of `reproduce tisovsky2013 --quick`, 69 trials).
+# QUIET_S after the last packet arrived. (cProfile of `reproduce tisovsky2013 --quick`:
+# 0.29 s a trial with reads QUIET_S apart, 0.27 s so; most of it is an overloaded
+# gateway's queue still draining into the sink.)
 QUIET_S = 0.1
 SETTLE_EVERY_S = 0.02
 SETTLE_MAX_S = 2.0

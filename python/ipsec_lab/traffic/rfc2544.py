@@ -224,7 +224,8 @@ PlaneClock = Callable[[], dict[str, tuple[int, int]]]
 # gateway publishes them every 100 ms while busy and every 200 ms idle — POLL_MS in
 # crates/ipsec-gw/src/dataplane/mod.rs — so the span holds a publication made after its
 # first read; what the trial left queued is handled first), read every QUIET_EVERY_S,
-# for at most QUIET_MAX_S. (Reads QUIET_SPAN_S apart: 0.62 s a trial on average.)
+# for at most QUIET_MAX_S. (0.62 s an overload trial, with reads QUIET_SPAN_S apart or
+# so: an idle gateway's last count appears up to 200 ms late, then the span.)
 QUIET_SPAN_S = 0.3
 QUIET_EVERY_S = 0.05
 QUIET_MAX_S = 10.0
