@@ -59,6 +59,9 @@ def in_the_vm(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
     steps = {
         "interop": tests("interop", 5),
+        # strongSwan's N tunnels on xfrm, set up at once and timed (tests/vm/tunnels.py;
+        # 106 s alone in the VM)
+        "tunnels": tests("tunnels", 2),
         "every": f"{exe} run {REPO / 'scenarios/vm.toml'} --lab {d / 'lab-every'}",
         "clients": f"{exe} run {d / 'clients.toml'} --lab {d / 'lab-clients'}",
         # the kernel's IPsec on real hosts over sshd (tests/vm/hosts.py)
@@ -94,7 +97,7 @@ def in_the_vm(tmp_path_factory: pytest.TempPathFactory) -> Path:
     # at stop 60's: hosts 462, clients 245 | interop 404, every 294, impairment 88. The
     # longest step (hosts) with the second longest campaign (every), the rest beside:
     # with those figures 1,017 | 974 s and 756 | 737 s, against 951 | 1,040 and 707 | 786.
-    lanes = (("hosts", "every"), ("interop", "clients", "impairment"))
+    lanes = (("hosts", "every"), ("interop", "clients", "impairment", "tunnels"))
     # a script file: the VM's command travels on the kernel's command line, which holds
     # 2 KiB at most (the steps' paths would not fit; the VM then hangs at boot)
     script = d / "steps.sh"
@@ -114,9 +117,9 @@ def _log(d: Path, name: str) -> str:
 
 
 def test_ours_and_the_kernels_ipsec_in_the_vm(in_the_vm: Path) -> None:
-    """Interop (24 cases, both ways, and a replayed capture) and impairment (netem: ours
-    and xfrm)."""
-    for name, n in (("interop", 25), ("impairment", 3), ("latency", 1)):
+    """Interop (24 cases, both ways, and a replayed capture), impairment (netem: ours
+    and xfrm) and strongSwan's N tunnels on xfrm."""
+    for name, n in (("interop", 25), ("impairment", 3), ("latency", 1), ("tunnels", 2)):
         text = _log(in_the_vm, name)
         assert "rc=0" in text, text[-4000:]
         m = re.search(r"(\d+) passed", text)

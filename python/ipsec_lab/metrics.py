@@ -199,6 +199,17 @@ METRICS: tuple[Metric, ...] = (
     Metric("ipsec_rss_bytes_at_start", "B",
            "the IPsec processes' resident memory once up, its tunnels set up",
            summary={"median": "ipsec_rss_at_start_median"}),
+    Metric("ike_sas", "", "an IKE daemon's N tunnels: CHILD_SAs under `one` IKE_SA or an "
+           "IKE_SA each (`per-tunnel`; the scenario's `[gateway] ike_sas`)"),
+    Metric("ike_setup_s", "s", "an IKE daemon's N tunnels (N > 1): from loading the "
+           "initiator's configuration to every CHILD_SA established on both gateways",
+           summary={"median": "ike_setup_s_median"}),
+    Metric("tunnels_per_s", "/s", "an IKE daemon's set-up rate: N tunnels / ike_setup_s",
+           summary={"median": "tunnels_per_s_median"}),
+    Metric("ike_retransmits", "", "IKE requests the daemons retransmitted while setting "
+           "the N tunnels up (their logs)", summary={"max": "ike_retransmits_max"}),
+    Metric("ike_cpu_s", "s", "the IKE daemons' CPU time over the N tunnels' set-up, both "
+           "gateways", summary={"median": "ike_cpu_s_median"}),
 )  # fmt: skip
 
 BY_KEY: dict[str, Metric] = {m.key: m for m in METRICS}

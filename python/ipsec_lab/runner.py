@@ -238,7 +238,8 @@ class Campaign:
                  n: int = 1) -> None:  # fmt: skip
         self.set_up = {}
         backend = backends.make(bname, stage_timing=self.sc.stage_timing, hosts=self.hosts,
-                                aqm=self.sc.gateway.aqm, tunnels=n)  # fmt: skip
+                                aqm=self.sc.gateway.aqm, tunnels=n,
+                                ike_sas=self.sc.gateway.ike_sas)  # fmt: skip
         many_ = f", {n} tunnels" if n > 1 else ""
         self.progress.current = f"{bname} {cfg} | {link.name} | starting{many_}"
         self.on_progress(self.progress)
@@ -250,7 +251,8 @@ class Campaign:
             backend.start(tb, cfg)
             # what setting up its tunnels took (to the backend's own "up"), and the
             # memory its processes hold with them up (issue 44's per-tunnel figures)
-            self.set_up = {"tunnels": n, "setup_s": time.monotonic() - t0}
+            self.set_up = {"tunnels": n, "setup_s": time.monotonic() - t0,
+                           **backend.set_up_figures()}  # fmt: skip
             try:  # a figure of the row, never a reason for the start to fail
                 held = self._procs(tb, backend)()
             except (LabError, OSError):

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from ipsec_lab import backends, units, workloads
+from ipsec_lab.backends.strongswan import IKE_SAS
 from ipsec_lab.testbed import LINK_PRESETS, Link
 from ipsec_lab.testbed.placement import MODES as PLACEMENTS
 from ipsec_lab.traffic.workload import Workload
@@ -62,6 +63,9 @@ class Gateway:
     cpu_quota: float | None = None  # CPUs' worth (0.5 = half of one CPU)
     cpus: tuple[int, ...] = ()
     aqm: bool = False  # ours: CoDel on the gateways' outer receive queues (RFC 8289)
+    # the IKE daemons' N tunnels (strongSwan): N CHILD_SAs under "one" IKE_SA, or an IKE_SA
+    # each ("per-tunnel"); a count of 1 is one of each either way
+    ike_sas: str = "one"
 
 
 @dataclass(frozen=True)
@@ -433,10 +437,15 @@ def parse(text: str, source: str = "<scenario>") -> Scenario:
     gw = doc.get("gateway", {})
     if not isinstance(gw, dict):
         raise r.fail("gateway", "must be a table")
-    r.unknown(gw, {"cpu_quota", "cpus", "aqm"}, "gateway.")
+    r.unknown(gw, {"cpu_quota", "cpus", "aqm", "ike_sas"}, "gateway.")
     aqm = gw.get("aqm", False)
     if not isinstance(aqm, bool):
         raise r.fail("gateway.aqm", f"must be true or false, not {aqm!r}")
+    ike_sas = gw.get("ike_sas", "one")
+    if ike_sas not in IKE_SAS:
+        raise r.fail("gateway.ike_sas", f"must be one of {', '.join(map(repr, IKE_SAS))} "
+                     f"(the IKE daemons' N tunnels: CHILD_SAs under one IKE_SA, or an IKE_SA "
+                     f"each), not {ike_sas!r}")  # fmt: skip
     import os
 
     ncpu = os.cpu_count() or 1
@@ -481,6 +490,7 @@ def parse(text: str, source: str = "<scenario>") -> Scenario:
             cpu_quota=r.number(gw, "cpu_quota", "gateway.", None, 0.01, ncpu),
             cpus=tuple(cpus),
             aqm=aqm,
+            ike_sas=ike_sas,
         ),
         soaker=soaker,
         stage_timing=stage_timing,

@@ -75,6 +75,9 @@ class Entry:
     # sets up many tunnels between the line testbed's gateways (the scenario's `tunnels`,
     # testbed/tunnels.py): its class takes `tunnels=N`; `none` routes them in clear
     tunnels: bool = False
+    # an IKE daemon that sets N tunnels up as the scenario's `[gateway] ike_sas` says
+    # (N CHILD_SAs under one IKE_SA, or an IKE_SA each): its class takes `ike_sas`
+    ike: bool = False
 
     @property
     def kernel_plane(self) -> bool:
@@ -98,7 +101,7 @@ def _strongswan(name: str, what: str, data_plane: str, **more: Any) -> Entry:
     testbed; which ESP it drives (`data_plane`) is the difference."""
     return Entry(name, strongswan.StrongSwan, what, (("data_plane", data_plane),), hosts=True,
                  tools=("swanctl", "/usr/lib/ipsec/charon", "unshare"), start_s=3.0,
-                 probes_kernel=True, **more)  # fmt: skip
+                 probes_kernel=True, ike=True, **more)  # fmt: skip
 
 
 # Every backend, once: scenario validation, the CLI's choices and help, `check`, `hosts
@@ -109,9 +112,9 @@ REGISTRY: tuple[Entry, ...] = (
           hosts=True, start_s=0.5, tunnels=True),
     _strongswan("strongswan",
                 "charon negotiating IKEv2 (PSK): strongswan-kernel where the kernel has ESP, "
-                "else strongswan-libipsec", "auto", resolve=strongswan.resolve),
+                "else strongswan-libipsec", "auto", resolve=strongswan.resolve, tunnels=True),
     _strongswan("strongswan-kernel", "charon with its SAs in the kernel's xfrm", "kernel",
-                kernel_esp=True),
+                kernel_esp=True, tunnels=True),
     _strongswan("strongswan-libipsec",
                 "charon with kernel-libipsec, strongSwan's own user-space ESP on a TUN device",
                 "libipsec", slower=strongswan.LIBIPSEC_SLOWER),
@@ -170,12 +173,13 @@ def tunnels_refusal(name: str, n: int) -> str | None:
 
 
 def make(name: str, stage_timing: bool = False, hosts: Hosts | None = None,
-         aqm: bool = False, tunnels: int = 1) -> Backend:  # fmt: skip
+         aqm: bool = False, tunnels: int = 1, ike_sas: str = "one") -> Backend:  # fmt: skip
     """The backend `name`; `stage_timing` switches on ours' per-stage counters (the
     others have none: the lab then records no per-stage split for them), `aqm` ours'
     CoDel on its receive queues (the others' queues are the kernel's). `hosts`: the
     real hosts it will run on — its checks then probe them, not this machine.
-    `tunnels`: how many between the line testbed's gateways (`tunnels_refusal`)."""
+    `tunnels`: how many between the line testbed's gateways (`tunnels_refusal`), and
+    `ike_sas` how an IKE daemon sets them up (strongswan.IKE_SAS)."""
     e = BY_NAME.get(name)
     if e is None:
         raise ValueError(f"unknown backend {name!r} (known: {', '.join(NAMES)})")
@@ -188,6 +192,8 @@ def make(name: str, stage_timing: bool = False, hosts: Hosts | None = None,
         kwargs["aqm"] = aqm
     if e.tunnels and e.ipsec:
         kwargs["tunnels"] = tunnels
+    if e.ike:
+        kwargs["ike_sas"] = ike_sas
     backend: Backend = e.cls(**kwargs)
     if hosts is not None and e.hosts:
         backend.use_hosts(hosts)

@@ -69,6 +69,11 @@ class Backend(Protocol):
 
     def version(self) -> str: ...
 
+    def set_up_figures(self) -> dict[str, float | int | str]:
+        """How its last start set its tunnels up, for the rows (an IKE daemon's N
+        tunnels: its set-up time and rate, retransmits, CPU); empty where it has none
+        beyond the start's time, which the runner takes itself."""
+
 
 def exited(procs: Mapping[str, Process], what: str) -> str | None:
     """`died()` for backends made of processes: which of `procs` exited, with status."""
@@ -104,6 +109,9 @@ class Processless:
 
     def died(self) -> str | None:
         return None
+
+    def set_up_figures(self) -> dict[str, float | int | str]:
+        return {}
 
 
 def private_file(path: Path, text: str) -> None:

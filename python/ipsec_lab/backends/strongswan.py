@@ -26,9 +26,11 @@ that already has such a policy is refused rather than changed.
 
 from __future__ import annotations
 
+import re
 import secrets
 import shlex
 import subprocess
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -42,6 +44,8 @@ from ipsec_lab.backends.base import (
 from ipsec_lab.testbed import Tunnel, build
 from ipsec_lab.testbed.build import LabError, require_tools, tail, wait_for_path
 from ipsec_lab.testbed.interface import READY_S, OnHosts, Process, Testbed, on_hosts
+from ipsec_lab.testbed.tunnels import refusal as tunnels_refusal
+from ipsec_lab.testbed.tunnels import selectors
 
 if TYPE_CHECKING:
     from ipsec_lab.hosts import Hosts
@@ -60,6 +64,16 @@ FWMARK = "0x4c4142"
 # size (raising the device MTU afterwards breaks it): TCP finds it by path-MTU discovery,
 # and the lab sends UDP without DF so the gateway fragments larger packets.
 TUN_MTU = 1400
+# Why kernel-libipsec cannot carry the lab's N tunnels: it routes each outbound policy
+# into its TUN device from an address of the gateway inside the CHILD_SA's local TS
+# (kernel_libipsec_ipsec.c, install_route), and fails the CHILD_SA where there is none
+# ("error installing route with policy"): gwB's local TS of tunnel i > 0 is one address
+# of FAR, the server's (testbed/tunnels.py).
+LIBIPSEC_NO_TUNNELS = (
+    "strongSwan's kernel-libipsec sets up one tunnel here: it routes each CHILD_SA from "
+    "an address of the gateway inside its local traffic selector, and the far tunnels' "
+    "selectors (addresses of the server) hold none; strongswan-kernel (--vm) sets up many"
+)
 # The directories `swanctl --load-all` reads beside swanctl.conf
 SWANCTL_DIRS = ("x509", "x509ca", "private", "pubkey", "rsa", "ecdsa", "pkcs8")
 
@@ -148,6 +162,35 @@ swanctl {{
 """
 
 
+# How the IKE daemons set up N tunnels between one pair of gateways (the scenario's
+# `[gateway] ike_sas`): N CHILD_SAs under one IKE_SA (a site with many subnets), or an
+# IKE_SA each (N sites behind one address: the set-up rate's hard case, N DH exchanges
+# and N half-open IKE_SAs at once).
+IKE_SAS = ("one", "per-tunnel")
+
+
+def _connections(node: str, tunnels: list[Tunnel], many: int, ike_sas: str
+                 ) -> list[tuple[str, str, str, str, list[tuple[str, str]]]]:  # fmt: skip
+    """This node's connections: (my address, the peer's, my IKE identity, the peer's,
+    its children's (local TS, remote TS)), one per topology tunnel; with `many` > 1 (the
+    line's one tunnel, testbed/tunnels.py) the N tunnels as N children of one connection,
+    or N connections of one child each, told apart by identities of their own (the
+    responder picks a connection by the identities, then a child within it)."""
+    out = []
+    for t in tunnels:
+        left = t.left == node
+        me, peer = (t.left_outer, t.right_outer) if left else (t.right_outer, t.left_outer)
+        pairs = selectors(t, many) if many > 1 else [(t.left_ts, t.right_ts)]
+        ts = [(lts, rts) if left else (rts, lts) for lts, rts in pairs]
+        if many == 1 or ike_sas == "one":
+            out.append((me, peer, me, peer, ts))
+            continue
+        mine, theirs = (t.left, t.right) if left else (t.right, t.left)
+        out += [(me, peer, f"@t{j}.{mine}.lab", f"@t{j}.{theirs}.lab", [pair])
+                for j, pair in enumerate(ts)]  # fmt: skip
+    return out
+
+
 def _swanctl_conf(
     node: str,
     tunnels: list[Tunnel],
@@ -156,19 +199,35 @@ def _swanctl_conf(
     ah: str | None = None,
     ipcomp: bool = False,
     kernel: bool = False,
+    many: int = 1,
+    ike_sas: str = "one",
+    initiates: bool = False,
 ) -> str:
+    """swanctl.conf for `node`: connection t<i>, children c<j> numbered across the
+    file. `initiates`: its children start when loaded (`start_action = start`: how N
+    tunnels come up at once; one tunnel is initiated by swanctl)."""
     child = (
         (f"        esp_proposals = {esp}\n" if esp else "")
         + (f"        ah_proposals = {ah}\n" if ah else "")
         + ("        ipcomp = yes\n" if ipcomp else "")
+        + ("        start_action = start\n" if initiates else "")
     )
     encap = "no" if kernel else "yes"
     conns = []
     secrets_ = []
-    for i, t in enumerate(tunnels):
-        left = t.left == node
-        me, peer = (t.left_outer, t.right_outer) if left else (t.right_outer, t.left_outer)
-        lts, rts = (t.left_ts, t.right_ts) if left else (t.right_ts, t.left_ts)
+    j = 0
+    for i, (me, peer, my_id, peer_id, ts) in enumerate(_connections(node, tunnels, many, ike_sas)):
+        children = []
+        for lts, rts in ts:
+            children.append(f"""      c{j} {{
+        local_ts = {lts}
+        remote_ts = {rts}
+{child}        mode = tunnel
+        rekey_time = 0
+        life_time = 0
+      }}""")
+            j += 1
+        kids = "\n".join(children)
         conns.append(
             f"""  t{i} {{
     version = 2
@@ -178,31 +237,67 @@ def _swanctl_conf(
     encap = {encap}
     local {{
       auth = psk
-      id = {me}
+      id = {my_id}
     }}
     remote {{
       auth = psk
-      id = {peer}
+      id = {peer_id}
     }}
     children {{
-      c{i} {{
-        local_ts = {lts}
-        remote_ts = {rts}
-{child}        mode = tunnel
-        rekey_time = 0
-        life_time = 0
-      }}
+{kids}
     }}
   }}"""
         )
         secrets_.append(
             f"""  ike-{i} {{
-    id-1 = {me}
-    id-2 = {peer}
+    id-1 = {my_id}
+    id-2 = {peer_id}
     secret = 0x{psk}
   }}"""
         )
     return "connections {\n" + "\n".join(conns) + "\n}\nsecrets {\n" + "\n".join(secrets_) + "\n}\n"
+
+
+# Setting up N tunnels at once: given up after SETUP_S + SETUP_S_PER_TUNNEL x N (4,096 at
+# once through one IKE_SA is ~4,096 round trips in a row; under the micro-VM's emulation
+# each costs charon milliseconds), the logs read every SETUP_POLL_S.
+SETUP_S = 30.0
+SETUP_S_PER_TUNNEL = 0.25
+SETUP_POLL_S = 0.05
+
+
+class LogCount:
+    """What a charon's log has said so far about setting up CHILD_SAs, read on from where
+    the last read ended (the log is this run's: start() removes an old one)."""
+
+    # charon's own words (libcharon/sa/ikev2/tasks/child_create.c and task_manager_v2.c)
+    ESTABLISHED = re.compile(rb"CHILD_SA \S+\{\d+\} established with SPIs")
+    RETRANSMIT = re.compile(rb"retransmit \d+ of request with message ID")
+    FAILED = re.compile(rb"giving up after \d+ retransmits|failed to establish CHILD_SA")
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.offset = 0
+        self.rest = b""
+        self.established = self.retransmits = self.failed = 0
+
+    def read(self) -> None:
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.offset)
+                data = f.read()
+        except FileNotFoundError:
+            return
+        self.offset += len(data)
+        lines = (self.rest + data).split(b"\n")
+        self.rest = lines.pop()  # a line not yet ended: counted when it is
+        for line in lines:
+            if self.ESTABLISHED.search(line):
+                self.established += 1
+            elif self.RETRANSMIT.search(line):
+                self.retransmits += 1
+            elif self.FAILED.search(line):
+                self.failed += 1
 
 
 # said wherever `strongswan` resolves to its user-space ESP
@@ -238,8 +333,15 @@ def resolve(hosts: Hosts | None = None) -> tuple[str, str]:
 class StrongSwan:
     name = "strongswan"
 
-    def __init__(self, data_plane: str = "auto") -> None:
-        """`data_plane`: kernel, libipsec, or auto (the kernel where it has ESP)."""
+    def __init__(self, data_plane: str = "auto", tunnels: int = 1, ike_sas: str = "one") -> None:
+        """`data_plane`: kernel, libipsec, or auto (the kernel where it has ESP).
+        `tunnels`: how many between the line testbed's gateways, set up as `ike_sas`
+        says (IKE_SAS)."""
+        if ike_sas not in IKE_SAS:
+            raise ValueError(f"ike_sas must be one of {', '.join(IKE_SAS)}, not {ike_sas!r}")
+        self.tunnels = tunnels
+        self.ike_sas = ike_sas
+        self._set_up: dict[str, float | int | str] = {}
         self._procs: dict[str, Process] = {}
         self.data_plane = data_plane
         self.name = {"kernel": "strongswan-kernel", "libipsec": "strongswan-libipsec"}.get(
@@ -277,6 +379,8 @@ class StrongSwan:
         require_tools(CHARON, "swanctl", "unshare")
         if not self.kernel:
             esp_proposal(configuration, self.name)
+            if self.tunnels > 1:
+                raise Unsupported(f"{self.tunnels} tunnels: {LIBIPSEC_NO_TUNNELS}")
             return
         from ipsec_lab.backends.xfrm import kernel_has
 
@@ -402,6 +506,11 @@ class StrongSwan:
         else:
             esp, ah, ipcomp = esp_proposal(configuration, self.name), None, False
         psk = secrets.token_hex(32)  # fresh per run; written only to the run's own files
+        if self.tunnels > 1:
+            why = tunnels_refusal(topo.name, on is not None, self.tunnels)
+            if why:
+                raise LabError(f"strongswan: {why}")
+        self._set_up = {}
         for node in topo.ipsec_nodes:
             if on is not None:
                 mine = [t for t in topo.tunnels if node in (t.left, t.right)]
@@ -414,9 +523,10 @@ class StrongSwan:
             vici = build.of_namespaces(tb, "charon's VICI socket").sockets / f"{node}.vici"
             conf.write_text(_charon_conf(vici, d / "charon.log", kernel))
             mine = [t for t in topo.tunnels if node in (t.left, t.right)]
-            private_file(
-                d / "swanctl.conf", _swanctl_conf(node, mine, esp, psk, ah, ipcomp, kernel)
-            )
+            initiates = self.tunnels > 1 and any(t.left == node for t in mine)
+            private_file(d / "swanctl.conf", _swanctl_conf(
+                node, mine, esp, psk, ah, ipcomp, kernel, self.tunnels, self.ike_sas,
+                initiates))  # fmt: skip
             vici.unlink(missing_ok=True)
             (d / "charon.log").unlink(missing_ok=True)  # its tail must be this run's
             self._procs[node] = tb.spawn(
@@ -441,6 +551,9 @@ class StrongSwan:
                     f"{tail(tb.rundir / f'charon-{node}.log')}\n"
                     f"{tail(self._log(tb, node))}"
                 )
+        if self.tunnels > 1:
+            self._set_up_many(tb)
+            return
         for node in topo.ipsec_nodes:
             if on is not None:
                 sw = self._remote[node][0].replace("strongswan.conf", "swanctl.conf")
@@ -460,6 +573,65 @@ class StrongSwan:
             tb.run(node, ["sh", "-c", line], check=False)
         self._undo.clear()
         self._remote.clear()
+
+    def set_up_figures(self) -> dict[str, float | int | str]:
+        """How its last start set its tunnels up (N > 1: `_set_up_many`'s figures)."""
+        return dict(self._set_up)
+
+    def _set_up_many(self, tb: Testbed) -> None:
+        """N tunnels up at once, timed (issue 44's IKE set-up rate): the responders'
+        configurations loaded, then the initiator's, whose children start as they load
+        (`start_action = start`); done when each charon's log has said every CHILD_SA
+        established, and each charon's own list then holds N installed. The figures:
+        the time from the initiator's load, tunnels per second, the IKE retransmits and
+        failures the logs report, and the charons' CPU over the set-up."""
+        from ipsec_lab.meters import process_cpu_ns
+
+        topo, n = tb.topo, self.tunnels
+        nodes = list(topo.ipsec_nodes)
+        initiators = [x for x in nodes if any(t.left == x for t in topo.tunnels)]
+        pids = self.pids()
+        for node in sorted(nodes, key=lambda x: x in initiators):  # responders first
+            if node == initiators[0]:  # its load starts the tunnels: the clock starts
+                cpu0, t0 = process_cpu_ns(pids), time.monotonic()
+            conf = tb.rundir / "strongswan" / node / "swanctl.conf"
+            self._swanctl(tb, node, "--load-all", "--file", str(conf), timeout=60 + n / 20)
+        # every load below: a charon's log read from where the last read ended
+        logs = {x: LogCount(self._log(tb, x)) for x in nodes}
+        bound = SETUP_S + SETUP_S_PER_TUNNEL * n
+        while True:
+            for c in logs.values():
+                c.read()
+            up = min(c.established for c in logs.values())
+            failed = max(c.failed for c in logs.values())  # each end says it of one
+            if up >= n or up + failed >= n or time.monotonic() - t0 > bound:
+                break
+            if self.died():
+                raise LabError(f"strongswan: {self.died()} while setting up {n} tunnels")
+            time.sleep(SETUP_POLL_S)
+        took = time.monotonic() - t0
+        cpu = process_cpu_ns(pids) - cpu0
+        retransmits = sum(c.retransmits for c in logs.values())
+        if up < n:
+            tails = "".join(f"\n--- charon log tail, {x} ---\n{tail(self._log(tb, x))}"
+                            for x in nodes)  # fmt: skip
+            raise LabError(
+                f"strongswan: {up} of {n} CHILD_SAs established after {took:.1f} s "
+                f"({failed} failed, {retransmits} IKE retransmits; IKE_SAs: {self.ike_sas})"
+                f"{tails}")  # fmt: skip
+        for node in nodes:  # each charon's own word, not the log's: N installed
+            have = self._swanctl(tb, node, "--list-sas", "--raw", timeout=60 + n / 20)
+            got = have.count("state=INSTALLED")
+            if got != n:
+                raise LabError(f"strongswan on {node}: {got} CHILD_SAs installed, not {n}, "
+                               "though its log said all were established")  # fmt: skip
+        self._set_up = {
+            "ike_sas": self.ike_sas,
+            "ike_setup_s": took,
+            "tunnels_per_s": n / took if took > 0 else 0.0,
+            "ike_retransmits": retransmits,
+            "ike_cpu_s": cpu / 1e9,
+        }
 
     def pids(self) -> list[int]:
         """This machine's charon processes (on real hosts, none here)."""

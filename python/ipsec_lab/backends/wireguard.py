@@ -424,6 +424,9 @@ class Wireguard(_WireGuard):
     def pids(self) -> list[int]:
         return []
 
+    def set_up_figures(self) -> dict[str, float | int | str]:
+        return {}  # its start's time is all (the runner's `setup_s`)
+
     def died(self) -> str | None:
         """Which device went (deleted under the run): its traffic met the unreachable
         route, not the tunnel."""

@@ -1,0 +1,58 @@
+"""strongSwan's N tunnels on the kernel's xfrm, run INSIDE the micro-VM by
+tests/test_vm_root.py (the host's kernel has no ESP; kernel-libipsec cannot carry the
+lab's N tunnels, strongswan.LIBIPSEC_NO_TUNNELS): N CHILD_SAs under one IKE_SA, and an
+IKE_SA each, set up at once and timed (issue 44's IKE set-up rate); a flow spread over
+them puts each datagram into its own tunnel's SA."""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from ipsec_lab.backends.strongswan import StrongSwan
+from ipsec_lab.testbed import topology, tunnels
+from ipsec_lab.testbed.build import Testbed
+from ipsec_lab.traffic.paced import UdpGso
+
+sys.path.insert(0, str(Path(__file__).parents[1]))
+from netutil import capture, ip_packets
+
+
+@pytest.mark.parametrize(("ike_sas", "n"), [("one", 256), ("per-tunnel", 64)])
+def test_strongswan_kernel_sets_up_n_tunnels_each_carrying_its_share(
+    tmp_path: Path, ike_sas: str, n: int
+) -> None:
+    """charon on gwA and gwB, N tunnels (`ike_sas`) set up at once: every CHILD_SA
+    established on both, the set-up's figures consistent; 4 datagrams a tunnel spread
+    over the N destinations leave gwA under N SPIs, each its share, none lost; gwB holds
+    one IKE_SA or N."""
+    with Testbed(topology("line"), tmp_path / "run") as tb:
+        gw = StrongSwan("kernel", tunnels=n, ike_sas=ike_sas)
+        gw.start(tb, "esp:aes128gcm16")
+        try:
+            fig = gw.set_up_figures()
+            tunnels.route_far(tb, n)
+            flow = dataclasses.replace(tb.topo.flows[0], destinations=n)
+            gen = UdpGso(tb, flow, 1, "the test's")
+            try:
+                with capture(tb, "gwA", "wan", "wan") as pcap:
+                    row = gen.trial(200, 200 * 8 * 4 * n / 1e6, 1.0)
+            finally:
+                gen.close()
+            listed = gw._swanctl(tb, "gwB", "--list-sas", "--raw")
+        finally:
+            gw.stop(tb)
+    assert fig["ike_sas"] == ike_sas, fig
+    assert fig["tunnels_per_s"] == pytest.approx(n / float(fig["ike_setup_s"])), fig
+    assert listed.count("state=INSTALLED") == n, listed[-2000:]
+    assert listed.count("state=ESTABLISHED") == (1 if ike_sas == "one" else n), listed[-2000:]
+    sent = int(row["sent_packets"])
+    assert sent == 4 * n and row["lost_packets"] == 0, row
+    spis = Counter(p[:4] for src, _, proto, p in ip_packets(pcap)
+                   if src == "192.0.2.1" and proto == 50)  # fmt: skip
+    assert len(spis) == n and sum(spis.values()) == sent, spis
+    assert max(spis.values()) - min(spis.values()) <= 1, spis  # in turn: 4 each
