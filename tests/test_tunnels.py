@@ -130,23 +130,28 @@ def test_a_campaign_of_several_counts_reports_the_rate_against_them() -> None:
     from ipsec_lab import campaign_report
     from ipsec_lab.studies import Analysis
 
-    def row(backend: str, n: int, mbps: float, rss: float) -> dict[str, object]:
+    def row(backend: str, n: int, mbps: float, rss: float, **ike: float) -> dict[str, object]:
         flow = "client-server" if n == 1 else f"client-server over {n} tunnels"
         return {"backend": backend, "backend_label": backend, "configuration": "esp:x",
                 "link": "unshaped", "flow": flow, "measurement": "rfc2544-64", "n": 1,
                 "tunnels": n, "mbps_median": mbps, "setup_s_median": 0.1 * n,
-                "ipsec_rss_at_start_median": rss}  # fmt: skip
+                "ipsec_rss_at_start_median": rss, **ike}  # fmt: skip
 
     an = Analysis("c", "c", "c")
     measured = [row("ours", 1, 20.0, 2**20), row("ours", 16, 15.0, 2**20 + 15 * 2048),
-                row("none", 1, 90.0, 0), row("none", 16, 90.0, 0)]  # fmt: skip
+                row("none", 1, 90.0, 0), row("none", 16, 90.0, 0),
+                row("strongswan-kernel", 16, 9.0, 2**21, tunnels_per_s_median=41.5,
+                    ike_retransmits_max=3)]  # fmt: skip
     campaign_report._tunnel_axis(an, measured, 7)
     (plot,) = an.plots
     assert plot.categories == ["1", "16"]
     assert plot.series["ours esp:x (unshaped, client-server)"] == [20.0, 15.0]
     (table,) = an.tables
     ours16 = next(r for r in table.rows if r[1].startswith("ours") and r[2] == 16)
-    assert ours16[3:8] == ["15", "0.75", "1.6", "1.03", "2"]  # x 1 tunnel, KiB per tunnel
+    # x 1 tunnel, set-up, no IKE figures (ours has no IKE), MiB, KiB per tunnel
+    assert ours16[3:10] == ["15", "0.75", "1.6", "—", "—", "1.03", "2"]
+    ike = next(r for r in table.rows if r[1].startswith("strongswan"))
+    assert ike[5:8] == ["1.6", "41.5", "3"]  # set-up, IKE tunnels/s, retransmits
     an2 = Analysis("c", "c", "c")
     campaign_report._tunnel_axis(an2, measured[:1] + measured[2:3], 7)
     assert not an2.plots and not an2.tables  # one count: no axis

@@ -207,6 +207,8 @@ def _tunnel_axis(an: Analysis, measured: list[dict[str, Any]], cid: int) -> None
                 per = (rss - rss1) / (n - 1) if rss and rss1 and n > 1 else None
                 rows.append([meas, name, n, fmt(r.get("mbps_median")), fmt(ratio),
                              fmt(r.get("setup_s_median")),
+                             fmt(r.get("tunnels_per_s_median")),
+                             fmt(r.get("ike_retransmits_max")),
                              fmt(rss / 2**20) if rss else "—",
                              fmt(per / 1024) if per is not None else "—",
                              r.get("note", "")])  # fmt: skip
@@ -220,11 +222,15 @@ def _tunnel_axis(an: Analysis, measured: list[dict[str, Any]], cid: int) -> None
     an.tables.append(Table(
         f"Campaign {cid}: the rate against the tunnel count",
         ["measurement", "backend (link, flow)", "tunnels", "Mbit/s", "x 1 tunnel",
-         "set-up s", "IPsec MiB", "KiB per tunnel", "note"],
+         "set-up s", "IKE tunnels/s", "IKE retransmits", "IPsec MiB", "KiB per tunnel",
+         "note"],
         rows,
         note="Mbit/s: the measurement's rate (an RFC 2544 search: its NDR), median; x 1 "
         "tunnel: over the same backend's at one tunnel; set-up: the backend's start with "
-        "its tunnels, to its own 'up'; IPsec MiB: its processes' resident memory once up "
+        "its tunnels, to its own 'up'; IKE tunnels/s: an IKE daemon's N tunnels over the "
+        "time from loading the initiator's configuration to all established (`ike_sas` "
+        "says how), with the retransmits its logs counted (most of the repetitions); "
+        "IPsec MiB: its processes' resident memory once up "
         "(both gateways); KiB per tunnel: that memory's growth over one tunnel's, per "
         "tunnel added",
     ))  # fmt: skip

@@ -245,7 +245,8 @@ def forecast(sc: Scenario, hosts: Hosts | None = None) -> dict[str, Any]:
             else:
                 why = backend_skip(k.backend, k.configuration, hosts, n) or ""
                 status = "skip" if why else "run"
-            start = backends.BY_NAME[k.backend].start_s
+            e = backends.BY_NAME[k.backend]
+            start = e.start_s + e.start_s_per_tunnel * (n - 1)
             g = Group(k.link, k.backend, name, k.configuration, 0, start, status, why, n)
             groups[gk] = g
         g.runs += 1

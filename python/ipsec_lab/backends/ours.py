@@ -18,7 +18,15 @@ from typing import TYPE_CHECKING, Any
 
 from ipsec_lab.backends import sa_plan
 from ipsec_lab.backends.base import Unsupported, exited, private_dir, private_file
-from ipsec_lab.backends.sa_plan import IPCOMP_CPI, SPI, Keys, Layer, Layers, fresh_keys
+from ipsec_lab.backends.sa_plan import (
+    IPCOMP_CPI,
+    NO_BUNDLES,
+    SPI,
+    Keys,
+    Layer,
+    Layers,
+    fresh_keys,
+)
 from ipsec_lab.meters import process_cpu_ns
 from ipsec_lab.testbed import Tunnel, build
 from ipsec_lab.testbed import tunnels as many
@@ -54,8 +62,6 @@ def layers(configuration: str, backend: str = "ours") -> Layers:
         raise Unsupported("ipsec-gw carries IPComp inside ESP only (a bundle needs ESP)")
     return ls
 
-
-NO_BUNDLES = "more than one tunnel: one SA a tunnel (no bundles) so far"
 
 # The user ipsec-gw runs as once set up (its config's default; the Makefile creates it).
 GATEWAY_USER = "ipsec-gw"

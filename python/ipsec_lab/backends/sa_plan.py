@@ -42,6 +42,8 @@ class Layers:
 
 
 # SPIs: left-to-right 0x1001 (ESP) / 0x1101 (AH), back 0x2002 / 0x2102.
+# Many tunnels (testbed/tunnels.py): tunnel j's SAs take SPI + (j << 16), one SA a tunnel
+NO_BUNDLES = "more than one tunnel: one SA a tunnel (no bundles) so far"
 SPI = {("esp", "lr"): 0x1001, ("esp", "rl"): 0x2002, ("ah", "lr"): 0x1101, ("ah", "rl"): 0x2102}
 IPCOMP_CPI = 2  # DEFLATE's well-known CPI (RFC 3173 §3.3)
 

@@ -34,6 +34,7 @@ it, and deletes exactly those when it stops (`undo_commands`).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import platform
 import shlex
@@ -45,10 +46,20 @@ from typing import TYPE_CHECKING
 
 from ipsec_lab.algorithms import CIPHERS, INTEGRITIES
 from ipsec_lab.backends.base import Processless, Unsupported, exited, private_dir, private_file
-from ipsec_lab.backends.sa_plan import IPCOMP_CPI, SPI, Layer, Layers, fresh_keys, layers
+from ipsec_lab.backends.sa_plan import (
+    IPCOMP_CPI,
+    NO_BUNDLES,
+    SPI,
+    Layer,
+    Layers,
+    fresh_keys,
+    layers,
+)
 from ipsec_lab.testbed import Tunnel
 from ipsec_lab.testbed.build import LabError, probe, tail, wait_for_text
 from ipsec_lab.testbed.interface import READY_S, OnHosts, Process, Testbed, on_hosts
+from ipsec_lab.testbed.tunnels import refusal as tunnels_refusal
+from ipsec_lab.testbed.tunnels import selectors
 
 if TYPE_CHECKING:
     from ipsec_lab.hosts import Hosts
@@ -145,6 +156,7 @@ def commands(
     esn: bool = False,
     replay_window: int = REPLAY_WINDOW,
     after_seq: int = 0,
+    j: int = 0,
 ) -> list[str]:
     """The `ip -batch` lines (`xfrm …`) for `node`'s end of `tunnel`: its SAs both ways and its
     policies (out; in, and fwd when it forwards for a subnet). Host-to-host tunnels (the
@@ -155,7 +167,8 @@ def commands(
     socket with UDP_ENCAP on 4500, `encap_socket`). `esn`: 64-bit sequence numbers (RFC 4303
     §2.2.1). `after_seq`: the SAs start as if `after_seq` packets had been sent and
     received (outbound numbering resumes above it, the inbound window's top is at it) —
-    to cross 2^32 in a test of ESN."""
+    to cross 2^32 in a test of ESN. `j`: the tunnel's number between the same two
+    gateways (testbed/tunnels.py): its SAs' SPIs are SPI + (j << 16), as ours' are."""
     left = tunnel.left == node
     me, peer = (
         (tunnel.left_outer, tunnel.right_outer) if left else (tunnel.right_outer, tunnel.left_outer)
@@ -185,7 +198,7 @@ def commands(
                 lines.append(f"{head} proto comp spi {IPCOMP_CPI} mode {m} comp deflate")
                 continue
             enc, integ = keys.keys[(proto, way[direction])]
-            spi = SPI[(proto, way[direction])]
+            spi = SPI[(proto, way[direction])] + (j << 16)
             algs = " ".join(_algorithms(x, enc, integ))
             # Linux pads AH to 8 bytes over IPv4 too unless told `align4`; RFC 4302
             # §3.3.3.2.1 says 4 (ours does): without it HMAC-SHA-256's 28-byte AH is
@@ -235,6 +248,21 @@ def commands(
                     f"type {icmp_type} priority {ND_PRIORITY}"
                 )
     return lines
+
+
+def many_commands(node: str, tunnel: Tunnel, ls: Layers, keys: list[Keys], forward: bool,
+                  *, udp_encap: bool = False) -> list[str]:  # fmt: skip
+    """`commands` for `len(keys)` tunnels between the line's gateways, each with its own
+    keys: one, `tunnel` itself; more (testbed/tunnels.py), tunnel 0 the topology's own and
+    tunnel j its left subnet to the (j-1)-th address of FAR, its SPIs + (j << 16)."""
+    if len(keys) == 1:
+        return commands(node, tunnel, ls, keys[0], forward, udp_encap=udp_encap)
+    if ls.bundle:
+        raise Unsupported(NO_BUNDLES)
+    ends = [dataclasses.replace(tunnel, left_ts=a, right_ts=b)
+            for a, b in selectors(tunnel, len(keys))]  # fmt: skip
+    return [line for j, (e, k) in enumerate(zip(ends, keys, strict=True))
+            for line in commands(node, e, ls, k, forward, udp_encap=udp_encap, j=j)]  # fmt: skip
 
 
 def undo_commands(lines: list[str]) -> list[str]:
@@ -323,7 +351,10 @@ class Xfrm(Processless):
     """`xfrm`: raw ESP; `xfrm-udp`: ESP in UDP on port 4500 (RFC 3948), as a gateway
     behind NAT sends it."""
 
-    def __init__(self, udp_encap: bool = False) -> None:
+    def __init__(self, udp_encap: bool = False, tunnels: int = 1) -> None:
+        """`tunnels`: how many between the line testbed's gateways (testbed/tunnels.py),
+        each its own SAs (fresh keys, SPIs + (j << 16)) and policies."""
+        self.tunnels = tunnels
         self.nodes: list[str] = []
         self.udp_encap = udp_encap
         self.name = "xfrm-udp" if udp_encap else "xfrm"
@@ -340,6 +371,8 @@ class Xfrm(Processless):
         why = unsupported_by_kernel_xfrm(ls)
         if self.udp_encap and ls.ah:
             why = NO_AH_IN_UDP
+        if self.tunnels > 1 and ls.bundle:
+            why = NO_BUNDLES
         if why:
             raise Unsupported(why)
         if self.on_hosts:
@@ -359,18 +392,22 @@ class Xfrm(Processless):
         ls = layers(configuration, self.name)
         d = private_dir(tb.rundir / "xfrm")
         on = tb if on_hosts(tb) else None
+        if self.tunnels > 1 and (why := tunnels_refusal(tb.topo.name, on is not None,
+                                                        self.tunnels)):  # fmt: skip
+            raise LabError(f"xfrm: {why}")
         for i, t in enumerate(tb.topo.tunnels):
-            keys = Keys.fresh(ls)
+            # the topology's tunnel, or the N between the line's gateways: tunnel 0 is
+            # the topology's own, the others its left subnet to one address of FAR each
+            keys = [Keys.fresh(ls) for _ in range(self.tunnels)]
             for node in (t.left, t.right):
-                lines = commands(
-                    node, t, ls, keys, node in tb.topo.forwarding, udp_encap=self.udp_encap
-                )
+                lines = many_commands(node, t, ls, keys, node in tb.topo.forwarding,
+                                      udp_encap=self.udp_encap)  # fmt: skip
                 batch = d / f"{node}-t{i}.ip"
                 private_file(batch, "\n".join(lines) + "\n")
                 if on is not None:
                     self._install_on_host(on, node, f"t{i}", lines)
                 else:
-                    tb.run(node, ["ip", "-batch", str(batch)])
+                    tb.run(node, ["ip", "-batch", str(batch)], timeout=60 + len(lines) / 100)
                 if node not in self.nodes:
                     self.nodes.append(node)
                 if self.udp_encap:

@@ -1,6 +1,7 @@
-"""strongSwan's N tunnels (issue 44): the swanctl configurations both ends get, the
-charon log reader that times the set-up, the scenario key and the refusals. The VM runs
-them for real (tests/vm/tunnels.py)."""
+"""The kernel's IPsec's N tunnels (issue 44): strongSwan's swanctl configurations for
+both ends, the charon log reader that times the set-up, the scenario key and the
+refusals; xfrm's `ip -batch` lines for N tunnels. The VM runs both for real
+(tests/vm/tunnels.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ from pathlib import Path
 import pytest
 
 from ipsec_lab import backends
+from ipsec_lab.backends import xfrm
 from ipsec_lab.backends.base import Unsupported
+from ipsec_lab.backends.sa_plan import SPI, layers
 from ipsec_lab.backends.strongswan import LogCount, StrongSwan, _swanctl_conf
 from ipsec_lab.scenario import ScenarioError, parse
 from ipsec_lab.testbed import topology, tunnels
@@ -101,3 +104,40 @@ def test_kernel_libipsec_refuses_many_tunnels_with_the_reason() -> None:
     with pytest.raises(Unsupported, match="kernel-libipsec sets up one tunnel"):
         StrongSwan("libipsec", tunnels=16).check("esp:aes128gcm16")
     StrongSwan("libipsec", tunnels=1).check("esp:aes128gcm16")  # one: as before
+
+
+@pytest.mark.parametrize("udp", [False, True])
+def test_xfrm_keys_n_tunnels_each_with_its_own_spis_keys_and_policies(udp: bool) -> None:
+    """16 tunnels: each end has 2 SAs and 3 policies (out, in, fwd) a tunnel; SPIs
+    SPI + (j << 16) both ways, every key its own and the same at both ends for the same
+    SA; the policies' selectors are the tunnels' (testbed/tunnels.py), mirrored."""
+    n, t = 16, topology("line").tunnels[0]
+    ls = layers("esp:aes128gcm16", "xfrm")
+    keys = [xfrm.Keys.fresh(ls) for _ in range(n)]
+    lines = {node: xfrm.many_commands(node, t, ls, keys, True, udp_encap=udp)
+             for node in ("gwA", "gwB")}  # fmt: skip
+    states: dict[str, dict[tuple[str, str, int], str]] = {}
+    for node, ls_ in lines.items():
+        assert len(ls_) == 5 * n
+        st = [ln.split() for ln in ls_ if ln.startswith("xfrm state")]
+        states[node] = {(w[4], w[6], int(w[10], 16)): w[w.index("aead") + 2] for w in st}
+        assert all(("encap" in w) == udp for w in st)
+    assert states["gwA"] == states["gwB"]  # the same SA, the same key, at both ends
+    want = {
+        (a, b, SPI[("esp", way)] + (j << 16))
+        for j in range(n)
+        for a, b, way in (("192.0.2.1", "192.0.2.2", "lr"), ("192.0.2.2", "192.0.2.1", "rl"))
+    }
+    assert set(states["gwA"]) == want
+    assert len(set(states["gwA"].values())) == 2 * n  # every SA its own key
+    sel = tunnels.selectors(t, n)
+    for node, mine in (("gwA", 0), ("gwB", 1)):
+        pol = [ln.split() for ln in lines[node] if ln.startswith("xfrm policy")]
+        outs = [(w[6], w[8]) for w in pol if w[4] == "out"]
+        assert outs == [(p[mine], p[1 - mine]) for p in sel]
+        assert sum(w[4] == "fwd" for w in pol) == n
+    with pytest.raises(Unsupported, match="no bundles"):
+        xfrm.many_commands("gwA", t, layers("esp:aes128gcm16+ipcomp", "xfrm"), keys, True)
+    assert xfrm.many_commands("gwA", t, ls, keys[:1], True) == xfrm.commands(
+        "gwA", t, ls, keys[0], True
+    )  # one tunnel: exactly as before
