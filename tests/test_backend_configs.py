@@ -9,7 +9,8 @@ import pytest
 
 from ipsec_lab import scenario
 from ipsec_lab.backends import Unsupported
-from ipsec_lab.backends.strongswan import _swanctl_conf, esp_proposal
+from ipsec_lab.backends.charon_files import swanctl_conf
+from ipsec_lab.backends.strongswan import esp_proposal
 from ipsec_lab.testbed import topology
 
 
@@ -45,7 +46,7 @@ def test_ours_udp_is_ipsec_gw_with_esp_in_udp_and_refuses_ah() -> None:
 
 def test_swanctl_conf_of_the_clients_server_has_both_tunnels() -> None:
     topo = topology("clients")
-    text = _swanctl_conf("server", list(topo.tunnels), "aes128gcm16", "ab" * 32)
+    text = swanctl_conf("server", list(topo.tunnels), "aes128gcm16", "ab" * 32)
     assert text.count("esp_proposals = aes128gcm16") == 2
     assert "local_ts = 192.0.2.1/32" in text and "remote_ts = 192.0.2.2/32" in text
     assert "local_ts = 198.51.100.1/32" in text and "remote_ts = 198.51.100.2/32" in text

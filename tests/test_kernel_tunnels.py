@@ -13,8 +13,9 @@ import pytest
 from ipsec_lab import backends
 from ipsec_lab.backends import xfrm
 from ipsec_lab.backends.base import Unsupported
+from ipsec_lab.backends.charon_files import LogCount, swanctl_conf
 from ipsec_lab.backends.sa_plan import SPI, layers
-from ipsec_lab.backends.strongswan import LogCount, StrongSwan, _swanctl_conf
+from ipsec_lab.backends.strongswan import StrongSwan
 from ipsec_lab.scenario import ScenarioError, parse
 from ipsec_lab.testbed import topology, tunnels
 
@@ -36,8 +37,8 @@ def _conns(text: str) -> list[dict[str, object]]:
 @pytest.mark.parametrize("n", [2, 16, 300])
 def test_n_children_under_one_ike_sa_mirror_each_other_and_the_selectors(n: int) -> None:
     t = topology("line").tunnels[0]
-    a = _conns(_swanctl_conf("gwA", [t], "aes128gcm16", "ab", many=n, initiates=True))
-    b = _conns(_swanctl_conf("gwB", [t], "aes128gcm16", "ab", many=n))
+    a = _conns(swanctl_conf("gwA", [t], "aes128gcm16", "ab", many=n, initiates=True))
+    b = _conns(swanctl_conf("gwB", [t], "aes128gcm16", "ab", many=n))
     assert len(a) == len(b) == 1
     want = tunnels.selectors(t, n)
     assert a[0]["children"] == want
@@ -50,8 +51,8 @@ def test_n_children_under_one_ike_sa_mirror_each_other_and_the_selectors(n: int)
 @pytest.mark.parametrize("n", [2, 64])
 def test_an_ike_sa_per_tunnel_has_identities_of_its_own_on_both_ends(n: int) -> None:
     t = topology("line").tunnels[0]
-    gwa = _swanctl_conf("gwA", [t], "aes128gcm16", "ab", many=n, ike_sas="per-tunnel")
-    gwb = _swanctl_conf("gwB", [t], "aes128gcm16", "ab", many=n, ike_sas="per-tunnel")
+    gwa = swanctl_conf("gwA", [t], "aes128gcm16", "ab", many=n, ike_sas="per-tunnel")
+    gwb = swanctl_conf("gwB", [t], "aes128gcm16", "ab", many=n, ike_sas="per-tunnel")
     a, b = _conns(gwa), _conns(gwb)
     assert len(a) == len(b) == n
     want = tunnels.selectors(t, n)
@@ -136,6 +137,13 @@ def test_xfrm_keys_n_tunnels_each_with_its_own_spis_keys_and_policies(udp: bool)
         outs = [(w[6], w[8]) for w in pol if w[4] == "out"]
         assert outs == [(p[mine], p[1 - mine]) for p in sel]
         assert sum(w[4] == "fwd" for w in pol) == n
+        # each policy's template names its own tunnel's states (reqid j + 1): without
+        # it the kernel takes any state of the same addresses for every tunnel
+        reqid = [int(w[w.index("reqid") + 1]) for w in pol]
+        assert reqid == [j + 1 for j in range(n) for _ in range(3)]
+    for w in (ln.split() for ln in lines["gwA"] if ln.startswith("xfrm state")):
+        j = (int(w[10], 16) - SPI[("esp", "lr" if w[4] == "192.0.2.1" else "rl")]) >> 16
+        assert int(w[w.index("reqid") + 1]) == j + 1, w
     with pytest.raises(Unsupported, match="no bundles"):
         xfrm.many_commands("gwA", t, layers("esp:aes128gcm16+ipcomp", "xfrm"), keys, True)
     assert xfrm.many_commands("gwA", t, ls, keys[:1], True) == xfrm.commands(

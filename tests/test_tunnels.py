@@ -45,7 +45,7 @@ def test_a_spread_flow_is_a_flow_of_its_own_sent_to_every_tunnel() -> None:
 
 SC = """
 name = "t"
-backends = ["none", "ours", "xfrm"]
+backends = ["none", "ours", "wireguard"]
 tunnels = [1, 16, 16]
 [[workloads]]
 kind = "rfc2544"
@@ -63,26 +63,28 @@ def test_the_plan_runs_each_count_and_skips_what_cannot_spread_or_set_up_many() 
     flows = {(p.key.backend, p.key.workload, p.key.flow, p.flow.destinations) for p in ps}
     assert ("ours", "rfc2544-64", "client-server over 16 tunnels", 16) in flows
     assert ("ours", "rfc2544-64", "client-server", 1) in flows
-    # the runner's and check's skips: tcp goes to one address, xfrm sets up one tunnel
+    # the runner's and check's skips: tcp goes to one address, WireGuard sets up one tunnel
     skip = {p.key: preflight.spread_skip(p) for p in ps}
     assert {k.workload for k, why in skip.items() if why} == {"tcp-1x-5s"}
     assert all("sends to one address" in why for why in skip.values() if why)
-    assert backends.tunnels_refusal("xfrm", 16) and not backends.tunnels_refusal("xfrm", 1)
+    assert backends.tunnels_refusal("wireguard", 16)
+    assert not backends.tunnels_refusal("wireguard", 1)
+    assert not backends.tunnels_refusal("xfrm", 4096)
     assert not backends.tunnels_refusal("ours-udp", 4096)
     groups = preflight.forecast(sc)["groups"]
     by = {(g["backend"], g["tunnels"], g["status"], g["reason"][:20]) for g in groups}
-    assert ("xfrm", 16, "skip", "16 tunnels: xfrm set") in by
+    assert ("wireguard", 16, "skip", "16 tunnels: wireguar") in by
     assert ("ours", 16, "skip", "16 tunnels: a tcp wo") in by
     assert any(g["backend"] == "ours" and g["tunnels"] == 16 and g["status"] == "run"
                for g in groups)  # fmt: skip
     # a bundle is one tunnel's: check says so, as the start would
     one = 'backends = ["ours"]\nconfigurations = ["esp:aes128gcm16+ipcomp"]'
-    bundle = scenario.parse(SC.replace('backends = ["none", "ours", "xfrm"]', one), "b.toml")
+    bundle = scenario.parse(SC.replace('backends = ["none", "ours", "wireguard"]', one), "b.toml")
     gs = {(g["tunnels"], g["status"]) for g in preflight.forecast(bundle)["groups"]
           if g["reason"] == ours.NO_BUNDLES or g["status"] == "run"}  # fmt: skip
     assert gs == {(1, "run"), (16, "skip")}, preflight.forecast(bundle)["groups"]
     with pytest.raises(ValueError, match="sets up one so far"):
-        backends.make("xfrm", tunnels=16)
+        backends.make("wireguard", tunnels=16)
     assert backends.make("ours", tunnels=16).tunnels == 16  # type: ignore[attr-defined]
 
 

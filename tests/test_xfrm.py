@@ -123,22 +123,23 @@ def test_what_the_kernel_cannot_do_is_refused_with_why() -> None:
 
 def test_strongswan_on_the_kernel_asks_for_what_the_configuration_has() -> None:
     from ipsec_lab.backends import make
-    from ipsec_lab.backends.strongswan import _charon_conf, _swanctl_conf, kernel_proposals
+    from ipsec_lab.backends.charon_files import charon_conf, swanctl_conf
+    from ipsec_lab.backends.strongswan import kernel_proposals
 
     assert kernel_proposals("ah:sha256+esp:aes128") == ("aes128", "sha256", False)
     assert kernel_proposals("ipcomp+esp:aes128-sha1") == ("aes128-sha1", None, True)
     assert kernel_proposals("aes128gcm16") == ("aes128gcm16", None, False)
     with pytest.raises(Unsupported, match="AES-GMAC"):
         kernel_proposals("ah:aes128gmac")
-    conf = _swanctl_conf("gwA", [GATEWAYS], "aes128", "00" * 32, "sha256", True, kernel=True)
+    conf = swanctl_conf("gwA", [GATEWAYS], "aes128", "00" * 32, "sha256", True, kernel=True)
     assert "encap = no" in conf and "esp_proposals = aes128\n" in conf
     assert "ah_proposals = sha256\n" in conf and "ipcomp = yes\n" in conf
-    lib = _swanctl_conf("gwA", [GATEWAYS], "aes128-sha1", "00" * 32)
+    lib = swanctl_conf("gwA", [GATEWAYS], "aes128-sha1", "00" * 32)
     assert "encap = yes" in lib and "ah_proposals" not in lib
     from pathlib import Path
 
-    assert "kernel-libipsec" not in _charon_conf(Path("/v"), Path("/l"), kernel=True)
-    assert "kernel-libipsec" in _charon_conf(Path("/v"), Path("/l"))
+    assert "kernel-libipsec" not in charon_conf(Path("/v"), Path("/l"), kernel=True)
+    assert "kernel-libipsec" in charon_conf(Path("/v"), Path("/l"))
     names = {n: make(n).name for n in ("strongswan-kernel", "strongswan-libipsec")}
     assert names == {"strongswan-kernel": "strongswan-kernel",
                      "strongswan-libipsec": "strongswan-libipsec"}  # fmt: skip

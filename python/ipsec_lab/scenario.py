@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from ipsec_lab import backends, units, workloads
-from ipsec_lab.backends.strongswan import IKE_SAS
+from ipsec_lab.backends.charon_files import IKE_SAS
 from ipsec_lab.testbed import LINK_PRESETS, Link
 from ipsec_lab.testbed.placement import MODES as PLACEMENTS
 from ipsec_lab.traffic.workload import Workload

@@ -184,7 +184,7 @@ def make(name: str, stage_timing: bool = False, hosts: Hosts | None = None,
     CoDel on its receive queues (the others' queues are the kernel's). `hosts`: the
     real hosts it will run on — its checks then probe them, not this machine.
     `tunnels`: how many between the line testbed's gateways (`tunnels_refusal`), and
-    `ike_sas` how an IKE daemon sets them up (strongswan.IKE_SAS)."""
+    `ike_sas` how an IKE daemon sets them up (charon_files.IKE_SAS)."""
     e = BY_NAME.get(name)
     if e is None:
         raise ValueError(f"unknown backend {name!r} (known: {', '.join(NAMES)})")

@@ -26,7 +26,6 @@ that already has such a policy is refused rather than changed.
 
 from __future__ import annotations
 
-import re
 import secrets
 import shlex
 import subprocess
@@ -41,25 +40,24 @@ from ipsec_lab.backends.base import (
     private_dir,
     private_file,
 )
+from ipsec_lab.backends.charon_files import (
+    IKE_SAS,
+    SETUP_POLL_S,
+    SETUP_S,
+    SETUP_S_PER_TUNNEL,
+    LogCount,
+    charon_conf,
+    swanctl_conf,
+)
 from ipsec_lab.testbed import Tunnel, build
 from ipsec_lab.testbed.build import LabError, require_tools, tail, wait_for_path
 from ipsec_lab.testbed.interface import READY_S, OnHosts, Process, Testbed, on_hosts
 from ipsec_lab.testbed.tunnels import refusal as tunnels_refusal
-from ipsec_lab.testbed.tunnels import selectors
 
 if TYPE_CHECKING:
     from ipsec_lab.hosts import Hosts
 
 CHARON = "/usr/lib/ipsec/charon"
-PLUGINS = (
-    "random nonce kdf openssl pem pkcs1 x509 pubkey "
-    "kernel-libipsec kernel-netlink socket-default vici"
-)
-KERNEL_PLUGINS = "random nonce kdf openssl pem pkcs1 x509 pubkey kernel-netlink socket-default vici"
-# charon's own IKE and ESP-in-UDP packets carry this mark and skip the routes
-# kernel-libipsec installs into its TUN device (needed for host-to-host tunnels, where the
-# peer's address is itself inside the remote traffic selector).
-FWMARK = "0x4c4142"
 # libipsec's TUN device has a fixed 1400-byte MTU and reads packets into buffers of that
 # size (raising the device MTU afterwards breaks it): TCP finds it by path-MTU discovery,
 # and the lab sends UDP without DF so the gateway fragments larger packets.
@@ -115,189 +113,6 @@ def esp_proposal(configuration: str, backend: str = "strongswan") -> str:
         # libipsec: "failed to create ESP context: unsupported integrity algorithm UNDEFINED"
         raise Unsupported("strongSwan's kernel-libipsec cannot do ESP encryption without integrity")
     return configuration.strip().lower().split(":", 1)[1]
-
-
-def _charon_conf(vici: Path | str, log: Path | str, kernel: bool = False) -> str:
-    libipsec = (
-        ""
-        if kernel
-        else """    kernel-libipsec {
-      load = yes
-      allow_peer_ts = yes
-    }
-"""
-    )
-    return f"""charon {{
-  load = {KERNEL_PLUGINS if kernel else PLUGINS}
-  install_routes = {"no" if kernel else "yes"}
-  retransmit_tries = 3
-  plugins {{
-    vici {{
-      socket = unix://{vici}
-    }}
-{libipsec}    kernel-netlink {{
-      fwmark = !{FWMARK}
-    }}
-    socket-default {{
-      fwmark = {FWMARK}
-    }}
-  }}
-  filelog {{
-    lab {{
-      path = {log}
-      time_format = %s
-      flush_line = yes
-      default = 1
-    }}
-  }}
-  syslog {{
-    daemon {{
-      default = -1
-    }}
-  }}
-}}
-swanctl {{
-  load = pem pkcs1 x509 pubkey openssl random
-}}
-"""
-
-
-# How the IKE daemons set up N tunnels between one pair of gateways (the scenario's
-# `[gateway] ike_sas`): N CHILD_SAs under one IKE_SA (a site with many subnets), or an
-# IKE_SA each (N sites behind one address: the set-up rate's hard case, N DH exchanges
-# and N half-open IKE_SAs at once).
-IKE_SAS = ("one", "per-tunnel")
-
-
-def _connections(node: str, tunnels: list[Tunnel], many: int, ike_sas: str
-                 ) -> list[tuple[str, str, str, str, list[tuple[str, str]]]]:  # fmt: skip
-    """This node's connections: (my address, the peer's, my IKE identity, the peer's,
-    its children's (local TS, remote TS)), one per topology tunnel; with `many` > 1 (the
-    line's one tunnel, testbed/tunnels.py) the N tunnels as N children of one connection,
-    or N connections of one child each, told apart by identities of their own (the
-    responder picks a connection by the identities, then a child within it)."""
-    out = []
-    for t in tunnels:
-        left = t.left == node
-        me, peer = (t.left_outer, t.right_outer) if left else (t.right_outer, t.left_outer)
-        pairs = selectors(t, many) if many > 1 else [(t.left_ts, t.right_ts)]
-        ts = [(lts, rts) if left else (rts, lts) for lts, rts in pairs]
-        if many == 1 or ike_sas == "one":
-            out.append((me, peer, me, peer, ts))
-            continue
-        mine, theirs = (t.left, t.right) if left else (t.right, t.left)
-        out += [(me, peer, f"@t{j}.{mine}.lab", f"@t{j}.{theirs}.lab", [pair])
-                for j, pair in enumerate(ts)]  # fmt: skip
-    return out
-
-
-def _swanctl_conf(
-    node: str,
-    tunnels: list[Tunnel],
-    esp: str | None,
-    psk: str,
-    ah: str | None = None,
-    ipcomp: bool = False,
-    kernel: bool = False,
-    many: int = 1,
-    ike_sas: str = "one",
-    initiates: bool = False,
-) -> str:
-    """swanctl.conf for `node`: connection t<i>, children c<j> numbered across the
-    file. `initiates`: its children start when loaded (`start_action = start`: how N
-    tunnels come up at once; one tunnel is initiated by swanctl)."""
-    child = (
-        (f"        esp_proposals = {esp}\n" if esp else "")
-        + (f"        ah_proposals = {ah}\n" if ah else "")
-        + ("        ipcomp = yes\n" if ipcomp else "")
-        + ("        start_action = start\n" if initiates else "")
-    )
-    encap = "no" if kernel else "yes"
-    conns = []
-    secrets_ = []
-    j = 0
-    for i, (me, peer, my_id, peer_id, ts) in enumerate(_connections(node, tunnels, many, ike_sas)):
-        children = []
-        for lts, rts in ts:
-            children.append(f"""      c{j} {{
-        local_ts = {lts}
-        remote_ts = {rts}
-{child}        mode = tunnel
-        rekey_time = 0
-        life_time = 0
-      }}""")
-            j += 1
-        kids = "\n".join(children)
-        conns.append(
-            f"""  t{i} {{
-    version = 2
-    local_addrs = {me}
-    remote_addrs = {peer}
-    proposals = aes128-sha256-modp2048
-    encap = {encap}
-    local {{
-      auth = psk
-      id = {my_id}
-    }}
-    remote {{
-      auth = psk
-      id = {peer_id}
-    }}
-    children {{
-{kids}
-    }}
-  }}"""
-        )
-        secrets_.append(
-            f"""  ike-{i} {{
-    id-1 = {my_id}
-    id-2 = {peer_id}
-    secret = 0x{psk}
-  }}"""
-        )
-    return "connections {\n" + "\n".join(conns) + "\n}\nsecrets {\n" + "\n".join(secrets_) + "\n}\n"
-
-
-# Setting up N tunnels at once: given up after SETUP_S + SETUP_S_PER_TUNNEL x N (4,096 at
-# once through one IKE_SA is ~4,096 round trips in a row; under the micro-VM's emulation
-# each costs charon milliseconds), the logs read every SETUP_POLL_S.
-SETUP_S = 30.0
-SETUP_S_PER_TUNNEL = 0.25
-SETUP_POLL_S = 0.05
-
-
-class LogCount:
-    """What a charon's log has said so far about setting up CHILD_SAs, read on from where
-    the last read ended (the log is this run's: start() removes an old one)."""
-
-    # charon's own words (libcharon/sa/ikev2/tasks/child_create.c and task_manager_v2.c)
-    ESTABLISHED = re.compile(rb"CHILD_SA \S+\{\d+\} established with SPIs")
-    RETRANSMIT = re.compile(rb"retransmit \d+ of request with message ID")
-    FAILED = re.compile(rb"giving up after \d+ retransmits|failed to establish CHILD_SA")
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.offset = 0
-        self.rest = b""
-        self.established = self.retransmits = self.failed = 0
-
-    def read(self) -> None:
-        try:
-            with open(self.path, "rb") as f:
-                f.seek(self.offset)
-                data = f.read()
-        except FileNotFoundError:
-            return
-        self.offset += len(data)
-        lines = (self.rest + data).split(b"\n")
-        self.rest = lines.pop()  # a line not yet ended: counted when it is
-        for line in lines:
-            if self.ESTABLISHED.search(line):
-                self.established += 1
-            elif self.RETRANSMIT.search(line):
-                self.retransmits += 1
-            elif self.FAILED.search(line):
-                self.failed += 1
 
 
 # said wherever `strongswan` resolves to its user-space ESP
@@ -413,14 +228,20 @@ class StrongSwan:
         d = tb.rundir / "strongswan" / node
         socks = build.of_namespaces(tb, "charon's VICI socket").sockets
         argv = ["swanctl", *args, "--uri", f"unix://{socks / (node + '.vici')}"]
-        p = subprocess.run(
-            argv,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            env={"STRONGSWAN_CONF": str(d / "strongswan.conf"), "PATH": "/usr/sbin:/usr/bin"},
-            check=False,
-        )
+        try:
+            p = subprocess.run(
+                argv,
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                env={"STRONGSWAN_CONF": str(d / "strongswan.conf"), "PATH": "/usr/sbin:/usr/bin"},
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            logs = "".join(f"\n--- charon log tail, {n} ---\n{tail(self._log(tb, n))}"
+                           for n in tb.topo.ipsec_nodes)  # fmt: skip
+            raise LabError(f"strongswan on {node}: swanctl {' '.join(args[:2])} gave no "
+                           f"answer within {timeout:g} s{logs}") from None  # fmt: skip
         if p.returncode != 0:
             logs = "".join(
                 f"\n--- charon log tail, {n} ---\n{tail(self._log(tb, n))}"
@@ -445,9 +266,9 @@ class StrongSwan:
         d, log = f"{wd}/strongswan", f"{wd}/charon-{node}-ike.log"
         vici = f"{d}/charon.vici"
         tb.run(node, ["mkdir", "-p", "-m", "0700", d, *(f"{d}/{x}" for x in SWANCTL_DIRS)])
-        conf = tb.put(node, "strongswan/strongswan.conf", _charon_conf(vici, log, kernel))
+        conf = tb.put(node, "strongswan/strongswan.conf", charon_conf(vici, log, kernel))
         tb.put(node, "strongswan/swanctl.conf",
-               _swanctl_conf(node, mine, esp, psk, ah, ipcomp, kernel))  # fmt: skip
+               swanctl_conf(node, mine, esp, psk, ah, ipcomp, kernel))  # fmt: skip
         if kernel:
             self._guard_xfrm(tb, node, mine)
         self._remote[node] = (conf, vici, log)
@@ -521,10 +342,10 @@ class StrongSwan:
                 (d / sub).mkdir(exist_ok=True)  # swanctl --load-all looks for these
             conf = d / "strongswan.conf"
             vici = build.of_namespaces(tb, "charon's VICI socket").sockets / f"{node}.vici"
-            conf.write_text(_charon_conf(vici, d / "charon.log", kernel))
+            conf.write_text(charon_conf(vici, d / "charon.log", kernel))
             mine = [t for t in topo.tunnels if node in (t.left, t.right)]
             initiates = self.tunnels > 1 and any(t.left == node for t in mine)
-            private_file(d / "swanctl.conf", _swanctl_conf(
+            private_file(d / "swanctl.conf", swanctl_conf(
                 node, mine, esp, psk, ah, ipcomp, kernel, self.tunnels, self.ike_sas,
                 initiates))  # fmt: skip
             vici.unlink(missing_ok=True)
@@ -591,14 +412,17 @@ class StrongSwan:
         nodes = list(topo.ipsec_nodes)
         initiators = [x for x in nodes if any(t.left == x for t in topo.tunnels)]
         pids = self.pids()
+        bound = SETUP_S + SETUP_S_PER_TUNNEL * n
+        cpu0, t0 = process_cpu_ns(pids), time.monotonic()
         for node in sorted(nodes, key=lambda x: x in initiators):  # responders first
             if node == initiators[0]:  # its load starts the tunnels: the clock starts
                 cpu0, t0 = process_cpu_ns(pids), time.monotonic()
             conf = tb.rundir / "strongswan" / node / "swanctl.conf"
-            self._swanctl(tb, node, "--load-all", "--file", str(conf), timeout=60 + n / 20)
+            # the initiator's load answers as charon gets round to it, beside the
+            # set-up its first connections start: within the set-up's own bound
+            self._swanctl(tb, node, "--load-all", "--file", str(conf), timeout=bound)
         # every load below: a charon's log read from where the last read ended
         logs = {x: LogCount(self._log(tb, x)) for x in nodes}
-        bound = SETUP_S + SETUP_S_PER_TUNNEL * n
         while True:
             for c in logs.values():
                 c.read()
@@ -620,7 +444,7 @@ class StrongSwan:
                 f"({failed} failed, {retransmits} IKE retransmits; IKE_SAs: {self.ike_sas})"
                 f"{tails}")  # fmt: skip
         for node in nodes:  # each charon's own word, not the log's: N installed
-            have = self._swanctl(tb, node, "--list-sas", "--raw", timeout=60 + n / 20)
+            have = self._swanctl(tb, node, "--list-sas", "--raw", timeout=60 + n / 10)
             got = have.count("state=INSTALLED")
             if got != n:
                 raise LabError(f"strongswan on {node}: {got} CHILD_SAs installed, not {n}, "

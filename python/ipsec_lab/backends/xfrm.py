@@ -157,6 +157,7 @@ def commands(
     replay_window: int = REPLAY_WINDOW,
     after_seq: int = 0,
     j: int = 0,
+    many: bool = False,
 ) -> list[str]:
     """The `ip -batch` lines (`xfrm …`) for `node`'s end of `tunnel`: its SAs both ways and its
     policies (out; in, and fwd when it forwards for a subnet). Host-to-host tunnels (the
@@ -168,7 +169,8 @@ def commands(
     §2.2.1). `after_seq`: the SAs start as if `after_seq` packets had been sent and
     received (outbound numbering resumes above it, the inbound window's top is at it) —
     to cross 2^32 in a test of ESN. `j`: the tunnel's number between the same two
-    gateways (testbed/tunnels.py): its SAs' SPIs are SPI + (j << 16), as ours' are."""
+    gateways (testbed/tunnels.py): its SAs' SPIs are SPI + (j << 16), as ours' are, and
+    with `many` (one of several) its states and templates carry reqid j + 1."""
     left = tunnel.left == node
     me, peer = (
         (tunnel.left_outer, tunnel.right_outer) if left else (tunnel.right_outer, tunnel.left_outer)
@@ -208,6 +210,7 @@ def commands(
             # with af-unspec the SA's selector takes either, as strongSwan installs them
             flags += ["af-unspec"] * (m == "tunnel")
             extra = f" flag {' '.join(flags)}" if flags else ""
+            extra += f" reqid {j + 1}" if j or many else ""
             if after_seq:
                 if after_seq >> 32 and not esn:
                     raise ValueError("sequence numbers above 2^32 need ESN")
@@ -229,6 +232,11 @@ def commands(
             # ip-xfrm(8): tmpl [src] [dst] [proto] [spi] [mode] [reqid] [level]
             cpi = f" spi {IPCOMP_CPI}" if proto == "comp" else ""
             t = f"tmpl src {tsrc} dst {tdst} proto {proto}{cpi} mode {m}"
+            # N tunnels between the same two gateways: a template without a reqid takes
+            # any state of its addresses, protocol and mode, so every tunnel's policy
+            # would use one SA (found by tests/vm/tunnels.py: 1,024 datagrams to 256
+            # tunnels, one SPI); the reqid ties each policy to its own tunnel's states
+            t += f" reqid {j + 1}" if j or many else ""
             if proto == "comp" and d != "out":
                 t += " level use"
             tmpls.append(t)
@@ -262,7 +270,8 @@ def many_commands(node: str, tunnel: Tunnel, ls: Layers, keys: list[Keys], forwa
     ends = [dataclasses.replace(tunnel, left_ts=a, right_ts=b)
             for a, b in selectors(tunnel, len(keys))]  # fmt: skip
     return [line for j, (e, k) in enumerate(zip(ends, keys, strict=True))
-            for line in commands(node, e, ls, k, forward, udp_encap=udp_encap, j=j)]  # fmt: skip
+            for line in commands(node, e, ls, k, forward, udp_encap=udp_encap, j=j,
+                                 many=True)]  # fmt: skip
 
 
 def undo_commands(lines: list[str]) -> list[str]:
