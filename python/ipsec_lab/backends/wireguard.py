@@ -372,6 +372,9 @@ class _WireGuard:
     def host_pids(self) -> dict[str, list[int]]:
         return {}
 
+    def set_up_figures(self) -> dict[str, float | int | str]:
+        return {}  # its start's time is all (the runner's `setup_s`)
+
     def plane_clock(self) -> dict[str, tuple[int, int]]:
         return {}  # neither counts packets where the lab can read them per process
 
@@ -423,9 +426,6 @@ class Wireguard(_WireGuard):
 
     def pids(self) -> list[int]:
         return []
-
-    def set_up_figures(self) -> dict[str, float | int | str]:
-        return {}  # its start's time is all (the runner's `setup_s`)
 
     def died(self) -> str | None:
         """Which device went (deleted under the run): its traffic met the unreachable
