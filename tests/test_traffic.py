@@ -511,3 +511,38 @@ def test_a_load_is_waited_for_until_its_packets_leave_not_for_a_fixed_time() -> 
 
     g.sent = no_bucket  # type: ignore[method-assign]
     assert g.left_so_far() == 0
+
+
+def test_an_iperf3_client_refused_between_two_tests_waits_for_the_server_and_tries_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """iperf3's server closes its listener between tests: a client refused right after
+    the warm-up waits until the port listens again and tries once more; a second refusal
+    (or any other error) is the run's error."""
+    import json as json_
+
+    from ipsec_lab.testbed import topology
+    from ipsec_lab.testbed.build import LabError
+    from ipsec_lab.traffic import iperf
+
+    refused = json_.dumps({"error": "unable to connect to server: Connection refused"})
+    good = json_.dumps({"end": {}})
+    waited: list[tuple[str, int]] = []
+    monkeypatch.setattr(iperf, "wait_listening", lambda tb, node, port: waited.append((node, port)))
+
+    class Tb:
+        def __init__(self, answers: list[str]) -> None:
+            self.answers = answers
+
+        def run(self, node: str, argv: list[str], timeout: float = 60, check: bool = True) -> str:
+            return self.answers.pop(0)
+
+    flow = topology("line").flows[0]
+    assert iperf._client(Tb([refused, good]), flow, ["-p", "5202", "-t", "1"], 1) == {"end": {}}  # type: ignore[arg-type]
+    assert waited == [(flow.sink, 5202)]
+    with pytest.raises(LabError, match="Connection refused"):
+        iperf._client(Tb([refused, refused]), flow, ["-t", "1"], 1)  # type: ignore[arg-type]
+    assert waited[-1] == (flow.sink, iperf.PORT) and len(waited) == 2
+    with pytest.raises(LabError, match="busy"):
+        iperf._client(Tb([json_.dumps({"error": "the server is busy"})]), flow, [], 1)  # type: ignore[arg-type]
+    assert len(waited) == 2  # no wait for another error

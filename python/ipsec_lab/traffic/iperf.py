@@ -50,11 +50,20 @@ def _client(tb: Testbed, flow: Flow, args: list[str], seconds: float,
     """iperf3's client on the flow's source (at `nice`), its JSON."""
     argv = ["iperf3", "-c", flow.sink_addr, "-J", "--connect-timeout", "5000", *args]
     argv = niced(argv, nice)
-    text = tb.run(flow.source, argv, timeout=seconds + 30, check=False)
-    try:
-        data: dict[str, Any] = json.loads(text)
-    except json.JSONDecodeError:
-        raise LabError(f"iperf3 on {flow.source} gave no JSON: {text[-500:]}") from None
+    for again in (True, False):
+        text = tb.run(flow.source, argv, timeout=seconds + 30, check=False)
+        try:
+            data: dict[str, Any] = json.loads(text)
+        except json.JSONDecodeError:
+            raise LabError(f"iperf3 on {flow.source} gave no JSON: {text[-500:]}") from None
+        # iperf3's server closes its listening socket between one test and the next: a
+        # client right after another (the warm-up's) may find none and be refused (CI
+        # saw it once). Wait until it listens again, and try once more.
+        if again and "Connection refused" in str(data.get("error", "")):
+            wait_listening(tb, flow.sink, int(args[args.index("-p") + 1]) if "-p" in args
+                           else PORT)  # fmt: skip
+            continue
+        break
     if "error" in data:
         raise LabError(f"iperf3 on {flow.source}: {data['error']}")
     return data
