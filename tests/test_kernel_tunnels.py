@@ -16,6 +16,7 @@ from ipsec_lab.backends.base import Unsupported
 from ipsec_lab.backends.charon_files import LogCount, swanctl_conf
 from ipsec_lab.backends.sa_plan import SPI, layers
 from ipsec_lab.backends.strongswan import StrongSwan
+from ipsec_lab.preflight import forecast
 from ipsec_lab.scenario import ScenarioError, parse
 from ipsec_lab.testbed import topology, tunnels
 
@@ -95,6 +96,20 @@ def test_ike_sas_is_a_checked_scenario_key() -> None:
         parse('[gateway]\nike_sas = "each"', "a.toml")
     with pytest.raises(ValueError, match="ike_sas must be one of"):
         StrongSwan("kernel", ike_sas="each")
+
+
+def test_checks_start_estimate_prices_an_ike_sa_per_tunnel_above_children_of_one() -> None:
+    """`check`'s start per tunnel: an IKE daemon's IKE_SA each (a DH exchange each) costs
+    more than as many CHILD_SAs under one; a backend without IKE ignores the key."""
+    sw, gw = backends.BY_NAME["strongswan-kernel"], backends.BY_NAME["ours"]
+    assert sw.start_estimate() == sw.start_estimate(1, "per-tunnel") == sw.start_s
+    one, each = sw.start_estimate(256, "one"), sw.start_estimate(256, "per-tunnel")
+    assert sw.start_s < one < each
+    assert gw.start_estimate(256, "per-tunnel") == gw.start_estimate(256, "one") > gw.start_s
+    sc = 'backends = ["strongswan-kernel"]\ntunnels = [256]\n[[workloads]]\nkind = "tcp"\n'
+    per = parse(sc + '[gateway]\nike_sas = "per-tunnel"\n', "a.toml")
+    (g_one,), (g_per,) = forecast(parse(sc, "a.toml"))["groups"], forecast(per)["groups"]
+    assert g_per["seconds"] - g_one["seconds"] == pytest.approx(each - one)
 
 
 def test_kernel_libipsec_refuses_many_tunnels_with_the_reason() -> None:

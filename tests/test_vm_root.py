@@ -36,6 +36,11 @@ seconds = 1
 """
 
 
+# the VM's steps, in two lanes at once, then the latency test alone (the fixture below)
+LANES = (("hosts", "every"), ("interop", "clients", "impairment", "tunnels"))
+STEPS = (*LANES[0], *LANES[1], "latency")
+
+
 @pytest.fixture(scope="module")
 def in_the_vm(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One boot for every VM test (under TCG a boot and its lab start cost a minute): the
@@ -97,7 +102,7 @@ def in_the_vm(tmp_path_factory: pytest.TempPathFactory) -> Path:
     # at stop 60's: hosts 462, clients 245 | interop 404, every 294, impairment 88. The
     # longest step (hosts) with the second longest campaign (every), the rest beside:
     # with those figures 1,017 | 974 s and 756 | 737 s, against 951 | 1,040 and 707 | 786.
-    lanes = (("hosts", "every"), ("interop", "clients", "impairment", "tunnels"))
+    lanes = LANES
     # a script file: the VM's command travels on the kernel's command line, which holds
     # 2 KiB at most (the steps' paths would not fit; the VM then hangs at boot)
     script = d / "steps.sh"
@@ -116,9 +121,16 @@ def _log(d: Path, name: str) -> str:
     return log.read_text() if log.exists() else ""
 
 
-def test_ours_and_the_kernels_ipsec_in_the_vm(in_the_vm: Path) -> None:
+def test_ours_and_the_kernels_ipsec_in_the_vm(
+    in_the_vm: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Interop (24 cases, both ways, and a replayed capture), impairment (netem: ours
-    and xfrm), and the N tunnels of strongSwan and xfrm."""
+    and xfrm), and the N tunnels of strongSwan and xfrm. Each step's time goes to CI's
+    log whatever the outcome (the lanes above are balanced by these figures)."""
+    took = {n: re.findall(r"took (\d+) s", _log(in_the_vm, n)) for n in STEPS}
+    with capsys.disabled():
+        print("\nthe VM's steps, s: " + ", ".join(f"{n} {t[-1] if t else '?'}"
+                                                  for n, t in took.items()))  # fmt: skip
     for name, n in (("interop", 25), ("impairment", 3), ("latency", 1), ("tunnels", 4)):
         text = _log(in_the_vm, name)
         assert "rc=0" in text, text[-4000:]

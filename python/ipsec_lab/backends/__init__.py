@@ -45,7 +45,7 @@ class Entry:
     where it can run)."""
 
     name: str
-    cls: type  # its class (a `Backend`), in its module here
+    cls: type[Backend]  # its class, in its module here
     what: str  # one line for --help and the docs
     kwargs: tuple[tuple[str, Any], ...] = ()
     stage_timing: bool = False  # takes ours' per-stage counters
@@ -82,6 +82,15 @@ class Entry:
     # at 4,096 (stop 60's scenarios/tunnels.toml); strongSwan 0.11 s, its N CHILD_SAs one
     # after another under one IKE_SA in the micro-VM (TCG; 112.9 s for 1,024)
     start_s_per_tunnel: float = 0.0
+    # the same with an IKE_SA each (`[gateway] ike_sas = "per-tunnel"`, an IKE daemon
+    # only): strongSwan 0.27 s, a DH exchange each, both ends at once (71.9 s for 256)
+    start_s_per_ike_sa: float = 0.0
+
+    def start_estimate(self, tunnels: int = 1, ike_sas: str = "one") -> float:
+        """Seconds its start and stop take with `tunnels` set up as `ike_sas` says
+        (`check`'s estimate)."""
+        each = self.start_s_per_ike_sa if self.ike and ike_sas == "per-tunnel" else 0.0
+        return self.start_s + (each or self.start_s_per_tunnel) * (tunnels - 1)
 
     @property
     def kernel_plane(self) -> bool:
@@ -105,7 +114,8 @@ def _strongswan(name: str, what: str, data_plane: str, **more: Any) -> Entry:
     testbed; which ESP it drives (`data_plane`) is the difference."""
     return Entry(name, strongswan.StrongSwan, what, (("data_plane", data_plane),), hosts=True,
                  tools=("swanctl", "/usr/lib/ipsec/charon", "unshare"), start_s=3.0,
-                 probes_kernel=True, ike=True, start_s_per_tunnel=0.11, **more)  # fmt: skip
+                 probes_kernel=True, ike=True, start_s_per_tunnel=0.11,
+                 start_s_per_ike_sa=0.27, **more)  # fmt: skip
 
 
 # Every backend, once: scenario validation, the CLI's choices and help, `check`, `hosts

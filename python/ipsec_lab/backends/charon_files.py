@@ -83,15 +83,14 @@ def connections(node: str, tunnels: list[Tunnel], many: int, ike_sas: str
     responder picks a connection by the identities, then a child within it)."""
     out = []
     for t in tunnels:
-        left = t.left == node
-        me, peer = (t.left_outer, t.right_outer) if left else (t.right_outer, t.left_outer)
+        end = t.seen_from(node)
+        me, peer = end.outer, end.peer_outer
         pairs = selectors(t, many) if many > 1 else [(t.left_ts, t.right_ts)]
-        ts = [(lts, rts) if left else (rts, lts) for lts, rts in pairs]
+        ts = [(lts, rts) if end.left else (rts, lts) for lts, rts in pairs]
         if many == 1 or ike_sas == "one":
             out.append((me, peer, me, peer, ts))
             continue
-        mine, theirs = (t.left, t.right) if left else (t.right, t.left)
-        out += [(me, peer, f"@t{j}.{mine}.lab", f"@t{j}.{theirs}.lab", [pair])
+        out += [(me, peer, f"@t{j}.{end.node}.lab", f"@t{j}.{end.peer}.lab", [pair])
                 for j, pair in enumerate(ts)]  # fmt: skip
     return out
 

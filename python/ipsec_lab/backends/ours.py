@@ -113,11 +113,8 @@ def gateway_config(
     tunnels between the same gateways, each (left selector, right selector, its own
     keys), their SAs `out-J` / `in-J` (J from 1) under SPIs of their own, their right
     selectors routed into the TUN device on the left (`testbed.tunnels`)."""
-    left = tunnel.left == node
-    me, peer = (
-        (tunnel.left_outer, tunnel.right_outer) if left else (tunnel.right_outer, tunnel.left_outer)
-    )
-    mine, theirs = (tunnel.left_ts, tunnel.right_ts) if left else (tunnel.right_ts, tunnel.left_ts)
+    end = tunnel.seen_from(node)
+    left, me, peer, mine, theirs = end.left, end.outer, end.peer_outer, end.ts, end.peer_ts
     way = {"out": "lr" if left else "rl", "in": "rl" if left else "lr"}
     if ls.bundle:
         mode = "tunnel"  # a bundle's ESP builds the outer header

@@ -288,9 +288,8 @@ class StrongSwan:
 
         undo: list[str] = []
         for t in mine:
-            left = t.left == node
-            me, peer = (t.left_outer, t.right_outer) if left else (t.right_outer, t.left_outer)
-            lts, rts = (t.left_ts, t.right_ts) if left else (t.right_ts, t.left_ts)
+            end = t.seen_from(node)
+            me, peer, lts, rts = end.outer, end.peer_outer, end.ts, end.peer_ts
             pol = ["ip", "xfrm", "policy", "delete", "dir"]
             undo += [shlex.join([*pol, "out", "src", lts, "dst", rts]),
                      shlex.join([*pol, "in", "src", rts, "dst", lts]),
@@ -413,14 +412,19 @@ class StrongSwan:
         initiators = [x for x in nodes if any(t.left == x for t in topo.tunnels)]
         pids = self.pids()
         bound = SETUP_S + SETUP_S_PER_TUNNEL * n
-        cpu0, t0 = process_cpu_ns(pids), time.monotonic()
-        for node in sorted(nodes, key=lambda x: x in initiators):  # responders first
-            if node == initiators[0]:  # its load starts the tunnels: the clock starts
-                cpu0, t0 = process_cpu_ns(pids), time.monotonic()
+
+        def load(node: str) -> None:
             conf = tb.rundir / "strongswan" / node / "swanctl.conf"
             # the initiator's load answers as charon gets round to it, beside the
             # set-up its first connections start: within the set-up's own bound
             self._swanctl(tb, node, "--load-all", "--file", str(conf), timeout=bound)
+
+        for node in nodes:  # the responders first, waiting
+            if node not in initiators:
+                load(node)
+        cpu0, t0 = process_cpu_ns(pids), time.monotonic()  # the initiators' load starts it
+        for node in initiators:
+            load(node)
         # every load below: a charon's log read from where the last read ended
         logs = {x: LogCount(self._log(tb, x)) for x in nodes}
         while True:

@@ -171,12 +171,9 @@ def commands(
     to cross 2^32 in a test of ESN. `j`: the tunnel's number between the same two
     gateways (testbed/tunnels.py): its SAs' SPIs are SPI + (j << 16), as ours' are, and
     with `many` (one of several) its states and templates carry reqid j + 1."""
-    left = tunnel.left == node
-    me, peer = (
-        (tunnel.left_outer, tunnel.right_outer) if left else (tunnel.right_outer, tunnel.left_outer)
-    )
-    me, peer = _plain(me), _plain(peer)
-    mine, theirs = (tunnel.left_ts, tunnel.right_ts) if left else (tunnel.right_ts, tunnel.left_ts)
+    end = tunnel.seen_from(node)
+    left, me, peer = end.left, _plain(end.outer), _plain(end.peer_outer)
+    mine, theirs = end.ts, end.peer_ts
     way = {"out": "lr" if left else "rl", "in": "rl" if left else "lr"}
     host_to_host = _host_route(tunnel.left_ts) and not ls.ipcomp
     if udp_encap and ls.ah:

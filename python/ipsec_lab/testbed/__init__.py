@@ -41,6 +41,30 @@ class Tunnel:
     left_ts: str
     right_ts: str
 
+    def seen_from(self, node: str) -> End:
+        """The tunnel as one of its ends, `node`, configures it: its own outer address and
+        selector first, the peer's second (each backend's configuration mirrors so)."""
+        if node not in (self.left, self.right):
+            raise ValueError(f"{node} is not an end of the tunnel {self.left}-{self.right}")
+        if node == self.left:
+            return End(True, self.left, self.right, self.left_outer, self.right_outer,
+                       self.left_ts, self.right_ts)  # fmt: skip
+        return End(False, self.right, self.left, self.right_outer, self.left_outer,
+                   self.right_ts, self.left_ts)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class End:
+    """A tunnel from one end (`Tunnel.seen_from`): `left` whether it is the left end."""
+
+    left: bool
+    node: str
+    peer: str
+    outer: str  # its own outer address
+    peer_outer: str
+    ts: str  # its own traffic selector (the traffic it sends from)
+    peer_ts: str
+
 
 @dataclass(frozen=True)
 class Flow:
