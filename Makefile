@@ -39,8 +39,9 @@ run: native gateway
 # minutes under TCG, two lanes of steps at once in the VM) run beside the host's other
 # tests, the lints, cargo test and the fuzzers' build (CPU only: no network, no
 # namespaces; none rebuilds what the VM runs), each job's output printed whole when it
-# ends; then the fuzzers. CI's wall time from a fresh clone here: 37.3 min (docs/development.md
-# "CI"; both cores busy beside the VM: what shortens it is less CPU there).
+# ends; then the fuzzers. CI's wall time from a fresh clone here: 39.1 min at stop 63
+# (docs/development.md "CI"; both cores busy beside the VM: what shortens it is less CPU
+# there).
 test: native gateway pytest-root
 	$(MAKE) --no-print-directory -j3 --output-sync=target pytest-vm pytest-unit rust-checks
 	$(MAKE) --no-print-directory -j2 --output-sync=target fuzz

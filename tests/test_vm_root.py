@@ -103,15 +103,14 @@ def in_the_vm(tmp_path_factory: pytest.TempPathFactory) -> Path:
     # at stop 60's: hosts 462, clients 245 | interop 404, every 294, impairment 88. The
     # longest step (hosts) with the second longest campaign (every), the rest beside:
     # with those figures 1,017 | 974 s and 756 | 737 s, against 951 | 1,040 and 707 | 786.
-    # Stop 62 added the tunnels (121 s alone) to the second lane: about 756 | 900 by
-    # stop 60's figures; with impairment moved beside hosts, 844 | 810 (the tunnels now
-    # in the interop step's session).
-    lanes = LANES
+    # Stop 62 added the tunnels (121 s alone) to the second lane; now in the interop
+    # step's session, with impairment beside hosts (LANES), at stop 63's CI: hosts 520,
+    # every 264, impairment 60 | interop 584, clients 202; latency 40 (844 | 786 s).
     # a script file: the VM's command travels on the kernel's command line, which holds
     # 2 KiB at most (the steps' paths would not fit; the VM then hangs at boot)
     script = d / "steps.sh"
     script.write_text("".join(
-        "(" + "; ".join(step(n) for n in lane) + ") &\n" for lane in lanes
+        "(" + "; ".join(step(n) for n in lane) + ") &\n" for lane in LANES
     ) + "wait\n" + step("latency") + "\n")  # fmt: skip
     # a bound: one after the other, beside cargo test and the fuzzers, the steps took
     # 2,362 s once (interop and impairment 1,138, every 267, clients 140, hosts 817)

@@ -217,14 +217,13 @@ class _WireGuard:
         n = 0
         for t in tb.topo.tunnels:
             ends = []
-            for node, mine, theirs in ((t.left, t.left_ts, t.right_ts),
-                                       (t.right, t.right_ts, t.left_ts)):  # fmt: skip
+            for side in (t.seen_from(t.left), t.seen_from(t.right)):
                 # numbered across the run, not per node: two nodes on one machine (real
                 # hosts) never share a table, a rule's preference or a port. wireguard-go's
                 # UAPI socket's directory is the machine's: a name of the testbed's (the
                 # kernel's devices take the same names)
-                ends.append(End(node, f"ipl{token}w{n}", PORT + n, TABLE + n,
-                                RULE_PREF + 2 * n, mine, theirs))  # fmt: skip
+                ends.append(End(side.node, f"ipl{token}w{n}", PORT + n, TABLE + n,
+                                RULE_PREF + 2 * n, side.ts, side.peer_ts))  # fmt: skip
                 n += 1
             pairs.append((ends[0], ends[1], t))
         return pairs
