@@ -35,7 +35,7 @@ from ipsec_lab.backends.ours import (
     layers,
 )
 from ipsec_lab.testbed import Flow, Topology, Tunnel, Wire, pair
-from ipsec_lab.testbed.build import Testbed, wait_for_path
+from ipsec_lab.testbed.build import Testbed, wait_for_socket
 
 sys.path.insert(0, str(Path(__file__).parents[1]))
 from netutil import capture, fresh_stats, ip_packets, transfer
@@ -225,7 +225,7 @@ def ours_and_xfrm(tb: Testbed, case: Case) -> Iterator[tuple[Testbed, Path]]:
     try:
         # (a bound, not a measure: under TCG beside cargo test and the fuzzers the first
         # start of the session took over 10 s, with nothing wrong in its log)
-        assert wait_for_path(sock, p, 60), (tb.rundir / f"ipsec-gw-{t.left}.log").read_text()
+        assert wait_for_socket(sock, p, 60), (tb.rundir / f"ipsec-gw-{t.left}.log").read_text()
         yield tb, sock
     finally:
         tb.stop(p)

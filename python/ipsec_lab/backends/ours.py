@@ -30,7 +30,7 @@ from ipsec_lab.backends.sa_plan import (
 from ipsec_lab.meters import process_cpu_ns
 from ipsec_lab.testbed import Tunnel, build
 from ipsec_lab.testbed import tunnels as many
-from ipsec_lab.testbed.build import LabError, tail, wait_for_path, wait_for_text
+from ipsec_lab.testbed.build import LabError, tail, wait_for_socket, wait_for_text
 from ipsec_lab.testbed.interface import READY_S, OnHosts, Process, Testbed, on_hosts
 from ipsec_lab.testbed.links import link_mtu
 
@@ -324,11 +324,12 @@ class Ours:
                 )
         for key, sock in self.sockets.items():
             if on is not None:
-                node, _ = self._remote[key]
-                up = on.wait_path(node, str(sock), self._procs[key], 10)
+                node, gw = self._remote[key]
+                probe = [gw, "stats", "--socket", str(sock), "--json"]
+                up = on.wait_socket(node, str(sock), probe, self._procs[key], 10)
                 why = on.log_tail(node, f"ipsec-gw-{key}")
             else:
-                up = wait_for_path(sock, self._procs[key], timeout=READY_S)
+                up = wait_for_socket(sock, self._procs[key], timeout=READY_S)
                 why = tail(tb.rundir / f"ipsec-gw-{key}.log")
             if not up:
                 raise LabError(f"ipsec-gw {key} did not start:\n{why}")

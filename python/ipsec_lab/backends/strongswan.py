@@ -50,7 +50,7 @@ from ipsec_lab.backends.charon_files import (
     swanctl_conf,
 )
 from ipsec_lab.testbed import Tunnel, build
-from ipsec_lab.testbed.build import LabError, require_tools, tail, wait_for_path
+from ipsec_lab.testbed.build import LabError, require_tools, tail, wait_for_socket
 from ipsec_lab.testbed.interface import READY_S, OnHosts, Process, Testbed, on_hosts
 from ipsec_lab.testbed.tunnels import refusal as tunnels_refusal
 
@@ -359,13 +359,15 @@ class StrongSwan:
             )  # fmt: skip
         for node in topo.ipsec_nodes:
             if on is not None:
-                _, rvici, _ = self._remote[node]
-                if not on.wait_path(node, rvici, self._procs[node], 15):
+                rconf, rvici, _ = self._remote[node]
+                probe = ["env", f"STRONGSWAN_CONF={rconf}", "swanctl", "--stats",
+                         "--uri", f"unix://{rvici}"]  # fmt: skip
+                if not on.wait_socket(node, rvici, probe, self._procs[node], 15):
                     raise LabError(f"strongswan: charon on {node} did not start (no VICI "
                                    f"socket {rvici}):\n{self._remote_log(on, node)}")  # fmt: skip
                 continue
             vici = build.of_namespaces(tb, "charon's VICI socket").sockets / f"{node}.vici"
-            if not wait_for_path(vici, self._procs[node], timeout=READY_S):
+            if not wait_for_socket(vici, self._procs[node], timeout=READY_S):
                 raise LabError(
                     f"strongswan: charon on {node} did not start (no VICI socket {vici}):\n"
                     f"{tail(tb.rundir / f'charon-{node}.log')}\n"

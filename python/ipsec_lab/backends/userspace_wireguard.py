@@ -21,7 +21,7 @@ from pathlib import Path
 
 from ipsec_lab.backends.base import Unsupported, exited
 from ipsec_lab.backends.wireguard import End, _WireGuard
-from ipsec_lab.testbed.build import LabError, tail, wait_for_path
+from ipsec_lab.testbed.build import LabError, tail, wait_for_socket
 from ipsec_lab.testbed.interface import READY_S, Testbed, on_hosts
 
 WG_GO = "wireguard-go"
@@ -74,8 +74,8 @@ class _UserSpace(_WireGuard):
         for e in ends:
             assert e.proc is not None
             sock = UAPI_DIR / f"{e.dev}.sock"
-            up = (on.wait_path(e.node, str(sock), e.proc, READY_S) if on is not None
-                  else wait_for_path(sock, e.proc, READY_S))  # fmt: skip
+            up = (on.wait_socket(e.node, str(sock), ["wg", "show", e.dev], e.proc, READY_S)
+                  if on is not None else wait_for_socket(sock, e.proc, READY_S))  # fmt: skip
             if not up:
                 raise LabError(f"{self.name} on {e.node} did not start (no UAPI socket "
                                f"{sock}):\n{self._log(tb, e)}")  # fmt: skip

@@ -276,11 +276,16 @@ class HostsTestbed:
         self.run(node, ["chmod", "0711", self.workdir(node)])  # passable, not listable
         return path
 
-    def wait_path(self, node: str, path: str, proc: Any, timeout: float) -> bool:
-        """Until `path` exists on `node`; False if `proc` exits or `timeout` passes."""
+    def wait_socket(self, node: str, path: str, probe: list[str], proc: Any,
+                    timeout: float) -> bool:  # fmt: skip
+        """Until the daemon's socket `path` on `node` exists and `probe` (the daemon's own
+        client asking it something over that socket) exits 0 — the file appears at bind(),
+        before the daemon listens; False if `proc` exits or `timeout` passes."""
         deadline = time.monotonic() + timeout
+        h = self._host(node)
         while True:
-            if self._host(node).run(["test", "-e", path], check=False, timeout=15).returncode == 0:
+            if (h.run(["test", "-S", path], check=False, timeout=15).returncode == 0
+                    and h.run(probe, check=False, timeout=15).returncode == 0):  # fmt: skip
                 return True
             if proc.poll() is not None or time.monotonic() > deadline:
                 return False

@@ -15,6 +15,7 @@ import secrets
 import shlex
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -547,10 +548,22 @@ def _wait_until(ready: Callable[[], bool], proc: Process, timeout: float) -> boo
     return True
 
 
-def wait_for_path(path: Path, proc: Process, timeout: float) -> bool:
-    """Wait until `path` exists (a daemon's socket: it is up); False if `proc` exits or
-    `timeout` seconds pass first."""
-    return _wait_until(path.exists, proc, timeout)
+def accepts(path: Path) -> bool:
+    """Whether the Unix stream socket at `path` takes a connection now. A socket file
+    exists from a daemon's bind(), before its listen(): charon under a CPU quota was
+    seen to refuse swanctl in between (CI, stop 63), so the file alone is not "up"."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        try:
+            s.connect(str(path))
+        except OSError:
+            return False
+    return True
+
+
+def wait_for_socket(path: Path, proc: Process, timeout: float) -> bool:
+    """Wait until the daemon's Unix socket at `path` accepts a connection (it is up);
+    False if `proc` exits or `timeout` seconds pass first."""
+    return _wait_until(lambda: accepts(path), proc, timeout)
 
 
 def wait_for_text(log: Path, text: str, proc: Process, timeout: float) -> bool:

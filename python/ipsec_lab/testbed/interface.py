@@ -122,7 +122,8 @@ class OnHosts(Testbed, Protocol):
     def record(self, node: str, what: str, undo: str) -> None:
         """Note in `node`'s ledger how to undo `what` (run at teardown, or by `clean`)."""
 
-    def wait_path(self, node: str, path: str, proc: Any, timeout: float) -> bool: ...
+    def wait_socket(self, node: str, path: str, probe: list[str], proc: Any,
+                    timeout: float) -> bool: ...  # fmt: skip
 
     def log_tail(self, node: str, name: str, lines: int = 15) -> str: ...
 
