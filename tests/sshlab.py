@@ -301,6 +301,10 @@ class SshLab:
                     if r.get("table") not in (None, "main", "local")]  # fmt: skip
 
         tables = sorted(own_tables([]) + own_tables(["-6"]))
+        # the local table (an address's own routes, and AnyIP ranges such as the many
+        # tunnels' testbed/tunnels.FAR on the server)
+        local = sorted(json.dumps(r, sort_keys=True) for r in json.loads(
+            ip("-j", "route", "show", "table", "local") or "[]"))  # fmt: skip
         links = sorted(i["ifname"] for i in json.loads(ip("-j", "link", "show") or "[]"))
         disk = self.disk(h.name)  # the host's WORKDIR
         files = sorted(os.listdir(disk)) if disk.is_dir() else []
@@ -309,7 +313,8 @@ class SshLab:
             for p in self.pids(h)
             if Path(f"/proc/{p}/comm").exists() and not self._is_sshd(p)
         )
-        return {"addresses": addrs, "routes": routes, "rules": rules, "tables": tables,
+        return {"addresses": addrs, "routes": routes, "local": local, "rules": rules,
+                "tables": tables,
                 "links": links, "qdiscs": qdiscs, "xfrm": xfrm.strip(),
                 "nft": [t for t in nft if t], "sysctl": sysctl.split(), "files": files,
                 "processes": procs}  # fmt: skip

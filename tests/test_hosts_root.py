@@ -276,6 +276,71 @@ def test_a_route_or_qdisc_the_lab_did_not_make_is_never_replaced(
     assert lab.residue() == {}
 
 
+TUNNELS = """
+name = "many tunnels on real hosts"
+topology = "line"
+backends = ["ours"]
+configurations = ["esp:aes128gcm16"]
+tunnels = [16]
+repetitions = 1
+warmup_s = 0.2
+[[links]]
+preset = "ethernet-100"
+[[workloads]]
+kind = "udp"
+size = 200
+rate_mbit = 20
+seconds = 1
+"""
+
+
+def test_many_tunnels_on_real_hosts_carry_a_spread_flow_and_leave_nothing(
+    lab: SshLab, tmp_path: Path
+) -> None:
+    """16 tunnels through ours on the four hosts: the routes of FAR (the server's local
+    route, the gateways' to it) added through the hosts' ledgers, every datagram of the
+    flow spread over the 16 destinations delivered, and nothing left. A route of FAR
+    the server has already is refused, never replaced, and the host keeps it."""
+    hosts = lab.hosts_toml(tmp_path / "hosts.toml")
+    sc = tmp_path / "tunnels.toml"
+    sc.write_text(TUNNELS)
+    p = _lab("run", str(sc), "--hosts", str(hosts), "--lab", str(tmp_path / "a"), "--json")
+    assert p.returncode == 0, p.stderr[-3000:]
+    (run,) = json.loads(p.stdout)["runs"]
+    assert run["status"] == "done", run["reason"]
+    row = run["results"][0]
+    assert run["flow"] == "client-server over 16 tunnels" and row["tunnels"] == 16, row
+    # the sink counts the server's address and all of FAR: every datagram arrived (to
+    # 15 of FAR's addresses through their own tunnels, none of which exists without
+    # the routes on gwA, gwB and the server)
+    assert row["sent_packets"] == 12_500 and row["lost_packets"] == 0, row
+    run_dir = next((tmp_path / "a").glob("campaign-*/*/hosts"))
+    for node, route in (("client", "10.128.0.0/16 via 10.1.0.1"),
+                        ("server", "local 10.128.0.0/16 dev lo"),
+                        ("gwB", "10.128.0.0/16 via 10.2.0.2"),
+                        ("gwA", "10.128.0.0/16 via 192.0.2.2")):  # fmt: skip
+        whats = [json.loads(x)["what"] for x in (run_dir / f"{node}.ledger").read_text()
+                 .splitlines()]  # fmt: skip
+        assert f"route {route} (16 tunnels)" in whats, (node, whats)
+    assert lab.residue() == {}
+
+    server = lab.hosts["server"].ns
+    own = ["ip", "-n", server, "route", "add", "blackhole", "10.128.0.0/16"]  # a null route
+    subprocess.run(own, check=True)
+    try:
+        before = lab.state(lab.hosts["server"])
+        p = _lab("run", str(sc), "--hosts", str(hosts), "--lab", str(tmp_path / "b"), "--json")
+        assert p.returncode == 1
+        (run,) = json.loads(p.stdout)["runs"]
+        assert "server already routes 10.128.0.0/16 (blackhole 10.128.0.0/16)" in run[
+            "reason"], run["reason"]  # fmt: skip
+        assert lab.state(lab.hosts["server"]) == before
+    finally:
+        subprocess.run(["ip", "-n", server, "route", "del", "blackhole", "10.128.0.0/16"],
+                       check=True)  # fmt: skip
+    assert lab.residue() == {}
+
+
 def _wait_done(db: Path, n: int, proc: subprocess.Popen[str], timeout: float = 120) -> None:
     """Until `n` runs of the campaign are stored."""
     deadline = time.monotonic() + timeout

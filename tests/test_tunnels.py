@@ -14,6 +14,7 @@ from ipsec_lab import backends, preflight, scenario
 from ipsec_lab.backends import Unsupported, ours
 from ipsec_lab.backends.sa_plan import fresh_keys
 from ipsec_lab.testbed import topology, tunnels
+from ipsec_lab.testbed.build import LabError
 
 
 def test_tunnel_i_protects_the_clients_subnet_and_one_far_address() -> None:
@@ -95,6 +96,67 @@ def _configs(n: int, configuration: str = "esp:aes128gcm16") -> dict[str, str]:
     keys = fresh_keys(ls)
     return {node: ours.gateway_config(node, t, ls, keys, Path("/nonexistent/gw.sock"),
                                       more=more) for node in ("gwA", "gwB")}  # fmt: skip
+
+
+class _Host:
+    """A testbed of real hosts as route_far sees one: what each `ip route show` answers,
+    and the commands and ledger entries it is given, in order."""
+
+    remote = True
+
+    def __init__(self, have: dict[str, str]) -> None:
+        self.topo = topology("line")
+        self.have = have
+        self.did: list[tuple[str, str, str]] = []
+
+    def driven(self, node: str) -> bool:
+        return node != "client"
+
+    def run(self, node: str, argv: list[str], **_: object) -> str:
+        self.did.append((node, "run", " ".join(argv)))
+        return self.have.get(node, "") if argv[2] == "show" else ""
+
+    def record(self, node: str, what: str, undo: str) -> None:
+        self.did.append((node, "record", f"{what} | {undo}"))
+
+
+def test_far_routes_on_real_hosts_are_added_through_the_ledger_never_replacing_one() -> None:
+    """On hosts, each of FAR's routes on a driven host (not this fake's client): looked
+    for in every table, its delete in the
+    host's ledger before it is added; one already there as the lab's is left as it is
+    (not the lab's to remove); any other route of FAR is refused, naming it, before
+    anything is done on that host. Which backends may: ours and none, not xfrm's or
+    strongSwan's N (each says why)."""
+    tb = _Host({"gwA": "10.128.0.0/16 via 192.0.2.2 dev eth2 "})
+    tunnels.route_far(tb, 16)  # type: ignore[arg-type]
+    assert tb.did == [
+        ("server", "run", "ip route show table all exact 10.128.0.0/16"),
+        ("server", "record", "route local 10.128.0.0/16 dev lo (16 tunnels) | "
+                             "ip route del local 10.128.0.0/16 dev lo"),
+        ("server", "run", "ip route add local 10.128.0.0/16 dev lo"),
+        ("gwB", "run", "ip route show table all exact 10.128.0.0/16"),
+        ("gwB", "record", "route 10.128.0.0/16 via 10.2.0.2 (16 tunnels) | "
+                          "ip route del 10.128.0.0/16 via 10.2.0.2"),
+        ("gwB", "run", "ip route add 10.128.0.0/16 via 10.2.0.2"),
+        ("gwA", "run", "ip route show table all exact 10.128.0.0/16"),  # the lab's: kept
+    ]  # fmt: skip
+    tb = _Host({"server": "10.128.0.0/16 via 10.2.0.1 dev eth1 "})
+    with pytest.raises(
+        LabError,
+        match=r"server already routes 10\.128\.0\.0/16 \(10\.128"
+        r"\.0\.0/16 via 10\.2\.0\.1 dev eth1\)",
+    ):
+        tunnels.route_far(tb, 16)  # type: ignore[arg-type]
+    assert [d[1] for d in tb.did] == ["run"]  # asked, then nothing
+    tb = _Host({})
+    tunnels.route_far(tb, 1)  # type: ignore[arg-type]  # one tunnel: no FAR at all
+    assert tb.did == []
+    for name in ("none", "ours", "ours-udp"):
+        assert backends.tunnels_refusal(name, 16, hosts=True) is None
+    assert "one shell line" in str(backends.tunnels_refusal("xfrm-udp", 16, hosts=True))
+    assert "charon's log" in str(backends.tunnels_refusal("strongswan-kernel", 16, hosts=True))
+    assert backends.tunnels_refusal("strongswan-kernel", 16) is None  # on namespaces
+    assert backends.tunnels_refusal("xfrm", 1, hosts=True) is None
 
 
 def test_ours_config_for_n_tunnels_is_what_ipsec_gw_takes(tmp_path: Path) -> None:

@@ -106,8 +106,8 @@ def start_skip(name: str, sc: Scenario, hosts: Hosts | None, tunnels_: int) -> s
     and `check` both ask before the backend's own check."""
     return (
         testbed_skip(name, sc, hosts)
-        or backends.tunnels_refusal(name, tunnels_)
-        or tunnels.refusal(sc.topology, hosts is not None, tunnels_)
+        or backends.tunnels_refusal(name, tunnels_, hosts is not None)
+        or tunnels.refusal(sc.topology, tunnels_)
     )
 
 
@@ -115,7 +115,7 @@ def backend_skip(name: str, configuration: str, hosts: Hosts | None = None,
                  tunnels: int = 1) -> str | None:  # fmt: skip
     """Why `name` cannot run `configuration` here (or on `hosts`) with `tunnels`, or None
     (the runner's own decision)."""
-    if why := backends.tunnels_refusal(name, tunnels):
+    if why := backends.tunnels_refusal(name, tunnels, hosts is not None):
         return why
     try:
         backends.make(name, hosts=hosts, tunnels=tunnels).check(configuration)

@@ -75,6 +75,9 @@ class Entry:
     # sets up many tunnels between the line testbed's gateways (the scenario's `tunnels`,
     # testbed/tunnels.py): its class takes `tunnels=N`; `none` routes them in clear
     tunnels: bool = False
+    # why it sets up one tunnel only on real hosts, though many on namespaces ("": it
+    # sets up many there too)
+    no_tunnels_on_hosts: str = ""
     # an IKE daemon that sets N tunnels up as the scenario's `[gateway] ike_sas` says
     # (N CHILD_SAs under one IKE_SA, or an IKE_SA each): its class takes `ike_sas`
     ike: bool = False
@@ -115,7 +118,8 @@ def _strongswan(name: str, what: str, data_plane: str, **more: Any) -> Entry:
     return Entry(name, strongswan.StrongSwan, what, (("data_plane", data_plane),), hosts=True,
                  tools=("swanctl", "/usr/lib/ipsec/charon", "unshare"), start_s=3.0,
                  probes_kernel=True, ike=True, start_s_per_tunnel=0.11,
-                 start_s_per_ike_sa=0.27, **more)  # fmt: skip
+                 start_s_per_ike_sa=0.27, no_tunnels_on_hosts=strongswan.NO_HOSTS_TUNNELS,
+                 **more)  # fmt: skip
 
 
 # Every backend, once: scenario validation, the CLI's choices and help, `check`, `hosts
@@ -133,10 +137,12 @@ REGISTRY: tuple[Entry, ...] = (
                 "charon with kernel-libipsec, strongSwan's own user-space ESP on a TUN device",
                 "libipsec", slower=strongswan.LIBIPSEC_SLOWER),
     Entry("xfrm", xfrm.Xfrm, "the Linux kernel's IPsec, keyed by hand", hosts=True,
-          kernel_esp=True, probes_kernel=True, tunnels=True),
+          kernel_esp=True, probes_kernel=True, tunnels=True,
+          no_tunnels_on_hosts=xfrm.NO_HOSTS_TUNNELS),
     Entry("xfrm-udp", xfrm.Xfrm, "the same with ESP in UDP, RFC 3948",
           (("udp_encap", True),), hosts=True, kernel_esp=True, probes_kernel=True,
-          tools=("python3",), tunnels=True),  # the socket that holds ESP in UDP's port
+          tools=("python3",), tunnels=True,  # the socket that holds ESP in UDP's port
+          no_tunnels_on_hosts=xfrm.NO_HOSTS_TUNNELS),
     Entry("ours", ours.Ours, "this project's gateway, ipsec-gw", stage_timing=True,
           hosts=True, tools=("nft",), user=ours.GATEWAY_USER, start_s=1.5, tunnels=True,
           start_s_per_tunnel=0.0004),
@@ -179,10 +185,14 @@ def resolve(name: str, hosts: Hosts | None = None) -> tuple[str, str]:
     return e.resolve(hosts) if e.resolve else (name, "")
 
 
-def tunnels_refusal(name: str, n: int) -> str | None:
-    """Why backend `name` cannot set up `n` tunnels (None: it can)."""
-    if n == 1 or BY_NAME[name].tunnels:
+def tunnels_refusal(name: str, n: int, hosts: bool = False) -> str | None:
+    """Why backend `name` cannot set up `n` tunnels (`hosts`: on real hosts; None: it
+    can)."""
+    e = BY_NAME[name]
+    if n == 1 or (e.tunnels and not (hosts and e.no_tunnels_on_hosts)):
         return None
+    if e.tunnels:
+        return f"{n} tunnels on real hosts: {name}: {e.no_tunnels_on_hosts}"
     can = ", ".join(e.name for e in REGISTRY if e.tunnels)
     return f"{n} tunnels: {name} sets up one so far (those that set up many: {can})"
 
@@ -198,7 +208,7 @@ def make(name: str, stage_timing: bool = False, hosts: Hosts | None = None,
     e = BY_NAME.get(name)
     if e is None:
         raise ValueError(f"unknown backend {name!r} (known: {', '.join(NAMES)})")
-    why = tunnels_refusal(name, tunnels)
+    why = tunnels_refusal(name, tunnels, hosts is not None)
     if why:
         raise ValueError(why)
     kwargs = dict(e.kwargs)

@@ -280,7 +280,7 @@ class Ours:
             d = private_dir(tb.rundir / "ipsec-gw")
             socks = gateway_socket_dir(build.of_namespaces(tb, "ipsec-gw's stats socket"))
         ends = [(n, t) for t in tb.topo.tunnels for n in (t.left, t.right)]
-        why = many.refusal(tb.topo.name, on_hosts(tb), self.tunnels)
+        why = many.refusal(tb.topo.name, self.tunnels)
         if why:
             raise Unsupported(why)
         for i, t in enumerate(tb.topo.tunnels):

@@ -74,6 +74,12 @@ LIBIPSEC_NO_TUNNELS = (
 )
 # The directories `swanctl --load-all` reads beside swanctl.conf
 SWANCTL_DIRS = ("x509", "x509ca", "private", "pubkey", "rsa", "ecdsa", "pkcs8")
+# N tunnels on real hosts: the set-up is timed from charon's log as this machine reads
+# it (LogCount), which on a host is the host's file
+NO_HOSTS_TUNNELS = (
+    "its set-up is timed from charon's log as read on this machine: "
+    "many tunnels on namespaces (--vm here) only, so far"
+)
 
 
 def kernel_proposals(
@@ -327,7 +333,9 @@ class StrongSwan:
             esp, ah, ipcomp = esp_proposal(configuration, self.name), None, False
         psk = secrets.token_hex(32)  # fresh per run; written only to the run's own files
         if self.tunnels > 1:
-            why = tunnels_refusal(topo.name, on is not None, self.tunnels)
+            why = tunnels_refusal(topo.name, self.tunnels) or (
+                f"{self.tunnels} tunnels on real hosts: {NO_HOSTS_TUNNELS}" if on else None
+            )
             if why:
                 raise LabError(f"strongswan: {why}")
         self._set_up = {}

@@ -293,6 +293,15 @@ def undo_commands(lines: list[str]) -> list[str]:
     return out
 
 
+# Many tunnels on a real host: what the lab checks there first (`_present`) and undoes
+# after are one shell line of N x 5 commands each, past ARG_MAX's 128 KiB a word beyond
+# a few hundred tunnels
+NO_HOSTS_TUNNELS = (
+    "the check for the host's own states and the undo of N tunnels' are "
+    "one shell line each: many tunnels on namespaces (--vm here) only, so far"
+)
+
+
 def _present(undo: list[str]) -> str:
     """A shell line printing each of `undo`'s states and policies the host already has."""
     out = []
@@ -398,8 +407,10 @@ class Xfrm(Processless):
         ls = layers(configuration, self.name)
         d = private_dir(tb.rundir / "xfrm")
         on = tb if on_hosts(tb) else None
-        if self.tunnels > 1 and (why := tunnels_refusal(tb.topo.name, on is not None,
-                                                        self.tunnels)):  # fmt: skip
+        if self.tunnels > 1 and (
+            why := tunnels_refusal(tb.topo.name, self.tunnels)
+            or (f"{self.tunnels} tunnels on real hosts: {NO_HOSTS_TUNNELS}" if on else None)
+        ):
             raise LabError(f"xfrm: {why}")
         for i, t in enumerate(tb.topo.tunnels):
             # the topology's tunnel, or the N between the line's gateways: tunnel 0 is

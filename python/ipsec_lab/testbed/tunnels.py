@@ -6,16 +6,17 @@ Tunnel 0 is the topology's own (the client's subnet to the server's, 10.1.0.0/24
 and iperf3 keep going through it. Tunnel i > 0 protects the client's subnet and one
 address of FAR (10.128.0.0/16, the (i-1)-th): a hub reaching thousands of remote sites.
 The server takes all of FAR as its own (a `local` route: Linux's "AnyIP"), gwB routes FAR
-to it, and gwA routes it to gwB for plain forwarding (an IPsec backend's routes take it
-into the tunnel first). A flow spread over N destinations sends to the server's address
-and the first N-1 of FAR in turn, so each datagram goes through the tunnel of its
-destination.
+to it, gwA routes it to gwB for plain forwarding (an IPsec backend's routes take it into
+the tunnel first), and the client to gwA (on namespaces its default route does). A flow
+spread over N destinations sends to the server's address and the first N-1 of FAR in
+turn, so each datagram goes through the tunnel of its destination.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import ipaddress
+import shlex
 
 from ipsec_lab.testbed import Flow, Tunnel
 from ipsec_lab.testbed.build import LabError
@@ -73,29 +74,54 @@ def nft_destinations(flow: Flow) -> str:
     return f"{{ {d[0]}, {d[1]} }}" if len(d) == 2 else f"{{ {d[0]}, {d[1]}-{d[-1]} }}"
 
 
-def refusal(topology: str, hosts: bool, n: int) -> str | None:
-    """Why `n` tunnels cannot be set up on `topology` (`hosts`: of real hosts), or None."""
+def refusal(topology: str, n: int) -> str | None:
+    """Why `n` tunnels cannot be set up on `topology`, or None."""
     if n == 1:
         return None
     if topology != "line":
         return f"{n} tunnels: the line topology only (its gateways carry the tunnels)"
-    if hosts:
-        return f"{n} tunnels: on namespaces of this machine only, so far"
     return None
 
 
+# FAR's routes besides the IPsec's own (module docstring): node, the route (`ip route`'s
+# words after add/del), and what `ip route show` prints of it once there
+FAR_ROUTES = (
+    # on namespaces the client's default route; real hosts' default routes are theirs
+    ("client", (FAR, "via", "10.1.0.1"), f"{FAR} via 10.1.0.1 "),
+    ("server", ("local", FAR, "dev", "lo"), f"local {FAR} dev lo"),
+    ("gwB", (FAR, "via", "10.2.0.2"), f"{FAR} via 10.2.0.2 "),
+    ("gwA", (FAR, "via", "192.0.2.2"), f"{FAR} via 192.0.2.2 "),
+)
+
+
 def route_far(tb: Testbed, n: int) -> None:
-    """The routes FAR's tunnels need besides the IPsec's own (module docstring): the
-    server's local route, gwB's to the server, gwA's to gwB. Namespaces only (removed
-    with them); they stay for the testbed's life, where nothing but a spread flow goes."""
-    why = refusal(tb.topo.name, on_hosts(tb), n)
+    """The routes FAR's tunnels need besides the IPsec's own: the client's to gwA, the
+    server's local route, gwB's to the server, gwA's to gwB. They stay for the testbed's
+    life, where nothing but a spread flow goes: on namespaces removed with them; on real
+    hosts each added only where the host has no route of FAR, its delete in the host's
+    ledger first (a route of FAR the host has already, not as the lab's, is refused,
+    never replaced)."""
+    why = refusal(tb.topo.name, n)
     if why:
         raise LabError(why)
     if n == 1:
         return
-    for node, argv in (
-        ("server", ["route", "replace", "local", FAR, "dev", "lo"]),
-        ("gwB", ["route", "replace", FAR, "via", "10.2.0.2"]),
-        ("gwA", ["route", "replace", FAR, "via", "192.0.2.2"]),
-    ):
-        tb.run(node, ["ip", *argv])
+    on = tb if on_hosts(tb) else None
+    for node, route, shown in FAR_ROUTES:
+        if on is None:
+            tb.run(node, ["ip", "route", "replace", *route])
+            continue
+        if not on.driven(node):
+            continue
+        # in any table: one in main would be shadowed by a local route, and the other
+        # way round
+        have = on.run(node, ["ip", "route", "show", "table", "all", "exact", FAR]).strip()
+        if have:
+            if (have.splitlines()[0] + " ").startswith(shown):
+                continue  # there already, as the lab wants it: not ours to remove
+            raise LabError(f"{node} already routes {FAR} ({have.splitlines()[0]}): the lab "
+                           f"will not replace a route it did not make; {n} tunnels need "
+                           "that range (testbed/tunnels.py FAR) free on the hosts")  # fmt: skip
+        on.record(node, f"route {' '.join(route)} ({n} tunnels)",
+                  shlex.join(["ip", "route", "del", *route]))  # fmt: skip
+        on.run(node, ["ip", "route", "add", *route])
