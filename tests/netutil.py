@@ -15,8 +15,9 @@ from typing import Any, TypeVar
 
 from ipsec_lab.backends.ours import stats
 from ipsec_lab.testbed import netns
-from ipsec_lab.testbed.build import Testbed, tail, wait_for_text
+from ipsec_lab.testbed.build import Testbed, tail
 from ipsec_lab.testbed.interface import READY_S
+from ipsec_lab.testbed.ready import wait_for_text
 
 T = TypeVar("T")
 

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ipsec_lab.testbed.build import accepts, wait_for_socket
+from ipsec_lab.testbed.ready import accepts, wait_for_socket
 
 
 def _sleeper(seconds: float) -> subprocess.Popen[bytes]:

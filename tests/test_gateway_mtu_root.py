@@ -20,9 +20,10 @@ from ipsec_lab.backends.ours import Ours, gateway_binary
 from ipsec_lab.model.overhead import largest_inner
 from ipsec_lab.model.transforms import Layout, parse_configuration
 from ipsec_lab.testbed import topology
-from ipsec_lab.testbed.build import Testbed, wait_for_text
+from ipsec_lab.testbed.build import Testbed
 from ipsec_lab.testbed.interface import READY_S
 from ipsec_lab.testbed.links import link_mtu
+from ipsec_lab.testbed.ready import wait_for_text
 from netutil import capture, count, poll_until, transfer
 
 # (the gateways' link in `tunnel`: 1500 bytes, a real link's)

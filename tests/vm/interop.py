@@ -35,7 +35,8 @@ from ipsec_lab.backends.ours import (
     layers,
 )
 from ipsec_lab.testbed import Flow, Topology, Tunnel, Wire, pair
-from ipsec_lab.testbed.build import Testbed, wait_for_socket
+from ipsec_lab.testbed.build import Testbed
+from ipsec_lab.testbed.ready import wait_for_socket
 
 sys.path.insert(0, str(Path(__file__).parents[1]))
 from netutil import capture, fresh_stats, ip_packets, transfer

@@ -30,9 +30,10 @@ from ipsec_lab.backends.sa_plan import (
 from ipsec_lab.meters import process_cpu_ns
 from ipsec_lab.testbed import Tunnel, build
 from ipsec_lab.testbed import tunnels as many
-from ipsec_lab.testbed.build import LabError, tail, wait_for_socket, wait_for_text
+from ipsec_lab.testbed.build import LabError, tail
 from ipsec_lab.testbed.interface import READY_S, OnHosts, Process, Testbed, on_hosts
 from ipsec_lab.testbed.links import link_mtu
+from ipsec_lab.testbed.ready import wait_for_socket, wait_for_text
 
 if TYPE_CHECKING:
     from ipsec_lab.hosts import Hosts

@@ -50,8 +50,9 @@ from ipsec_lab.backends.charon_files import (
     swanctl_conf,
 )
 from ipsec_lab.testbed import Tunnel, build
-from ipsec_lab.testbed.build import LabError, require_tools, tail, wait_for_socket
+from ipsec_lab.testbed.build import LabError, require_tools, tail
 from ipsec_lab.testbed.interface import READY_S, OnHosts, Process, Testbed, on_hosts
+from ipsec_lab.testbed.ready import wait_for_socket
 from ipsec_lab.testbed.tunnels import refusal as tunnels_refusal
 
 if TYPE_CHECKING:

@@ -21,8 +21,9 @@ from pathlib import Path
 
 from ipsec_lab.backends.base import Unsupported, exited
 from ipsec_lab.backends.wireguard import End, _WireGuard
-from ipsec_lab.testbed.build import LabError, tail, wait_for_socket
+from ipsec_lab.testbed.build import LabError, tail
 from ipsec_lab.testbed.interface import READY_S, Testbed, on_hosts
+from ipsec_lab.testbed.ready import wait_for_socket
 
 WG_GO = "wireguard-go"
 BORINGTUN = "boringtun-cli"

@@ -56,8 +56,9 @@ from ipsec_lab.backends.sa_plan import (
     layers,
 )
 from ipsec_lab.testbed import Tunnel
-from ipsec_lab.testbed.build import LabError, probe, tail, wait_for_text
+from ipsec_lab.testbed.build import LabError, probe, tail
 from ipsec_lab.testbed.interface import READY_S, OnHosts, Process, Testbed, on_hosts
+from ipsec_lab.testbed.ready import wait_for_text
 from ipsec_lab.testbed.tunnels import refusal as tunnels_refusal
 from ipsec_lab.testbed.tunnels import selectors
 

@@ -96,8 +96,9 @@ def _run(args: argparse.Namespace) -> int:
         print(f"ipsec-lab run: {w}", file=sys.stderr)
         rc = 1
     if campaign.progress.failed:
+        where = "each failed run's `reason` in the JSON" if args.json else "below"
         print(
-            f"ipsec-lab run: {campaign.progress.failed} runs failed (reasons below and in "
+            f"ipsec-lab run: {campaign.progress.failed} runs failed (reasons: {where}, and "
             f"`ipsec-lab results {campaign.id}`); retry them with "
             f"`ipsec-lab run --resume {args.scenario}`",
             file=sys.stderr,

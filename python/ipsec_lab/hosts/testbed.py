@@ -278,18 +278,15 @@ class HostsTestbed:
 
     def wait_socket(self, node: str, path: str, probe: list[str], proc: Any,
                     timeout: float) -> bool:  # fmt: skip
-        """Until the daemon's socket `path` on `node` exists and `probe` (the daemon's own
-        client asking it something over that socket) exits 0 — the file appears at bind(),
-        before the daemon listens; False if `proc` exits or `timeout` passes."""
+        """Until `probe`, the daemon's client over its socket `path` (there from bind(), before
+        listen()), exits 0 on `node`; False if `proc` exits or `timeout` passes."""
+        line = f"test -S {shlex.quote(path)} && {shlex.join(probe)}"
         deadline = time.monotonic() + timeout
-        h = self._host(node)
-        while True:
-            if (h.run(["test", "-S", path], check=False, timeout=15).returncode == 0
-                    and h.run(probe, check=False, timeout=15).returncode == 0):  # fmt: skip
-                return True
+        while self._host(node).run(["sh", "-c", line], check=False, timeout=15).returncode:
             if proc.poll() is not None or time.monotonic() > deadline:
                 return False
             time.sleep(0.1)
+        return True
 
     def log_tail(self, node: str, name: str, lines: int = 15) -> str:
         log = f"{self.workdir(node)}/{name}.log"

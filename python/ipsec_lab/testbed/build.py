@@ -15,7 +15,6 @@ import secrets
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -26,7 +25,6 @@ from types import TracebackType
 from typing import TYPE_CHECKING
 
 from ipsec_lab.testbed import Link, Topology, interface, netns
-from ipsec_lab.testbed.interface import Process
 from ipsec_lab.testbed.links import shape_ends
 from ipsec_lab.testbed.placement import Placement, steer
 
@@ -535,42 +533,6 @@ def netem_available() -> tuple[bool, str]:
         [["ip", "-n", "{ns}", "link", "add", "p0", "type", "veth", "peer", "name", "p1"]],
         ["tc", "qdisc", "add", "dev", "p0", "root", "netem", "delay", "1ms"],
     )
-
-
-def _wait_until(ready: Callable[[], bool], proc: Process, timeout: float) -> bool:
-    """Poll `ready` every 50 ms until it holds; False if `proc` exits or `timeout` seconds
-    pass first."""
-    deadline = time.monotonic() + timeout
-    while not ready():
-        if proc.poll() is not None or time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
-
-
-def accepts(path: Path) -> bool:
-    """Whether the Unix stream socket at `path` takes a connection now. A socket file
-    exists from a daemon's bind(), before its listen(): charon under a CPU quota was
-    seen to refuse swanctl in between (CI, stop 63), so the file alone is not "up"."""
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-        try:
-            s.connect(str(path))
-        except OSError:
-            return False
-    return True
-
-
-def wait_for_socket(path: Path, proc: Process, timeout: float) -> bool:
-    """Wait until the daemon's Unix socket at `path` accepts a connection (it is up);
-    False if `proc` exits or `timeout` seconds pass first."""
-    return _wait_until(lambda: accepts(path), proc, timeout)
-
-
-def wait_for_text(log: Path, text: str, proc: Process, timeout: float) -> bool:
-    """Wait until `proc`'s log says `text` (it is ready); False if it exits or `timeout`
-    seconds pass first."""
-    want = text.encode()
-    return _wait_until(lambda: want in (log.read_bytes() if log.exists() else b""), proc, timeout)
 
 
 def leftovers() -> tuple[list[str], list[Path]]:
