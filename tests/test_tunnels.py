@@ -46,7 +46,7 @@ def test_a_spread_flow_is_a_flow_of_its_own_sent_to_every_tunnel() -> None:
 
 SC = """
 name = "t"
-backends = ["none", "ours", "wireguard"]
+backends = ["none", "ours", "strongswan-libipsec"]
 tunnels = [1, 16, 16]
 [[workloads]]
 kind = "rfc2544"
@@ -64,28 +64,37 @@ def test_the_plan_runs_each_count_and_skips_what_cannot_spread_or_set_up_many() 
     flows = {(p.key.backend, p.key.workload, p.key.flow, p.flow.destinations) for p in ps}
     assert ("ours", "rfc2544-64", "client-server over 16 tunnels", 16) in flows
     assert ("ours", "rfc2544-64", "client-server", 1) in flows
-    # the runner's and check's skips: tcp goes to one address, WireGuard sets up one tunnel
+    # the runner's and check's skips: tcp goes to one address, libipsec sets up one tunnel
     skip = {p.key: preflight.spread_skip(p) for p in ps}
     assert {k.workload for k, why in skip.items() if why} == {"tcp-1x-5s"}
     assert all("sends to one address" in why for why in skip.values() if why)
-    assert backends.tunnels_refusal("wireguard", 16)
-    assert not backends.tunnels_refusal("wireguard", 1)
+    assert backends.tunnels_refusal("strongswan-libipsec", 16)
+    assert not backends.tunnels_refusal("strongswan-libipsec", 1)
+    # WireGuard's N is a device per site on gwB: bounded, and on namespaces only so far
+    for name, most in (("wireguard", 1024), ("wireguard-go", 64), ("boringtun", 64)):
+        assert not backends.tunnels_refusal(name, most)
+        assert f"at most {most}" in str(backends.tunnels_refusal(name, most + 1))
+        assert "real hosts" in str(backends.tunnels_refusal(name, 2, hosts=True))
+        assert not backends.tunnels_refusal(name, 1, hosts=True)
     assert not backends.tunnels_refusal("xfrm", 4096)
     assert not backends.tunnels_refusal("ours-udp", 4096)
     groups = preflight.forecast(sc)["groups"]
     by = {(g["backend"], g["tunnels"], g["status"], g["reason"][:20]) for g in groups}
-    assert ("wireguard", 16, "skip", "16 tunnels: wireguar") in by
+    assert ("strongswan-libipsec", 16, "skip", "16 tunnels: strongsw") in by
     assert ("ours", 16, "skip", "16 tunnels: a tcp wo") in by
     assert any(g["backend"] == "ours" and g["tunnels"] == 16 and g["status"] == "run"
                for g in groups)  # fmt: skip
     # a bundle is one tunnel's: check says so, as the start would
     one = 'backends = ["ours"]\nconfigurations = ["esp:aes128gcm16+ipcomp"]'
-    bundle = scenario.parse(SC.replace('backends = ["none", "ours", "wireguard"]', one), "b.toml")
+    bundle = scenario.parse(
+        SC.replace('backends = ["none", "ours", "strongswan-libipsec"]', one), "b.toml"
+    )
     gs = {(g["tunnels"], g["status"]) for g in preflight.forecast(bundle)["groups"]
           if g["reason"] == ours.NO_BUNDLES or g["status"] == "run"}  # fmt: skip
     assert gs == {(1, "run"), (16, "skip")}, preflight.forecast(bundle)["groups"]
     with pytest.raises(ValueError, match="sets up one so far"):
-        backends.make("wireguard", tunnels=16)
+        backends.make("strongswan-libipsec", tunnels=16)
+    assert backends.make("wireguard-go", tunnels=16).tunnels == 16  # type: ignore[attr-defined]
     assert backends.make("ours", tunnels=16).tunnels == 16  # type: ignore[attr-defined]
 
 
@@ -219,3 +228,45 @@ def test_a_campaign_of_several_counts_reports_the_rate_against_them() -> None:
     an2 = Analysis("c", "c", "c")
     campaign_report._tunnel_axis(an2, measured[:1] + measured[2:3], 7)
     assert not an2.plots and not an2.tables  # one count: no axis
+
+
+def test_wireguards_n_tunnels_are_a_hub_and_a_site_per_tunnel() -> None:
+    """N tunnels through WireGuard (backends/wireguard.py): gwA's hub, the same End in
+    every pair, routes the server's subnet and FAR into its device; gwB's N sites each
+    a device, port, table and key of its own, the i-th site's network the i-th tunnel's
+    right selector; only the first site routes (the others only receive). One tunnel is
+    the topology's two ends as before."""
+    from ipsec_lab.backends.wireguard import Wireguard, _remote, _rules
+
+    class Tb:
+        topo = topology("line")
+        token = "abc123"
+
+    pairs = Wireguard(tunnels=16)._ends_of(Tb())  # type: ignore[arg-type]
+    t = Tb.topo.tunnels[0]
+    hub = pairs[0][0]
+    assert all(a is hub for a, _, _ in pairs) and hub.node == "gwA"
+    assert _remote(hub) == ("10.2.0.0/24", tunnels.FAR) and hub.mine == "10.1.0.0/24"
+    rules = [" ".join(r) for r, _ in _rules(hub, "add")]
+    assert rules[1:] == [f"ip rule add to {net} lookup {hub.table} pref {hub.pref + 1}"
+                         for net in _remote(hub)]  # fmt: skip
+    sites = [b for _, b, _ in pairs]
+    assert [(s.mine, s.theirs) for s in sites] == [(r, ls) for ls, r in tunnels.selectors(t, 16)]
+    assert [s.routed for s in sites] == [True] + [False] * 15
+    assert {s.node for s in sites} == {"gwB"}
+    for field in ("dev", "port", "table", "pref"):
+        assert len({getattr(e, field) for e in [hub, *sites]}) == 17, field
+    assert all(len(e.dev) <= 15 for e in [hub, *sites])  # IFNAMSIZ
+    (one,) = Wireguard()._ends_of(Tb())  # type: ignore[arg-type]
+    assert (one[0].node, one[0].mine, one[0].theirs, one[0].extra) == (
+        "gwA",
+        "10.1.0.0/24",
+        "10.2.0.0/24",
+        (),
+    )
+    assert (one[1].node, one[1].mine, one[1].theirs, one[1].routed) == (
+        "gwB",
+        "10.2.0.0/24",
+        "10.1.0.0/24",
+        True,
+    )

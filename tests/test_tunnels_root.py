@@ -66,3 +66,64 @@ def test_n_tunnels_are_n_sas_each_carrying_its_share_of_a_spread_flow(tmp_path: 
     # every SA its own key: 2 x 16 distinct keys in gwA's config
     keys = [ln for ln in text.splitlines() if ln.startswith("enc_key")]
     assert len(keys) == 2 * N and len(set(keys)) == 2 * N
+
+
+def _wireguard_data_by_port(pcap: Path, src: str) -> Counter[int]:
+    """WireGuard transport-data messages (type 4) from `src`, by UDP destination port."""
+    from scapy.all import IP, UDP, rdpcap
+
+    out: Counter[int] = Counter()
+    for p in rdpcap(str(pcap)):
+        if IP in p and UDP in p and p[IP].src == src and bytes(p[UDP].payload)[:1] == b"\x04":
+            out[int(p[UDP].dport)] += 1
+    return out
+
+
+@pytest.mark.parametrize("backend", ["wireguard-go", "boringtun"])
+def test_n_wireguard_tunnels_are_a_hub_with_a_peer_per_site(tmp_path: Path, backend: str) -> None:
+    """16 tunnels through a user-space WireGuard: gwA's one device has 16 peers, gwB plays
+    the 16 sites, a device each. A flow spread over the 16 destinations leaves gwA as
+    WireGuard data to each site's port in equal shares (cryptokey routing picked the
+    peer), every site's device received, the sink counted every datagram; after stop no
+    device, rule or table of the run's is left on either gateway."""
+    from ipsec_lab.backends.userspace_wireguard import Boringtun, WireguardGo
+
+    wg = (WireguardGo if backend == "wireguard-go" else Boringtun)(tunnels=N)
+    with Testbed(topology("line"), tmp_path / "run") as tb:
+        wg.start(tb, "wireguard")
+        try:
+            tunnels.route_far(tb, N)
+            hub = wg._ends[0]
+            sites = wg._ends[1:]
+            assert [e.node for e in wg._ends] == ["gwA"] + ["gwB"] * N
+            peers = tb.run("gwA", ["wg", "show", hub.dev, "allowed-ips"]).split("\n")
+            allowed = {ln.split()[1] for ln in peers if ln.strip()}
+            assert allowed == {"10.2.0.0/24"} | {f"10.128.0.{i}/32" for i in range(N - 1)}
+            flow = dataclasses.replace(tb.topo.flows[0], destinations=N)
+            gen = UdpGso(tb, flow, 1, "the test's")
+            try:
+                with capture(tb, "gwA", "wan", "wan") as pcap:
+                    row = gen.trial(200, 20, 1.0)
+            finally:
+                gen.close()
+            rx = {}
+            for e in sites:
+                got = tb.run("gwB", ["wg", "show", e.dev, "transfer"]).split()
+                rx[e.dev] = int(got[1])
+            devs = [e.dev for e in wg._ends]
+        finally:
+            wg.stop(tb)
+        left = {n: tb.run(n, ["ip", "-o", "link", "show"]) + tb.run(n, ["ip", "rule", "show"])
+                for n in ("gwA", "gwB")}  # fmt: skip
+        tables = tb.run("gwA", ["ip", "route", "show", "table", "all"])
+    sent = int(row["sent_packets"])
+    assert sent == 12_500 and row["lost_packets"] == 0, row
+    ports = _wireguard_data_by_port(pcap, "192.0.2.1")
+    assert set(ports) == {e.port for e in sites}, ports
+    assert sum(ports.values()) == sent
+    assert max(ports.values()) - min(ports.values()) <= 1, ports  # in turn: 781 or 782 each
+    assert all(n > 0 for n in rx.values()), rx
+    for node, text in left.items():
+        assert not [d for d in devs if d in text], (node, text)
+        assert "lookup 23" not in text and "0x4c4157" not in text, (node, text)
+    assert "table 230" not in tables, tables

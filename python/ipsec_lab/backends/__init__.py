@@ -78,6 +78,10 @@ class Entry:
     # why it sets up one tunnel only on real hosts, though many on namespaces ("": it
     # sets up many there too)
     no_tunnels_on_hosts: str = ""
+    # the most tunnels the lab sets up with it (0: testbed/tunnels.py's MOST_TUNNELS), and
+    # why no more
+    most_tunnels: int = 0
+    most_tunnels_why: str = ""
     # an IKE daemon that sets N tunnels up as the scenario's `[gateway] ike_sas` says
     # (N CHILD_SAs under one IKE_SA, or an IKE_SA each): its class takes `ike_sas`
     ike: bool = False
@@ -153,16 +157,24 @@ REGISTRY: tuple[Entry, ...] = (
           "the Linux kernel's WireGuard (configuration `wireguard`), where the kernel has "
           "the module: in the micro-VM here (--vm), or on real hosts",
           hosts=True, tools=("wg",), probes_kernel=True, kernel_tunnel=True,
-          modules=(("wireguard", "WireGuard (the kernel's)"),)),
+          modules=(("wireguard", "WireGuard (the kernel's)"),), tunnels=True,
+          most_tunnels=wireguard.MOST_SITES, most_tunnels_why=wireguard.MOST_SITES_WHY,
+          no_tunnels_on_hosts=wireguard.NO_HOSTS_TUNNELS),
     Entry("wireguard-go", userspace_wireguard.WireguardGo,
           "WireGuard in user space on a TUN device, Debian's wireguard-go (configuration "
           "`wireguard`; a 2022 release, before upstream's batching)",
-          hosts=True, tools=("wireguard-go", "wg"), start_s=1.5),
+          hosts=True, tools=("wireguard-go", "wg"), start_s=1.5, tunnels=True,
+          most_tunnels=userspace_wireguard.MOST_SITES,
+          most_tunnels_why=userspace_wireguard.MOST_SITES_WHY,
+          no_tunnels_on_hosts=wireguard.NO_HOSTS_TUNNELS),
     Entry("boringtun", userspace_wireguard.Boringtun,
           "WireGuard in user space on a TUN device, Cloudflare's boringtun in Rust "
           f"(configuration `wireguard`; boringtun-cli {userspace_wireguard.BORINGTUN_VERSION} from "
           "crates.io)",
-          hosts=True, tools=("boringtun-cli", "wg", "ping"), start_s=1.5),
+          hosts=True, tools=("boringtun-cli", "wg", "ping"), start_s=1.5, tunnels=True,
+          most_tunnels=userspace_wireguard.MOST_SITES,
+          most_tunnels_why=userspace_wireguard.MOST_SITES_WHY,
+          no_tunnels_on_hosts=wireguard.NO_HOSTS_TUNNELS),
     Entry("external", external.External,
           "a gateway pair the lab does not configure (an appliance, a cloud VPN): it drives "
           "and meters the traffic ends only; real hosts only (--hosts)",
@@ -189,6 +201,8 @@ def tunnels_refusal(name: str, n: int, hosts: bool = False) -> str | None:
     """Why backend `name` cannot set up `n` tunnels (`hosts`: on real hosts; None: it
     can)."""
     e = BY_NAME[name]
+    if e.tunnels and e.most_tunnels and n > e.most_tunnels:
+        return f"{n} tunnels: {name} sets up at most {e.most_tunnels} ({e.most_tunnels_why})"
     if n == 1 or (e.tunnels and not (hosts and e.no_tunnels_on_hosts)):
         return None
     if e.tunnels:

@@ -33,6 +33,9 @@ DEBIAN_NOTE = (
     "predates upstream's 2023 batching and offload work, so not today's wireguard-go speed"
 )
 BATCHING_SINCE = 20230000  # the first upstream release date with them (v0.0.2023MMDD)
+# N tunnels: a process per device, and gwB runs a device per site (wireguard.py)
+MOST_SITES = 64
+MOST_SITES_WHY = "gwB plays every site, a user-space WireGuard process each: the lab's bound"
 
 
 class _UserSpace(_WireGuard):

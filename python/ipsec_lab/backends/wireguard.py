@@ -26,6 +26,15 @@ the path's less WireGuard's overhead (60 bytes over IPv4: outer IP, UDP, the dat
 message's 16-byte header and 16-byte tag), so no full-size packet is fragmented after
 sealing.
 
+Many tunnels (the scenario's `tunnels = [N]`, testbed/tunnels.py) are WireGuard's way: N
+peers. gwA is the hub, one device with a peer per site, peer i's allowed-ips the i-th
+tunnel's destination (the server's subnet, then one address of FAR each) — cryptokey
+routing picks the peer; gwB plays the N sites, a device each with gwA as its one peer
+(a site has a key pair of its own, and one device holds one key). The sites past the
+first only receive (the spread flow goes client to server): no routes or rules of their
+own; the hub's peers past the first come from one `wg addconf` file. The user-space
+WireGuards run a process per device, so their N is bounded (MOST_USERSPACE_SITES).
+
 Routing fails closed: the remote network is routed into the WireGuard device from a
 table of the run's own (an `ip rule` for the remote network), beside an `unreachable`
 route of a higher metric in the same table — if wireguard-go dies and its device goes,
@@ -55,6 +64,7 @@ from ipsec_lab.model.transforms import (
     wireguard_overhead,
 )
 from ipsec_lab.testbed import Tunnel
+from ipsec_lab.testbed import tunnels as many
 from ipsec_lab.testbed.build import LabError, probe
 from ipsec_lab.testbed.interface import Process, Testbed, on_hosts
 from ipsec_lab.testbed.links import link_mtu
@@ -67,6 +77,13 @@ RULE_PREF = 1000  # its rules: the mark's at RULE_PREF + 2n, the remote network'
 UNREACHABLE_METRIC = 4096  # below the device's route: what remains if the device goes
 HANDSHAKE_S = 15.0  # the most the first handshake may take
 KEEPALIVE_S = "25"  # keeps the session up between a backend's runs (as wg-quick users do)
+HANDSHAKE_PER_PEER_S = 0.05  # and per peer past the first (N tunnels)
+# N tunnels: gwB runs a device (and a key pair) per site, so the lab's bound is on
+# devices, not on the hub's peers (the kernel's WireGuard takes far more)
+MOST_SITES = 1024
+MOST_SITES_WHY = "gwB plays every site, a WireGuard device each: the lab's bound, not WireGuard's"
+NO_HOSTS_TUNNELS = "the hub and its sites are tested on namespaces only so far"
+PEERS_PER_SET = 128  # peers in one `wg set` (its command line stays far below ARG_MAX)
 
 
 def key_pair(tb: Testbed, node: str, dev: str) -> tuple[str, str]:
@@ -109,6 +126,8 @@ class End:
     pref: int
     mine: str  # the local network (its traffic selector)
     theirs: str  # the remote network, routed into the device
+    extra: tuple[str, ...] = ()  # more remote networks routed into it (the hub's FAR)
+    routed: bool = True  # False: a site past the first, which only receives (no routes)
     proc: Process | None = None
     public: str = ""
     outer_family: tuple[str, ...] = ()  # `ip`'s family words of its endpoint's addresses
@@ -119,18 +138,21 @@ def _family(prefix: str) -> list[str]:
     return ["-6"] if ":" in prefix else []
 
 
-RULES_WHAT = ("fwmark rule", "rule")
+def _remote(e: End) -> tuple[str, ...]:
+    """The remote networks `e` routes into its device."""
+    return (e.theirs, *e.extra)
 
 
-def _rules(e: End, op: str) -> list[list[str]]:
-    """`e`'s two policy rules, `ip rule add` or `del` (`op`) by their whole selectors:
-    WireGuard's own marked UDP looks up the main table first; the remote network, the
-    end's table (its device's route, the unreachable one behind it)."""
-    return [
-        ["ip", *e.outer_family, "rule", op, "fwmark", FWMARK, "lookup", "main", "pref",
-         str(e.pref)],
-        ["ip", *_family(e.theirs), "rule", op, "to", e.theirs, "lookup", str(e.table), "pref",
-         str(e.pref + 1)],
+def _rules(e: End, op: str) -> list[tuple[list[str], str]]:
+    """`e`'s policy rules, `ip rule add` or `del` (`op`) by their whole selectors, each
+    with what it is: WireGuard's own marked UDP looks up the main table first; each remote
+    network, the end's table (its device's route, the unreachable one behind it)."""
+    mark = ["ip", *e.outer_family, "rule", op, "fwmark", FWMARK, "lookup", "main", "pref",
+            str(e.pref)]  # fmt: skip
+    return [(mark, "fwmark rule")] + [
+        (["ip", *_family(net), "rule", op, "to", net, "lookup", str(e.table), "pref",
+          str(e.pref + 1)], "rule" if net == e.theirs else f"rule for {net}")
+        for net in _remote(e)
     ]  # fmt: skip
 
 
@@ -146,7 +168,8 @@ class _WireGuard:
     # with it, and a packet sent into the tunnel starts the handshake
     modifies_peers = True
 
-    def __init__(self) -> None:
+    def __init__(self, tunnels: int = 1) -> None:
+        self.tunnels = tunnels  # between the line testbed's gateways (module docstring)
         self._ends: list[End] = []
         self._tb: Testbed | None = None
         self._version = ""  # what the nodes ran, once started
@@ -169,13 +192,13 @@ class _WireGuard:
         tb.run(node, argv)
 
     @staticmethod
-    def _free(tb: Testbed, e: End, ports: set[int]) -> None:
+    def _free(tb: Testbed, e: End, ports: set[int], listening: set[int]) -> None:
         """Refuse to start where the rules' preferences or the routing table `e` needs are
         taken — on a real host, the host's own: the lab adds to a host, never replaces —
-        and move its UDP port past any in use (the host's own WireGuard's, another end's
-        of this run: `ports`)."""
+        and move its UDP port past any in use (the host's own WireGuard's: `listening`,
+        its node's UDP ports; another end's of this run: `ports`)."""
         taken = []
-        for fam in ([], ["-6"]):  # (a host without IPv6 answers nothing for -6)
+        for fam in ([], ["-6"]) if e.routed else ():  # (no IPv6 on a host: nothing for -6)
             for ln in tb.run(e.node, ["ip", *fam, "rule", "show"], check=False).splitlines():
                 if ln.split(":")[0].strip() in (str(e.pref), str(e.pref + 1)):
                     taken.append(f"rule {ln.strip()}")
@@ -187,9 +210,7 @@ class _WireGuard:
                            f"{e.pref}-{e.pref + 1} and routing table {e.table}, and they are "
                            "in use: " + "; ".join(taken))  # fmt: skip
         for _ in range(PORT_TRIES):
-            busy = e.port in ports or tb.run(e.node, ["ss", "-Hlun", f"sport = :{e.port}"],
-                                             check=False).strip()  # fmt: skip
-            if not busy:
+            if e.port not in ports and e.port not in listening:
                 ports.add(e.port)
                 return
             e.port += PORT_STEP
@@ -197,33 +218,77 @@ class _WireGuard:
                        f"({PORT_TRIES} tried from {PORT}, every {PORT_STEP})")  # fmt: skip
 
     @staticmethod
+    def _listening(tb: Testbed, node: str) -> set[int]:
+        """The UDP ports something listens on at `node` (one `ss` for all its ends)."""
+        got = set()
+        for ln in tb.run(node, ["ss", "-Hlun"], check=False).splitlines():
+            f = ln.split()
+            port = f[3].rpartition(":")[2] if len(f) > 3 else ""
+            if port.isdigit():
+                got.add(int(port))
+        return got
+
+    @staticmethod
     def _routed(tb: Testbed, e: End) -> None:
-        """The remote network does reach the device: a rule of the host's own ahead of the
-        run's (a lower preference, matching it) would send it by another table — on a
+        """Each remote network does reach the device: a rule of the host's own ahead of
+        the run's (a lower preference, matching it) would send it by another table — on a
         gateway with the plain route, in clear. Refused, naming what the kernel chose."""
-        net = ipaddress.ip_network(e.theirs, strict=False)
-        probe_addr = str(net.network_address + (1 if net.num_addresses > 1 else 0))
-        got = json.loads(tb.run(e.node, ["ip", "-j", "route", "get", probe_addr]) or "[]")
-        dev = got[0].get("dev") if got else None
-        if dev != e.dev:
-            raise LabError(f"{e.node}: traffic for {e.theirs} would not enter WireGuard end "
-                           f"{e.dev} but {dev or got} (a rule of the host's own ahead of the "
-                           f"lab's at preference {e.pref + 1}? `ip rule show` there): "
-                           "refused rather than measured in clear")  # fmt: skip
+        for theirs in _remote(e):
+            net = ipaddress.ip_network(theirs, strict=False)
+            probe_addr = str(net.network_address + (1 if net.num_addresses > 1 else 0))
+            got = json.loads(tb.run(e.node, ["ip", "-j", "route", "get", probe_addr]) or "[]")
+            dev = got[0].get("dev") if got else None
+            if dev != e.dev:
+                raise LabError(f"{e.node}: traffic for {theirs} would not enter WireGuard end "
+                               f"{e.dev} but {dev or got} (a rule of the host's own ahead of "
+                               f"the lab's at preference {e.pref + 1}? `ip rule show` there): "
+                               "refused rather than measured in clear")  # fmt: skip
 
     def _ends_of(self, tb: Testbed) -> list[tuple[End, End, Tunnel]]:
+        """(left end, right end, tunnel) of each pair of peers: the topology's tunnels,
+        or with N tunnels the hub on the left and a site of its for each (module
+        docstring) — the hub the same End in every pair."""
         token = tb.token
+
+        def end(
+            n: int,
+            node: str,
+            mine: str,
+            theirs: str,
+            extra: tuple[str, ...] = (),
+            routed: bool = True,
+        ) -> End:
+            # numbered across the run, not per node: two nodes on one machine (real
+            # hosts) never share a table, a rule's preference or a port. wireguard-go's
+            # UAPI socket's directory is the machine's: a name of the testbed's (the
+            # kernel's devices take the same names)
+            return End(
+                node,
+                f"ipl{token}w{n}",
+                PORT + n,
+                TABLE + n,
+                RULE_PREF + 2 * n,
+                mine,
+                theirs,
+                extra,
+                routed,
+            )
+
+        if self.tunnels > 1:
+            why = many.refusal(tb.topo.name, self.tunnels)
+            if why:
+                raise LabError(why)
+            (t,) = tb.topo.tunnels
+            left = t.seen_from(t.left)
+            hub = end(0, left.node, left.ts, left.peer_ts, extra=(many.FAR,))
+            return [(hub, end(1 + i, t.right, rts, lts, routed=i == 0), t)
+                    for i, (lts, rts) in enumerate(many.selectors(t, self.tunnels))]  # fmt: skip
         pairs: list[tuple[End, End, Tunnel]] = []
         n = 0
         for t in tb.topo.tunnels:
             ends = []
             for side in (t.seen_from(t.left), t.seen_from(t.right)):
-                # numbered across the run, not per node: two nodes on one machine (real
-                # hosts) never share a table, a rule's preference or a port. wireguard-go's
-                # UAPI socket's directory is the machine's: a name of the testbed's (the
-                # kernel's devices take the same names)
-                ends.append(End(side.node, f"ipl{token}w{n}", PORT + n, TABLE + n,
-                                RULE_PREF + 2 * n, side.ts, side.peer_ts))  # fmt: skip
+                ends.append(end(n, side.node, side.ts, side.peer_ts))
                 n += 1
             pairs.append((ends[0], ends[1], t))
         return pairs
@@ -243,40 +308,71 @@ class _WireGuard:
         pairs = self._ends_of(tb)
         keys: dict[str, str] = {}
         ports: set[int] = set()
+        listening: dict[str, set[int]] = {}
         for a, b, _ in pairs:
             for e in (a, b):
-                self._free(tb, e, ports)
+                if e.dev in keys:
+                    continue  # the hub, again
+                if e.node not in listening:
+                    listening[e.node] = self._listening(tb, e.node)
+                self._free(tb, e, ports, listening[e.node])
                 self._ends.append(e)
                 keys[e.dev], e.public = key_pair(tb, e.node, e.dev)
         self._version = versions({e.node: self._node_version(tb, e.node) for e in self._ends})
         self._devices(tb, self._ends)
+        # each end's peers: its pairs' other ends (the hub's, every site)
+        peers: dict[str, list[End]] = {}
+        for a, b, _ in pairs:
+            peers.setdefault(a.dev, []).append(b)
+            peers.setdefault(b.dev, []).append(a)
+        upped: set[str] = set()
         for a, b, t in pairs:
-            for e, peer, addr, peer_addr in ((a, b, t.left_outer, t.right_outer),
-                                             (b, a, t.right_outer, t.left_outer)):  # fmt: skip
+            for e, addr, peer_addr in ((a, t.left_outer, t.right_outer),
+                                       (b, t.right_outer, t.left_outer)):  # fmt: skip
+                if e.dev in upped:
+                    continue
+                upped.add(e.dev)
                 # a peer set only once gets its lasting keepalive now (the left end's)
                 keep = KEEPALIVE_S if not self.modifies_peers and e is a else None
-                self._up(tb, e, peer, addr, peer_addr, keys[e.dev], keep)
+                self._up(tb, e, peers[e.dev], addr, peer_addr, keys[e.dev], keep)
         for e in self._ends:
-            self._routed(tb, e)
-        for a, b, _ in pairs:  # both ends listen: the left one's keepalive starts it
+            if e.routed:
+                self._routed(tb, e)
+        lefts = list(dict.fromkeys(a.dev for a, _, _ in pairs))
+        for dev in lefts:  # both ends listen: the left one's keepalive starts it
+            a = next(x for x in self._ends if x.dev == dev)
             if self.modifies_peers:
-                tb.run(a.node, ["wg", "set", a.dev, "peer", b.public, "persistent-keepalive",
-                                "1"])  # fmt: skip
+                self._keepalive(tb, a, peers[dev], "1")
             else:
-                self._kick(tb, a)
+                self._kick(tb, a, peers[dev])
         # the keepalive started it; every KEEPALIVE_S seconds it keeps the session up, so
         # no later run of this backend pays for a handshake either
-        for a, b, _ in pairs:
-            self._handshake(tb, a, b)
+        self._handshake(tb, [(a, b) for a, b, _ in pairs])
+        if self.modifies_peers:
+            for dev in lefts:
+                a = next(x for x in self._ends if x.dev == dev)
+                self._keepalive(tb, a, peers[dev], KEEPALIVE_S)
+
+    @staticmethod
+    def _keepalive(tb: Testbed, e: End, peers: list[End], seconds: str) -> None:
+        """Every one of `e`'s peers' persistent keepalive to `seconds`, PEERS_PER_SET in
+        each `wg set`."""
+        for i in range(0, len(peers), PEERS_PER_SET):
+            argv = ["wg", "set", e.dev]
+            for p in peers[i : i + PEERS_PER_SET]:
+                argv += ["peer", p.public, "persistent-keepalive", seconds]
+            tb.run(e.node, argv)
 
     def _node_version(self, tb: Testbed, node: str) -> str:
         raise NotImplementedError
 
-    def _up(self, tb: Testbed, e: End, peer: End, addr: str, peer_addr: str,
+    def _up(self, tb: Testbed, e: End, peers: list[End], addr: str, peer_addr: str,
             key: str, keepalive: str | None = None) -> None:  # fmt: skip
-        """Device `e` up at the path's MTU less WireGuard's overhead, keyed to `peer` (with
-        a persistent `keepalive` in seconds, if given), the remote network routed into it
-        (failing closed)."""
+        """Device `e` up at the path's MTU less WireGuard's overhead, keyed to `peers`, all
+        at `peer_addr` (with a persistent `keepalive` in seconds, if given): the first with
+        `e`'s remote network as its allowed-ips, each other its own network (the hub's
+        sites: cryptokey routing picks the peer); the remote networks routed into it
+        (failing closed) unless `e` only receives."""
         route = json.loads(tb.run(e.node, ["ip", "-j", "route", "get", peer_addr]) or "[]")
         if not route or "dev" not in route[0]:
             raise LabError(f"{e.node}: no route to its WireGuard peer {peer_addr} ({route})")
@@ -284,61 +380,87 @@ class _WireGuard:
         version = 6 if ":" in peer_addr else 4
         mtu = link_mtu(tb, e.node, out_dev) - wireguard_overhead(Layout(outer=version))
         tb.run(e.node, ["ip", "link", "set", "dev", e.dev, "mtu", str(mtu), "up"])
-        endpoint = f"[{peer_addr}]:{peer.port}" if version == 6 else f"{peer_addr}:{peer.port}"
         keep = ["persistent-keepalive", keepalive] if keepalive else []
+
+        def peer_words(peer: End, allowed: str) -> list[str]:
+            at = f"[{peer_addr}]:{peer.port}" if version == 6 else f"{peer_addr}:{peer.port}"
+            return ["peer", peer.public, "endpoint", at, "allowed-ips", allowed, *keep]
+
         tb.run(e.node, ["wg", "set", e.dev, "listen-port", str(e.port), "fwmark", FWMARK,
-                        "private-key", key, "peer", peer.public, "endpoint", endpoint,
-                        "allowed-ips", e.theirs, *keep])  # fmt: skip
-        fam = _family(e.theirs)
+                        "private-key", key, *peer_words(peers[0], e.theirs)])  # fmt: skip
+        for i in range(1, len(peers), PEERS_PER_SET):
+            argv = ["wg", "set", e.dev]
+            for p in peers[i : i + PEERS_PER_SET]:
+                argv += peer_words(p, p.mine)
+            tb.run(e.node, argv)
+        e.outer_family = tuple(_family(addr))
+        if not e.routed:
+            return
         table = str(e.table)
-        flush = ["ip", *fam, "route", "flush", "table", table]  # a table that was empty
-        self._do(tb, e.node, ["ip", *fam, "route", "replace", "unreachable", e.theirs, "metric",
-                              str(UNREACHABLE_METRIC), "table", table], flush,
-                 f"WireGuard {e.dev}'s routing table {table}")  # fmt: skip
         # a host's own traffic (host to host: `mine` is its address) leaves with that
         # address, not the one the kernel would pick for a device without any (the first
         # interface's: a real host's management NIC, which the peer's allowed-ips drop)
         mine = ipaddress.ip_network(e.mine, strict=False)
         src = ["src", str(mine.network_address)] if mine.num_addresses == 1 else []
-        tb.run(e.node, ["ip", *fam, "route", "replace", e.theirs, "dev", e.dev, *src, "table",
-                        table])  # fmt: skip
-        e.outer_family = tuple(_family(addr))
-        for add, delete, what in zip(_rules(e, "add"), _rules(e, "del"), RULES_WHAT):
+        for theirs in _remote(e):
+            fam = _family(theirs)
+            flush = ["ip", *fam, "route", "flush", "table", table]  # a table that was empty
+            self._do(tb, e.node, ["ip", *fam, "route", "replace", "unreachable", theirs,
+                                  "metric", str(UNREACHABLE_METRIC), "table", table], flush,
+                     f"WireGuard {e.dev}'s routing table {table} ({theirs})")  # fmt: skip
+            tb.run(e.node, ["ip", *fam, "route", "replace", theirs, "dev", e.dev,
+                            *(src if theirs == e.theirs else []), "table", table])  # fmt: skip
+        for (add, what), (delete, _) in zip(_rules(e, "add"), _rules(e, "del")):
             self._do(tb, e.node, add, delete, f"WireGuard {e.dev}'s {what}")
         if on_hosts(tb):  # undone newest first: the device down before its rules go
             tb.record(e.node, f"WireGuard {e.dev} down before its rules go",
                       shlex.join(["ip", "link", "set", "dev", e.dev, "down"]))  # fmt: skip
 
     @staticmethod
-    def _kick(tb: Testbed, e: End) -> None:
-        """One packet from `e`'s node into its tunnel (a ping to the remote network's
-        first address, answered or not): a session's first packet starts the handshake."""
-        net = ipaddress.ip_network(e.theirs, strict=False)
-        to = str(net.network_address + (1 if net.num_addresses > 1 else 0))
-        tb.run(e.node, ["ping", "-c", "1", "-W", "1", to], check=False)
+    def _kick(tb: Testbed, e: End, peers: list[End]) -> None:
+        """One packet from `e`'s node into the tunnel to each of `peers` (a ping to the
+        first address of the peer's network, answered or not; all at once, one command):
+        a session's first packet starts the handshake."""
+        to = []
+        for net in [e.theirs] + [p.mine for p in peers[1:]]:
+            n = ipaddress.ip_network(net, strict=False)
+            to.append(str(n.network_address + (1 if n.num_addresses > 1 else 0)))
+        pings = " ".join(f"ping -c 1 -W 1 {a} >/dev/null 2>&1 &" for a in to)
+        tb.run(e.node, ["sh", "-c", f"{pings} wait"], check=False)
 
-    def _handshake(self, tb: Testbed, a: End, b: End) -> None:
-        """Wait (bounded) until both ends have a session, then slow the keepalive that
-        started it to one every KEEPALIVE_S seconds (the session stays up between a
-        backend's runs; a 32-byte packet each time, nothing beside a measurement)."""
-        deadline = time.monotonic() + HANDSHAKE_S
+    def _handshake(self, tb: Testbed, pairs: list[tuple[End, End]]) -> None:
+        """Wait (bounded: HANDSHAKE_S, and HANDSHAKE_PER_PEER_S for each pair past the
+        first) until both ends of every pair have a session (each node asked once a poll,
+        `wg show all`)."""
+        limit = HANDSHAKE_S + HANDSHAKE_PER_PEER_S * (len(pairs) - 1)
+        deadline = time.monotonic() + limit
+        nodes = list(dict.fromkeys(e.node for pair in pairs for e in pair))
         while True:
-            done = all(self._shaken(tb, e) for e in (a, b))
-            if done or time.monotonic() > deadline:
+            shaken: set[tuple[str, str]] = set()
+            for node in nodes:
+                shaken |= self._shaken(tb, node)
+            waiting = [
+                (a, b)
+                for a, b in pairs
+                if (a.dev, b.public) not in shaken or (b.dev, a.public) not in shaken
+            ]
+            if not waiting or time.monotonic() > deadline:
                 break
             time.sleep(0.05)
-        if not done:
+        if waiting:
+            a, b = waiting[0]
             logs = "".join(f"\n--- {e.node} ---\n{self._log(tb, e)}" for e in (a, b))
-            raise LabError(f"{self.name}: {a.node} and {b.node} did not hand-shake within "
-                           f"{HANDSHAKE_S:g} s{logs}")  # fmt: skip
-        if self.modifies_peers:
-            tb.run(a.node, ["wg", "set", a.dev, "peer", b.public, "persistent-keepalive",
-                            KEEPALIVE_S])  # fmt: skip
+            more = f" (and {len(waiting) - 1} more of {len(pairs)} pairs)"
+            more = more if len(waiting) > 1 else ""
+            raise LabError(f"{self.name}: {a.node} ({a.dev}) and {b.node} ({b.dev}) did not "
+                           f"hand-shake within {limit:g} s{more}{logs}")  # fmt: skip
 
     @staticmethod
-    def _shaken(tb: Testbed, e: End) -> bool:
-        out = tb.run(e.node, ["wg", "show", e.dev, "latest-handshakes"], check=False)
-        return any(int(f[1]) > 0 for f in (ln.split() for ln in out.splitlines()) if len(f) == 2)
+    def _shaken(tb: Testbed, node: str) -> set[tuple[str, str]]:
+        """(device, peer's public key) of each peer with a session on `node`."""
+        out = tb.run(node, ["wg", "show", "all", "latest-handshakes"], check=False)
+        return {(f[0], f[1]) for f in (ln.split() for ln in out.splitlines())
+                if len(f) == 3 and f[2].isdigit() and int(f[2]) > 0}  # fmt: skip
 
     def stop(self, tb: Testbed) -> None:
         """Every device taken down first (the unreachable routes then hold the remote
@@ -351,9 +473,13 @@ class _WireGuard:
             except Exception as x:  # every step is tried; all are reported
                 errors.append(f"taking down {e.dev} on {e.node}: {x}")
         for e in self._ends:
-            fam = _family(e.theirs)
-            for argv in [*reversed(_rules(e, "del")),
-                         ["ip", *fam, "route", "flush", "table", str(e.table)]]:  # fmt: skip
+            if not e.routed:
+                continue  # it made no rules or routes
+            flushes = [
+                ["ip", *fam, "route", "flush", "table", str(e.table)]
+                for fam in dict.fromkeys(tuple(_family(n)) for n in _remote(e))
+            ]
+            for argv in [*reversed([r for r, _ in _rules(e, "del")]), *flushes]:
                 try:
                     tb.run(e.node, argv, check=False)
                 except Exception as x:
@@ -365,7 +491,7 @@ class _WireGuard:
     def inner_mtu(self) -> int | None:
         """The smallest MTU of the running WireGuard devices, read from them."""
         tb = self._tb
-        got = [link_mtu(tb, e.node, e.dev) for e in self._ends if tb is not None]
+        got = [link_mtu(tb, e.node, e.dev) for e in self._ends if tb is not None and e.routed]
         return min(got) if got else None
 
     def host_pids(self) -> dict[str, list[int]]:
@@ -432,9 +558,15 @@ class Wireguard(_WireGuard):
         tb = self._tb
         if tb is None:
             return None
-        gone = [f"{e.node}'s device {e.dev} is gone" for e in self._ends
-                if not re.search(rf"^\d+: {re.escape(e.dev)}:", tb.run(
-                    e.node, ["ip", "-o", "link", "show"], check=False), re.M)]  # fmt: skip
+        links = {
+            node: tb.run(node, ["ip", "-o", "link", "show"], check=False)
+            for node in dict.fromkeys(e.node for e in self._ends)
+        }  # one ask a node
+        gone = [
+            f"{e.node}'s device {e.dev} is gone"
+            for e in self._ends
+            if not re.search(rf"^\d+: {re.escape(e.dev)}:", links[e.node], re.M)
+        ]
         return "; ".join(gone) or None
 
     def _node_version(self, tb: Testbed, node: str) -> str:
