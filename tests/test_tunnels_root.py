@@ -14,6 +14,7 @@ from ipsec_lab.backends.ours import Ours
 from ipsec_lab.backends.sa_plan import SPI
 from ipsec_lab.testbed import topology, tunnels
 from ipsec_lab.testbed.build import Testbed
+from ipsec_lab.traffic import Row
 from ipsec_lab.traffic.paced import UdpGso
 from netutil import capture
 from test_gateway_traffic_root import settle
@@ -33,6 +34,19 @@ def _esp_by_spi(pcap: Path, src: str) -> Counter[int]:
     return out
 
 
+def _spread(tb: Testbed) -> tuple[Row, Path]:
+    """12,500 datagrams of 200 B at 20 Mbit/s spread over N tunnels' destinations (a
+    datagram a message, each to the next), captured on gwA's wan: (udp-gso's row, pcap)."""
+    flow = dataclasses.replace(tb.topo.flows[0], destinations=N)
+    gen = UdpGso(tb, flow, 1, "the test's")
+    try:
+        with capture(tb, "gwA", "wan", "wan") as pcap:
+            row = gen.trial(200, 20, 1.0)
+    finally:
+        gen.close()
+    return row, pcap
+
+
 def test_n_tunnels_are_n_sas_each_carrying_its_share_of_a_spread_flow(tmp_path: Path) -> None:
     """16 tunnels through ours; 12,500 datagrams of 200 B spread over their 16
     destinations (below udp-gso's GSO rate: a datagram a message, each to the next
@@ -43,13 +57,7 @@ def test_n_tunnels_are_n_sas_each_carrying_its_share_of_a_spread_flow(tmp_path: 
         gw.start(tb, "esp:aes128gcm16")
         try:
             tunnels.route_far(tb, N)
-            flow = dataclasses.replace(tb.topo.flows[0], destinations=N)
-            gen = UdpGso(tb, flow, 1, "the test's")
-            try:
-                with capture(tb, "gwA", "wan", "wan") as pcap:
-                    row = gen.trial(200, 20, 1.0)
-            finally:
-                gen.close()
+            row, pcap = _spread(tb)
             st = settle(gw, "gwB")
             text = gw.configs["gwA"].read_text()
         finally:
@@ -99,13 +107,7 @@ def test_n_wireguard_tunnels_are_a_hub_with_a_peer_per_site(tmp_path: Path, back
             peers = tb.run("gwA", ["wg", "show", hub.dev, "allowed-ips"]).split("\n")
             allowed = {ln.split()[1] for ln in peers if ln.strip()}
             assert allowed == {"10.2.0.0/24"} | {f"10.128.0.{i}/32" for i in range(N - 1)}
-            flow = dataclasses.replace(tb.topo.flows[0], destinations=N)
-            gen = UdpGso(tb, flow, 1, "the test's")
-            try:
-                with capture(tb, "gwA", "wan", "wan") as pcap:
-                    row = gen.trial(200, 20, 1.0)
-            finally:
-                gen.close()
+            row, pcap = _spread(tb)
             rx = {}
             for e in sites:
                 got = tb.run("gwB", ["wg", "show", e.dev, "transfer"]).split()
