@@ -128,6 +128,15 @@ def _strongswan(name: str, what: str, data_plane: str, **more: Any) -> Entry:
                  **more)  # fmt: skip
 
 
+def _wireguard_tunnels(most: int, why: str) -> dict[str, Any]:
+    """What the three WireGuards' entries share of N tunnels (a hub and its sites,
+    backends/wireguard.py): bounded by gwB's `most` devices, on namespaces only, 0.03 s a
+    site to start."""
+    return dict(tunnels=True, most_tunnels=most, most_tunnels_why=why,
+                no_tunnels_on_hosts=wireguard.NO_HOSTS_TUNNELS,
+                start_s_per_tunnel=0.03)  # fmt: skip
+
+
 # Every backend, once: scenario validation, the CLI's choices and help, `check`, `hosts
 # check` and the docs derive from this list. A new backend is its module and one line here.
 REGISTRY: tuple[Entry, ...] = (
@@ -159,24 +168,19 @@ REGISTRY: tuple[Entry, ...] = (
           "the Linux kernel's WireGuard (configuration `wireguard`), where the kernel has "
           "the module: in the micro-VM here (--vm), or on real hosts",
           hosts=True, tools=("wg",), probes_kernel=True, kernel_tunnel=True,
-          modules=(("wireguard", "WireGuard (the kernel's)"),), tunnels=True,
-          most_tunnels=wireguard.MOST_SITES, most_tunnels_why=wireguard.MOST_SITES_WHY,
-          no_tunnels_on_hosts=wireguard.NO_HOSTS_TUNNELS, start_s_per_tunnel=0.03),
+          modules=(("wireguard", "WireGuard (the kernel's)"),),
+          **_wireguard_tunnels(wireguard.MOST_SITES, wireguard.MOST_SITES_WHY)),
     Entry("wireguard-go", userspace_wireguard.WireguardGo,
           "WireGuard in user space on a TUN device, Debian's wireguard-go (configuration "
           "`wireguard`; a 2022 release, before upstream's batching)",
-          hosts=True, tools=("wireguard-go", "wg"), start_s=1.5, tunnels=True,
-          most_tunnels=userspace_wireguard.MOST_SITES,
-          most_tunnels_why=userspace_wireguard.MOST_SITES_WHY,
-          no_tunnels_on_hosts=wireguard.NO_HOSTS_TUNNELS, start_s_per_tunnel=0.03),
+          hosts=True, tools=("wireguard-go", "wg"), start_s=1.5,
+          **_wireguard_tunnels(userspace_wireguard.MOST_SITES, userspace_wireguard.MOST_SITES_WHY)),
     Entry("boringtun", userspace_wireguard.Boringtun,
           "WireGuard in user space on a TUN device, Cloudflare's boringtun in Rust "
           f"(configuration `wireguard`; boringtun-cli {userspace_wireguard.BORINGTUN_VERSION} from "
           "crates.io)",
-          hosts=True, tools=("boringtun-cli", "wg", "ping"), start_s=1.5, tunnels=True,
-          most_tunnels=userspace_wireguard.MOST_SITES,
-          most_tunnels_why=userspace_wireguard.MOST_SITES_WHY,
-          no_tunnels_on_hosts=wireguard.NO_HOSTS_TUNNELS, start_s_per_tunnel=0.03),
+          hosts=True, tools=("boringtun-cli", "wg", "ping"), start_s=1.5,
+          **_wireguard_tunnels(userspace_wireguard.MOST_SITES, userspace_wireguard.MOST_SITES_WHY)),
     Entry("external", external.External,
           "a gateway pair the lab does not configure (an appliance, a cloud VPN): it drives "
           "and meters the traffic ends only; real hosts only (--hosts)",

@@ -32,8 +32,8 @@ tunnel's destination (the server's subnet, then one address of FAR each) — cry
 routing picks the peer; gwB plays the N sites, a device each with gwA as its one peer
 (a site has a key pair of its own, and one device holds one key). The sites past the
 first only receive (the spread flow goes client to server): no routes or rules of their
-own; the hub's peers past the first come from one `wg addconf` file. The user-space
-WireGuards run a process per device, so their N is bounded (MOST_USERSPACE_SITES).
+own; the hub's peers past the first are set PEERS_PER_SET to a `wg set`. gwB's devices
+bound N (MOST_SITES; the user-space WireGuards', a process each, lower).
 
 Routing fails closed: the remote network is routed into the WireGuard device from a
 table of the run's own (an `ip rule` for the remote network), beside an `unreachable`
@@ -138,6 +138,13 @@ def _family(prefix: str) -> list[str]:
     return ["-6"] if ":" in prefix else []
 
 
+def _first_address(prefix: str) -> str:
+    """An address inside `prefix` to route or ping: its first host's (the address itself
+    for a single one)."""
+    net = ipaddress.ip_network(prefix, strict=False)
+    return str(net.network_address + (1 if net.num_addresses > 1 else 0))
+
+
 def _remote(e: End) -> tuple[str, ...]:
     """The remote networks `e` routes into its device."""
     return (e.theirs, *e.extra)
@@ -234,9 +241,9 @@ class _WireGuard:
         the run's (a lower preference, matching it) would send it by another table — on a
         gateway with the plain route, in clear. Refused, naming what the kernel chose."""
         for theirs in _remote(e):
-            net = ipaddress.ip_network(theirs, strict=False)
-            probe_addr = str(net.network_address + (1 if net.num_addresses > 1 else 0))
-            got = json.loads(tb.run(e.node, ["ip", "-j", "route", "get", probe_addr]) or "[]")
+            got = json.loads(
+                tb.run(e.node, ["ip", "-j", "route", "get", _first_address(theirs)]) or "[]"
+            )
             dev = got[0].get("dev") if got else None
             if dev != e.dev:
                 raise LabError(f"{e.node}: traffic for {theirs} would not enter WireGuard end "
@@ -338,30 +345,31 @@ class _WireGuard:
         for e in self._ends:
             if e.routed:
                 self._routed(tb, e)
-        lefts = list(dict.fromkeys(a.dev for a, _, _ in pairs))
-        for dev in lefts:  # both ends listen: the left one's keepalive starts it
-            a = next(x for x in self._ends if x.dev == dev)
+        lefts = {a.dev: a for a, _, _ in pairs}.values()  # the hub once
+        for a in lefts:  # both ends listen: the left one's keepalive starts it
             if self.modifies_peers:
-                self._keepalive(tb, a, peers[dev], "1")
+                self._keepalive(tb, a, peers[a.dev], "1")
             else:
-                self._kick(tb, a, peers[dev])
+                self._kick(tb, a, peers[a.dev])
         # the keepalive started it; every KEEPALIVE_S seconds it keeps the session up, so
         # no later run of this backend pays for a handshake either
         self._handshake(tb, [(a, b) for a, b, _ in pairs])
         if self.modifies_peers:
-            for dev in lefts:
-                a = next(x for x in self._ends if x.dev == dev)
-                self._keepalive(tb, a, peers[dev], KEEPALIVE_S)
+            for a in lefts:
+                self._keepalive(tb, a, peers[a.dev], KEEPALIVE_S)
 
     @staticmethod
-    def _keepalive(tb: Testbed, e: End, peers: list[End], seconds: str) -> None:
-        """Every one of `e`'s peers' persistent keepalive to `seconds`, PEERS_PER_SET in
-        each `wg set`."""
-        for i in range(0, len(peers), PEERS_PER_SET):
-            argv = ["wg", "set", e.dev]
-            for p in peers[i : i + PEERS_PER_SET]:
-                argv += ["peer", p.public, "persistent-keepalive", seconds]
-            tb.run(e.node, argv)
+    def _set_peers(tb: Testbed, e: End, words: list[list[str]]) -> None:
+        """`wg set` on `e`'s device with each peer's `words` ("peer", its key, …),
+        PEERS_PER_SET peers to a command."""
+        for i in range(0, len(words), PEERS_PER_SET):
+            tb.run(
+                e.node, ["wg", "set", e.dev, *(w for p in words[i : i + PEERS_PER_SET] for w in p)]
+            )
+
+    def _keepalive(self, tb: Testbed, e: End, peers: list[End], seconds: str) -> None:
+        """Every one of `e`'s peers' persistent keepalive to `seconds`."""
+        self._set_peers(tb, e, [["peer", p.public, "persistent-keepalive", seconds] for p in peers])
 
     def _node_version(self, tb: Testbed, node: str) -> str:
         raise NotImplementedError
@@ -388,11 +396,7 @@ class _WireGuard:
 
         tb.run(e.node, ["wg", "set", e.dev, "listen-port", str(e.port), "fwmark", FWMARK,
                         "private-key", key, *peer_words(peers[0], e.theirs)])  # fmt: skip
-        for i in range(1, len(peers), PEERS_PER_SET):
-            argv = ["wg", "set", e.dev]
-            for p in peers[i : i + PEERS_PER_SET]:
-                argv += peer_words(p, p.mine)
-            tb.run(e.node, argv)
+        self._set_peers(tb, e, [peer_words(p, p.mine) for p in peers[1:]])
         e.outer_family = tuple(_family(addr))
         if not e.routed:
             return
@@ -421,10 +425,7 @@ class _WireGuard:
         """One packet from `e`'s node into the tunnel to each of `peers` (a ping to the
         first address of the peer's network, answered or not; all at once, one command):
         a session's first packet starts the handshake."""
-        to = []
-        for net in [e.theirs] + [p.mine for p in peers[1:]]:
-            n = ipaddress.ip_network(net, strict=False)
-            to.append(str(n.network_address + (1 if n.num_addresses > 1 else 0)))
+        to = [_first_address(net) for net in [e.theirs] + [p.mine for p in peers[1:]]]
         pings = " ".join(f"ping -c 1 -W 1 {a} >/dev/null 2>&1 &" for a in to)
         tb.run(e.node, ["sh", "-c", f"{pings} wait"], check=False)
 
