@@ -34,14 +34,15 @@ def _esp_by_spi(pcap: Path, src: str) -> Counter[int]:
     return out
 
 
-def _spread(tb: Testbed) -> tuple[Row, Path]:
-    """12,500 datagrams of 200 B at 20 Mbit/s spread over N tunnels' destinations (a
-    datagram a message, each to the next), captured on gwA's wan: (udp-gso's row, pcap)."""
+def _spread(tb: Testbed, rate_mbit: float = 20, seconds: float = 1.0) -> tuple[Row, Path]:
+    """Datagrams of 200 B at `rate_mbit` for `seconds` (12,500 by default) spread over N
+    tunnels' destinations (a datagram a message, each to the next), captured on gwA's
+    wan: (udp-gso's row, pcap)."""
     flow = dataclasses.replace(tb.topo.flows[0], destinations=N)
     gen = UdpGso(tb, flow, 1, "the test's")
     try:
         with capture(tb, "gwA", "wan", "wan") as pcap:
-            row = gen.trial(200, 20, 1.0)
+            row = gen.trial(200, rate_mbit, seconds)
     finally:
         gen.close()
     return row, pcap
@@ -90,7 +91,9 @@ def _wireguard_data_by_port(pcap: Path, src: str) -> Counter[int]:
 @pytest.mark.parametrize("backend", ["wireguard-go", "boringtun"])
 def test_n_wireguard_tunnels_are_a_hub_with_a_peer_per_site(tmp_path: Path, backend: str) -> None:
     """16 tunnels through a user-space WireGuard: gwA's one device has 16 peers, gwB plays
-    the 16 sites, a device each. A flow spread over the 16 destinations leaves gwA as
+    the 16 sites, a device each. A flow spread over the 16 destinations (6,250 datagrams
+    at 5 Mbit/s: 3,125 a second, well below wireguard-go's rate here — at 12,500 a second
+    it lost some, about its 1420-B NDR in packets, and the capture missed a few) leaves gwA as
     WireGuard data to each site's port in equal shares (cryptokey routing picked the
     peer), every site's device received, the sink counted every datagram; after stop no
     device, rule or table of the run's is left on either gateway."""
@@ -107,7 +110,7 @@ def test_n_wireguard_tunnels_are_a_hub_with_a_peer_per_site(tmp_path: Path, back
             peers = tb.run("gwA", ["wg", "show", hub.dev, "allowed-ips"]).split("\n")
             allowed = {ln.split()[1] for ln in peers if ln.strip()}
             assert allowed == {"10.2.0.0/24"} | {f"10.128.0.{i}/32" for i in range(N - 1)}
-            row, pcap = _spread(tb)
+            row, pcap = _spread(tb, 5, 2.0)
             rx = {}
             for e in sites:
                 got = tb.run("gwB", ["wg", "show", e.dev, "transfer"]).split()
@@ -119,11 +122,11 @@ def test_n_wireguard_tunnels_are_a_hub_with_a_peer_per_site(tmp_path: Path, back
                 for n in ("gwA", "gwB")}  # fmt: skip
         tables = tb.run("gwA", ["ip", "route", "show", "table", "all"])
     sent = int(row["sent_packets"])
-    assert sent == 12_500 and row["lost_packets"] == 0, row
+    assert sent == 6_250 and row["lost_packets"] == 0, row
     ports = _wireguard_data_by_port(pcap, "192.0.2.1")
     assert set(ports) == {e.port for e in sites}, ports
     assert sum(ports.values()) == sent
-    assert max(ports.values()) - min(ports.values()) <= 1, ports  # in turn: 781 or 782 each
+    assert max(ports.values()) - min(ports.values()) <= 1, ports  # in turn: 390 or 391 each
     assert all(n > 0 for n in rx.values()), rx
     for node, text in left.items():
         assert not [d for d in devs if d in text], (node, text)
