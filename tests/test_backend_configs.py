@@ -193,3 +193,16 @@ def test_the_makefile_installs_the_boringtun_the_lab_names() -> None:
     m = re.search(r"^BORINGTUN_VERSION := (\S+)$", make, re.M)
     assert m and m.group(1) == BORINGTUN_VERSION, m
     assert "--version $(BORINGTUN_VERSION)" in make
+
+
+def test_the_lab_records_the_tun_queue_the_gateway_defaults_to() -> None:
+    """Each ours row says its TUN devices' queue (`tun_queue`): the lab's TUN_QUEUE is the
+    gateway's DEFAULT_TUN_QUEUE, one figure in two languages, held equal here."""
+    import re
+
+    from ipsec_lab.backends.ours import TUN_QUEUE, Ours
+
+    rs = (Path(__file__).parent.parent / "crates/ipsec-gw/src/config/gateway.rs").read_text()
+    m = re.search(r"^pub const DEFAULT_TUN_QUEUE: u32 = (\d+);$", rs, re.M)
+    assert m and int(m.group(1)) == TUN_QUEUE, m
+    assert Ours().tun_queue == TUN_QUEUE

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from ipsec_lab.backends.ours import Ours, gateway_binary, stats
+from ipsec_lab.backends.ours import TUN_QUEUE, Ours, gateway_binary, stats
 from ipsec_lab.testbed import Link, topology
 from ipsec_lab.testbed.build import CpuLimit, LabError, Testbed
 from ipsec_lab.traffic import iperf
@@ -899,3 +899,32 @@ def test_codel_drops_from_a_standing_receive_queue_and_counts_them(
         assert io["queue_delay_drops"] > 0, io
     else:
         assert io["queue_delay_drops"] == 0, io
+
+
+@pytest.mark.parametrize("tun_queue", [None, 4])
+def test_the_tun_queue_holds_what_it_is_set_to_and_what_overflows_it_is_counted(
+    tmp_path: Path, tun_queue: int | None
+) -> None:
+    """`tun_queue` (default DEFAULT_TUN_QUEUE, Linux's 500 for a TUN device): the outbound
+    queue between the kernel's forwarding and gwA's reads holds that many packets.
+    With gwA starved (1 ms of CPU in 100), a burst fills it: the kernel drops the rest at
+    its tail and gwA's stats count them as `tun_queue_drops`; every packet the client sent
+    was sealed or is one of those (nothing lost elsewhere, nothing sent in clear)."""
+    edit = gateway_key(f"tun_queue = {tun_queue}") if tun_queue else None
+    want = tun_queue or TUN_QUEUE
+    with tunnel(tmp_path, edit=edit) as (tb, gw):
+        link = tb.run("gwA", ["ip", "-o", "link", "show", "dev", "ipsec0"])
+        assert re.search(rf"\bqlen {want}\b", link), link
+        before = settle(gw, "gwA")
+        assert before["tun_queue_drops"] == 0, before
+        with starved(gw.process("gwA")):
+            u = udp(tb, size=1000, rate=100, seconds=1)
+        a = settle(gw, "gwA")
+        clear = a["clear_dropped"]["outbound"]
+    (out,) = a["outbound"]["sas"]
+    drops = a["tun_queue_drops"]
+    assert u["sent_packets"] > 10_000, u
+    # the premise: gwA fell behind, so its queue filled
+    assert drops > u["sent_packets"] / 2, (drops, u)
+    assert out["packets"] + drops == u["sent_packets"], (out, drops, u)
+    assert clear == 0, a["clear_dropped"]

@@ -161,6 +161,8 @@ def test_scenario_rates_and_sizes_take_the_cli_grammar() -> None:
         ("[gateway]\ncpus = [99]", "gateway.cpus", "CPU numbers"),
         ("[gateway]\ncpu_quota = 0", "gateway.cpu_quota", "outside"),
         ("[gateway]\naqm = 'codel'", "gateway.aqm", "true or false"),
+        ("[gateway]\ntun_queue = 0", "gateway.tun_queue", "outside"),
+        ("[gateway]\ntun_queue = 1.5", "gateway.tun_queue", "whole"),
         ("name = = 3", "name (line 1)", "Invalid value"),
         # a TOML error names the key on its line, with its table
         ("[[links]]\nname = 'x'\nrate_mbit = 10M", "links.rate_mbit (line 3)", 'rate_mbit = "10M"'),
@@ -272,3 +274,27 @@ def test_ours_gateways_run_codel_when_the_scenario_asks_and_only_then() -> None:
     on = tomllib.loads(gateway_config("gwA", t, ls, keys, Path("/s"), aqm=True))
     off = gateway_config("gwA", t, ls, keys, Path("/s"))
     assert on["gateway"]["aqm"] is True and "aqm" not in tomllib.loads(off)["gateway"]
+
+
+def test_ours_tun_queue_is_the_scenarios_or_the_gateways_default_and_in_the_row() -> None:
+    """`[gateway] tun_queue = N` reaches ours' and ours-udp's gateway configs; without it
+    their configs leave the gateway its default, which the backend still says (each row
+    records `tun_queue`); other backends have none."""
+    import tomllib
+
+    from ipsec_lab import backends
+    from ipsec_lab.backends.ours import TUN_QUEUE, fresh_keys, gateway_config, layers
+    from ipsec_lab.testbed import topology
+
+    assert scenario.parse("[gateway]\ntun_queue = 32", "a.toml").gateway.tun_queue == 32
+    assert scenario.parse("", "a.toml").gateway.tun_queue is None
+    for name in ("ours", "ours-udp"):
+        assert backends.make(name, tun_queue=32).tun_queue == 32  # type: ignore[attr-defined]
+        assert backends.make(name).tun_queue == TUN_QUEUE  # type: ignore[attr-defined]
+    assert not hasattr(backends.make("strongswan", tun_queue=32), "tun_queue")
+    t = topology("line").tunnels[0]
+    ls = layers("esp:aes128gcm16")
+    keys = fresh_keys(ls)
+    on = tomllib.loads(gateway_config("gwA", t, ls, keys, Path("/s"), tun_queue=32))
+    off = gateway_config("gwA", t, ls, keys, Path("/s"))
+    assert on["gateway"]["tun_queue"] == 32 and "tun_queue" not in tomllib.loads(off)["gateway"]

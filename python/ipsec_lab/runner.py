@@ -239,6 +239,7 @@ class Campaign:
         self.set_up = {}
         backend = backends.make(bname, stage_timing=self.sc.stage_timing, hosts=self.hosts,
                                 aqm=self.sc.gateway.aqm, tunnels=n,
+                                tun_queue=self.sc.gateway.tun_queue,
                                 ike_sas=self.sc.gateway.ike_sas)  # fmt: skip
         many_ = f", {n} tunnels" if n > 1 else ""
         self.progress.current = f"{bname} {cfg} | {link.name} | starting{many_}"
@@ -338,6 +339,9 @@ class Campaign:
             aqm = getattr(backend, "aqm", None)  # ours: its queues' AQM; others have none
             if isinstance(aqm, bool):
                 row["aqm"] = aqm
+            tun_queue = getattr(backend, "tun_queue", None)  # ours: its TUN devices' queue
+            if isinstance(tun_queue, int):
+                row["tun_queue"] = tun_queue
             row["testbed_key"] = key
             row.update(self.set_up)
             meters.count_segments(row, outer)  # a GSO buffer counted as its segments

@@ -63,6 +63,7 @@ class Gateway:
     cpu_quota: float | None = None  # CPUs' worth (0.5 = half of one CPU)
     cpus: tuple[int, ...] = ()
     aqm: bool = False  # ours: CoDel on the gateways' outer receive queues (RFC 8289)
+    tun_queue: int | None = None  # ours: packets its TUN devices queue (None: its default)
     # the IKE daemons' N tunnels (strongSwan): N CHILD_SAs under "one" IKE_SA, or an IKE_SA
     # each ("per-tunnel"); a count of 1 is one of each either way
     ike_sas: str = "one"
@@ -437,7 +438,7 @@ def parse(text: str, source: str = "<scenario>") -> Scenario:
     gw = doc.get("gateway", {})
     if not isinstance(gw, dict):
         raise r.fail("gateway", "must be a table")
-    r.unknown(gw, {"cpu_quota", "cpus", "aqm", "ike_sas"}, "gateway.")
+    r.unknown(gw, {"cpu_quota", "cpus", "aqm", "ike_sas", "tun_queue"}, "gateway.")
     aqm = gw.get("aqm", False)
     if not isinstance(aqm, bool):
         raise r.fail("gateway.aqm", f"must be true or false, not {aqm!r}")
@@ -490,6 +491,7 @@ def parse(text: str, source: str = "<scenario>") -> Scenario:
             cpu_quota=r.number(gw, "cpu_quota", "gateway.", None, 0.01, ncpu),
             cpus=tuple(cpus),
             aqm=aqm,
+            tun_queue=r.number(gw, "tun_queue", "gateway.", None, 1, 10_000, integer=True),
             ike_sas=ike_sas,
         ),
         soaker=soaker,

@@ -334,6 +334,7 @@ fn set_up(cfg: &config::Config, init_state: bool) -> Result<(Up, Engines), Strin
         .name(&cfg.tun)
         .mtu(start_mtu)
         .offload(cfg.offload)
+        .tx_queue_len(cfg.tun_queue)
         .build_sync()
         .map_err(|e| format!("cannot create TUN device {}: {e}", cfg.tun))?;
     let tun = Arc::new(tun);
@@ -350,6 +351,7 @@ fn set_up(cfg: &config::Config, init_state: bool) -> Result<(Up, Engines), Strin
     );
     let shared = Arc::new(stats::Shared::new());
     let _ = shared.guard.set(guard::table_name(cfg));
+    let _ = shared.tun.set(cfg.tun.clone());
     let stats_socket = match &cfg.stats {
         Some(p) => Some(
             sys::with_umask(0o177, || stats::bind(p))

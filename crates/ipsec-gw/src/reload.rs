@@ -23,12 +23,13 @@ pub fn needs_restart(current: &config::Config, new: &config::Config) -> bool {
         current.offload,
         current.workers,
         current.crypto_workers,
-    ) || (new.local, new.remote, new.udp_encap, new.aqm)
+    ) || (new.local, new.remote, new.udp_encap, new.aqm, new.tun_queue)
         != (
             current.local,
             current.remote,
             current.udp_encap,
             current.aqm,
+            current.tun_queue,
         )
         || (new.table, new.fwmark) != (current.table, current.fwmark)
         || (&new.state, &new.stats, &new.user) != (&current.state, &current.stats, &current.user)
@@ -205,6 +206,9 @@ sa = "in"
         let mut other = start.clone();
         other.udp_encap = true;
         assert!(needs_restart(&start, &other));
+        let mut queue = start.clone();
+        queue.tun_queue += 1;
+        assert!(needs_restart(&start, &queue));
     }
 
     fn key(seed: u8, n: usize) -> String {

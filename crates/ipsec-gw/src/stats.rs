@@ -97,6 +97,8 @@ pub struct Shared {
     /// stats report: set once at start (the table follows `table`, which a reload may
     /// not change).
     pub guard: std::sync::OnceLock<String>,
+    /// The TUN device's name, whose queue's drops the stats report (`tun_queue_drops`).
+    pub tun: std::sync::OnceLock<String>,
 }
 
 /// Clear packets for protected traffic the guard dropped before they crossed.
@@ -124,6 +126,7 @@ impl Shared {
             reloads_refused: Default::default(),
             failed: Mutex::new(None),
             guard: std::sync::OnceLock::new(),
+            tun: std::sync::OnceLock::new(),
         }
     }
 
@@ -137,8 +140,10 @@ impl Shared {
             outbound: DirStats,
             inbound: DirStats,
             clear_dropped: ClearDropped,
+            tun_queue_drops: u64,
         }
         let all = All {
+            tun_queue_drops: self.tun_queue_drops(),
             clear_dropped: self.clear_dropped(),
             uptime_s: self.started.elapsed().as_secs_f64(),
             reloads: self.reloads.load(Relaxed),
@@ -147,6 +152,17 @@ impl Shared {
             inbound: self.inbound.lock().expect("stats lock").clone(),
         };
         serde_json::to_string_pretty(&all).expect("stats serialise")
+    }
+
+    /// Packets the kernel dropped because the TUN device's queue (`tun_queue`) was full:
+    /// its transmit drops, as `ip -s link` shows them, read from this thread's network
+    /// namespace's /proc/thread-self/net/dev (zero when it cannot be read).
+    pub fn tun_queue_drops(&self) -> u64 {
+        let Some(tun) = self.tun.get() else { return 0 };
+        std::fs::read_to_string("/proc/thread-self/net/dev")
+            .ok()
+            .and_then(|t| tx_dropped(&t, tun))
+            .unwrap_or(0)
     }
 
     /// The guard's counters (zero when it has none or nftables cannot be asked).
@@ -168,6 +184,13 @@ impl Shared {
              ipsec_gw_clear_dropped_total{{direction=\"in\"}} {}\n\
              ipsec_gw_clear_dropped_total{{direction=\"out\"}} {}",
             clear.inbound, clear.outbound
+        );
+        let _ = writeln!(
+            s,
+            "# HELP ipsec_gw_tun_queue_drops_total Packets the kernel dropped: the TUN \
+             device's queue (tun_queue) was full.\n# TYPE ipsec_gw_tun_queue_drops_total counter\n\
+             ipsec_gw_tun_queue_drops_total {}",
+            self.tun_queue_drops()
         );
         let mut family = |name: &str, help: &str, kind: &str| {
             let _ = writeln!(s, "# HELP {name} {help}\n# TYPE {name} {kind}");
@@ -272,6 +295,19 @@ impl Shared {
         }
         s
     }
+}
+
+/// The transmit drops of interface `name` in /proc/net/dev's text: after "name:", eight
+/// receive columns (bytes, packets, errs, drop, fifo, frame, compressed, multicast),
+/// then transmit's bytes, packets, errs, drop.
+fn tx_dropped(text: &str, name: &str) -> Option<u64> {
+    text.lines().find_map(|l| {
+        let (ifname, cols) = l.split_once(':')?;
+        if ifname.trim() != name {
+            return None;
+        }
+        cols.split_whitespace().nth(11)?.parse().ok()
+    })
 }
 
 /// Refused when a running gateway answers on `path`: a second gateway must not take the
@@ -404,4 +440,25 @@ pub fn fetch(path: &Path, format: &str) -> std::io::Result<String> {
     let mut out = String::new();
     s.read_to_string(&mut out)?;
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::tx_dropped;
+
+    /// A /proc/net/dev as Linux 6.1 writes it (`ip -s link` showed "TX: ... dropped 37"
+    /// for ipsec0): the transmit drop column, for the named interface only.
+    #[test]
+    fn the_tun_queue_drops_are_the_devices_transmit_drops() {
+        let text = "Inter-|   Receive                                                |  Transmit\n \
+            face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets errs drop fifo colls carrier compressed\n    \
+            lo:       0       0    0    0    0     0          0         0        0       0    0    0    0     0       0          0\n\
+            ipsec0: 1234      10    0    5    0     0          0         0   987654     321    2   37    0     0       0          0\n  \
+            ipsec01: 1 2 3 4 5 6 7 8 9 10 11 99 13 14 15 16\n";
+        assert_eq!(tx_dropped(text, "ipsec0"), Some(37));
+        assert_eq!(tx_dropped(text, "ipsec01"), Some(99));
+        assert_eq!(tx_dropped(text, "lo"), Some(0));
+        assert_eq!(tx_dropped(text, "ipsec"), None);
+        assert_eq!(tx_dropped("ipsec0: 1 2 3\n", "ipsec0"), None);
+    }
 }

@@ -218,10 +218,12 @@ def tunnels_refusal(name: str, n: int, hosts: bool = False) -> str | None:
 
 
 def make(name: str, stage_timing: bool = False, hosts: Hosts | None = None,
-         aqm: bool = False, tunnels: int = 1, ike_sas: str = "one") -> Backend:  # fmt: skip
+         aqm: bool = False, tunnels: int = 1, ike_sas: str = "one",
+         tun_queue: int | None = None) -> Backend:  # fmt: skip
     """The backend `name`; `stage_timing` switches on ours' per-stage counters (the
     others have none: the lab then records no per-stage split for them), `aqm` ours'
-    CoDel on its receive queues (the others' queues are the kernel's). `hosts`: the
+    CoDel on its receive queues (the others' queues are the kernel's), `tun_queue` the
+    packets its TUN devices queue (None: the gateway's default). `hosts`: the
     real hosts it will run on — its checks then probe them, not this machine.
     `tunnels`: how many between the line testbed's gateways (`tunnels_refusal`), and
     `ike_sas` how an IKE daemon sets them up (charon_files.IKE_SAS)."""
@@ -235,6 +237,7 @@ def make(name: str, stage_timing: bool = False, hosts: Hosts | None = None,
     if e.stage_timing:  # ours' entries: its gateway's own settings
         kwargs["stage_timing"] = stage_timing
         kwargs["aqm"] = aqm
+        kwargs["tun_queue"] = tun_queue
     if e.tunnels and e.ipsec:
         kwargs["tunnels"] = tunnels
     if e.ike:

@@ -90,6 +90,11 @@ def gateway_socket_dir(tb: build.Testbed) -> Path:
     return d
 
 
+# The gateway's default `tun_queue` (packets in its TUN device's queue: DEFAULT_TUN_QUEUE
+# in crates/ipsec-gw/src/config/gateway.rs, held equal by a test), recorded in each row.
+TUN_QUEUE = 500
+
+
 def gateway_config(
     node: str,
     tunnel: Tunnel,
@@ -105,12 +110,14 @@ def gateway_config(
     esn: bool = False,
     aqm: bool = False,
     more: Sequence[tuple[str, str, Keys]] = (),
+    tun_queue: int | None = None,
 ) -> str:
     """One gateway's TOML. A single SA is named `out` / `in`; a bundle's SAs `esp-out`,
     `ah-out`, … and the bundles `out` / `in` (IPComp inside ESP, AH outside it). `esn`:
     64-bit sequence numbers (RFC 4303 §2.2.1) on every SA. `mtu` None: "auto" (the
     outer path's MTU less the SAs' overhead, so nothing sealed is fragmented). `aqm`:
-    CoDel on the outer receive queues (docs/gateway.md, "Queues"). `more`: further
+    CoDel on the outer receive queues (docs/gateway.md, "Queues"); `tun_queue`: packets the
+    TUN device queues (None: the gateway's default). `more`: further
     tunnels between the same gateways, each (left selector, right selector, its own
     keys), their SAs `out-J` / `in-J` (J from 1) under SPIs of their own, their right
     selectors routed into the TUN device on the left (`testbed.tunnels`)."""
@@ -141,7 +148,10 @@ def gateway_config(
         f'local = "{me}"\nremote = "{peer}"\n'
         f"routes = {json.dumps(routes)}\n"
         f'stats = "{stats}"\nudp_encap = {str(udp_encap).lower()}\n'
-        f"stage_timing = {str(stage_timing).lower()}\n" + ("aqm = true\n" * aqm) + "\n"
+        f"stage_timing = {str(stage_timing).lower()}\n"
+        + ("aqm = true\n" * aqm)
+        + (f"tun_queue = {tun_queue}\n" if tun_queue is not None else "")
+        + "\n"
     )
     for direction in ("out", "in"):
         text += "".join(sa(x, direction) for x in ls.sas())
@@ -222,6 +232,7 @@ class Ours:
         binary: Path | None = None,
         aqm: bool = False,
         tunnels: int = 1,
+        tun_queue: int | None = None,
     ) -> None:
         """`edit(key, toml)` may change each generated config before it is used (tests
         use it for mismatched keys, lifetimes, extra policies). `mode`: of host-to-host
@@ -236,6 +247,9 @@ class Ours:
         self.name = "ours-udp" if udp_encap else "ours"
         self.stage_timing = stage_timing
         self.aqm = aqm  # CoDel on the gateways' receive queues (`[gateway] aqm`)
+        # packets each TUN device's queue holds: the scenario's, or the gateway's default
+        self._tun_queue = tun_queue
+        self.tun_queue = TUN_QUEUE if tun_queue is None else tun_queue
         self.edit = edit
         self.configs: dict[str, Path] = {}
         self._procs: dict[str, Process] = {}
@@ -299,7 +313,7 @@ class Ours:
                     gw, sock = str(binary), socks / f"gw-{key}.sock"
                 text = gateway_config(
                     node, t, ls, keys, sock, self.udp_encap, self.stage_timing,
-                    tun=f"ipsec{k}", table=220 + k, aqm=self.aqm,
+                    tun=f"ipsec{k}", table=220 + k, aqm=self.aqm, tun_queue=self._tun_queue,
                     mode=self.mode if host_to_host else "tunnel", more=more,
                 )  # fmt: skip
                 text = self.edit(key, text) if self.edit else text

@@ -46,6 +46,28 @@ pub(super) fn crypto_workers(cx: &Ctx<'_>, g: &RawGateway) -> Result<usize, Conf
     })
 }
 
+/// The TUN device's queue by default, in packets: Linux's own for a TUN device. It is a
+/// count, not a time: with offloads each packet may be a 64 KB GSO buffer, so under TCP
+/// load 500 stand at milliseconds (RRUL RTT p50 17 ms through `ours` here, 1.2-9 ms at
+/// 8-32 packets), but a shorter queue drops bursts of small packets (64-B NDR 14 Mbit/s
+/// at 500, 0 at 16): docs/gateway.md "Queues". What does not fit the kernel drops and
+/// counts in the device's transmit drops (the stats' `tun_queue_drops`).
+pub const DEFAULT_TUN_QUEUE: u32 = 500;
+/// The most `tun_queue` accepts (Linux's own default for Ethernet devices is 1,000).
+pub const MAX_TUN_QUEUE: u32 = 10_000;
+
+/// `tun_queue`: packets the TUN device's queue holds (its txqueuelen), 1..=MAX_TUN_QUEUE.
+pub(super) fn tun_queue(cx: &Ctx<'_>, g: &RawGateway) -> Result<u32, ConfigError> {
+    match g.tun_queue {
+        None => Ok(DEFAULT_TUN_QUEUE),
+        Some(n) if (1..=i64::from(MAX_TUN_QUEUE)).contains(&n) => Ok(n as u32),
+        Some(n) => Err(cx.err(
+            "gateway.tun_queue",
+            format!("{n} is not a number of packets from 1 to {MAX_TUN_QUEUE}"),
+        )),
+    }
+}
+
 /// `mtu`: "auto" (the default: the path's less the SAs' overhead) or 576..9000 bytes.
 pub(super) fn mtu(cx: &Ctx<'_>, g: &RawGateway) -> Result<Mtu, ConfigError> {
     Ok(match &g.mtu {

@@ -18,7 +18,8 @@ mod raw;
 mod sa;
 
 pub use gateway::{auto_crypto_workers, MAX_CRYPTO_WORKERS};
-use gateway::{crypto_workers, gateway, mtu};
+use gateway::{crypto_workers, gateway, mtu, tun_queue};
+pub use gateway::{DEFAULT_TUN_QUEUE, MAX_TUN_QUEUE};
 use policy::{bundle, policy, unused_sas};
 use raw::*;
 pub use sa::{key_pairs, same_key};
@@ -149,6 +150,9 @@ pub struct Config {
     pub offload: bool,
     /// CoDel (RFC 8289) on the outer sockets' receive queues (`dataplane/codel.rs`).
     pub aqm: bool,
+    /// Packets the TUN device's queue holds before the kernel drops (its txqueuelen):
+    /// the outbound queue, between the kernel's forwarding and the gateway's reads.
+    pub tun_queue: u32,
     pub sas: Vec<SaSpec>,
     pub bundles: Vec<BundleSpec>,
     pub policies: Vec<PolicySpec>,
@@ -411,6 +415,7 @@ pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
         fwmark: g.fwmark,
         offload: g.offload,
         aqm: g.aqm,
+        tun_queue: tun_queue(&cx, g)?,
         sas,
         bundles,
         policies,

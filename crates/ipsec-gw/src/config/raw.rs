@@ -54,6 +54,9 @@ pub(super) struct RawGateway {
     pub(super) offload: bool,
     #[serde(default)]
     pub(super) aqm: bool,
+    /// Packets the TUN device's queue holds (its txqueuelen) before it drops.
+    #[serde(default)]
+    pub(super) tun_queue: Option<i64>,
     #[serde(default = "default_table")]
     pub(super) table: u32,
     #[serde(default = "default_fwmark")]

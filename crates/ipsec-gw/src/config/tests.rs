@@ -106,6 +106,12 @@ fn a_good_config_reads() {
     assert_eq!(c.mtu, Mtu::Auto);
     assert_eq!(c.workers, 2);
     assert_eq!(c.crypto_workers, auto_crypto_workers());
+    assert_eq!(c.tun_queue, super::DEFAULT_TUN_QUEUE);
+    let tun = "tun = \"ipsec0\"";
+    for n in [1, 64, super::MAX_TUN_QUEUE] {
+        let text = with(tun, &format!("{tun}\ntun_queue = {n}"));
+        assert_eq!(parse(&text, Path::new("gw.toml")).unwrap().tun_queue, n);
+    }
     for (line, want) in [
         ("crypto_workers = 3", 3),
         ("crypto_workers = \"auto\"", auto_crypto_workers()),
@@ -169,6 +175,16 @@ fn each_error_names_the_file_and_key() {
             with("tun = \"ipsec0\"", "tun = \"ipsec0\"\nworkers = 4"),
             "gateway.workers",
             "more than one worker per direction",
+        ),
+        (
+            with("tun = \"ipsec0\"", "tun = \"ipsec0\"\ntun_queue = 0"),
+            "gateway.tun_queue",
+            "0 is not a number of packets from 1 to 10000",
+        ),
+        (
+            with("tun = \"ipsec0\"", "tun = \"ipsec0\"\ntun_queue = 10001"),
+            "gateway.tun_queue",
+            "10001 is not a number of packets",
         ),
         (
             with("tun = \"ipsec0\"", "tun = \"ipsec0\"\ncrypto_workers = 0"),
