@@ -158,6 +158,7 @@ class Boringtun(_UserSpace):
     name = "boringtun"
     program = BORINGTUN
     modifies_peers = False
+    handshake_since = True
     package = f"`cargo install boringtun-cli --version {BORINGTUN_VERSION}`"
     args = ("--foreground", "--disable-drop-privileges")
 

@@ -115,6 +115,15 @@ def check_configuration(configuration: str, backend: str) -> None:
         )
 
 
+def shaken_peers(out: str) -> set[tuple[str, str]]:
+    """(device, peer's public key) of each line of `wg show all latest-handshakes` (device,
+    key, time) or `wg show all transfer` (device, key, rx bytes, tx bytes) with a number
+    other than 0: a handshake time, or data a session carried."""
+    return {(f[0], f[1]) for f in (ln.split() for ln in out.splitlines())
+            if len(f) in (3, 4) and all(x.isdigit() for x in f[2:])
+            and any(int(x) > 0 for x in f[2:])}  # fmt: skip
+
+
 @dataclass
 class End:
     """One tunnel end: its node, device, port, table and rules' preference."""
@@ -174,6 +183,11 @@ class _WireGuard:
     # control socket answers nothing after): each peer is then set once, its keepalive
     # with it, and a packet sent into the tunnel starts the handshake
     modifies_peers = True
+    # whether the UAPI's last_handshake_time is the time *since* the handshake (boringtun
+    # 0.7.1's), not since the epoch: `wg show` then prints 0 until a second has passed, as
+    # for a peer never shaken; a session shows instead in the peer's data bytes, which
+    # count only what a session sealed or opened (its encapsulate and decapsulate)
+    handshake_since = False
 
     def __init__(self, tunnels: int = 1) -> None:
         self.tunnels = tunnels  # between the line testbed's gateways (module docstring)
@@ -439,7 +453,7 @@ class _WireGuard:
         while True:
             shaken: set[tuple[str, str]] = set()
             for node in nodes:
-                shaken |= self._shaken(tb, node)
+                shaken |= self._shaken(tb, node, self.handshake_since)
             waiting = [
                 (a, b)
                 for a, b in pairs
@@ -457,11 +471,12 @@ class _WireGuard:
                            f"hand-shake within {limit:g} s{more}{logs}")  # fmt: skip
 
     @staticmethod
-    def _shaken(tb: Testbed, node: str) -> set[tuple[str, str]]:
-        """(device, peer's public key) of each peer with a session on `node`."""
-        out = tb.run(node, ["wg", "show", "all", "latest-handshakes"], check=False)
-        return {(f[0], f[1]) for f in (ln.split() for ln in out.splitlines())
-                if len(f) == 3 and f[2].isdigit() and int(f[2]) > 0}  # fmt: skip
+    def _shaken(tb: Testbed, node: str, since: bool = False) -> set[tuple[str, str]]:
+        """(device, peer's public key) of each peer with a session on `node`: a handshake
+        time, or (`since`: `handshake_since`) data bytes sent or received."""
+        what = "transfer" if since else "latest-handshakes"
+        out = tb.run(node, ["wg", "show", "all", what], check=False)
+        return shaken_peers(out)
 
     def stop(self, tb: Testbed) -> None:
         """Every device taken down first (the unreachable routes then hold the remote
