@@ -99,6 +99,8 @@ def test_a_run_whose_gateway_died_is_failed_not_measured(
     tcp = dataclasses.replace(workloads.BY_KIND["tcp"], run=workload)
     monkeypatch.setitem(workloads.BY_KIND, "tcp", tcp)
     first, second = [p for p in c.plan if p.workload.kind == "tcp"][:2]
+    seen: list[tuple[str, str]] = []
+    c.on_progress = lambda p: seen.append((p.last, p.more))
     try:
         c._one(_Testbed(), gw, first, "ipsec-gw test")  # type: ignore[arg-type]
         c._one(_Testbed(), gw, second, "ipsec-gw test")  # type: ignore[arg-type]
@@ -111,6 +113,39 @@ def test_a_run_whose_gateway_died_is_failed_not_measured(
     assert "ours went down during the run: ipsec-gw gwB exited (status -9)" in runs[1]["reason"]
     assert "worker inbound panicked" in runs[1]["reason"]  # the gateway's own log
     assert runs[2]["reason"].startswith("ours is down: ipsec-gw gwB exited (status -9)")
+    # the progress line is the reason's first line; the rest (the log) goes with it
+    last, more = next((x, y) for x, y in seen if x.startswith("failed"))
+    assert "\n" not in last and last.startswith("failed") and "went down" in last, last
+    assert "worker inbound panicked" in more and "worker inbound panicked" not in last
+
+
+def test_a_log_of_a_run_says_a_failed_runs_whole_reason(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """In a pipe or a log (`quiet`), each run's line, and after a failed run's line its
+    whole reason indented: CI's log showed only the first line, and the daemon's own
+    words that named the failure were in the store alone."""
+    from ipsec_lab.cli.output import run_with_progress
+
+    class Fake:
+        on_progress: object = None
+
+        def run(self) -> None:
+            p = runner.Progress(total=2)
+            p.done, p.failed, p.last = 1, 1, "failed  ours | x: backend ours failed to start"
+            p.more = "--- charon.log ---\nvici: connection refused"
+            self.on_progress(p)  # type: ignore[misc, operator]
+            p.done, p.last, p.more = 2, "done    ours | y: tcp 95 Mbit/s", ""
+            self.on_progress(p)  # type: ignore[misc, operator]
+
+    run_with_progress(Fake(), quiet=True)
+    err = capsys.readouterr().err.splitlines()
+    assert err == [
+        "[1/2] failed  ours | x: backend ours failed to start",
+        "    --- charon.log ---",
+        "    vici: connection refused",
+        "[2/2] done    ours | y: tcp 95 Mbit/s",
+    ], err
 
 
 def test_key_files_and_their_directories_are_private_from_the_start(tmp_path: Path) -> None:

@@ -76,7 +76,8 @@ def _slug(s: str) -> str:
 class Progress:
     """What the runner reports as it goes (the CLI turns it into a rich display).
     `done` counts every run that ended (done, failed or skipped); `last` describes the
-    run that ended last, one line."""
+    run that ended last, one line; `more` the rest of a failed run's reason (the programs'
+    log tails: what a log of the run, CI's, needs to say why)."""
 
     total: int
     done: int = 0
@@ -84,6 +85,7 @@ class Progress:
     skipped: int = 0
     current: str = ""
     last: str = ""
+    more: str = ""
 
 
 def failure_reason(e: BaseException, logs: list[tuple[str, str]]) -> str:
@@ -432,6 +434,7 @@ class Campaign:
         k = p.key
         name = self.shown.get(k.backend, k.backend)
         what = f"{name} {k.configuration} | {k.link} | {k.workload} {k.flow} #{k.repetition}"
+        self.progress.more = ""
         if status == "done":
             mbps = metrics.BY_KEY["mbps"]
             figs = ", ".join(
@@ -444,8 +447,9 @@ class Campaign:
                 figs += f" [busy machine: other processes used {other}]"
             self.progress.last = f"done    {what}: {figs}"
         else:
-            first = (reason or "").splitlines()[0] if reason else ""
+            first, _, rest = (reason or "").partition("\n")
             self.progress.last = f"{status:7} {what}: {first}"
+            self.progress.more = rest.strip("\n") if status == "failed" else ""
         self.on_progress(self.progress)
 
 

@@ -126,7 +126,8 @@ def human_bytes(n: float) -> str:
 def run_with_progress(campaign: Any, quiet: bool, title: str = "") -> None:
     """Run a campaign, with a live rich progress bar (count, ETA, current run) on stderr
     unless `quiet`, and a line on stderr for each run as it ends (done with its figures,
-    failed or skipped with the reason's first line)."""
+    failed or skipped with the reason's first line). `quiet` (a pipe, a log, `--json`):
+    a failed run's whole reason follows its line, indented, so a log says why."""
     last = [""]
     if quiet:
 
@@ -134,6 +135,10 @@ def run_with_progress(campaign: Any, quiet: bool, title: str = "") -> None:
             if p.last and p.last != last[0]:
                 last[0] = p.last
                 print(f"{title}[{p.done}/{p.total}] {p.last}", file=sys.stderr, flush=True)
+                if p.more:
+                    import textwrap
+
+                    print(textwrap.indent(p.more, "    "), file=sys.stderr, flush=True)
 
         campaign.on_progress = plain
         campaign.run()
