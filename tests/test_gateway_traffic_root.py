@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from ipsec_lab.backends.ours import TUN_QUEUE, Ours, gateway_binary, stats
+from ipsec_lab.backends.ours import Ours, gateway_binary, stats
 from ipsec_lab.testbed import Link, topology
 from ipsec_lab.testbed.build import CpuLimit, LabError, Testbed
 from ipsec_lab.traffic import iperf
@@ -28,6 +28,8 @@ from ipsec_lab.traffic.workload import Workload
 from netutil import capture, count, fresh_stats, holds, poll_until, transfer
 
 pytestmark = pytest.mark.root
+
+LONG_TUN_QUEUE, SHORT_TUN_QUEUE = 500, 16  # config/gateway.rs: "auto"'s two lengths
 
 MARKER = b"IPSEC-LAB-PLANTED-MARKER-0123456789-"
 
@@ -905,13 +907,13 @@ def test_codel_drops_from_a_standing_receive_queue_and_counts_them(
 def test_the_tun_queue_holds_what_it_is_set_to_and_what_overflows_it_is_counted(
     tmp_path: Path, tun_queue: int | None
 ) -> None:
-    """`tun_queue` (default DEFAULT_TUN_QUEUE, Linux's 500 for a TUN device): the outbound
-    queue between the kernel's forwarding and gwA's reads holds that many packets.
+    """`tun_queue` (default "auto": Linux's 500 for a TUN device, for whole packets): the
+    outbound queue between the kernel's forwarding and gwA's reads holds that many packets.
     With gwA starved (1 ms of CPU in 100), a burst fills it: the kernel drops the rest at
     its tail and gwA's stats count them as `tun_queue_drops`; every packet the client sent
     was sealed or is one of those (nothing lost elsewhere, nothing sent in clear)."""
     edit = gateway_key(f"tun_queue = {tun_queue}") if tun_queue else None
-    want = tun_queue or TUN_QUEUE
+    want = tun_queue or LONG_TUN_QUEUE  # "auto" starts long, and UDP of whole packets keeps it
     with tunnel(tmp_path, edit=edit) as (tb, gw):
         link = tb.run("gwA", ["ip", "-o", "link", "show", "dev", "ipsec0"])
         assert re.search(rf"\bqlen {want}\b", link), link
@@ -928,3 +930,44 @@ def test_the_tun_queue_holds_what_it_is_set_to_and_what_overflows_it_is_counted(
     assert drops > u["sent_packets"] / 2, (drops, u)
     assert out["packets"] + drops == u["sent_packets"], (out, drops, u)
     assert clear == 0, a["clear_dropped"]
+
+
+def _qlen(tb: Testbed) -> int:
+    link = tb.run("gwA", ["ip", "-o", "link", "show", "dev", "ipsec0"])
+    m = re.search(r"\bqlen (\d+)\b", link)
+    assert m, link
+    return int(m.group(1))
+
+
+def test_the_auto_tun_queue_is_short_under_tcp_bulk_and_long_again_after(
+    tmp_path: Path,
+) -> None:
+    """`tun_queue = "auto"` (the default): while TCP's GSO super-packets bring most of
+    what gwA reads, its TUN device's queue is SHORT_TUN_QUEUE (a TCP bulk flow fills any
+    queue: 500 stood at ~20 ms); about a second after the flow ends (LONG_AFTER windows),
+    LONG_TUN_QUEUE again (bursts of small packets need the places). Both seen on the
+    device (`ip link`), and the changes counted in gwA's outbound io."""
+    import threading
+
+    with tunnel(tmp_path) as (tb, gw):
+        assert _qlen(tb) == LONG_TUN_QUEUE
+        seen: set[int] = set()
+        done = threading.Event()
+
+        def watch() -> None:
+            while not done.is_set():
+                seen.add(_qlen(tb))
+                done.wait(0.05)
+
+        w = threading.Thread(target=watch)
+        w.start()
+        try:
+            r = tcp(tb, seconds=2)
+        finally:
+            done.set()
+            w.join()
+        assert r["mbps"] > 0, r
+        assert SHORT_TUN_QUEUE in seen, seen
+        poll_until("gwA's TUN queue long again", lambda: _qlen(tb) == LONG_TUN_QUEUE, 5)
+        a = settle(gw, "gwA")
+    assert a["outbound"]["io"]["tun_queue_changes"] >= 2, a["outbound"]["io"]

@@ -163,6 +163,7 @@ def test_scenario_rates_and_sizes_take_the_cli_grammar() -> None:
         ("[gateway]\naqm = 'codel'", "gateway.aqm", "true or false"),
         ("[gateway]\ntun_queue = 0", "gateway.tun_queue", "outside"),
         ("[gateway]\ntun_queue = 1.5", "gateway.tun_queue", "whole"),
+        ("[gateway]\ntun_queue = 'short'", "gateway.tun_queue", "number"),
         ("name = = 3", "name (line 1)", "Invalid value"),
         # a TOML error names the key on its line, with its table
         ("[[links]]\nname = 'x'\nrate_mbit = 10M", "links.rate_mbit (line 3)", 'rate_mbit = "10M"'),
@@ -288,6 +289,7 @@ def test_ours_tun_queue_is_the_scenarios_or_the_gateways_default_and_in_the_row(
 
     assert scenario.parse("[gateway]\ntun_queue = 32", "a.toml").gateway.tun_queue == 32
     assert scenario.parse("", "a.toml").gateway.tun_queue is None
+    assert scenario.parse("[gateway]\ntun_queue = 'auto'", "a.toml").gateway.tun_queue == "auto"
     for name in ("ours", "ours-udp"):
         assert backends.make(name, tun_queue=32).tun_queue == 32  # type: ignore[attr-defined]
         assert backends.make(name).tun_queue == TUN_QUEUE  # type: ignore[attr-defined]
@@ -298,3 +300,5 @@ def test_ours_tun_queue_is_the_scenarios_or_the_gateways_default_and_in_the_row(
     on = tomllib.loads(gateway_config("gwA", t, ls, keys, Path("/s"), tun_queue=32))
     off = gateway_config("gwA", t, ls, keys, Path("/s"))
     assert on["gateway"]["tun_queue"] == 32 and "tun_queue" not in tomllib.loads(off)["gateway"]
+    auto = tomllib.loads(gateway_config("gwA", t, ls, keys, Path("/s"), tun_queue="auto"))
+    assert auto["gateway"]["tun_queue"] == "auto"

@@ -342,7 +342,7 @@ class Campaign:
             if isinstance(aqm, bool):
                 row["aqm"] = aqm
             tun_queue = getattr(backend, "tun_queue", None)  # ours: its TUN devices' queue
-            if isinstance(tun_queue, int):
+            if isinstance(tun_queue, int | str):
                 row["tun_queue"] = tun_queue
             row["testbed_key"] = key
             row.update(self.set_up)

@@ -63,7 +63,8 @@ class Gateway:
     cpu_quota: float | None = None  # CPUs' worth (0.5 = half of one CPU)
     cpus: tuple[int, ...] = ()
     aqm: bool = False  # ours: CoDel on the gateways' outer receive queues (RFC 8289)
-    tun_queue: int | None = None  # ours: packets its TUN devices queue (None: its default)
+    # ours: its TUN devices' queue, "auto" or packets (None: the gateway's default, "auto")
+    tun_queue: int | str | None = None
     # the IKE daemons' N tunnels (strongSwan): N CHILD_SAs under "one" IKE_SA, or an IKE_SA
     # each ("per-tunnel"); a count of 1 is one of each either way
     ike_sas: str = "one"
@@ -442,6 +443,9 @@ def parse(text: str, source: str = "<scenario>") -> Scenario:
     aqm = gw.get("aqm", False)
     if not isinstance(aqm, bool):
         raise r.fail("gateway.aqm", f"must be true or false, not {aqm!r}")
+    tun_queue = gw.get("tun_queue")
+    if tun_queue != "auto":
+        tun_queue = r.number(gw, "tun_queue", "gateway.", None, 1, 10_000, integer=True)
     ike_sas = gw.get("ike_sas", "one")
     if ike_sas not in IKE_SAS:
         raise r.fail("gateway.ike_sas", f"must be one of {', '.join(map(repr, IKE_SAS))} "
@@ -491,7 +495,7 @@ def parse(text: str, source: str = "<scenario>") -> Scenario:
             cpu_quota=r.number(gw, "cpu_quota", "gateway.", None, 0.01, ncpu),
             cpus=tuple(cpus),
             aqm=aqm,
-            tun_queue=r.number(gw, "tun_queue", "gateway.", None, 1, 10_000, integer=True),
+            tun_queue=tun_queue,
             ike_sas=ike_sas,
         ),
         soaker=soaker,

@@ -334,7 +334,7 @@ fn set_up(cfg: &config::Config, init_state: bool) -> Result<(Up, Engines), Strin
         .name(&cfg.tun)
         .mtu(start_mtu)
         .offload(cfg.offload)
-        .tx_queue_len(cfg.tun_queue)
+        .tx_queue_len(cfg.tun_queue.start())
         .build_sync()
         .map_err(|e| format!("cannot create TUN device {}: {e}", cfg.tun))?;
     let tun = Arc::new(tun);
@@ -436,6 +436,7 @@ fn spawn_workers(
         reload: rx,
         engine,
         crypto_workers: cfg.crypto_workers,
+        auto_queue: cfg.tun_queue == config::TunQueue::Auto,
     };
     let wo = worker(eng_out, out_rx);
     let wi = worker(eng_in, in_rx);

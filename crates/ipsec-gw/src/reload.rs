@@ -207,7 +207,7 @@ sa = "in"
         other.udp_encap = true;
         assert!(needs_restart(&start, &other));
         let mut queue = start.clone();
-        queue.tun_queue += 1;
+        queue.tun_queue = config::TunQueue::Fixed(64);
         assert!(needs_restart(&start, &queue));
     }
 

@@ -55,6 +55,8 @@ pub struct Io {
     /// `aqm`: packets CoDel dropped from a standing queue in an outer socket (RFC 8289),
     /// never opened (counted in `rx_packets` too; each packet of a coalesced datagram).
     pub queue_delay_drops: u64,
+    /// `tun_queue = "auto"` (outbound): times the TUN device's queue was changed.
+    pub tun_queue_changes: u64,
 }
 
 /// An IPComp association's counters (RFC 3173), by the bundle it is in.

@@ -219,7 +219,7 @@ def tunnels_refusal(name: str, n: int, hosts: bool = False) -> str | None:
 
 def make(name: str, stage_timing: bool = False, hosts: Hosts | None = None,
          aqm: bool = False, tunnels: int = 1, ike_sas: str = "one",
-         tun_queue: int | None = None) -> Backend:  # fmt: skip
+         tun_queue: int | str | None = None) -> Backend:  # fmt: skip
     """The backend `name`; `stage_timing` switches on ours' per-stage counters (the
     others have none: the lab then records no per-stage split for them), `aqm` ours'
     CoDel on its receive queues (the others' queues are the kernel's), `tun_queue` the

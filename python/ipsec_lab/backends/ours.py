@@ -90,9 +90,10 @@ def gateway_socket_dir(tb: build.Testbed) -> Path:
     return d
 
 
-# The gateway's default `tun_queue` (packets in its TUN device's queue: DEFAULT_TUN_QUEUE
-# in crates/ipsec-gw/src/config/gateway.rs, held equal by a test), recorded in each row.
-TUN_QUEUE = 500
+# The gateway's default `tun_queue` (its TUN device's queue: "auto", 16 packets while GSO
+# super-packets bring most bytes and 500 otherwise: crates/ipsec-gw/src/config/gateway.rs,
+# held equal by a test), recorded in each row.
+TUN_QUEUE = "auto"
 
 
 def gateway_config(
@@ -110,7 +111,7 @@ def gateway_config(
     esn: bool = False,
     aqm: bool = False,
     more: Sequence[tuple[str, str, Keys]] = (),
-    tun_queue: int | None = None,
+    tun_queue: int | str | None = None,
 ) -> str:
     """One gateway's TOML. A single SA is named `out` / `in`; a bundle's SAs `esp-out`,
     `ah-out`, … and the bundles `out` / `in` (IPComp inside ESP, AH outside it). `esn`:
@@ -150,7 +151,7 @@ def gateway_config(
         f'stats = "{stats}"\nudp_encap = {str(udp_encap).lower()}\n'
         f"stage_timing = {str(stage_timing).lower()}\n"
         + ("aqm = true\n" * aqm)
-        + (f"tun_queue = {tun_queue}\n" if tun_queue is not None else "")
+        + (f"tun_queue = {json.dumps(tun_queue)}\n" if tun_queue is not None else "")
         + "\n"
     )
     for direction in ("out", "in"):
@@ -232,7 +233,7 @@ class Ours:
         binary: Path | None = None,
         aqm: bool = False,
         tunnels: int = 1,
-        tun_queue: int | None = None,
+        tun_queue: int | str | None = None,
     ) -> None:
         """`edit(key, toml)` may change each generated config before it is used (tests
         use it for mismatched keys, lifetimes, extra policies). `mode`: of host-to-host
@@ -249,7 +250,7 @@ class Ours:
         self.aqm = aqm  # CoDel on the gateways' receive queues (`[gateway] aqm`)
         # packets each TUN device's queue holds: the scenario's, or the gateway's default
         self._tun_queue = tun_queue
-        self.tun_queue = TUN_QUEUE if tun_queue is None else tun_queue
+        self.tun_queue: int | str = TUN_QUEUE if tun_queue is None else tun_queue
         self.edit = edit
         self.configs: dict[str, Path] = {}
         self._procs: dict[str, Process] = {}

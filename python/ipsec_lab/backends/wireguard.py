@@ -183,10 +183,8 @@ class _WireGuard:
     # control socket answers nothing after): each peer is then set once, its keepalive
     # with it, and a packet sent into the tunnel starts the handshake
     modifies_peers = True
-    # whether the UAPI's last_handshake_time is the time *since* the handshake (boringtun
-    # 0.7.1's), not since the epoch: `wg show` then prints 0 until a second has passed, as
-    # for a peer never shaken; a session shows instead in the peer's data bytes, which
-    # count only what a session sealed or opened (its encapsulate and decapsulate)
+    # whether the UAPI's handshake time is the time since it (boringtun's: 0 for a second,
+    # as never): a session then shows in the peer's data bytes (`shaken_peers`)
     handshake_since = False
 
     def __init__(self, tunnels: int = 1) -> None:

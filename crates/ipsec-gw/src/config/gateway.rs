@@ -46,26 +46,55 @@ pub(super) fn crypto_workers(cx: &Ctx<'_>, g: &RawGateway) -> Result<usize, Conf
     })
 }
 
-/// The TUN device's queue by default, in packets: Linux's own for a TUN device. It is a
-/// count, not a time: with offloads each packet may be a 64 KB GSO buffer, so under TCP
-/// load 500 stand at milliseconds (RRUL RTT p50 17 ms through `ours` here, 1.2-9 ms at
-/// 8-32 packets), but a shorter queue drops bursts of small packets (64-B NDR 14 Mbit/s
-/// at 500, 0 at 16): docs/gateway.md "Queues". What does not fit the kernel drops and
-/// counts in the device's transmit drops (the stats' `tun_queue_drops`).
-pub const DEFAULT_TUN_QUEUE: u32 = 500;
+/// `tun_queue`: the TUN device's queue, in packets (its txqueuelen). A count, not a time:
+/// with offloads a packet there may be a 64 KB GSO buffer, so Linux's 500 stand at tens of
+/// milliseconds under TCP (RRUL RTT p50 17-21 ms through `ours` here, 0.4 ms at 16, the
+/// same throughput), while 16 drop the bursts of small packets a generator sends (64-B
+/// NDR 14-25 Mbit/s at 500, 0 at 16): docs/gateway.md "The TUN device's queue". What does
+/// not fit the kernel drops and counts in the device's transmit drops (the stats'
+/// `tun_queue_drops`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TunQueue {
+    /// SHORT_TUN_QUEUE while most of the bytes read in the last window came in GSO
+    /// super-packets (TCP's bulk, which a short queue slows without costing throughput),
+    /// LONG_TUN_QUEUE otherwise (`dataplane/tun_queue.rs`).
+    Auto,
+    Fixed(u32),
+}
+
+/// `auto`'s queue for traffic of whole packets: Linux's own for a TUN device.
+pub const LONG_TUN_QUEUE: u32 = 500;
+/// `auto`'s queue while GSO super-packets bring most of the bytes.
+pub const SHORT_TUN_QUEUE: u32 = 16;
 /// The most `tun_queue` accepts (Linux's own default for Ethernet devices is 1,000).
 pub const MAX_TUN_QUEUE: u32 = 10_000;
 
-/// `tun_queue`: packets the TUN device's queue holds (its txqueuelen), 1..=MAX_TUN_QUEUE.
-pub(super) fn tun_queue(cx: &Ctx<'_>, g: &RawGateway) -> Result<u32, ConfigError> {
-    match g.tun_queue {
-        None => Ok(DEFAULT_TUN_QUEUE),
-        Some(n) if (1..=i64::from(MAX_TUN_QUEUE)).contains(&n) => Ok(n as u32),
-        Some(n) => Err(cx.err(
-            "gateway.tun_queue",
-            format!("{n} is not a number of packets from 1 to {MAX_TUN_QUEUE}"),
-        )),
+impl TunQueue {
+    /// The queue the device starts with.
+    pub fn start(self) -> u32 {
+        match self {
+            TunQueue::Auto => LONG_TUN_QUEUE,
+            TunQueue::Fixed(n) => n,
+        }
     }
+}
+
+/// `tun_queue`: "auto" (the default) or 1..=MAX_TUN_QUEUE packets.
+pub(super) fn tun_queue(cx: &Ctx<'_>, g: &RawGateway) -> Result<TunQueue, ConfigError> {
+    Ok(match &g.tun_queue {
+        None => TunQueue::Auto,
+        Some(RawCount::Word(w)) if w == "auto" => TunQueue::Auto,
+        Some(RawCount::Number(n)) if (1..=i64::from(MAX_TUN_QUEUE)).contains(n) => {
+            TunQueue::Fixed(*n as u32)
+        }
+        Some(other) => {
+            let got = other.shown();
+            return Err(cx.err(
+                "gateway.tun_queue",
+                format!("{got} is not \"auto\" or a number of packets from 1 to {MAX_TUN_QUEUE}"),
+            ));
+        }
+    })
 }
 
 /// `mtu`: "auto" (the default: the path's less the SAs' overhead) or 576..9000 bytes.

@@ -19,7 +19,7 @@ mod sa;
 
 pub use gateway::{auto_crypto_workers, MAX_CRYPTO_WORKERS};
 use gateway::{crypto_workers, gateway, mtu, tun_queue};
-pub use gateway::{DEFAULT_TUN_QUEUE, MAX_TUN_QUEUE};
+pub use gateway::{TunQueue, LONG_TUN_QUEUE, MAX_TUN_QUEUE, SHORT_TUN_QUEUE};
 use policy::{bundle, policy, unused_sas};
 use raw::*;
 pub use sa::{key_pairs, same_key};
@@ -150,9 +150,9 @@ pub struct Config {
     pub offload: bool,
     /// CoDel (RFC 8289) on the outer sockets' receive queues (`dataplane/codel.rs`).
     pub aqm: bool,
-    /// Packets the TUN device's queue holds before the kernel drops (its txqueuelen):
-    /// the outbound queue, between the kernel's forwarding and the gateway's reads.
-    pub tun_queue: u32,
+    /// The TUN device's queue (its txqueuelen): the outbound queue, between the kernel's
+    /// forwarding and the gateway's reads, "auto" or a fixed number of packets.
+    pub tun_queue: TunQueue,
     pub sas: Vec<SaSpec>,
     pub bundles: Vec<BundleSpec>,
     pub policies: Vec<PolicySpec>,

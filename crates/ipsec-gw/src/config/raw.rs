@@ -54,9 +54,9 @@ pub(super) struct RawGateway {
     pub(super) offload: bool,
     #[serde(default)]
     pub(super) aqm: bool,
-    /// Packets the TUN device's queue holds (its txqueuelen) before it drops.
+    /// "auto" (the default) or the packets the TUN device's queue holds (its txqueuelen).
     #[serde(default)]
-    pub(super) tun_queue: Option<i64>,
+    pub(super) tun_queue: Option<RawCount>,
     #[serde(default = "default_table")]
     pub(super) table: u32,
     #[serde(default = "default_fwmark")]

@@ -106,11 +106,19 @@ fn a_good_config_reads() {
     assert_eq!(c.mtu, Mtu::Auto);
     assert_eq!(c.workers, 2);
     assert_eq!(c.crypto_workers, auto_crypto_workers());
-    assert_eq!(c.tun_queue, super::DEFAULT_TUN_QUEUE);
+    assert_eq!(c.tun_queue, super::TunQueue::Auto);
     let tun = "tun = \"ipsec0\"";
-    for n in [1, 64, super::MAX_TUN_QUEUE] {
-        let text = with(tun, &format!("{tun}\ntun_queue = {n}"));
-        assert_eq!(parse(&text, Path::new("gw.toml")).unwrap().tun_queue, n);
+    for (line, want) in [
+        ("tun_queue = \"auto\"", super::TunQueue::Auto),
+        ("tun_queue = 1", super::TunQueue::Fixed(1)),
+        ("tun_queue = 64", super::TunQueue::Fixed(64)),
+        (
+            "tun_queue = 10000",
+            super::TunQueue::Fixed(super::MAX_TUN_QUEUE),
+        ),
+    ] {
+        let text = with(tun, &format!("{tun}\n{line}"));
+        assert_eq!(parse(&text, Path::new("gw.toml")).unwrap().tun_queue, want);
     }
     for (line, want) in [
         ("crypto_workers = 3", 3),
@@ -179,12 +187,12 @@ fn each_error_names_the_file_and_key() {
         (
             with("tun = \"ipsec0\"", "tun = \"ipsec0\"\ntun_queue = 0"),
             "gateway.tun_queue",
-            "0 is not a number of packets from 1 to 10000",
+            "0 is not \"auto\" or a number of packets from 1 to 10000",
         ),
         (
             with("tun = \"ipsec0\"", "tun = \"ipsec0\"\ntun_queue = 10001"),
             "gateway.tun_queue",
-            "10001 is not a number of packets",
+            "10001 is not \"auto\" or a number of packets",
         ),
         (
             with("tun = \"ipsec0\"", "tun = \"ipsec0\"\ncrypto_workers = 0"),

@@ -27,6 +27,7 @@ mod inbound;
 mod outbound;
 mod outside;
 mod sas;
+mod tun_queue;
 
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
@@ -104,6 +105,9 @@ pub struct Worker {
     pub engine: DirEngine,
     /// Threads sealing or opening one batch together (`crew.rs`); 1: this worker alone.
     pub crypto_workers: usize,
+    /// `tun_queue = "auto"`: the outbound worker sets the TUN device's queue
+    /// (`tun_queue.rs`).
+    pub auto_queue: bool,
 }
 
 impl Worker {
@@ -213,7 +217,7 @@ pub fn run_outbound(w: Worker) {
         Ok(c) => c,
         Err(e) => return worker_failed(&w.shared, &w.stop, e),
     };
-    let path = OutboundPath::new(w.mtu, &w.outside, crew);
+    let path = OutboundPath::new(w.mtu, &w.outside, crew, w.auto_queue);
     serve_one(w, path, &fds, |w, path, _| {
         path.drain(&w.tun, &mut w.engine, &w.outside)
             .map_err(reading_tun)
@@ -223,11 +227,16 @@ pub fn run_outbound(w: Worker) {
 /// A direction's path: what it counted.
 trait Counted {
     fn io(&self) -> &Io;
+    /// Between wakeups: what the path itself tends (outbound: the TUN queue).
+    fn tend(&mut self, _tun: &SyncDevice) {}
 }
 
 impl Counted for OutboundPath {
     fn io(&self) -> &Io {
         &self.io
+    }
+    fn tend(&mut self, tun: &SyncDevice) {
+        self.set_queue(tun);
     }
 }
 
@@ -251,7 +260,10 @@ fn serve_one<P: Counted>(
         &mut st,
         &stop,
         fds,
-        |(w, path, last)| w.tend(path.io(), last),
+        |(w, path, last)| {
+            path.tend(&w.tun);
+            w.tend(path.io(), last)
+        },
         |(w, path, _), ready| step(w, path, ready),
     );
     let (mut w, path, _) = st;
@@ -300,7 +312,7 @@ pub fn run_both(out: Worker, inb: Worker) {
         Ok(c) => c,
         Err(e) => return worker_failed(&out.shared, &stop, e),
     };
-    let opath = OutboundPath::new(out.mtu, &out.outside, crew);
+    let opath = OutboundPath::new(out.mtu, &out.outside, crew, out.auto_queue);
     let now = Instant::now();
     let mut st = (out, opath, now, inb, ipath, now);
     let why = serve(
@@ -308,6 +320,7 @@ pub fn run_both(out: Worker, inb: Worker) {
         &stop,
         &fds,
         |(out, opath, last_out, inb, ipath, last_in)| {
+            opath.set_queue(&out.tun);
             out.tend(&opath.io, last_out)?;
             inb.tend(&ipath.io, last_in)
         },

@@ -10,10 +10,14 @@ use super::crew::{Crew, JobSlot};
 use super::crypto::{seal, seal_deferred};
 use super::outside::{Outside, SendBatch};
 use super::sas::DirEngine;
+use super::tun_queue::AutoQueue;
 use super::BATCH;
 use crate::stats::Io;
 use crate::sys::resident;
 use ipsec::MAX_PACKET;
+
+/// virtio_net_hdr's gso_type bit for ECN (include/uapi/linux/virtio_net.h), beside the type.
+const GSO_ECN: u8 = 0x80;
 
 /// TUN → SPD → seal → outside: the outbound direction's buffers and counters, kept for
 /// the worker's life. The TUN device is non-blocking: each wakeup drains it and the worker
@@ -29,10 +33,17 @@ pub(super) struct OutboundPath {
     crew: Option<Crew>,
     jobs: Vec<JobSlot>,
     pub(super) io: Io,
+    /// `tun_queue = "auto"`: the device's queue set by what is read (`tun_queue.rs`).
+    queue: Option<AutoQueue>,
 }
 
 impl OutboundPath {
-    pub(super) fn new(mtu: u16, outside: &Outside, crew: Option<Crew>) -> OutboundPath {
+    pub(super) fn new(
+        mtu: u16,
+        outside: &Outside,
+        crew: Option<Crew>,
+        auto_queue: bool,
+    ) -> OutboundPath {
         let slots = tun_rs::IDEAL_BATCH_SIZE;
         let size = HEADROOM + usize::from(mtu) + TAILROOM + 64;
         let mut batch = SendBatch::default();
@@ -45,6 +56,7 @@ impl OutboundPath {
             crew,
             jobs: vec![None; slots],
             io: Io::default(),
+            queue: auto_queue.then(|| AutoQueue::new(std::time::Instant::now())),
         }
     }
 
@@ -69,6 +81,15 @@ impl OutboundPath {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => return Err(e),
             };
+            if let Some(q) = &mut self.queue {
+                // a super-packet (split into n) brings its virtio header first: a TCP
+                // one is TCP's bulk (gso_type, ECN bit aside)
+                let gso = self.original[1] & !GSO_ECN;
+                let tcp = n > 1
+                    && (gso == tun_rs::VIRTIO_NET_HDR_GSO_TCPV4
+                        || gso == tun_rs::VIRTIO_NET_HDR_GSO_TCPV6);
+                q.read(self.sizes[..n].iter().sum::<usize>() as u64, tcp);
+            }
             let batch = &mut self.batch;
             for (b, (buf, &len)) in self.bufs.iter_mut().zip(&self.sizes).take(n).enumerate() {
                 io.rx_packets += 1;
@@ -109,6 +130,26 @@ impl OutboundPath {
             outside.send_batch(batch, &self.bufs, io);
         }
         Ok(())
+    }
+
+    /// `tun_queue = "auto"`, between wakeups (so also once the traffic has stopped), at a
+    /// window's end: the device's queue changed when the reads call for another. A device that refuses (it never has) keeps its queue, said once,
+    /// and the gateway stops asking.
+    pub(super) fn set_queue(&mut self, tun: &SyncDevice) {
+        let Some(q) = &mut self.queue else { return };
+        let Some(len) = q.due(std::time::Instant::now()) else {
+            return;
+        };
+        match tun.set_tx_queue_len(len) {
+            Ok(()) => {
+                q.len = len;
+                self.io.tun_queue_changes += 1;
+            }
+            Err(e) => {
+                eprintln!("ipsec-gw: warning: cannot set the TUN queue to {len} (tun_queue = \"auto\"): {e}; it stays {}", q.len);
+                self.queue = None;
+            }
+        }
     }
 }
 
