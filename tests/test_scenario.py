@@ -163,7 +163,7 @@ def test_scenario_rates_and_sizes_take_the_cli_grammar() -> None:
         ("[gateway]\naqm = 'codel'", "gateway.aqm", "true or false"),
         ("[gateway]\ntun_queue = 0", "gateway.tun_queue", "outside"),
         ("[gateway]\ntun_queue = 1.5", "gateway.tun_queue", "whole"),
-        ("[gateway]\ntun_queue = 'short'", "gateway.tun_queue", "number"),
+        ("[gateway]\ntun_queue = 'short'", "gateway.tun_queue", '"auto" or a number'),
         ("name = = 3", "name (line 1)", "Invalid value"),
         # a TOML error names the key on its line, with its table
         ("[[links]]\nname = 'x'\nrate_mbit = 10M", "links.rate_mbit (line 3)", 'rate_mbit = "10M"'),

@@ -159,7 +159,7 @@ METRICS: tuple[Metric, ...] = (
     Metric("aqm", "", "ours: whether its gateways ran CoDel on their receive queues "
            "(`[gateway] aqm`)"),
     Metric("tun_queue", "packets", "ours: its gateways' TUN device queue, `auto` (16 packets "
-           "while GSO super-packets bring most bytes, else 500) or a fixed count "
+           "while TCP super-packets bring most bytes, else 500) or a fixed count "
            "(`[gateway] tun_queue`)"),
     Metric("link_mtu", "B", "the MTU of the flow's outer link, as the run found it"),
     Metric("inner_mtu", "B", "the inner MTU the tunnel offers its hosts (ours: its TUN's)"),

@@ -444,6 +444,9 @@ def parse(text: str, source: str = "<scenario>") -> Scenario:
     if not isinstance(aqm, bool):
         raise r.fail("gateway.aqm", f"must be true or false, not {aqm!r}")
     tun_queue = gw.get("tun_queue")
+    if isinstance(tun_queue, str) and tun_queue != "auto":
+        raise r.fail("gateway.tun_queue", f'must be "auto" or a number of packets from 1 to '
+                     f"10000, not {tun_queue!r}")  # fmt: skip
     if tun_queue != "auto":
         tun_queue = r.number(gw, "tun_queue", "gateway.", None, 1, 10_000, integer=True)
     ike_sas = gw.get("ike_sas", "one")

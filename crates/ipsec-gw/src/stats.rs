@@ -142,7 +142,7 @@ impl Shared {
             outbound: DirStats,
             inbound: DirStats,
             clear_dropped: ClearDropped,
-            tun_queue_drops: u64,
+            tun_queue_drops: Option<u64>,
         }
         let all = All {
             tun_queue_drops: self.tun_queue_drops(),
@@ -158,13 +158,13 @@ impl Shared {
 
     /// Packets the kernel dropped because the TUN device's queue (`tun_queue`) was full:
     /// its transmit drops, as `ip -s link` shows them, read from this thread's network
-    /// namespace's /proc/thread-self/net/dev (zero when it cannot be read).
-    pub fn tun_queue_drops(&self) -> u64 {
-        let Some(tun) = self.tun.get() else { return 0 };
+    /// namespace's /proc/thread-self/net/dev (None, `null`, when it cannot be read). Not
+    /// counted there: what a shrink of the queue (`tun_queue = "auto"`) let go.
+    pub fn tun_queue_drops(&self) -> Option<u64> {
+        let tun = self.tun.get()?;
         std::fs::read_to_string("/proc/thread-self/net/dev")
             .ok()
             .and_then(|t| tx_dropped(&t, tun))
-            .unwrap_or(0)
     }
 
     /// The guard's counters (zero when it has none or nftables cannot be asked).
@@ -187,13 +187,15 @@ impl Shared {
              ipsec_gw_clear_dropped_total{{direction=\"out\"}} {}",
             clear.inbound, clear.outbound
         );
-        let _ = writeln!(
-            s,
-            "# HELP ipsec_gw_tun_queue_drops_total Packets the kernel dropped: the TUN \
-             device's queue (tun_queue) was full.\n# TYPE ipsec_gw_tun_queue_drops_total counter\n\
-             ipsec_gw_tun_queue_drops_total {}",
-            self.tun_queue_drops()
-        );
+        if let Some(n) = self.tun_queue_drops() {
+            let _ = writeln!(
+                s,
+                "# HELP ipsec_gw_tun_queue_drops_total Packets the kernel dropped: the TUN \
+                 device's queue (tun_queue) was full.\n\
+                 # TYPE ipsec_gw_tun_queue_drops_total counter\n\
+                 ipsec_gw_tun_queue_drops_total {n}"
+            );
+        }
         let mut family = |name: &str, help: &str, kind: &str| {
             let _ = writeln!(s, "# HELP {name} {help}\n# TYPE {name} {kind}");
         };
@@ -252,6 +254,11 @@ impl Shared {
             "Packets CoDel dropped from a standing receive queue (aqm), unopened.",
             "counter",
         );
+        family(
+            "ipsec_gw_tun_queue_changes_total",
+            "Changes of the TUN device's queue (tun_queue = \"auto\", outbound).",
+            "counter",
+        );
         for (dir, st) in [
             ("out", self.outbound.lock().expect("stats lock").clone()),
             ("in", self.inbound.lock().expect("stats lock").clone()),
@@ -285,14 +292,16 @@ impl Shared {
                  ipsec_gw_udp_gso_sends_total{{direction=\"{dir}\"}} {}\n\
                  ipsec_gw_udp_gro_receives_total{{direction=\"{dir}\"}} {}\n\
                  ipsec_gw_tun_writes_total{{direction=\"{dir}\"}} {}\n\
-                 ipsec_gw_queue_delay_drops_total{{direction=\"{dir}\"}} {}",
+                 ipsec_gw_queue_delay_drops_total{{direction=\"{dir}\"}} {}\n\
+                 ipsec_gw_tun_queue_changes_total{{direction=\"{dir}\"}} {}",
                 st.io.rx_packets,
                 st.io.tx_packets,
                 st.io.send_errors,
                 st.io.gso_sends,
                 st.io.gro_receives,
                 st.io.tun_writes,
-                st.io.queue_delay_drops
+                st.io.queue_delay_drops,
+                st.io.tun_queue_changes
             );
         }
         s

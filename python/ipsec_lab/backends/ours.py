@@ -90,7 +90,7 @@ def gateway_socket_dir(tb: build.Testbed) -> Path:
     return d
 
 
-# The gateway's default `tun_queue` (its TUN device's queue: "auto", 16 packets while GSO
+# The gateway's default `tun_queue` (its TUN device's queue: "auto", 16 packets while TCP
 # super-packets bring most bytes and 500 otherwise: crates/ipsec-gw/src/config/gateway.rs,
 # held equal by a test), recorded in each row.
 TUN_QUEUE = "auto"

@@ -133,8 +133,9 @@ impl OutboundPath {
     }
 
     /// `tun_queue = "auto"`, between wakeups (so also once the traffic has stopped), at a
-    /// window's end: the device's queue changed when the reads call for another. A device that refuses (it never has) keeps its queue, said once,
-    /// and the gateway stops asking.
+    /// window's end: the device's queue changed when the reads call for another. A change
+    /// the kernel refuses (never seen; tun-rs opens a socket for each) is said once and
+    /// asked again at the next window's end: the queue is never left short for good.
     pub(super) fn set_queue(&mut self, tun: &SyncDevice) {
         let Some(q) = &mut self.queue else { return };
         let Some(len) = q.due(std::time::Instant::now()) else {
@@ -146,8 +147,14 @@ impl OutboundPath {
                 self.io.tun_queue_changes += 1;
             }
             Err(e) => {
-                eprintln!("ipsec-gw: warning: cannot set the TUN queue to {len} (tun_queue = \"auto\"): {e}; it stays {}", q.len);
-                self.queue = None;
+                if !q.refused {
+                    eprintln!(
+                        "ipsec-gw: warning: cannot set the TUN queue to {len} packets \
+                         (tun_queue = \"auto\"): {e}; it stays {}, asked again each window",
+                        q.len
+                    );
+                }
+                q.refused = true;
             }
         }
     }

@@ -39,6 +39,8 @@ pub(super) struct AutoQueue {
     /// Windows in a row without bulk.
     calm: u32,
     pub(super) len: u32,
+    /// The kernel refused a change (said once in the log).
+    pub(super) refused: bool,
 }
 
 impl AutoQueue {
@@ -49,6 +51,7 @@ impl AutoQueue {
             gso: 0,
             calm: 0,
             len: LONG_TUN_QUEUE,
+            refused: false,
         }
     }
 
