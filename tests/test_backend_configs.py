@@ -197,18 +197,18 @@ def test_the_makefile_installs_the_boringtun_the_lab_names() -> None:
 
 def test_the_lab_records_the_tun_queue_the_gateway_defaults_to() -> None:
     """Each ours row says its TUN devices' queue (`tun_queue`): the lab's TUN_QUEUE is the
-    gateway's default (`None => TunQueue::Auto`), held equal here, and the metric's text
-    says auto's two lengths as the gateway has them."""
+    gateway's default (`None => TunQueue::Fixed(LONG_TUN_QUEUE)`), held equal here, and
+    the metric's text says auto's two lengths as the gateway has them."""
     import re
 
     from ipsec_lab import metrics
     from ipsec_lab.backends.ours import TUN_QUEUE, Ours
 
     rs = (Path(__file__).parent.parent / "crates/ipsec-gw/src/config/gateway.rs").read_text()
-    assert TUN_QUEUE == "auto" and "None => TunQueue::Auto," in rs
+    assert "None => TunQueue::Fixed(LONG_TUN_QUEUE)," in rs
     long_, short = (re.search(rf"^pub const {n}_TUN_QUEUE: u32 = (\d+);$", rs, re.M)
                     for n in ("LONG", "SHORT"))  # fmt: skip
-    assert long_ and short
+    assert long_ and short and int(long_.group(1)) == TUN_QUEUE
     doc = metrics.BY_KEY["tun_queue"].doc
     assert f"{short.group(1)} packets" in doc and f"else {long_.group(1)}" in doc, doc
     assert Ours().tun_queue == TUN_QUEUE

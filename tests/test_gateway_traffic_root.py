@@ -907,13 +907,13 @@ def test_codel_drops_from_a_standing_receive_queue_and_counts_them(
 def test_the_tun_queue_holds_what_it_is_set_to_and_what_overflows_it_is_counted(
     tmp_path: Path, tun_queue: int | None
 ) -> None:
-    """`tun_queue` (default "auto": Linux's 500 for a TUN device, for whole packets): the
-    outbound queue between the kernel's forwarding and gwA's reads holds that many packets.
-    With gwA starved (1 ms of CPU in 100), a burst fills it: the kernel drops the rest at
-    its tail and gwA's stats count them as `tun_queue_drops`; every packet the client sent
-    was sealed or is one of those (nothing lost elsewhere, nothing sent in clear)."""
+    """`tun_queue` (default Linux's 500 for a TUN device): the outbound queue between the
+    kernel's forwarding and gwA's reads holds that many packets. With gwA starved (1 ms of
+    CPU in 100), a burst fills it: the kernel drops the rest at its tail and gwA's stats
+    count them as `tun_queue_drops`; every packet the client sent was sealed or is one of
+    those (nothing lost elsewhere, nothing sent in clear)."""
     edit = gateway_key(f"tun_queue = {tun_queue}") if tun_queue else None
-    want = tun_queue or LONG_TUN_QUEUE  # "auto" starts long, and UDP of whole packets keeps it
+    want = tun_queue or LONG_TUN_QUEUE
     with tunnel(tmp_path, edit=edit) as (tb, gw):
         link = tb.run("gwA", ["ip", "-o", "link", "show", "dev", "ipsec0"])
         assert re.search(rf"\bqlen {want}\b", link), link
@@ -942,7 +942,7 @@ def _qlen(tb: Testbed) -> int:
 def test_the_auto_tun_queue_is_short_under_tcp_bulk_and_long_again_after(
     tmp_path: Path,
 ) -> None:
-    """`tun_queue = "auto"` (the default): while TCP's GSO super-packets bring most of
+    """`tun_queue = "auto"`: while TCP's GSO super-packets bring most of
     what gwA reads, its TUN device's queue is SHORT_TUN_QUEUE (a TCP bulk flow fills any
     queue: 500 stood at ~20 ms); 1-2 s after the flow ends (LONG_AFTER windows, an idle
     worker waking every 200 ms), LONG_TUN_QUEUE again (bursts of small packets need the
@@ -950,7 +950,7 @@ def test_the_auto_tun_queue_is_short_under_tcp_bulk_and_long_again_after(
     outbound io."""
     import threading
 
-    with tunnel(tmp_path) as (tb, gw):
+    with tunnel(tmp_path, edit=gateway_key('tun_queue = "auto"')) as (tb, gw):
         assert _qlen(tb) == LONG_TUN_QUEUE
         seen: set[int] = set()
         done = threading.Event()

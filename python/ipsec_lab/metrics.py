@@ -158,9 +158,9 @@ METRICS: tuple[Metric, ...] = (
            "or overlapping; the row's placement, traffic_cpus and dut_cpus say where)"),
     Metric("aqm", "", "ours: whether its gateways ran CoDel on their receive queues "
            "(`[gateway] aqm`)"),
-    Metric("tun_queue", "packets", "ours: its gateways' TUN device queue, `auto` (16 packets "
-           "while TCP super-packets bring most bytes, else 500) or a fixed count "
-           "(`[gateway] tun_queue`)"),
+    Metric("tun_queue", "packets", "ours: its gateways' TUN device queue: 500 packets by default, "
+           "a fixed count, or `auto` (16 packets while TCP super-packets bring most bytes, "
+           "else 500) (`[gateway] tun_queue`)"),
     Metric("link_mtu", "B", "the MTU of the flow's outer link, as the run found it"),
     Metric("inner_mtu", "B", "the inner MTU the tunnel offers its hosts (ours: its TUN's)"),
     Metric("largest_whole_inner", "B",

@@ -90,10 +90,9 @@ def gateway_socket_dir(tb: build.Testbed) -> Path:
     return d
 
 
-# The gateway's default `tun_queue` (its TUN device's queue: "auto", 16 packets while TCP
-# super-packets bring most bytes and 500 otherwise: crates/ipsec-gw/src/config/gateway.rs,
-# held equal by a test), recorded in each row.
-TUN_QUEUE = "auto"
+# The gateway's default `tun_queue` (its TUN device's queue, 500 packets: LONG_TUN_QUEUE
+# in crates/ipsec-gw/src/config/gateway.rs, held equal by a test), recorded in each row.
+TUN_QUEUE = 500
 
 
 def gateway_config(

@@ -106,7 +106,7 @@ fn a_good_config_reads() {
     assert_eq!(c.mtu, Mtu::Auto);
     assert_eq!(c.workers, 2);
     assert_eq!(c.crypto_workers, auto_crypto_workers());
-    assert_eq!(c.tun_queue, super::TunQueue::Auto);
+    assert_eq!(c.tun_queue, super::TunQueue::Fixed(super::LONG_TUN_QUEUE));
     let tun = "tun = \"ipsec0\"";
     for (line, want) in [
         ("tun_queue = \"auto\"", super::TunQueue::Auto),
