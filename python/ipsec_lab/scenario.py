@@ -63,7 +63,7 @@ class Gateway:
     cpu_quota: float | None = None  # CPUs' worth (0.5 = half of one CPU)
     cpus: tuple[int, ...] = ()
     aqm: bool = False  # ours: CoDel on the gateways' outer receive queues (RFC 8289)
-    # ours: its TUN devices' queue, "auto" or packets (None: the gateway's default, "auto")
+    # ours: its TUN devices' queue, packets or "auto" (None: the gateway's default, 500)
     tun_queue: int | str | None = None
     # the IKE daemons' N tunnels (strongSwan): N CHILD_SAs under "one" IKE_SA, or an IKE_SA
     # each ("per-tunnel"); a count of 1 is one of each either way

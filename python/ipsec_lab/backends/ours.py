@@ -247,9 +247,7 @@ class Ours:
         self.name = "ours-udp" if udp_encap else "ours"
         self.stage_timing = stage_timing
         self.aqm = aqm  # CoDel on the gateways' receive queues (`[gateway] aqm`)
-        # packets each TUN device's queue holds: the scenario's, or the gateway's default
-        self._tun_queue = tun_queue
-        self.tun_queue: int | str = TUN_QUEUE if tun_queue is None else tun_queue
+        self._tun_queue = tun_queue  # the scenario's (None: the gateway's default)
         self.edit = edit
         self.configs: dict[str, Path] = {}
         self._procs: dict[str, Process] = {}
@@ -278,6 +276,12 @@ class Ours:
 
     def _binary(self) -> Path | None:
         return self.binary or gateway_binary()
+
+    @property
+    def tun_queue(self) -> int | str:
+        """Each TUN device's queue, as the row records it: the scenario's, or the
+        gateway's default."""
+        return TUN_QUEUE if self._tun_queue is None else self._tun_queue
 
     def start(self, tb: Testbed, configuration: str) -> None:
         """One ipsec-gw per tunnel end: a node in several tunnels (the clients topology's

@@ -55,16 +55,17 @@ pub(super) fn crypto_workers(cx: &Ctx<'_>, g: &RawGateway) -> Result<usize, Conf
 /// `tun_queue_drops`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TunQueue {
-    /// SHORT_TUN_QUEUE while most of the bytes read in the last window came in GSO
-    /// super-packets (TCP's bulk, which a short queue slows without costing throughput),
-    /// LONG_TUN_QUEUE otherwise (`dataplane/tun_queue.rs`).
+    /// SHORT_TUN_QUEUE while most of the bytes read in a window came in TCP super-packets
+    /// (TCP's bulk, which a short queue slows without costing throughput), LONG_TUN_QUEUE
+    /// after LONG_AFTER windows without (`dataplane/tun_queue.rs`).
     Auto,
     Fixed(u32),
 }
 
-/// `auto`'s queue for traffic of whole packets: Linux's own for a TUN device.
+/// The default queue, and `auto`'s for traffic of whole packets: Linux's own for a TUN
+/// device.
 pub const LONG_TUN_QUEUE: u32 = 500;
-/// `auto`'s queue while GSO super-packets bring most of the bytes.
+/// `auto`'s queue while TCP super-packets bring most of the bytes.
 pub const SHORT_TUN_QUEUE: u32 = 16;
 /// The most `tun_queue` accepts (Linux's own default for Ethernet devices is 1,000).
 pub const MAX_TUN_QUEUE: u32 = 10_000;

@@ -54,7 +54,7 @@ pub(super) struct RawGateway {
     pub(super) offload: bool,
     #[serde(default)]
     pub(super) aqm: bool,
-    /// "auto" (the default) or the packets the TUN device's queue holds (its txqueuelen).
+    /// The packets the TUN device's queue holds (its txqueuelen; default 500) or "auto".
     #[serde(default)]
     pub(super) tun_queue: Option<RawCount>,
     #[serde(default = "default_table")]
