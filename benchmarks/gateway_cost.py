@@ -6,9 +6,11 @@ softirq work the kernel ran while it was the current task — on one machine, mu
 next namespace's receive path), wakeups (voluntary context switches: a thread that slept
 in poll and was woken), preemptions (involuntary ones) and read/write calls
 (`syscr`/`syscw` of /proc/PID/task/TID/io: the TUN device's reads and writes — socket
-sends and receives are not counted there). Each is given per packet through the tunnel
-(what gwA sealed), per thread and in all. Placement as the lab's default on this
-machine (traffic on the first CPU, the gateways on the rest). Prints JSON.
+sends and receives are not counted there) and the time it was runnable but waiting for
+a CPU (`schedstat`'s run delay: what a packet for that thread may wait on top). Each
+is given per packet through the tunnel (what gwA sealed), per thread and in all.
+Placement as the lab's default on this machine (traffic on the first CPU, the gateways
+on the rest). Prints JSON.
 
     sudo .venv/bin/python benchmarks/gateway_cost.py [--backend ours] [--size 64]
         [--loads 10,50,90] [--seconds 4] [--repetitions 3]
@@ -49,6 +51,7 @@ def threads(pids: list[int]) -> dict[str, dict[str, int]]:
                 stat = (task / "stat").read_text()
                 status = (task / "status").read_text()
                 io = (task / "io").read_text()
+                sched = (task / "schedstat").read_text().split()
             except OSError:  # the thread ended
                 continue
             name = stat[stat.index("(") + 1 : stat.rindex(")")]
@@ -64,6 +67,8 @@ def threads(pids: list[int]) -> dict[str, dict[str, int]]:
                 "preempted": int(kv["nonvoluntary_ctxt_switches"]),
                 "reads": int(iov["syscr"]),
                 "writes": int(iov["syscw"]),
+                # ns runnable but waiting for a CPU (schedstat's run delay)
+                "waited_ns": int(sched[1]),
             }
     return out
 
@@ -81,7 +86,7 @@ def per_packet(before: dict[str, dict[str, int]], after: dict[str, dict[str, int
     n = max(packets, 1)
     rows: dict[str, dict[str, float]] = {}
     total = dict.fromkeys(("cpu_us", "user_us", "system_us", "wakeups", "preempted",
-                           "reads", "writes"), 0.0)  # fmt: skip
+                           "reads", "writes", "waited_us"), 0.0)  # fmt: skip
     for t, b in after.items():
         a = before.get(t, dict.fromkeys(b, 0))
         d = {k: b[k] - a[k] for k in b}
@@ -89,7 +94,7 @@ def per_packet(before: dict[str, dict[str, int]], after: dict[str, dict[str, int
         row = {"cpu_us": (d["user"] + d["system"]) * us, "user_us": d["user"] * us,
                "system_us": d["system"] * us, "wakeups": d["wakeups"] / n,
                "preempted": d["preempted"] / n, "reads": d["reads"] / n,
-               "writes": d["writes"] / n}  # fmt: skip
+               "writes": d["writes"] / n, "waited_us": d["waited_ns"] / 1e3 / n}  # fmt: skip
         if any(row.values()):
             rows[t] = row
         for k in total:
