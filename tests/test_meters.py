@@ -64,6 +64,41 @@ def test_the_ipsec_cpu_clock_counts_every_thread_to_the_ns() -> None:
     assert process_cpu_ns([2**22 + 7]) == 0
 
 
+def test_the_ipsec_cpu_wait_counts_what_threads_waited_for_a_cpu() -> None:
+    """Two processes that spin on the same one CPU each wait for it while the other runs:
+    their run delay grows by a good part of the time they spun together; a process that
+    sleeps waits for nothing; a gone one counts nothing (None when nothing is left)."""
+    import os
+    import subprocess
+    import sys
+
+    from ipsec_lab.meters import process_cpu_wait_ns
+
+    cpu = sorted(os.sched_getaffinity(0))[0]
+    spin = (f"import os, time\nos.sched_setaffinity(0, {{{cpu}}})\n"
+            "end = time.monotonic() + 0.8\nwhile time.monotonic() < end:\n    pass\n")  # fmt: skip
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1.5)"])
+    procs = [subprocess.Popen([sys.executable, "-c", spin]) for _ in range(2)]
+    try:
+        time.sleep(0.15)  # the interpreters started: the spinners pinned, the sleeper asleep
+        pids = [p.pid for p in procs]
+        w0 = process_cpu_wait_ns(pids)
+        s0 = process_cpu_wait_ns([sleeper.pid])
+        assert w0 is not None and s0 is not None
+        time.sleep(0.4)
+        w1 = process_cpu_wait_ns(pids)
+        s1 = process_cpu_wait_ns([sleeper.pid])
+        assert w1 is not None and s1 is not None
+        # 0.4 s of two runnable processes on one CPU: about 0.4 s of waiting between them
+        assert w1 - w0 >= 0.1e9, (w0, w1)
+        assert s1 - s0 < 0.05e9, (s0, s1)
+    finally:
+        for p in [*procs, sleeper]:
+            p.kill()
+            p.wait()
+    assert process_cpu_wait_ns([p.pid for p in procs]) is None
+
+
 def test_only_a_data_plane_that_counts_its_packets_lends_its_clock() -> None:
     """The kernel's ESP (xfrm, strongSwan on it) is softirq time, and charon's
     kernel-libipsec counts nothing the lab reads: no clock, so no CPU-per-packet figure

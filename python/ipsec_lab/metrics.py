@@ -126,6 +126,10 @@ METRICS: tuple[Metric, ...] = (
            "CPU time of the IPsec processes alone per kB of payload",
            summary={"median": "ipsec_effort_median"},
            value=_field("ipsec_effort_us_per_kb", zero_is_none=True)),
+    Metric("ipsec_cpu_wait_s", "s",
+           "time the IPsec processes' threads were runnable but waiting for a CPU (the "
+           "scheduler's run delay, summed over threads): a packet for a thread waits too, "
+           "so a large figure says the latency is the CPU's, not the queues'"),
     Metric("cpu_load", "share", "busy share of all CPUs over the measurement"),
     Metric("loss_pct", "%", "packets lost (UDP and RFC 2544 workloads)",
            summary={"median": "loss_pct_median"}),

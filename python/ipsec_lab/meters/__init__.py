@@ -11,6 +11,9 @@ What each CPU figure includes (all namespaces share one kernel):
 - `ipsec_cpu_s`, `ipsec_effort_us_per_kb`: CPU time of the backend's processes alone
   (charon with kernel-libipsec, or ipsec-gw), user + system; zero for `none` (kernel
   forwarding is softirq time, in the machine-wide figure only).
+- `ipsec_cpu_wait_s`: how long the backend's threads were runnable but waiting for a CPU
+  (the scheduler's run delay): a packet for a thread waits that long too, so a large
+  figure says the latency measured is the CPU's, not the IPsec's queues'.
 - `ipsec_rss_start_bytes`, `ipsec_rss_end_bytes`: the backend processes' resident memory
   before and after the measurement (a leak shows as growth over a long run).
 - `cpu_series`: per-sample machine-wide user / system / softirq / idle shares, for
@@ -22,6 +25,7 @@ What each CPU figure includes (all namespaces share one kernel):
 from __future__ import annotations
 
 import math
+import os
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -170,6 +174,26 @@ def process_cpu_ns(pids: Sequence[int]) -> int:
     return total
 
 
+def process_cpu_wait_ns(pids: Sequence[int]) -> int | None:
+    """Nanoseconds the living threads of these processes have been runnable but waiting for
+    a CPU so far (each thread's /proc/PID/task/TID/schedstat, its second field: the run
+    delay). None where the kernel keeps no such count."""
+    total, seen = 0, False
+    for pid in pids:
+        try:
+            tasks = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue  # gone
+        for tid in tasks:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                    total += int(f.read().split()[1])
+                seen = True
+            except (OSError, IndexError, ValueError):
+                continue
+    return total if seen else None
+
+
 def rss_bytes(pids: Sequence[int]) -> int:
     """Resident memory of these processes, summed."""
     total = 0
@@ -268,12 +292,14 @@ def measure(
     q0 = hosts.read_procs() if hosts else {}
     c0 = counters()
     p0 = process_cpu_s(pids)
+    w0 = process_cpu_wait_ns(pids)
     rss0 = rss_bytes(pids)
     mark = soaker.mark() if soaker else None
     with CpuSampler() as cpu:
         row = fn()
     soaked = soaker.used_since(mark) if soaker and mark else None
     p1 = process_cpu_s(pids)
+    w1 = process_cpu_wait_ns(pids)
     c1 = counters()
     wire = delta(c0, c1)
     kb = row["payload_bytes"] / KB
@@ -286,6 +312,8 @@ def measure(
     row["cpu_load"] = cpu.busy_s / (cpu.wall_s * (psutil.cpu_count() or 1))
     row["effort_us_per_kb"] = cpu.busy_s * 1e6 / kb if kb else None
     row["ipsec_cpu_s"] = p1 - p0
+    # a thread that ended meanwhile takes its count with it: never below 0
+    row["ipsec_cpu_wait_s"] = max(w1 - w0, 0) / 1e9 if w0 is not None and w1 is not None else None
     if pids:
         row["ipsec_rss_start_bytes"], row["ipsec_rss_end_bytes"] = rss0, rss_bytes(pids)
     row["ipsec_effort_us_per_kb"] = (p1 - p0) * 1e6 / kb if kb and pids else None
