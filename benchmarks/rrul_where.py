@@ -2,13 +2,13 @@
 TCP streams each way through the backend (the lab's `latency` workload with
 `background = "tcp"`), and meanwhile, read from the kernel before and after:
 
-- per thread of the IPsec processes (ours' gateways): CPU time, and the time it spent
-  *runnable but waiting for a CPU* (`/proc/PID/task/TID/schedstat`'s run delay) with the
-  number of times it was scheduled — the wait a packet for that thread shares;
+- per thread of the IPsec processes (ours' gateways) and, apart, of each `ksoftirqd`:
+  CPU time, and the time it spent *runnable but waiting for a CPU*
+  (`/proc/PID/task/TID/schedstat`'s run delay) with the number of times it was
+  scheduled — the wait a packet for that thread shares;
 - the gateways' own counters of what their queues dropped (ours: `queue_delay_drops`
   with `--gateway aqm=true`, `tun_queue_drops`);
-- each CPU's network backlog (`/proc/net/softnet_stat`: processed, dropped, squeezed)
-  and each `ksoftirqd`'s CPU time.
+- each CPU's network backlog (`/proc/net/softnet_stat`: processed, dropped, squeezed).
 
 A queue that stands is seen as drops (or its AQM's), a CPU that is short as run-queue
 wait. `--placement off` puts every role on every CPU. `--gateway KEY=VALUE` adds a key to
@@ -26,6 +26,7 @@ import argparse
 import os
 import statistics
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -108,10 +109,12 @@ def drops(backend: Any) -> dict[str, dict[str, int | None]]:
 def one(tb: Any, backend: Any, seconds: float) -> dict[str, Any]:
     flow = tb.topo.flows[0]
     w = Workload("latency", background="tcp", seconds=seconds)
-    pids = backend.pids() + ksoftirqds()
-    s0, n0, d0 = sched(pids), softnet(), drops(backend)
+    pids, soft = backend.pids(), ksoftirqds()
+    s0, k0, n0, d0 = sched(pids), sched(soft), softnet(), drops(backend)
     (row,) = latency.latency(tb, flow, w, lambda _, f: f(), 0)
-    s1, n1, d1 = sched(pids), softnet(), drops(backend)
+    s1, k1, n1 = sched(pids), sched(soft), softnet()
+    time.sleep(0.2)  # the gateways publish their counters every 100 ms
+    d1 = drops(backend)
     keep = ("rtt_p50_us", "rtt_p99_us", "one_way_up_p50_us", "one_way_down_p50_us", "mbps",
             "probes_lost", "probes_sent")  # fmt: skip
     backlog = [
@@ -125,6 +128,7 @@ def one(tb: Any, backend: Any, seconds: float) -> dict[str, Any]:
     return {
         "probes": {k: row.get(k) for k in keep},
         "threads": threads_between(s0, s1),
+        "ksoftirqd": threads_between(k0, k1),
         "softnet": backlog,
         "queue_drops": queue,
     }
@@ -175,9 +179,14 @@ def main() -> int:
         for _ in range(args.repetitions):
             out["runs"].append(one(tb, backend, args.seconds))
     waits = [sum(t["runqueue_wait_s"] for t in r["threads"].values()) for r in out["runs"]]
+
+    def median(key: str) -> float | None:  # None: no run had it (every probe lost)
+        xs = [r["probes"][key] for r in out["runs"] if r["probes"][key] is not None]
+        return statistics.median(xs) if xs else None
+
     out["median"] = {
-        "rtt_p50_us": statistics.median(r["probes"]["rtt_p50_us"] for r in out["runs"]),
-        "mbps": statistics.median(r["probes"]["mbps"] for r in out["runs"]),
+        "rtt_p50_us": median("rtt_p50_us"),
+        "mbps": median("mbps"),
         "runqueue_wait_s": statistics.median(waits),
     }
     return emit(out)

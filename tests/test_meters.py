@@ -75,12 +75,21 @@ def test_the_ipsec_cpu_wait_counts_what_threads_waited_for_a_cpu() -> None:
     from ipsec_lab.meters import process_cpu_wait_ns
 
     cpu = sorted(os.sched_getaffinity(0))[0]
-    spin = (f"import os, time\nos.sched_setaffinity(0, {{{cpu}}})\n"
-            "end = time.monotonic() + 0.8\nwhile time.monotonic() < end:\n    pass\n")  # fmt: skip
-    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1.5)"])
-    procs = [subprocess.Popen([sys.executable, "-c", spin]) for _ in range(2)]
+    # each child says "ready" once it is what it should be (pinned and spinning, or about
+    # to sleep): its interpreter's start, itself runnable, is not counted
+    spin = (f"import os, time\nos.sched_setaffinity(0, {{{cpu}}})\nprint('ready', flush=True)\n"
+            "end = time.monotonic() + 1.5\nwhile time.monotonic() < end:\n    pass\n")  # fmt: skip
+    sleep = "import time\nprint('ready', flush=True)\ntime.sleep(3)\n"
+
+    def run(code: str) -> subprocess.Popen[str]:
+        return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+
+    sleeper = run(sleep)
+    procs = [run(spin) for _ in range(2)]
     try:
-        time.sleep(0.15)  # the interpreters started: the spinners pinned, the sleeper asleep
+        for p in [*procs, sleeper]:
+            assert p.stdout is not None and p.stdout.readline() == "ready\n"
+        time.sleep(0.05)  # the sleeper's print done: it sleeps now
         pids = [p.pid for p in procs]
         w0 = process_cpu_wait_ns(pids)
         s0 = process_cpu_wait_ns([sleeper.pid])
@@ -91,11 +100,14 @@ def test_the_ipsec_cpu_wait_counts_what_threads_waited_for_a_cpu() -> None:
         assert w1 is not None and s1 is not None
         # 0.4 s of two runnable processes on one CPU: about 0.4 s of waiting between them
         assert w1 - w0 >= 0.1e9, (w0, w1)
-        assert s1 - s0 < 0.05e9, (s0, s1)
+        # asleep throughout: it was never runnable, so never waited
+        assert s1 - s0 < 0.01e9, (s0, s1)
     finally:
         for p in [*procs, sleeper]:
             p.kill()
             p.wait()
+            if p.stdout:
+                p.stdout.close()
     assert process_cpu_wait_ns([p.pid for p in procs]) is None
 
 
