@@ -74,6 +74,7 @@ fn engine(c: &SaConfig) -> Engine {
     let rule = SpdRule {
         selector: sel,
         action: Action::Protect(id),
+        also: Vec::new(),
     };
     e.spd_in.push(rule.clone());
     e.spd_out.push(rule);

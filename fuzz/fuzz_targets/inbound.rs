@@ -110,10 +110,12 @@ fn bundle_engine(dir: Direction, v6: bool) -> Engine {
         e.spd_in.push(SpdRule {
             selector: sel.clone(),
             action: Action::ProtectBundle(b),
+            also: Vec::new(),
         });
         e.spd_out.push(SpdRule {
             selector: sel,
             action: Action::ProtectBundle(b),
+            also: Vec::new(),
         });
     }
     e
@@ -128,10 +130,12 @@ fn engine(c: &SaConfig) -> Engine {
         e.spd_in.push(SpdRule {
             selector: sel.clone(),
             action: Action::Protect(id),
+            also: Vec::new(),
         });
         e.spd_out.push(SpdRule {
             selector: sel,
             action: Action::Protect(id),
+            also: Vec::new(),
         });
     }
     e

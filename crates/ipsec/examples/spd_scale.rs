@@ -33,6 +33,7 @@ fn spd(n: u32) -> Spd {
                 ..Selector::default()
             },
             action: Action::Bypass,
+            also: Vec::new(),
         });
     }
     for k in 0..n {
@@ -41,6 +42,7 @@ fn spd(n: u32) -> Spd {
         s.push(SpdRule {
             selector: Selector::between(src, dst),
             action: Action::Protect(k as usize),
+            also: Vec::new(),
         });
     }
     s

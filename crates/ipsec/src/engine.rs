@@ -441,9 +441,7 @@ impl Engine {
             (next_header == proto::IPV4 || next_header == proto::IPV6) && self.transport_sa(id);
         let ok = PacketInfo::parse(pkt.data())
             .map(|info| match self.spd_in.rule(&info) {
-                Some(r) if r.action == want => {
-                    !ip_in_ip || r.selector.protocol == Some(next_header)
-                }
+                Some(r) if r.admits(want) => !ip_in_ip || r.selector.protocol == Some(next_header),
                 _ => false,
             })
             .unwrap_or(false);

@@ -202,6 +202,32 @@ pub enum Action {
 pub struct SpdRule {
     pub selector: Selector,
     pub action: Action,
+    /// Inbound `Protect` rules only: further SAs the rule lets traffic in through besides
+    /// its action's — a rekey's old and new SA side by side (RFC 7296 §2.8: the old
+    /// inbound SA lives until the peer has moved to the new one). Empty otherwise; the
+    /// outbound path ignores it (a packet is sealed with the action's SA).
+    pub also: Vec<SaId>,
+}
+
+impl SpdRule {
+    /// A rule with nothing besides its action.
+    pub fn new(selector: Selector, action: Action) -> Self {
+        SpdRule {
+            selector,
+            action,
+            also: Vec::new(),
+        }
+    }
+
+    /// Inbound: whether traffic that came through `via` (an SA, or a bundle) is what
+    /// this rule lets in — its action, or one of the SAs beside it.
+    pub fn admits(&self, via: Action) -> bool {
+        self.action == via
+            || match (self.action, via) {
+                (Action::Protect(_), Action::Protect(sa)) => self.also.contains(&sa),
+                _ => false,
+            }
+    }
 }
 
 /// Up to this many rules a lookup scans them in order; past it, the index decides which
@@ -411,6 +437,7 @@ mod tests {
                 )
             },
             action: Action::Bypass,
+            also: Vec::new(),
         });
         spd.push(SpdRule {
             selector: Selector::between(
@@ -418,6 +445,7 @@ mod tests {
                 Prefix::parse("10.2.0.0/16").unwrap(),
             ),
             action: Action::Protect(7),
+            also: Vec::new(),
         });
         assert_eq!(
             spd.lookup(&info("10.1.0.1", "10.2.0.1", 17, Some((999, 53)))),
@@ -515,6 +543,7 @@ mod tests {
                 1 => Action::Discard,
                 _ => Action::Protect(position),
             },
+            also: Vec::new(),
         }
     }
 
@@ -555,6 +584,7 @@ mod tests {
                             ..Selector::default()
                         },
                         action: Action::Protect(n + k as usize),
+                        also: Vec::new(),
                     });
                 }
             }

@@ -329,6 +329,7 @@ fn the_replay_edge_case_table_holds_with_the_crypto_on_several_threads() {
                 ipsec::spd::Prefix::parse(inner.1).unwrap(),
             ),
             action: ipsec::Action::Protect(id),
+            also: Vec::new(),
         });
         let got = open_deferred(&mut b, &wire, batch);
         for (&(step, seq, want), r) in table.iter().zip(&got) {

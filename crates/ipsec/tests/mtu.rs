@@ -178,6 +178,7 @@ fn bundle_out(esp: &str, ah: bool, ipcomp: bool) -> Engine {
     e.spd_out.push(SpdRule {
         selector: sel,
         action: Action::ProtectBundle(b),
+        also: Vec::new(),
     });
     e
 }

@@ -529,6 +529,7 @@ fn bundle_pair(esp: &str, ah: bool, ipcomp: bool) -> (Engine, Engine) {
         let rule = SpdRule {
             selector: sel,
             action: Action::ProtectBundle(b),
+            also: Vec::new(),
         };
         match dir {
             Direction::Out => e.spd_out.push(rule),
@@ -860,6 +861,105 @@ fn transport_mode_refuses_ip_in_ip_unless_a_policy_names_it() {
     b.spd_in.push(SpdRule {
         selector: sel,
         action: Action::Protect(id),
+        also: Vec::new(),
     });
     assert_eq!(open_via(&mut b, &seal_via(&mut a, &pkt)).unwrap(), pkt);
+}
+
+/// A rekey's two inbound SAs under one policy (RFC 7296 §2.8: the old inbound SA stays
+/// until the peer has moved to the new one): a rule naming SA 1 that lets SA 2 in beside
+/// it opens the traffic of both, each SA under its own replay window; a third SA of the
+/// same selectors that the rule does not name is a `policy_mismatch`, and so is SA 1's
+/// traffic once the rule names SA 2 alone. For every suite kind (AEAD, cipher + HMAC,
+/// integrity only) and both families.
+#[test]
+fn a_rule_lets_in_the_sas_it_names_and_no_other() {
+    let v4 = (("192.0.2.1", "192.0.2.2"), ("10.1.0.0/24", "10.2.0.0/24"));
+    let v6 = (
+        ("2001:db8::1", "2001:db8::2"),
+        ("2001:db8:1::/64", "2001:db8:2::/64"),
+    );
+    for (suite, (outer, inner), (src, dst)) in [
+        ("aes128gcm16", v4, ("10.1.0.5", "10.2.0.6")),
+        ("aes256-sha256", v6, ("2001:db8:1::5", "2001:db8:2::6")),
+        ("aes128gmac", v4, ("10.1.0.5", "10.2.0.6")),
+    ] {
+        let s = Suite::parse(suite).unwrap();
+        // SA k: SPI 0x1000 + k, its own keys (the shared test keys with k mixed in)
+        let sa = |k: u8, dir: Direction| {
+            let mut c = cfg(suite, Mode::Tunnel, dir, outer);
+            let (e, i) = keys(&s);
+            let mix = |b: &SecretBytes| {
+                SecretBytes::new(b.expose().iter().map(|x| x ^ k).collect::<Vec<u8>>())
+            };
+            let mut d = SaConfig::new(0x1000 + u32::from(k), s, mix(&e), mix(&i));
+            (d.mode, d.direction, d.legacy) = (c.mode, c.direction, c.legacy);
+            d.tunnel = c.tunnel.take();
+            d
+        };
+        let sel = Selector::between(
+            Prefix::parse(inner.0).unwrap(),
+            Prefix::parse(inner.1).unwrap(),
+        );
+        let mut senders: Vec<Engine> = (1..=3)
+            .map(|k| {
+                let mut a = Engine::new();
+                let out = a.add_sa(&sa(k, Direction::Out)).unwrap();
+                a.spd_out
+                    .push(SpdRule::new(sel.clone(), Action::Protect(out)));
+                a
+            })
+            .collect();
+        let mut b = Engine::new();
+        let ids: Vec<_> = (1..=3)
+            .map(|k| b.add_sa(&sa(k, Direction::In)).unwrap())
+            .collect();
+        b.spd_in.push(SpdRule {
+            selector: sel.clone(),
+            action: Action::Protect(ids[0]),
+            also: vec![ids[1]],
+        });
+        let pkt = udp(src, dst, 40);
+        let w1 = seal_via(&mut senders[0], &pkt);
+        let w2 = seal_via(&mut senders[1], &pkt);
+        assert_eq!(
+            open_via(&mut b, &w1).unwrap(),
+            pkt,
+            "{suite}: the rule's SA"
+        );
+        assert_eq!(
+            open_via(&mut b, &w2).unwrap(),
+            pkt,
+            "{suite}: the SA beside it"
+        );
+        // each SA's own window: both sent number 1, and a second copy of either is a replay
+        assert_eq!(open_via(&mut b, &w1), Err(DropReason::Replay), "{suite}");
+        assert_eq!(open_via(&mut b, &w2), Err(DropReason::Replay), "{suite}");
+        let w3 = seal_via(&mut senders[2], &pkt);
+        assert_eq!(
+            open_via(&mut b, &w3),
+            Err(DropReason::PolicyMismatch),
+            "{suite}: an SA the rule does not name"
+        );
+        assert_eq!(
+            b.sa(ids[2])
+                .unwrap()
+                .counters
+                .drops
+                .get(DropReason::PolicyMismatch),
+            1
+        );
+        // the rekey done: the rule names the new SA alone
+        b.spd_in.clear();
+        b.spd_in
+            .push(SpdRule::new(sel.clone(), Action::Protect(ids[1])));
+        let w1 = seal_via(&mut senders[0], &pkt);
+        assert_eq!(
+            open_via(&mut b, &w1),
+            Err(DropReason::PolicyMismatch),
+            "{suite}"
+        );
+        let w2 = seal_via(&mut senders[1], &pkt);
+        assert_eq!(open_via(&mut b, &w2).unwrap(), pkt, "{suite}");
+    }
 }

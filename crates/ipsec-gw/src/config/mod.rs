@@ -102,6 +102,11 @@ pub struct PolicySpec {
     pub direction: Direction,
     pub selector: Selector,
     pub action: PolicyAction,
+    /// Inbound `protect` only: further SAs whose traffic the policy lets in besides its
+    /// SA's — the old and the new SA of a make-before-break rekey (RFC 7296 §2.8: the
+    /// old inbound SA is kept until the peer has switched to the new one). Empty
+    /// otherwise.
+    pub also: Vec<String>,
 }
 
 /// The smallest and largest TUN MTU: IPv4's minimum datagram every host must take

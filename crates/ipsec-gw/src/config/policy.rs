@@ -108,7 +108,33 @@ pub(super) fn policy(
         ..Selector::default()
     };
     let in_bundle = |name: &str| bundles.in_one.contains(name);
-    let action = match (p.action.as_str(), &p.sa) {
+    // `sa` as a list: inbound only, each named once; its first is the policy's SA, the
+    // rest are let in beside it (a rekey's old SA, RFC 7296 §2.8)
+    let (first, also): (Option<String>, Vec<String>) = match &p.sa {
+        None => (None, Vec::new()),
+        Some(OneOrMore::One(n)) => (Some(n.clone()), Vec::new()),
+        Some(OneOrMore::More(names)) => {
+            if direction == Direction::Out {
+                return Err(cx.err(
+                    k("sa"),
+                    "an outbound policy seals with one SA (a list of SAs is for inbound \
+                     policies, during a rekey)",
+                ));
+            }
+            let Some((first, rest)) = names.split_first() else {
+                return Err(cx.err(k("sa"), "an empty list: name the SA (or SAs) it lets in"));
+            };
+            let mut seen = HashSet::new();
+            if let Some(twice) = names.iter().find(|n| !seen.insert(n.as_str())) {
+                return Err(cx.err(k("sa"), format!("SA {twice:?} is named twice")));
+            }
+            (Some(first.clone()), rest.to_vec())
+        }
+    };
+    if !also.is_empty() && p.action != "protect" {
+        return Err(cx.err(k("sa"), format!("a {} policy takes no SA", p.action)));
+    }
+    let action = match (p.action.as_str(), &first) {
         ("protect", None) if p.bundle.is_some() => {
             let name = p.bundle.as_deref().unwrap_or_default();
             let b = bundles
@@ -177,10 +203,29 @@ pub(super) fn policy(
             ))
         }
     };
+    for name in &also {
+        if in_bundle(name) {
+            return Err(cx.err(
+                k("sa"),
+                format!("SA {name:?} is in a bundle: a list of SAs takes single SAs"),
+            ));
+        }
+        let sa = sa_named
+            .get(name.as_str())
+            .map(|&at| &sas[at])
+            .ok_or_else(|| cx.err(k("sa"), format!("no SA named {name:?} in this file")))?;
+        if sa.config.direction != direction {
+            return Err(cx.err(
+                k("sa"),
+                format!("SA {name:?} is outbound, this policy is in"),
+            ));
+        }
+    }
     Ok(PolicySpec {
         direction,
         selector,
         action,
+        also,
     })
 }
 
@@ -259,6 +304,7 @@ pub(super) fn unused_sas(
         match &p.action {
             PolicyAction::Protect(n) => {
                 used_sas.insert(n);
+                used_sas.extend(p.also.iter().map(String::as_str));
             }
             PolicyAction::ProtectBundle(n) => {
                 used_bundles.insert(n);
@@ -348,6 +394,7 @@ mod tests {
                             dst_ports: ports(&mut rng),
                         },
                         action: PolicyAction::Bypass,
+                        also: Vec::new(),
                     }
                 })
                 .collect();

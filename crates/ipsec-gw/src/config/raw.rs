@@ -165,9 +165,41 @@ pub(super) struct RawPolicy {
     pub(super) protocol: Option<u8>,
     pub(super) action: String,
     #[serde(default)]
-    pub(super) sa: Option<String>,
+    pub(super) sa: Option<OneOrMore>,
     #[serde(default)]
     pub(super) bundle: Option<String>,
+}
+
+/// A policy's `sa`: one name, or (inbound, during a rekey) a list of names.
+pub(super) enum OneOrMore {
+    One(String),
+    More(Vec<String>),
+}
+
+impl<'de> Deserialize<'de> for OneOrMore {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Names;
+        impl<'de> serde::de::Visitor<'de> for Names {
+            type Value = OneOrMore;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an SA's name, or (an inbound policy) a list of SA names")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<OneOrMore, E> {
+                Ok(OneOrMore::One(v.to_string()))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<OneOrMore, A::Error> {
+                let mut names = Vec::new();
+                while let Some(n) = seq.next_element::<String>()? {
+                    names.push(n);
+                }
+                Ok(OneOrMore::More(names))
+            }
+        }
+        d.deserialize_any(Names)
+    }
 }
 
 pub(super) fn default_user() -> String {

@@ -105,10 +105,12 @@ pub fn pair_of(
     a.spd_out.push(SpdRule {
         selector: sel.clone(),
         action: Action::Protect(out),
+        also: Vec::new(),
     });
     b.spd_in.push(SpdRule {
         selector: sel,
         action: Action::Protect(inb),
+        also: Vec::new(),
     });
     (a, b)
 }

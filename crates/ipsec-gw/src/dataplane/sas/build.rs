@@ -103,6 +103,7 @@ pub(super) fn add_policies(
         let rule = SpdRule {
             selector: p.selector.clone(),
             action,
+            also: p.also.iter().map(|n| id_of(n)).collect::<Result<_, _>>()?,
         };
         match direction {
             Direction::Out => engine.spd_out.push(rule),
