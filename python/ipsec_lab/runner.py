@@ -352,7 +352,8 @@ class Campaign:
         timed = Meters(metered, backend.plane_clock, self._procs(tb, backend))
         kind = workloads.of(p.workload)
         ctx = Context(tb, flow, p.workload, timed, self.sc.warmup_s, self.sc.seed + k.repetition,
-                      lambda field: self._searched(k, field), self.soak_minutes)  # fmt: skip
+                      lambda field: self._searched(k, field), self.soak_minutes,
+                      lambda: backend.rekey(tb))  # fmt: skip
         try:
             # UDP without DF (a per-namespace default, set only while such a kind runs)
             if kind.without_df:
@@ -366,8 +367,10 @@ class Campaign:
             if dead:  # whatever got through did not go through the IPsec under test
                 raise LabError(f"{k.backend} went down during the run: {dead}")
         except Exception as e:  # any failure is this run's: stored, and the campaign goes on
-            reason = failure_reason(e, tb.logs_since(mark))
-            self._store(p, "failed", started, reason=reason, version=version)
+            skip = isinstance(e, Unsupported)  # what only the run could tell (a rekey)
+            reason = str(e) if skip else failure_reason(e, tb.logs_since(mark))
+            self._store(p, "skipped" if skip else "failed", started, reason=reason,
+                        version=version)  # fmt: skip
             return
         self._store(p, "done", started, version=version, rows=rows)
 

@@ -326,16 +326,19 @@ def _workload(r: _Reader, t: Any, where: str, generator: str = "auto",
             0.1,
             10_000,
         ),
-        minutes=n(t, "minutes", where, d.minutes, 0.05, 10_080),
+        minutes=n(t, "minutes", where, 1.0 if kind == "rekey" else d.minutes, 0.05, 10_080),
         load_pct=None if "rate_mbit" in t else n(t, "load_pct", where, d.load_pct, 0.1, 100),
         interval_s=n(t, "interval_s", where, d.interval_s, 1, 3600),
+        rekey_s=n(t, "rekey_s", where, d.rekey_s, 1, 3600),
         probe_bytes=n(t, "probe_bytes", where, d.probe_bytes, 0, 1472, integer=True),
     )
-    if kind == "soak" and "rate_mbit" in t and "load_pct" in t:
+    if kind in ("soak", "rekey") and "rate_mbit" in t and "load_pct" in t:
         raise r.fail(f"{where}load_pct", "give `load_pct` (of the NDR) or `rate_mbit`, not both")
     if kind == "soak" and w.interval_s > w.minutes * 60:
         raise r.fail(f"{where}interval_s", f"{w.interval_s:g} s is longer than the soak "
                      f"({w.minutes:g} min)")  # fmt: skip
+    if kind == "rekey" and w.rekey_s > w.minutes * 60:
+        raise r.fail(f"{where}rekey_s", f"{w.rekey_s:g} s leaves no rekey in {w.minutes:g} min")
     if w.data != "iperf" and (w.streams != 1 or w.bytes is not None):
         raise r.fail(f"{where}data", f"a {w.data} transfer is one stream sent for `seconds`")
     if kind == "rfc2544" and w.resolution_mbit >= w.max_rate_mbit:

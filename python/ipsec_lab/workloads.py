@@ -9,7 +9,7 @@ code, its `Kind` and one line here (docs/development.md, "Adding things").
 
 from __future__ import annotations
 
-from ipsec_lab.traffic import apps, iperf, latency, rfc2544, soak, udp
+from ipsec_lab.traffic import apps, iperf, latency, rekey, rfc2544, soak, udp
 from ipsec_lab.traffic.workload import Kind, Workload
 
 REGISTRY: tuple[Kind, ...] = (
@@ -21,6 +21,7 @@ REGISTRY: tuple[Kind, ...] = (
     apps.SMTP,
     latency.LATENCY,
     soak.SOAK,
+    rekey.REKEY,
 )
 BY_KIND: dict[str, Kind] = {k.name: k for k in REGISTRY}
 KINDS: tuple[str, ...] = tuple(BY_KIND)

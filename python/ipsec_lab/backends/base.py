@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from ipsec_lab.hosts import Hosts
@@ -74,6 +74,11 @@ class Backend(Protocol):
         tunnels: its set-up time and rate, retransmits, CPU); empty where it has none
         beyond the start's time, which the runner takes itself."""
 
+    def rekey(self, tb: Testbed) -> dict[str, Any]:
+        """Roll every SA over to fresh keys while traffic flows, as this IPsec would in
+        service (the `rekey` workload); its figures: `seconds`, `step_seconds`, the new
+        `spis`. Raises `Unsupported` where the lab cannot drive one yet."""
+
 
 def exited(procs: Mapping[str, Process], what: str) -> str | None:
     """`died()` for backends made of processes: which of `procs` exited, with status."""
@@ -85,6 +90,8 @@ def exited(procs: Mapping[str, Process], what: str) -> str | None:
 class Processless:
     """For backends that start no processes of their own (or none yet): `start` only
     checks, `stop` and `pids` have nothing to do."""
+
+    name = "this backend"
 
     def use_hosts(self, hosts: Hosts) -> None:
         return None
@@ -112,6 +119,17 @@ class Processless:
 
     def set_up_figures(self) -> dict[str, float | int | str]:
         return {}
+
+    def rekey(self, tb: Testbed) -> dict[str, Any]:
+        raise no_rekey(self.name)
+
+
+def no_rekey(backend: str) -> Unsupported:
+    """The refusal of a backend the `rekey` workload cannot drive yet."""
+    return Unsupported(
+        f"rekey: not yet for {backend} (ours and ours-udp rekey by a "
+        "make-before-break rollover; xfrm's and the IKE daemons' are to come)"
+    )
 
 
 def private_file(path: Path, text: str) -> None:

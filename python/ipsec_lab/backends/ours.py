@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from ipsec_lab.backends import sa_plan
 from ipsec_lab.backends.base import Unsupported, exited, private_dir, private_file
+from ipsec_lab.backends.ours_rekey import Gateway, Rollover
 from ipsec_lab.backends.sa_plan import (
     IPCOMP_CPI,
     NO_BUNDLES,
@@ -260,6 +261,8 @@ class Ours:
         self._release: dict[str, tuple[str, str]] = {}
         self._tb: Testbed | None = None
         self._on: OnHosts | None = None  # the testbed, when it is of real hosts
+        self._pairs: list[tuple[str, str]] = []  # each tunnel's two gateway keys
+        self._rollover: Rollover | None = None  # the `rekey` workload's, once it began
 
     def use_hosts(self, hosts: Hosts) -> None:
         """Nothing to note: on real hosts the testbed itself says where and how each
@@ -306,10 +309,12 @@ class Ours:
             keys = fresh_keys(ls)
             more = [(a, b, fresh_keys(ls)) for a, b in many.selectors(t, self.tunnels)[1:]]
             host_to_host = t.left_ts.endswith("/32")
+            pair: list[str] = []
             for node in (t.left, t.right):
                 mine = [x for n, x in ends if n == node]
                 k = mine.index(t)
                 key = node if len(mine) == 1 else f"{node}-t{i}"
+                pair.append(key)
                 if on is not None:
                     gw = on.program(node, binary, "ipsec-gw", on.ipsec_gw(node))
                     sock = Path(on.owned_dir(node, "gw", GATEWAY_USER)) / f"gw-{key}.sock"
@@ -341,6 +346,7 @@ class Ours:
                     limited=node in tb.topo.limited_nodes,
                     ipsec=True,
                 )
+            self._pairs.append((pair[0], pair[1]))
         for key, sock in self.sockets.items():
             if on is not None:
                 node, gw = self._remote[key]
@@ -374,10 +380,34 @@ class Ours:
         for key, (node, gw) in self._release.items():
             tb.run(node, [gw, "--config", str(self.configs[key]), "--release"], check=False)
         self._release.clear()
+        self._pairs.clear()
+        self._rollover = None
         self._procs.clear()
         self.sockets.clear()
         self._remote.clear()
         self._tuns.clear()
+
+    def rekey(self, tb: Testbed) -> dict[str, Any]:
+        """Every SA of every tunnel rolled over to a fresh SPI and fresh keys while
+        traffic flows, made before it breaks (`ours_rekey`: three reloads of both
+        gateways, each step in every gateway's workers before the next); its figures.
+        Gateways on this machine only so far."""
+        if self._remote:
+            raise Unsupported("rekey: ipsec-gw on real hosts is not rekeyed yet (namespaces only)")
+        if self._rollover is None:
+
+            def gateway(key: str) -> Gateway:
+                def listed() -> dict[str, set[int]]:
+                    st = stats(self.sockets[key])
+                    return {d: {int(sa["spi"], 16) for sa in st[d]["sas"]}
+                            for d in ("outbound", "inbound")}  # fmt: skip
+
+                return Gateway(key, self.configs[key],
+                               lambda sig: self.process(key).send_signal(sig), listed,
+                               tb.rundir / f"ipsec-gw-{key}.log")  # fmt: skip
+
+            self._rollover = Rollover((gateway(a), gateway(b)) for a, b in self._pairs)
+        return self._rollover.rekey()
 
     def inner_mtu(self) -> int | None:
         """The smallest MTU the running gateways' TUN devices offer their hosts (each

@@ -37,6 +37,7 @@ from ipsec_lab.backends.base import (
     Unsupported,
     exited,
     ipsec_configuration,
+    no_rekey,
     private_dir,
     private_file,
 )
@@ -408,6 +409,9 @@ class StrongSwan:
     def set_up_figures(self) -> dict[str, float | int | str]:
         """How its last start set its tunnels up (N > 1: `_set_up_many`'s figures)."""
         return dict(self._set_up)
+
+    def rekey(self, tb: Testbed) -> dict[str, Any]:
+        raise no_rekey(self.name)  # by IKE (a short rekey_time): to come
 
     def _set_up_many(self, tb: Testbed) -> None:
         """N tunnels up at once, timed (issue 44's IKE set-up rate): the responders'

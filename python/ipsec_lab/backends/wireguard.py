@@ -56,7 +56,7 @@ import shutil
 import time
 from dataclasses import dataclass
 
-from ipsec_lab.backends.base import Unsupported, private_dir
+from ipsec_lab.backends.base import Unsupported, no_rekey, private_dir
 from ipsec_lab.model.transforms import (
     WIREGUARD,
     Layout,
@@ -148,8 +148,7 @@ def _family(prefix: str) -> list[str]:
 
 
 def _first_address(prefix: str) -> str:
-    """An address inside `prefix` to route or ping: its first host's (the address itself
-    for a single one)."""
+    """An address inside `prefix` to route or ping: its first host's (or its only one)."""
     net = ipaddress.ip_network(prefix, strict=False)
     return str(net.network_address + (1 if net.num_addresses > 1 else 0))
 
@@ -514,14 +513,16 @@ class _WireGuard:
     def set_up_figures(self) -> dict[str, float | int | str]:
         return {}  # its start's time is all (the runner's `setup_s`)
 
+    def rekey(self, tb: Testbed) -> dict[str, float | int | str]:
+        raise no_rekey(self.name)  # WireGuard makes new session keys itself, every 2 min
+
     def plane_clock(self) -> dict[str, tuple[int, int]]:
         return {}  # neither counts packets where the lab can read them per process
 
 
 @functools.cache
 def kernel_has_wireguard() -> tuple[bool, str]:
-    """Whether this kernel makes WireGuard devices (the `wireguard` module, loaded on
-    demand); probed once per process in a scratch namespace."""
+    """Whether this kernel makes WireGuard devices (its module); probed once, apart."""
     return probe("wgprobe", [], ["ip", "link", "add", "wgprobe0", "type", "wireguard"])
 
 
@@ -567,8 +568,7 @@ class Wireguard(_WireGuard):
         return []
 
     def died(self) -> str | None:
-        """Which device went (deleted under the run): its traffic met the unreachable
-        route, not the tunnel."""
+        """Which device went (deleted under the run): its traffic met no tunnel."""
         tb = self._tb
         if tb is None:
             return None

@@ -88,7 +88,7 @@ def _interval(sent: int, got: int, got_bytes: int, secs: float, pps: float) -> R
             "mbps": got_bytes * 8 / secs / 1e6 if secs else 0.0}  # fmt: skip
 
 
-def _rate(gen: Generator, w: Workload, ndr: NdrLookup | None) -> tuple[float, str]:
+def rate_for(gen: Generator, w: Workload, ndr: NdrLookup | None) -> tuple[float, str]:
     """The offered rate: `rate_mbit`, or `load_pct` of the campaign's NDR (or of one a
     search finds here first)."""
     if w.load_pct is None:
@@ -115,7 +115,7 @@ def soak(tb: Testbed, flow: Flow, w: Workload, metered: Metered, warmup_s: float
     try:
         if warmup_s > 0:
             gen.trial(w.size, min(w.max_rate_mbit, 10.0), max(warmup_s, 1))
-        rate, how = _rate(gen, w, ndr)
+        rate, how = rate_for(gen, w, ndr)
         if rate <= 0:
             raise LabError(f"soak: no rate to offer ({how})")
         if isinstance(gen, Paced):  # the load beside the probes: no GSO, nice (paced)

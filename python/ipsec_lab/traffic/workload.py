@@ -47,6 +47,8 @@ class Context:
     # searched("pdr_mbps") or searched("ndr_mbps") gives the lookup by size
     searched: Callable[[str], Lookup] = lambda field: _none
     soak_minutes: float | None = None  # `run --quick`: soaks last this long instead
+    # the backend's rollover of every SA to fresh keys (the rekey workload's), or None
+    rekey: Callable[[], Row] | None = None
 
 
 def _no_tools(w: Workload) -> tuple[str, ...]:
@@ -132,6 +134,9 @@ class Workload:
     minutes: float = 30.0
     load_pct: float | None = 50.0
     interval_s: float = 10.0
+    # rekey: every SA rolled over every `rekey_s` for `minutes` (1 unless given) at
+    # `load_pct` of the NDR or `rate_mbit`
+    rekey_s: float = 5.0
 
     @property
     def name(self) -> str:

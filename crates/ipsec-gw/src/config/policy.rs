@@ -414,4 +414,72 @@ mod tests {
             "only {pairs} overlapping pairs: the cases do not nest"
         );
     }
+    fn err(text: &str) -> ConfigError {
+        parse(text, Path::new("gw.toml")).expect_err("should be refused")
+    }
+
+    /// A rekey made before it breaks: an inbound policy names the new SA and the old one
+    /// (`sa = [..]`), both let in, neither warned about as unused. A list anywhere else, or
+    /// one that names an SA twice, none, one missing, of the other direction or in a bundle,
+    /// is refused naming the policy's `sa`.
+    #[test]
+    fn an_inbound_policy_may_name_a_rekeys_two_sas() {
+        let new_in = "\n[[sa]]\nname = \"in-2\"\ndirection = \"in\"\nspi = 0x2003\n\
+                      encryption = \"aes128gcm16\"\n\
+                      enc_key = \"a0a1a2a3a4a5a6a7a8a9aaabacadaeafb0b1b2b3\"\n";
+        let at_end = |sa: &str| {
+            let text = format!("{}{new_in}", crate::config::tests::GOOD);
+            let (head, tail) = text.split_at(text.find("sa = \"in\"").unwrap());
+            format!("{head}{}", tail.replacen("sa = \"in\"", sa, 1))
+        };
+        let c = parse(&at_end("sa = [\"in-2\", \"in\"]"), Path::new("gw.toml")).unwrap();
+        let p = &c.policies[1];
+        assert_eq!(p.direction, Direction::In);
+        assert!(matches!(&p.action, PolicyAction::Protect(n) if n == "in-2"));
+        assert_eq!(p.also, vec!["in".to_string()]);
+        assert!(c.warnings.is_empty(), "{:?}", c.warnings);
+        // one name as a list of one: as `sa = "in"`, the new SA then unused
+        let c = parse(&at_end("sa = [\"in\"]"), Path::new("gw.toml")).unwrap();
+        assert!(c.policies[1].also.is_empty());
+        assert!(
+            c.warnings
+                .iter()
+                .any(|w| w.contains("(in-2) is used by no policy")),
+            "{:?}",
+            c.warnings
+        );
+        for (sa, says) in [
+            ("sa = []", "an empty list"),
+            ("sa = [\"in\", \"in\"]", "named twice"),
+            ("sa = [\"in-2\", \"nope\"]", "no SA named \"nope\""),
+            ("sa = [\"in-2\", \"out\"]", "is outbound"),
+        ] {
+            let e = err(&at_end(sa));
+            assert_eq!(e.key, "policy[1].sa", "{sa}: {e}");
+            assert!(e.to_string().contains(says), "{sa}: {e}");
+        }
+        // not names at all: the line, and what is wanted
+        let e = err(&at_end("sa = [\"in-2\", 7]"));
+        assert!(e.key.starts_with("line "), "{e}");
+        assert!(e.message.contains("expected a string"), "{e}");
+        let e = err(&at_end("sa = 7"));
+        assert!(e.message.contains("an SA's name, or"), "{e}");
+        // outbound: one SA seals
+        let text = format!("{}{new_in}", crate::config::tests::GOOD).replacen(
+            "sa = \"out\"",
+            "sa = [\"out\"]",
+            1,
+        );
+        let e = err(&text);
+        assert_eq!(e.key, "policy[0].sa");
+        assert!(e.message.contains("seals with one SA"), "{e}");
+        // bypass and discard take none
+        let text = at_end("sa = [\"in-2\", \"in\"]").replace(
+            "action = \"protect\"\nsa = [",
+            "action = \"bypass\"\nsa = [",
+        );
+        let e = err(&text);
+        assert_eq!(e.key, "policy[1].sa");
+        assert!(e.message.contains("a bypass policy takes no SA"), "{e}");
+    }
 }

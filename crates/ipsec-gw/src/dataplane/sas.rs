@@ -128,6 +128,11 @@ impl DirEngine {
             engine.set_clock(Some(clock));
         }
         let mut old = old;
+        // The direction's own counters (drops before an SA was known, bypassed packets)
+        // go on across a reload: a reload is no reason to forget a drop.
+        if let Some(o) = &old {
+            engine.counters = o.engine.counters.clone();
+        }
         let (state, reader) = match state {
             Some((s, r)) => (Some(s), Some(r)),
             None => (None, None),
@@ -738,6 +743,30 @@ mod tests {
             let st = state_at(tmp.path(), &c, 5000);
             assert!(DirEngine::build(&c, Direction::Out, None, Some(st)).is_ok());
         }
+    }
+
+    /// A reload keeps what the direction counted before it (an unknown SPI, a packet
+    /// let through in clear): before, the new engine started from zero, and the drops of
+    /// a rekey that broke before it made vanished at the reload that mended it.
+    #[test]
+    fn a_reload_keeps_the_directions_own_counters() {
+        let c = cfg(false);
+        let mut old = DirEngine::build(&c, Direction::In, None, None).unwrap();
+        old.engine
+            .counters
+            .drops
+            .count(ipsec::DropReason::UnknownSpi);
+        old.engine
+            .counters
+            .drops
+            .count(ipsec::DropReason::UnknownSpi);
+        old.engine.counters.bypassed_in = 3;
+        let new = DirEngine::build(&c, Direction::In, Some(old), None).unwrap();
+        assert_eq!(
+            new.engine.counters.drops.get(ipsec::DropReason::UnknownSpi),
+            2
+        );
+        assert_eq!(new.engine.counters.bypassed_in, 3);
     }
 
     /// RFC 4303 §3.3.3: without ESN the counter never cycles. An SA whose keys used
