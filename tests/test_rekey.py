@@ -70,7 +70,7 @@ def test_each_step_of_a_rollover_is_a_config_the_gateway_takes(
     for n, d in docs.items():
         assert tomllib.loads(dumps(d)) == d, n
     old = {n: (_by_spi(d, "out"), _by_spi(d, "in")) for n, d in docs.items()}
-    gws = [Gateway(n, tmp_path / f"{n}.toml", lambda s: None, dict, tmp_path / "log")
+    gws = [Gateway(n, tmp_path / f"{n}.toml", lambda s: None, dict, len, tmp_path / "log")
            for n in docs]  # fmt: skip
     for gw in gws:
         gw.config.write_text(texts[gw.key])
@@ -111,33 +111,36 @@ def test_a_rollover_refuses_bundles() -> None:
         gws = []
         for n, t in texts.items():
             (Path(d) / n).write_text(t)
-            gws.append(Gateway(n, Path(d) / n, lambda s: None, dict, Path(d) / "log"))
+            gws.append(Gateway(n, Path(d) / n, lambda s: None, dict, len, Path(d) / "log"))
         with pytest.raises(Unsupported, match="no bundles"):
             Rollover([(gws[0], gws[1])]).rekey()
 
 
-def test_blocked_time_is_the_loss_at_the_offered_packet_rate() -> None:
-    """1,000 packets/s: 100 missing in a half, 20 of them in flight across its edges
-    (20 ms), is 80 lost, 80 ms blocked; the row's median and worst are over the rekeys'
-    halves, the controls' apart, and the excess is the rekeys' loss beyond theirs."""
-    x = rekey.interval(1000, 900, 1000)
-    assert x["lost_packets"] == 80 and x["blocked_ms"] == pytest.approx(80.0)
-    assert rekey.interval(1000, 990, 1000)["lost_packets"] == 0  # within what is in flight
-    series = []
-    for i, (got, control) in enumerate(((1000, 1000), (950, 1000), (900, 970))):
-        series.append({"index": i, "seconds": 1.0, "rekey_seconds": 0.2,
-                       "control": {"seconds": 1.0, **rekey.interval(1000, control, 1000)},
-                       **rekey.interval(1000, got, 1000)})  # fmt: skip
+def test_blocked_time_is_the_streams_loss_at_the_offered_packet_rate() -> None:
+    """1,000 packets/s, 4 rekeys, the rekey stream 100 packets short: 25 ms blocked a
+    rekey; the control lost 10 of 3,000, so the rekey stream's 8,000 would have lost
+    26.7 anyway — the excess 73.3 packets, 18.3 ms a rekey."""
+    series = [{"index": i, "rekey_seconds": 0.2 + i / 10} for i in range(4)]
+    stream = {"sent_packets": 8000, "lost_packets": 100, "seconds": 8.0, "mbps": 4.0}
+    control = {"sent_packets": 3000, "lost_packets": 10, "seconds": 3.0}
     w = Workload("rekey", size=512, rekey_s=2.0)
-    r = rekey.row(w, series, 4.096, "rate_mbit", 1000)
-    assert r["rekeys"] == 3 and r["lost_packets"] == 0 + 30 + 80
-    assert r["control_lost_packets"] == 0 + 0 + 10
-    assert r["blocked_ms_per_rekey_median"] == pytest.approx(30.0)
-    assert r["blocked_ms_per_rekey_max"] == pytest.approx(80.0)
-    assert r["blocked_ms_control"] == pytest.approx(10 / 3)
-    assert r["blocked_ms_per_rekey_excess"] == pytest.approx(100 / 3)
+    r = rekey.row(w, series, 4.096, "rate_mbit", 1000, stream, control)
+    assert r["rekeys"] == 4 and r["lost_packets"] == 100 and r["control_lost_packets"] == 10
+    assert r["blocked_ms_per_rekey"] == pytest.approx(25.0)
+    assert r["blocked_ms_per_rekey_excess"] == pytest.approx((100 - 10 * 8000 / 3000) / 4)
     assert r["blocked_resolution_ms"] == pytest.approx(1.0)
-    assert r["sent_packets"] == 6000 and r["seconds"] == pytest.approx(6.0)
+    assert r["rekey_seconds_median"] == pytest.approx(0.35)
+    assert r["received_packets"] == 7900 and r["loss_pct"] == pytest.approx(1.25)
+
+
+def test_a_config_value_the_lab_does_not_write_is_refused_by_name() -> None:
+    from ipsec_lab.testbed.build import LabError
+
+    doc = {"gateway": {"tun": "ipsec0"}, "sa": [{"name": "in\u00e9"}]}
+    with pytest.raises(LabError, match=r"sa\[0\]\.name"):
+        dumps(doc)
+    with pytest.raises(LabError, match=r"gateway\.mtu"):
+        dumps({"gateway": {"mtu": 1.5}})
 
 
 def test_the_scenario_keys_of_a_rekey() -> None:

@@ -353,7 +353,7 @@ class Campaign:
         kind = workloads.of(p.workload)
         ctx = Context(tb, flow, p.workload, timed, self.sc.warmup_s, self.sc.seed + k.repetition,
                       lambda field: self._searched(k, field), self.soak_minutes,
-                      lambda: backend.rekey(tb))  # fmt: skip
+                      lambda dry: backend.rekey(tb, dry))  # fmt: skip
         try:
             # UDP without DF (a per-namespace default, set only while such a kind runs)
             if kind.without_df:

@@ -383,9 +383,6 @@ pub fn install(cfg: &Config) -> Result<(), String> {
 /// back — its table, and what `new` added that it does not have taken away — and the
 /// error says so: the caller then refuses the reload.
 pub fn reinstall(current: &Config, new: &Config) -> Result<(), String> {
-    if same_guard(current, new) {
-        return Ok(()); // a rekey: nothing to run (nft and ip beside the workers cost them)
-    }
     nft(&["-f", "-"], Some(&ruleset(new)))
         .map_err(|e| format!("cannot install the clear-traffic guard (nftables): {e}"))?;
     let Err(e) = blackholes(new, &new.routes, "replace", false).and_then(|()| tun_routes(new))
@@ -413,16 +410,6 @@ pub fn reinstall(current: &Config, new: &Config) -> Result<(), String> {
         Ok(()) => format!("{e} (the running guard and routes are put back)"),
         Err(b) => format!("{e}; putting the running guard back failed too: {b}"),
     })
-}
-
-/// Whether `new` asks for the guard `current` has: the same nftables ruleset and the same
-/// routes (into the TUN device and their blackholes; its device and table change only
-/// with a restart). A reload that changes only SAs — a rekey, three reloads of each
-/// gateway — then runs no `nft` and no `ip`: processes that ran on the workers' CPU
-/// while the traffic waited (the lab's rekey under load lost packets to them).
-pub fn same_guard(current: &Config, new: &Config) -> bool {
-    (&current.routes, &current.tun, current.table) == (&new.routes, &new.tun, new.table)
-        && ruleset(current) == ruleset(new)
 }
 
 /// The prefixes of `these` not among `those`, in order.
@@ -574,39 +561,6 @@ mod tests {
              encryption = \"aes128gcm16\"\nenc_key = \"100102030405060708090a0b0c0d0e0f10111213\"\n{text}"
         );
         crate::config::parse(&base, std::path::Path::new("/etc/gw.toml")).unwrap()
-    }
-
-    /// A reload that changes only SAs (new SPIs and keys, an inbound policy naming two)
-    /// keeps the guard as it is; one that changes a policy's selector, its action, or
-    /// the routes needs the new one.
-    #[test]
-    fn only_a_change_of_policies_or_routes_changes_the_guard() {
-        let pol = |dst: &str, action: &str, sa: &str| {
-            format!(
-                "[[policy]]\ndirection = \"in\"\nsrc = \"10.2.0.0/24\"\ndst = \"{dst}\"\n\
-                 action = \"{action}\"\n{sa}\
-                 [[policy]]\ndirection = \"out\"\nsrc = \"10.1.0.0/24\"\ndst = \"10.2.0.0/24\"\n\
-                 action = \"protect\"\nsa = \"out\"\n"
-            )
-        };
-        let base = cfg(&pol("10.1.0.0/24", "protect", "sa = \"in\"\n"));
-        let rekeyed = cfg(&format!(
-            "[[sa]]\nname = \"in@1\"\ndirection = \"in\"\nspi = 5000\n\
-             encryption = \"aes128gcm16\"\n\
-             enc_key = \"200102030405060708090a0b0c0d0e0f10111213\"\n{}",
-            pol("10.1.0.0/24", "protect", "sa = [\"in@1\", \"in\"]\n")
-        ));
-        assert!(same_guard(&base, &base));
-        assert!(same_guard(&base, &rekeyed));
-        let other_dst = cfg(&pol("10.1.1.0/24", "protect", "sa = \"in\"\n"));
-        assert!(!same_guard(&base, &other_dst));
-        let bypass = cfg(&pol("10.1.0.0/24", "bypass", ""));
-        assert!(!same_guard(&base, &bypass));
-        let mut routed = base.clone();
-        routed
-            .routes
-            .push(ipsec::spd::Prefix::parse("10.3.0.0/24").unwrap());
-        assert!(!same_guard(&base, &routed));
     }
 
     #[test]

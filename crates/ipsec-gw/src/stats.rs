@@ -73,12 +73,24 @@ pub struct IpcompStats {
     pub drops: BTreeMap<&'static str, u64>,
 }
 
+/// The SAs reloads have taken away, their counters summed.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct RemovedStats {
+    pub sas: u64,
+    pub packets: u64,
+    pub bytes: u64,
+    pub drops: BTreeMap<&'static str, u64>,
+}
+
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct DirStats {
     pub sas: Vec<SaStats>,
     pub ipcomp: Vec<IpcompStats>,
     /// Drops before an SA was known (no SA, unknown SPI, malformed, policy).
     pub drops: BTreeMap<&'static str, u64>,
+    /// What the SAs a reload took away had counted (a rekey's old SAs): kept, so that a
+    /// drop or a packet is not forgotten with its SA.
+    pub removed_sas: RemovedStats,
     pub io: Io,
     /// How many times this direction's worker has published its counters (about every
     /// 100 ms, and once as it stops): a reader that sees it move twice knows the counters

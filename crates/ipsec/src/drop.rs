@@ -137,6 +137,13 @@ impl DropCounters {
     pub fn count(&mut self, d: DropReason) {
         self.0[d as usize] += 1;
     }
+
+    /// `other`'s counts added to these, reason by reason.
+    pub fn add(&mut self, other: &DropCounters) {
+        for (a, b) in self.0.iter_mut().zip(other.0.iter()) {
+            *a += b;
+        }
+    }
     pub fn get(&self, d: DropReason) -> u64 {
         self.0[d as usize]
     }

@@ -74,10 +74,11 @@ class Backend(Protocol):
         tunnels: its set-up time and rate, retransmits, CPU); empty where it has none
         beyond the start's time, which the runner takes itself."""
 
-    def rekey(self, tb: Testbed) -> dict[str, Any]:
+    def rekey(self, tb: Testbed, dry: bool = False) -> dict[str, Any]:
         """Roll every SA over to fresh keys while traffic flows, as this IPsec would in
         service (the `rekey` workload); its figures: `seconds`, `step_seconds`, the new
-        `spis`. Raises `Unsupported` where the lab cannot drive one yet."""
+        `spis`. Raises `Unsupported` where the lab cannot drive one yet (`dry`: only
+        that, nothing rolled over)."""
 
 
 def exited(procs: Mapping[str, Process], what: str) -> str | None:
@@ -120,7 +121,7 @@ class Processless:
     def set_up_figures(self) -> dict[str, float | int | str]:
         return {}
 
-    def rekey(self, tb: Testbed) -> dict[str, Any]:
+    def rekey(self, tb: Testbed, dry: bool = False) -> dict[str, Any]:
         raise no_rekey(self.name)
 
 

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ipsec_lab.backends import sa_plan
+from ipsec_lab.backends import ours_rekey, sa_plan
 from ipsec_lab.backends.base import Unsupported, exited, private_dir, private_file
 from ipsec_lab.backends.ours_rekey import Gateway, Rollover
 from ipsec_lab.backends.sa_plan import (
@@ -387,13 +387,17 @@ class Ours:
         self._remote.clear()
         self._tuns.clear()
 
-    def rekey(self, tb: Testbed) -> dict[str, Any]:
+    def rekey(self, tb: Testbed, dry: bool = False) -> dict[str, Any]:
         """Every SA of every tunnel rolled over to a fresh SPI and fresh keys while
         traffic flows, made before it breaks (`ours_rekey`: three reloads of both
         gateways, each step in every gateway's workers before the next); its figures.
         Gateways on this machine only so far."""
         if self._remote:
             raise Unsupported("rekey: ipsec-gw on real hosts is not rekeyed yet (namespaces only)")
+        if any(ours_rekey.load(c).get("bundle") for c in self.configs.values()):
+            raise Unsupported(ours_rekey.NO_BUNDLES)
+        if dry:
+            return {}
         if self._rollover is None:
 
             def gateway(key: str) -> Gateway:
@@ -402,8 +406,13 @@ class Ours:
                     return {d: {int(sa["spi"], 16) for sa in st[d]["sas"]}
                             for d in ("outbound", "inbound")}  # fmt: skip
 
+                def counts(spis: list[int]) -> int:
+                    st = stats(self.sockets[key])
+                    return sum(int(sa["packets"]) for sa in st["inbound"]["sas"]
+                               if int(sa["spi"], 16) in spis)  # fmt: skip
+
                 return Gateway(key, self.configs[key],
-                               lambda sig: self.process(key).send_signal(sig), listed,
+                               lambda sig: self.process(key).send_signal(sig), listed, counts,
                                tb.rundir / f"ipsec-gw-{key}.log")  # fmt: skip
 
             self._rollover = Rollover((gateway(a), gateway(b)) for a, b in self._pairs)
@@ -442,7 +451,10 @@ class Ours:
                 st = self._stats(key)
             except (KeyError, LabError, OSError, subprocess.TimeoutExpired, ValueError):
                 return {}
+            # with those of the SAs reloads took away (a rekey's old ones): never backwards
             n = sum(int(sa["packets"]) for d in ("outbound", "inbound") for sa in st[d]["sas"])
+            n += sum(int(st[d].get("removed_sas", {}).get("packets", 0))
+                     for d in ("outbound", "inbound"))  # fmt: skip
             if self._on is not None and key in self._remote:
                 ns = self._on.cpu_ns(self._remote[key][0], p.pid)
             else:

@@ -28,34 +28,46 @@ from typing import Any
 
 from ipsec_lab.backends.base import Unsupported, private_file
 from ipsec_lab.testbed.build import LabError, tail
+from ipsec_lab.traffic import steady
 
 Doc = dict[str, Any]  # one gateway's config, as tomllib reads it
 # old SPI -> (new SPI, new enc_key hex, new integ_key hex): one tunnel's SAs, both ways
 Successors = dict[int, tuple[int, str, str]]
 STEP_TIMEOUT_S = 10.0  # a step's reloads in every gateway's workers, at most
-IN_FLIGHT_S = 0.05  # between steps 2 and 3: what was sealed under the old SAs arrives
+# between steps 2 and 3, until the old inbound SAs' counts have stood still this long
+# (what was sealed under them has arrived: a link's delay, a queue), at most DRAIN_MAX_S
+DRAIN_STILL_S, DRAIN_MAX_S = 0.25, 12.0
+NO_BUNDLES = "rekey: one SA a tunnel (no bundles) so far"
 MIN_SPI = 256  # RFC 4303 §2.1: 1-255 are reserved by IANA, 0 is never sent
 
 
-def toml_value(v: object) -> str:
-    """A value of the shapes the lab's configs hold: bool, int, str, list of them."""
+def toml_value(v: object, key: str) -> str:
+    """A value of the shapes the lab's configs hold: bool, int, printable ASCII str,
+    list of them (anything else is refused, naming `key`)."""
     if isinstance(v, bool):
         return "true" if v else "false"
     if isinstance(v, int):
         return str(v)
-    if isinstance(v, str):
-        return json.dumps(v)  # a TOML basic string for what the lab writes
+    if isinstance(v, str) and v.isascii() and v.isprintable():
+        return json.dumps(v)  # a TOML basic string, for printable ASCII
     if isinstance(v, list):
-        return "[" + ", ".join(toml_value(x) for x in v) + "]"
-    raise TypeError(f"a config value of type {type(v).__name__}")
+        return "[" + ", ".join(toml_value(x, key) for x in v) + "]"
+    raise LabError(f"rekey: the gateway config's {key} = {v!r}: not a value the lab writes")
 
 
 def dumps(doc: Doc) -> str:
     """The config again as TOML: `[gateway]`, then each array of tables in its order."""
-    out = ["[gateway]", *(f"{k} = {toml_value(v)}" for k, v in doc["gateway"].items()), ""]
-    for table in ("sa", "bundle", "policy"):
-        for entry in doc.get(table, []):
-            out += [f"[[{table}]]", *(f"{k} = {toml_value(v)}" for k, v in entry.items()), ""]
+    out = []
+    for table, value in doc.items():
+        if isinstance(value, dict):
+            out += [f"[{table}]", *(f"{k} = {toml_value(v, f'{table}.{k}')}"
+                                    for k, v in value.items()), ""]  # fmt: skip
+        elif isinstance(value, list) and all(isinstance(e, dict) for e in value):
+            for i, e in enumerate(value):
+                out += [f"[[{table}]]", *(f"{k} = {toml_value(v, f'{table}[{i}].{k}')}"
+                                          for k, v in e.items()), ""]  # fmt: skip
+        else:
+            raise LabError(f"rekey: the gateway config's {table}: not a table the lab writes")
     return "\n".join(out)
 
 
@@ -124,6 +136,7 @@ class Gateway:
     config: Path
     signal: Callable[[int], None]  # send it a signal
     listed: Callable[[], dict[str, set[int]]]  # "outbound"/"inbound" -> SPIs its workers hold
+    counts: Callable[[list[int]], int]  # packets its inbound SAs of these SPIs opened so far
     log: Path
 
 
@@ -173,7 +186,11 @@ class Rollover:
         for a, b in self.pairs:
             da, db = load(a.config), load(b.config)
             if da.get("bundle") or db.get("bundle"):
-                raise Unsupported("rekey: one SA a tunnel (no bundles) so far")
+                raise Unsupported(NO_BUNDLES)
+            for gw, d in ((a, da), (b, db)):
+                if any(isinstance(p.get("sa"), list) for p in d.get("policy", [])):
+                    raise LabError(f"rekey: ipsec-gw {gw.key}'s config names two SAs in a "
+                                   "policy: a rollover did not finish (see its log)")  # fmt: skip
             new = self.successors(da, db)
             docs[a.key], docs[b.key] = da, db
             news[a.key] = news[b.key] = new
@@ -192,7 +209,9 @@ class Rollover:
                     drop_old_inbound(doc)
                 want[gw.key] = {"inbound": spis(doc, "in"), "outbound": spis(doc, "out")}
             if step == 3:
-                time.sleep(IN_FLIGHT_S)
+                for gw in gws:  # what was sealed under the old SAs has arrived
+                    drained(gw, [s for s in gw.listed()["inbound"]
+                                 if s not in want[gw.key]["inbound"]])  # fmt: skip
             s0 = time.monotonic()
             for gw in gws:
                 private_file(gw.config, dumps(docs[gw.key]))  # in place: the gateway's fd
@@ -203,6 +222,13 @@ class Rollover:
         new_spis = sorted({v[0] for n in news.values() for v in n.values()})
         return {"generation": g, "seconds": time.monotonic() - t0, "step_seconds": steps,
                 "spis": new_spis}  # fmt: skip
+
+
+def drained(gw: Gateway, spis: list[int]) -> None:
+    """Until the packets `gw` opened under its inbound SAs `spis` have stood still for
+    DRAIN_STILL_S (read every 50 ms: its workers publish every 100 ms while busy), at
+    most DRAIN_MAX_S."""
+    steady(lambda: gw.counts(spis), DRAIN_STILL_S, 0.05, DRAIN_MAX_S)
 
 
 def load(path: Path) -> Doc:

@@ -410,7 +410,7 @@ class StrongSwan:
         """How its last start set its tunnels up (N > 1: `_set_up_many`'s figures)."""
         return dict(self._set_up)
 
-    def rekey(self, tb: Testbed) -> dict[str, Any]:
+    def rekey(self, tb: Testbed, dry: bool = False) -> dict[str, Any]:
         raise no_rekey(self.name)  # by IKE (a short rekey_time): to come
 
     def _set_up_many(self, tb: Testbed) -> None:

@@ -513,7 +513,7 @@ class _WireGuard:
     def set_up_figures(self) -> dict[str, float | int | str]:
         return {}  # its start's time is all (the runner's `setup_s`)
 
-    def rekey(self, tb: Testbed) -> dict[str, float | int | str]:
+    def rekey(self, tb: Testbed, dry: bool = False) -> dict[str, float | int | str]:
         raise no_rekey(self.name)  # WireGuard makes new session keys itself, every 2 min
 
     def plane_clock(self) -> dict[str, tuple[int, int]]:

@@ -47,8 +47,9 @@ class Context:
     # searched("pdr_mbps") or searched("ndr_mbps") gives the lookup by size
     searched: Callable[[str], Lookup] = lambda field: _none
     soak_minutes: float | None = None  # `run --quick`: soaks last this long instead
-    # the backend's rollover of every SA to fresh keys (the rekey workload's), or None
-    rekey: Callable[[], Row] | None = None
+    # the backend's rollover of every SA to fresh keys (the rekey workload's; True: only
+    # refuse, with Unsupported, where it has none), or None
+    rekey: Callable[[bool], Row] | None = None
 
 
 def _no_tools(w: Workload) -> tuple[str, ...]:

@@ -131,7 +131,7 @@ pub(super) fn policy(
             (Some(first.clone()), rest.to_vec())
         }
     };
-    if !also.is_empty() && p.action != "protect" {
+    if !also.is_empty() && matches!(p.action.as_str(), "bypass" | "discard") {
         return Err(cx.err(k("sa"), format!("a {} policy takes no SA", p.action)));
     }
     let action = match (p.action.as_str(), &first) {
@@ -218,6 +218,19 @@ pub(super) fn policy(
             return Err(cx.err(
                 k("sa"),
                 format!("SA {name:?} is outbound, this policy is in"),
+            ));
+        }
+        // the SAs of one policy are one SA's generations: a list that let in an SA of
+        // another protocol, mode or peer would let that peer speak for this selector
+        let lead = &sas[sa_named[first.as_deref().unwrap_or_default()]].config;
+        let c = &sa.config;
+        if (c.protocol, c.mode, c.tunnel) != (lead.protocol, lead.mode, lead.tunnel) {
+            return Err(cx.err(
+                k("sa"),
+                format!(
+                    "SA {name:?} is not of the first SA's protocol, mode and tunnel \
+                     endpoints: the SAs of one policy are the old and the new of a rekey"
+                ),
             ));
         }
     }
@@ -426,7 +439,13 @@ mod tests {
     fn an_inbound_policy_may_name_a_rekeys_two_sas() {
         let new_in = "\n[[sa]]\nname = \"in-2\"\ndirection = \"in\"\nspi = 0x2003\n\
                       encryption = \"aes128gcm16\"\n\
-                      enc_key = \"a0a1a2a3a4a5a6a7a8a9aaabacadaeafb0b1b2b3\"\n";
+                      enc_key = \"a0a1a2a3a4a5a6a7a8a9aaabacadaeafb0b1b2b3\"\n\
+                      \n[[sa]]\nname = \"in-t\"\ndirection = \"in\"\nspi = 0x2004\n\
+                      mode = \"transport\"\nencryption = \"aes128gcm16\"\n\
+                      enc_key = \"c0a1a2a3a4a5a6a7a8a9aaabacadaeafb0b1b2b3\"\n\
+                      \n[[sa]]\nname = \"in-p\"\ndirection = \"in\"\nspi = 0x2005\n\
+                      protocol = \"ah\"\nencryption = \"null\"\nintegrity = \"sha256\"\n\
+                      integ_key = \"d0d1d2d3d4d5d6d7d8d9dadbdcdddedfe0e1e2e3e4e5e6e7e8e9eaebecedeeef\"\n";
         let at_end = |sa: &str| {
             let text = format!("{}{new_in}", crate::config::tests::GOOD);
             let (head, tail) = text.split_at(text.find("sa = \"in\"").unwrap());
@@ -437,7 +456,17 @@ mod tests {
         assert_eq!(p.direction, Direction::In);
         assert!(matches!(&p.action, PolicyAction::Protect(n) if n == "in-2"));
         assert_eq!(p.also, vec!["in".to_string()]);
-        assert!(c.warnings.is_empty(), "{:?}", c.warnings);
+        // the two it names are used (the transport and AH SAs of the refusals below not)
+        let unused = |n: &str| {
+            c.warnings
+                .iter()
+                .any(|w| w.contains(&format!("({n}) is used")))
+        };
+        assert!(
+            !unused("in") && !unused("in-2") && unused("in-t"),
+            "{:?}",
+            c.warnings
+        );
         // one name as a list of one: as `sa = "in"`, the new SA then unused
         let c = parse(&at_end("sa = [\"in\"]"), Path::new("gw.toml")).unwrap();
         assert!(c.policies[1].also.is_empty());
@@ -453,6 +482,14 @@ mod tests {
             ("sa = [\"in\", \"in\"]", "named twice"),
             ("sa = [\"in-2\", \"nope\"]", "no SA named \"nope\""),
             ("sa = [\"in-2\", \"out\"]", "is outbound"),
+            (
+                "sa = [\"in-2\", \"in-t\"]",
+                "not of the first SA's protocol, mode",
+            ),
+            (
+                "sa = [\"in-2\", \"in-p\"]",
+                "not of the first SA's protocol, mode",
+            ),
         ] {
             let e = err(&at_end(sa));
             assert_eq!(e.key, "policy[1].sa", "{sa}: {e}");

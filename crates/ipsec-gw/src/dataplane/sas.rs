@@ -44,6 +44,8 @@ pub struct DirEngine {
     state: Option<SeqState>,
     /// The other direction's state, read on every build: a key seen there counts here.
     other: Option<seqstate::Reader>,
+    /// What the SAs earlier reloads took away had counted: (SAs, packets, bytes, drops).
+    removed: (u64, u64, u64, ipsec::drop::DropCounters),
 }
 
 struct SaEntry {
@@ -168,6 +170,7 @@ impl DirEngine {
                 source: e,
             })?;
         }
+        let removed = Self::removed(old.as_ref(), &kept);
         let (bundles, bundle_sas) = add_bundles(&mut engine, cfg, direction, &sas)?;
         add_policies(&mut engine, cfg, direction, &sas, &bundles)?;
         for e in sas.iter_mut().filter(|e| e.expired) {
@@ -191,7 +194,30 @@ impl DirEngine {
             bundle_sas,
             state,
             other: reader,
+            removed,
         })
+    }
+
+    /// What `old`'s earlier reloads took away, and its SAs this build did not move over,
+    /// their counters summed.
+    fn removed(old: Option<&DirEngine>, kept: &Kept) -> (u64, u64, u64, ipsec::drop::DropCounters) {
+        let Some(o) = old else {
+            return Default::default();
+        };
+        let (mut n, mut packets, mut bytes, mut drops) = o.removed.clone();
+        for (i, e) in o.sas.iter().enumerate() {
+            if kept.taken.get(i).copied().unwrap_or(false) {
+                continue;
+            }
+            n += 1;
+            let live = if e.expired { None } else { o.engine.sa(e.id) };
+            if let Some(sa) = live.or(e.retired.as_ref()) {
+                packets += sa.counters.packets;
+                bytes += sa.counters.bytes;
+                drops.add(&sa.counters.drops);
+            }
+        }
+        (n, packets, bytes, drops)
     }
 
     /// One SA of the direction: kept live from `old` when its definition is unchanged,
@@ -299,6 +325,7 @@ impl DirEngine {
             bundle_sas: Vec::new(),
             state: None,
             other: None,
+            removed: Default::default(),
         }
     }
 
@@ -557,6 +584,13 @@ impl DirEngine {
         for (label, n) in self.engine.counters.drops.nonzero() {
             st.drops.insert(label, n);
         }
+        let (n, packets, bytes, drops) = &self.removed;
+        st.removed_sas = crate::stats::RemovedStats {
+            sas: *n,
+            packets: *packets,
+            bytes: *bytes,
+            drops: drops.nonzero().collect(),
+        };
         for e in &self.sas {
             let mut s = SaStats {
                 name: e.name.clone(),
@@ -745,6 +779,24 @@ mod tests {
         }
     }
 
+    /// An inbound policy naming two SAs (`sa = ["in-2", "in"]`) is a rule of the engine
+    /// that protects with the first and lets the second in beside it, by their ids.
+    #[test]
+    fn a_policy_of_two_sas_is_a_rule_naming_both() {
+        let text = crate::config::tests::GOOD.replacen("sa = \"in\"", "sa = [\"in-2\", \"in\"]", 1)
+            + "\n[[sa]]\nname = \"in-2\"\ndirection = \"in\"\nspi = 0x2003\n\
+               encryption = \"aes128gcm16\"\n\
+               enc_key = \"a0a1a2a3a4a5a6a7a8a9aaabacadaeafb0b1b2b3\"\n";
+        let c = crate::config::parse(&text, Path::new("/tmp/gw.toml")).unwrap();
+        let d = DirEngine::build(&c, Direction::In, None, None).unwrap();
+        let id = |n: &str| d.sas.iter().find(|e| e.name == n).unwrap().id;
+        let rules = d.engine.spd_in.rules();
+        assert_eq!(rules.len(), 1);
+        assert_eq!(rules[0].action, ipsec::Action::Protect(id("in-2")));
+        assert_eq!(rules[0].also, vec![id("in")]);
+        assert!(rules[0].admits(ipsec::Action::Protect(id("in"))));
+    }
+
     /// A reload keeps what the direction counted before it (an unknown SPI, a packet
     /// let through in clear): before, the new engine started from zero, and the drops of
     /// a rekey that broke before it made vanished at the reload that mended it.
@@ -767,6 +819,42 @@ mod tests {
             2
         );
         assert_eq!(new.engine.counters.bypassed_in, 3);
+        assert_eq!(new.removed.0, 0); // its SA was moved over, not removed
+    }
+
+    /// An SA a reload takes away (a rekey's old one) leaves its counts in the direction's
+    /// `removed_sas`, summed over every reload; one moved over live is not counted there.
+    #[test]
+    fn the_counts_of_an_sa_a_reload_took_away_are_kept() {
+        let c = cfg(false);
+        let mut d = DirEngine::build(&c, Direction::In, None, None).unwrap();
+        let mut rekeyed = c.clone();
+        for round in 1..=2u64 {
+            let id = d.sas[0].id;
+            let sa = d.engine.sa_mut(id).unwrap();
+            sa.counters.packets += 10;
+            sa.counters.bytes += 1000;
+            sa.counters.drops.count(ipsec::DropReason::Replay);
+            // the next generation: another SPI and key for the inbound SA
+            let i = rekeyed
+                .sas
+                .iter()
+                .position(|s| s.config.direction == Direction::In);
+            let spec = &mut rekeyed.sas[i.unwrap()];
+            spec.config.spi += 1;
+            let mut key = spec.config.enc_key.expose().to_vec();
+            key[0] ^= round as u8;
+            spec.config.enc_key = ipsec::crypto::SecretBytes::new(key);
+            d = DirEngine::build(&rekeyed, Direction::In, Some(d), None).unwrap();
+            let st = d.snapshot(&Io::default());
+            assert_eq!(st.removed_sas.sas, round);
+            assert_eq!(
+                (st.removed_sas.packets, st.removed_sas.bytes),
+                (10 * round, 1000 * round)
+            );
+            assert_eq!(st.removed_sas.drops.get("replay"), Some(&round));
+            assert_eq!(st.sas[0].packets, 0); // the new SA's own count starts at 0
+        }
     }
 
     /// RFC 4303 §3.3.3: without ESN the counter never cycles. An SA whose keys used
