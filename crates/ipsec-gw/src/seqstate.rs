@@ -185,6 +185,8 @@ pub struct SeqState {
     /// The newest generation on disk.
     generation: u64,
     entries: BTreeMap<Key, Entry>,
+    /// Writes waited for the disk (`save`): what a test counts.
+    synced: u64,
 }
 
 /// The state file of a direction: `base` with `.out` or `.in` appended (its first slot).
@@ -487,6 +489,7 @@ impl SeqState {
             slots: None,
             generation: 0,
             entries: BTreeMap::new(),
+            synced: 0,
         };
         let best = slots
             .iter()
@@ -579,6 +582,11 @@ impl SeqState {
         self.write(false)
     }
 
+    /// How many writes waited for the disk so far.
+    pub fn synced(&self) -> u64 {
+        self.synced
+    }
+
     /// Whether any of `keys` has an entry here, whatever its value: a key this
     /// direction numbered under (one sender per key: the other direction refuses it).
     pub fn records_any(&self, keys: &[Key]) -> bool {
@@ -602,6 +610,7 @@ impl SeqState {
         f.set_len(text.len() as u64)?;
         if durable {
             f.sync_data()?;
+            self.synced += 1;
         }
         self.generation = generation;
         Ok(())

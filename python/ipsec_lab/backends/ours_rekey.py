@@ -38,6 +38,7 @@ STEP_TIMEOUT_S = 10.0  # a step's reloads in every gateway's workers, at most
 # (what was sealed under them has arrived: a link's delay, a queue), at most DRAIN_MAX_S
 DRAIN_STILL_S, DRAIN_MAX_S = 0.25, 12.0
 NO_BUNDLES = "rekey: one SA a tunnel (no bundles) so far"
+POLL_S = 0.05  # how often a step's wait asks a gateway for its SA lists
 MIN_SPI = 256  # RFC 4303 §2.1: 1-255 are reserved by IANA, 0 is never sent
 
 
@@ -228,7 +229,7 @@ def drained(gw: Gateway, spis: list[int]) -> None:
     """Until the packets `gw` opened under its inbound SAs `spis` have stood still for
     DRAIN_STILL_S (read every 50 ms: its workers publish every 100 ms while busy), at
     most DRAIN_MAX_S."""
-    steady(lambda: gw.counts(spis), DRAIN_STILL_S, 0.05, DRAIN_MAX_S)
+    steady(lambda: gw.counts(spis), DRAIN_STILL_S, POLL_S, DRAIN_MAX_S)
 
 
 def load(path: Path) -> Doc:
@@ -246,7 +247,9 @@ def held(gw: Gateway, want: dict[str, set[int]], deadline: float) -> None:
         got = gw.listed()
         if all(got.get(d) == s for d, s in want.items()):
             return
-        time.sleep(0.01)
+        # every 50 ms: the workers publish every 100 ms, and each answer is work for the
+        # gateway on the DUT's CPU (polled every 10 ms, the lab's own reads stole from it)
+        time.sleep(POLL_S)
     raise LabError(
         f"rekey: ipsec-gw {gw.key}'s workers did not take the new SAs within "
         f"{STEP_TIMEOUT_S:g} s (want {_hex(want)}, have {_hex(got)}):\n{tail(gw.log)}"
