@@ -29,12 +29,11 @@ from collections.abc import Callable
 
 from ipsec_lab.testbed import Flow
 from ipsec_lab.testbed.build import LabError
-from ipsec_lab.testbed.interface import READY_S, Testbed
+from ipsec_lab.testbed.interface import Testbed
 from ipsec_lab.traffic import Metered, Row, rfc2544
 from ipsec_lab.traffic.generator import for_workload, noted
-from ipsec_lab.traffic.latency import Background
 from ipsec_lab.traffic.paced import Paced, delivered
-from ipsec_lab.traffic.soak import NdrLookup, rate_for
+from ipsec_lab.traffic.soak import NdrLookup, rate_for, stream
 from ipsec_lab.traffic.workload import Context, Kind, Workload
 
 Rekey = Callable[[bool], Row]  # one rollover of every SA (True: only refuse); its figures
@@ -79,13 +78,9 @@ def _run(gen: Paced, w: Workload, roll: Rekey, rate: float, how: str, n: int,
          control: Row) -> Row:  # fmt: skip
     pps = max(1, round(rate * 1e6 / (8 * w.size)))
     total = n * w.rekey_s
-    since = gen.left_so_far()  # the control's packets went through the same bucket
-    bg = Background(lambda: gen.trial(w.size, rate, total + STREAM_MARGIN_S))
+    bg = stream(gen, w.size, rate, total + STREAM_MARGIN_S)
     series: list[Row] = []
     try:
-        gen.until_sending(since, bg.thread.is_alive, READY_S)
-        if not bg.thread.is_alive():
-            bg.result(0)  # its error, if it failed
         t0 = time.monotonic()
         last = reading(gen, w.size)
         for i in range(n):
@@ -104,8 +99,8 @@ def _run(gen: Paced, w: Workload, roll: Rekey, rate: float, how: str, n: int,
             if not bg.thread.is_alive():
                 raise LabError(f"rekey: the stream ended after {i + 1} of {n} rekeys")
     finally:
-        stream = bg.result(total * 2 + 60)
-    return row(w, series, rate, how, pps, stream, control)
+        done = bg.result(total * 2 + 60)
+    return row(w, series, rate, how, pps, done, control)
 
 
 def reading(gen: Paced, size: int) -> tuple[float, int, float]:

@@ -181,13 +181,9 @@ def _stream(gen: Paced, tb: Testbed, w: Workload, probe: Probe, procs: Procs | N
     total = n * w.interval_s
     same = same_clock(tb)
     probe_s, wait_s = w.interval_s * PROBE_SHARE, min(w.interval_s * 0.15, 1.0)
-    since = gen.left_so_far()  # the warm-up's packets went through the same bucket
-    bg = Background(lambda: gen.trial(w.size, rate, total + STREAM_MARGIN_S))
+    bg = stream(gen, w.size, rate, total + STREAM_MARGIN_S)
     series: list[Row] = []
     try:
-        gen.until_sending(since, bg.thread.is_alive, READY_S)
-        if not bg.thread.is_alive():
-            bg.result(0)  # its error, if it failed
         t0 = last = time.monotonic()
         s0, (r0, b0), q0 = gen.sent(), gen.received(), _procs_now(procs)
         for i in range(n):
@@ -208,6 +204,22 @@ def _stream(gen: Paced, tb: Testbed, w: Workload, probe: Probe, procs: Procs | N
     finally:
         bg.result(total * 2 + 60)
     return series
+
+
+def stream(gen: Paced, size: int, rate: float, seconds: float) -> Background:
+    """One paced stream of `seconds` in the background, once its bucket lets packets
+    out (what went before — a warm-up, a control — went through the same bucket); its
+    error raised here if it failed at once. The caller waits for its result."""
+    since = gen.left_so_far()
+    bg = Background(lambda: gen.trial(size, rate, seconds))
+    try:
+        gen.until_sending(since, bg.thread.is_alive, READY_S)
+        if not bg.thread.is_alive():
+            bg.result(0)  # its error, if it failed
+    except BaseException:
+        bg.result(seconds * 2 + 60)
+        raise
+    return bg
 
 
 def _trials(gen: Generator, tb: Testbed, w: Workload, probe: Probe, procs: Procs | None,

@@ -108,6 +108,12 @@ pub(super) fn policy(
         ..Selector::default()
     };
     let in_bundle = |name: &str| bundles.in_one.contains(name);
+    let named = |name: &str| {
+        sa_named
+            .get(name)
+            .map(|&at| &sas[at])
+            .ok_or_else(|| cx.err(k("sa"), format!("no SA named {name:?} in this file")))
+    };
     // `sa` as a list: inbound only, each named once; its first is the policy's SA, the
     // rest are let in beside it (a rekey's old SA, RFC 7296 §2.8)
     let (first, also): (Option<String>, Vec<String>) = match &p.sa {
@@ -165,10 +171,7 @@ pub(super) fn policy(
             ))
         }
         ("protect", Some(name)) => {
-            let sa = sa_named
-                .get(name.as_str())
-                .map(|&at| &sas[at])
-                .ok_or_else(|| cx.err(k("sa"), format!("no SA named {name:?} in this file")))?;
+            let sa = named(name)?;
             if sa.config.direction != direction {
                 return Err(cx.err(
                     k("sa"),
@@ -210,10 +213,7 @@ pub(super) fn policy(
                 format!("SA {name:?} is in a bundle: a list of SAs takes single SAs"),
             ));
         }
-        let sa = sa_named
-            .get(name.as_str())
-            .map(|&at| &sas[at])
-            .ok_or_else(|| cx.err(k("sa"), format!("no SA named {name:?} in this file")))?;
+        let sa = named(name)?;
         if sa.config.direction != direction {
             return Err(cx.err(
                 k("sa"),
@@ -222,7 +222,7 @@ pub(super) fn policy(
         }
         // the SAs of one policy are one SA's generations: a list that let in an SA of
         // another protocol, mode or peer would let that peer speak for this selector
-        let lead = &sas[sa_named[first.as_deref().unwrap_or_default()]].config;
+        let lead = &named(first.as_deref().unwrap_or_default())?.config;
         let c = &sa.config;
         if (c.protocol, c.mode, c.tunnel) != (lead.protocol, lead.mode, lead.tunnel) {
             return Err(cx.err(

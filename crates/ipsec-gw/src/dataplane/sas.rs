@@ -12,7 +12,7 @@ use ipsec::sad::SaId;
 use ipsec::{Engine, SaError};
 
 pub use super::build_error::BuildError;
-use build::{add_bundles, add_policies, BundleSas};
+use build::{add_bundles, add_policies, BundleSas, Removed};
 
 mod build;
 
@@ -45,7 +45,7 @@ pub struct DirEngine {
     /// The other direction's state, read on every build: a key seen there counts here.
     other: Option<seqstate::Reader>,
     /// What the SAs earlier reloads took away had counted: (SAs, packets, bytes, drops).
-    removed: (u64, u64, u64, ipsec::drop::DropCounters),
+    removed: Removed,
 }
 
 struct SaEntry {
@@ -179,7 +179,7 @@ impl DirEngine {
                 source: e,
             })?;
         }
-        let removed = Self::removed(old.as_ref(), &kept);
+        let removed = build::removed(old.as_ref(), &kept);
         let (bundles, bundle_sas) = add_bundles(&mut engine, cfg, direction, &sas)?;
         add_policies(&mut engine, cfg, direction, &sas, &bundles)?;
         for e in sas.iter_mut().filter(|e| e.expired) {
@@ -205,28 +205,6 @@ impl DirEngine {
             other: reader,
             removed,
         })
-    }
-
-    /// What `old`'s earlier reloads took away, and its SAs this build did not move over,
-    /// their counters summed.
-    fn removed(old: Option<&DirEngine>, kept: &Kept) -> (u64, u64, u64, ipsec::drop::DropCounters) {
-        let Some(o) = old else {
-            return Default::default();
-        };
-        let (mut n, mut packets, mut bytes, mut drops) = o.removed.clone();
-        for (i, e) in o.sas.iter().enumerate() {
-            if kept.taken.get(i).copied().unwrap_or(false) {
-                continue;
-            }
-            n += 1;
-            let live = if e.expired { None } else { o.engine.sa(e.id) };
-            if let Some(sa) = live.or(e.retired.as_ref()) {
-                packets += sa.counters.packets;
-                bytes += sa.counters.bytes;
-                drops.add(&sa.counters.drops);
-            }
-        }
-        (n, packets, bytes, drops)
     }
 
     /// One SA of the direction: kept live from `old` when its definition is unchanged,

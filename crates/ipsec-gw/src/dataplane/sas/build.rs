@@ -9,7 +9,7 @@ use ipsec::sad::SaId;
 use ipsec::spd::{Action, SpdRule};
 use ipsec::{Engine, SaError};
 
-use super::{BuildError, SaEntry};
+use super::{BuildError, DirEngine, Kept, SaEntry};
 use crate::config::{Config, PolicyAction};
 
 /// The direction's SAs by name, each name's first entry (what a bundle's layer and a
@@ -111,4 +111,29 @@ pub(super) fn add_policies(
         }
     }
     Ok(())
+}
+
+/// What the SAs reloads took away had counted: (SAs, packets, bytes, drops).
+pub(super) type Removed = (u64, u64, u64, ipsec::drop::DropCounters);
+
+/// What `old`'s earlier reloads took away, and its SAs this build did not move over,
+/// their counters summed.
+pub(super) fn removed(old: Option<&DirEngine>, kept: &Kept) -> Removed {
+    let Some(o) = old else {
+        return Default::default();
+    };
+    let (mut n, mut packets, mut bytes, mut drops) = o.removed.clone();
+    for (i, e) in o.sas.iter().enumerate() {
+        if kept.taken.get(i).copied().unwrap_or(false) {
+            continue;
+        }
+        n += 1;
+        let live = if e.expired { None } else { o.engine.sa(e.id) };
+        if let Some(sa) = live.or(e.retired.as_ref()) {
+            packets += sa.counters.packets;
+            bytes += sa.counters.bytes;
+            drops.add(&sa.counters.drops);
+        }
+    }
+    (n, packets, bytes, drops)
 }
