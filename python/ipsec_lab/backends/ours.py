@@ -262,6 +262,7 @@ class Ours:
         self._tb: Testbed | None = None
         self._on: OnHosts | None = None  # the testbed, when it is of real hosts
         self._pairs: list[tuple[str, str]] = []  # each tunnel's two gateway keys
+        self._bundled = False  # whether the running configuration is a bundle
         self._rollover: Rollover | None = None  # the `rekey` workload's, once it began
 
     def use_hosts(self, hosts: Hosts) -> None:
@@ -294,6 +295,7 @@ class Ours:
         and its guard is released when it stops."""
         self.check(configuration)
         ls = layers(configuration, self.name)
+        self._bundled = ls.bundle
         binary = self._binary()
         assert binary is not None
         self._tb = tb
@@ -394,7 +396,7 @@ class Ours:
         Gateways on this machine only so far."""
         if self._remote:
             raise Unsupported("rekey: ipsec-gw on real hosts is not rekeyed yet (namespaces only)")
-        if any(ours_rekey.load(c).get("bundle") for c in self.configs.values()):
+        if self._bundled:
             raise Unsupported(ours_rekey.NO_BUNDLES)
         if dry:
             return {}

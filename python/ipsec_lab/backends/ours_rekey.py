@@ -200,8 +200,10 @@ class Rollover:
         t0 = time.monotonic()
         for step in self.order:
             want: dict[str, dict[str, set[int]]] = {}
+            old: dict[str, set[int]] = {}  # step 3: the inbound SPIs it takes away
             for gw in gws:
                 doc, new = docs[gw.key], news[gw.key]
+                old[gw.key] = spis(doc, "in")
                 if step == 1:
                     add_inbound(doc, new, g)
                 elif step == 2:
@@ -209,10 +211,9 @@ class Rollover:
                 else:
                     drop_old_inbound(doc)
                 want[gw.key] = {"inbound": spis(doc, "in"), "outbound": spis(doc, "out")}
-            if step == 3:
-                for gw in gws:  # what was sealed under the old SAs has arrived
-                    drained(gw, [s for s in gw.listed()["inbound"]
-                                 if s not in want[gw.key]["inbound"]])  # fmt: skip
+                old[gw.key] -= want[gw.key]["inbound"]
+            if step == 3:  # what was sealed under the old SAs has arrived, at every gateway
+                drained(gws, old)
             s0 = time.monotonic()
             for gw in gws:
                 private_file(gw.config, dumps(docs[gw.key]))  # in place: the gateway's fd
@@ -225,11 +226,12 @@ class Rollover:
                 "spis": new_spis}  # fmt: skip
 
 
-def drained(gw: Gateway, spis: list[int]) -> None:
-    """Until the packets `gw` opened under its inbound SAs `spis` have stood still for
-    DRAIN_STILL_S (read every 50 ms: its workers publish every 100 ms while busy), at
-    most DRAIN_MAX_S."""
-    steady(lambda: gw.counts(spis), DRAIN_STILL_S, POLL_S, DRAIN_MAX_S)
+def drained(gws: list[Gateway], old: dict[str, set[int]]) -> None:
+    """Until the packets each gateway opened under its inbound SAs `old[key]` have stood
+    still for DRAIN_STILL_S, all gateways read together (every 50 ms: their workers
+    publish every 100 ms while busy), at most DRAIN_MAX_S."""
+    steady(lambda: [gw.counts(sorted(old[gw.key])) for gw in gws], DRAIN_STILL_S, POLL_S,
+           DRAIN_MAX_S)  # fmt: skip
 
 
 def load(path: Path) -> Doc:

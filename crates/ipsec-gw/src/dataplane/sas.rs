@@ -44,7 +44,7 @@ pub struct DirEngine {
     state: Option<SeqState>,
     /// The other direction's state, read on every build: a key seen there counts here.
     other: Option<seqstate::Reader>,
-    /// What the SAs earlier reloads took away had counted: (SAs, packets, bytes, drops).
+    /// What the SAs earlier reloads took away had counted.
     removed: Removed,
 }
 
@@ -571,12 +571,12 @@ impl DirEngine {
         for (label, n) in self.engine.counters.drops.nonzero() {
             st.drops.insert(label, n);
         }
-        let (n, packets, bytes, drops) = &self.removed;
+        let r = &self.removed;
         st.removed_sas = crate::stats::RemovedStats {
-            sas: *n,
-            packets: *packets,
-            bytes: *bytes,
-            drops: drops.nonzero().collect(),
+            sas: r.sas,
+            packets: r.packets,
+            bytes: r.bytes,
+            drops: r.drops.nonzero().collect(),
         };
         for e in &self.sas {
             let mut s = SaStats {
@@ -806,7 +806,7 @@ mod tests {
             2
         );
         assert_eq!(new.engine.counters.bypassed_in, 3);
-        assert_eq!(new.removed.0, 0); // its SA was moved over, not removed
+        assert_eq!(new.removed.sas, 0); // its SA was moved over, not removed
     }
 
     /// A reload waits for the disk only when a new outbound SA must have its first

@@ -113,8 +113,14 @@ pub(super) fn add_policies(
     Ok(())
 }
 
-/// What the SAs reloads took away had counted: (SAs, packets, bytes, drops).
-pub(super) type Removed = (u64, u64, u64, ipsec::drop::DropCounters);
+/// What the SAs reloads took away had counted, summed.
+#[derive(Clone, Debug, Default)]
+pub(super) struct Removed {
+    pub(super) sas: u64,
+    pub(super) packets: u64,
+    pub(super) bytes: u64,
+    pub(super) drops: ipsec::drop::DropCounters,
+}
 
 /// What `old`'s earlier reloads took away, and its SAs this build did not move over,
 /// their counters summed.
@@ -122,18 +128,18 @@ pub(super) fn removed(old: Option<&DirEngine>, kept: &Kept) -> Removed {
     let Some(o) = old else {
         return Default::default();
     };
-    let (mut n, mut packets, mut bytes, mut drops) = o.removed.clone();
+    let mut r = o.removed.clone();
     for (i, e) in o.sas.iter().enumerate() {
         if kept.taken.get(i).copied().unwrap_or(false) {
             continue;
         }
-        n += 1;
+        r.sas += 1;
         let live = if e.expired { None } else { o.engine.sa(e.id) };
         if let Some(sa) = live.or(e.retired.as_ref()) {
-            packets += sa.counters.packets;
-            bytes += sa.counters.bytes;
-            drops.add(&sa.counters.drops);
+            r.packets += sa.counters.packets;
+            r.bytes += sa.counters.bytes;
+            r.drops.add(&sa.counters.drops);
         }
     }
-    (n, packets, bytes, drops)
+    r
 }
