@@ -36,9 +36,13 @@ def test_memory_growth_per_hour_is_the_least_squares_slope() -> None:
 def test_the_report_draws_each_soak_s_series() -> None:
     row = {"label": "soak", "offered_mbps": 20.0, "loss_tolerance_pct": 0.1,
            "series": _series([0, 0, 1.5], [2**20, 2**20, 2 * 2**20])}  # fmt: skip
+    # beside it a rekey row, whose series is of rekeys (no rate, no loss per interval)
+    rekeyed = {"label": "rekey", "offered_mbps": 20.0, "lost_packets": 0,
+               "series": [{"index": 0, "t_s": 5.0, "rekey_seconds": 1.2, "spis": [],
+                           "sent_packets": 100, "missing_packets": 0}]}  # fmt: skip
     runs = [{"status": "done", "backend": "ours", "backend_label": "ours",
              "configuration": "esp:aes128gcm16", "link": "unshaped", "repetition": 1,
-             "results": [row]}]  # fmt: skip
+             "results": [row, rekeyed]}]  # fmt: skip
     an = campaign_report.Analysis("x", "x", "x")
     campaign_report._soak_plots(an, runs, 7)
     by = {p.title: p for p in an.plots}
@@ -46,6 +50,7 @@ def test_the_report_draws_each_soak_s_series() -> None:
     (xs, ys) = loss.lines["ours esp:aes128gcm16 (unshaped, #1)"]
     assert ys == [0, 0, 1.5] and xs == pytest.approx([1 / 6, 2 / 6, 3 / 6])
     assert loss.hlines == {"tolerance (0.1 %)": 0.1}
+    assert list(loss.lines) == ["ours esp:aes128gcm16 (unshaped, #1)"]  # the soak alone
     assert by["Soak: the IPsec processes' resident memory"].lines[
         "ours esp:aes128gcm16 (unshaped, #1)"][1] == [1.0, 1.0, 2.0]  # fmt: skip
 

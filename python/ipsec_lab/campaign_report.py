@@ -289,8 +289,10 @@ def _latency_plots(an: Analysis, runs: list[dict[str, Any]], cid: int) -> None:
 def _soak_plots(an: Analysis, runs: list[dict[str, Any]], cid: int) -> None:
     """Each soak's time series: delivered rate, loss per interval against the
     tolerance, and the IPsec processes' resident memory."""
+    # a soak's row by its verdict's tolerance: a rekey row has a `series` of its own
+    # (one entry a rekey, no delivered rate), which this plot crashed on
     soaks = [(r, x) for r in runs if r["status"] == "done" for x in r["results"]
-             if x.get("series")]  # fmt: skip
+             if x.get("series") and "loss_tolerance_pct" in x]  # fmt: skip
     if not soaks:
         return
     rate: dict[str, tuple[list[float], list[float]]] = {}
